@@ -1,0 +1,155 @@
+//! `ava demo`: a self-contained tour of storing and recalling memories.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use anyhow::Context;
+use memory_core::{
+    EmbeddingProvider, HashingEmbedder, MemoryBackend, MemoryKind, NewMemory, Role, Scope,
+    SearchRequest, Timestamp, tags,
+};
+use memory_inmem::InMemoryBackend;
+
+/// A short conversation written for this demo: (day, role, text).
+const CONVERSATION: &[(u32, Role, &str)] = &[
+    (
+        0,
+        Role::User,
+        "Hi! I'm Maya. I just moved to Lisbon for a new job at a robotics startup.",
+    ),
+    (
+        0,
+        Role::Assistant,
+        "Welcome to Lisbon, Maya! What will you be working on at the startup?",
+    ),
+    (
+        0,
+        Role::User,
+        "Motion planning for warehouse robots. My manager is called Tomás.",
+    ),
+    (
+        1,
+        Role::User,
+        "I adopted a grey cat yesterday. Her name is Pixel and she hates the vacuum cleaner.",
+    ),
+    (
+        2,
+        Role::User,
+        "Planning a trip to Kyoto in April to see the cherry blossoms with my sister Ana.",
+    ),
+    (
+        3,
+        Role::User,
+        "I'm allergic to peanuts, so please never suggest satay recipes.",
+    ),
+    (
+        4,
+        Role::User,
+        "Started learning the cello. Practising scales every evening for twenty minutes.",
+    ),
+    (
+        5,
+        Role::User,
+        "Tomás asked me to present our path planner at the team offsite on Friday.",
+    ),
+];
+
+/// Facts the agent decided to keep on purpose.
+const FACTS: &[(&str, &[&str])] = &[
+    ("Maya is allergic to peanuts.", &["health", "food"]),
+    ("Maya's cat is called Pixel.", &["pets"]),
+];
+
+const QUESTIONS: &[&str] = &[
+    "What is the name of my cat?",
+    "Which foods am I allergic to?",
+    "Who is my manager at work?",
+    "When am I going to Kyoto, and with whom?",
+];
+
+/// Runs the demo, writing its report to `out`.
+pub(crate) async fn run(out: &mut impl Write) -> anyhow::Result<()> {
+    let embedder = Arc::new(HashingEmbedder::new(256).context("create the hashing embedder")?);
+    let space = embedder.space();
+    let backend: Arc<dyn MemoryBackend> = Arc::new(InMemoryBackend::new(Some(embedder)));
+    let scope = Scope::for_user("maya")?.in_chat("demo")?;
+
+    writeln!(out, "Ava demo")?;
+    writeln!(out, "========")?;
+    writeln!(
+        out,
+        "store: {} (in memory, gone when the demo ends)\nembedder: {space} -- a word-hashing \
+         stand-in, not a language model: it matches shared words, not meanings",
+        backend.info().name
+    )?;
+    writeln!(out, "scope: {scope}\n")?;
+
+    let start = Timestamp::parse_rfc3339("2026-03-02T09:00:00Z")?;
+    let day = std::time::Duration::from_secs(86_400);
+    let mut batch: Vec<NewMemory> = CONVERSATION
+        .iter()
+        .map(|(d, role, text)| {
+            NewMemory::new(*text)
+                .with_role(*role)
+                .with_source("demo")
+                .at(start.plus(day * *d))
+        })
+        .collect();
+    for (fact, labels) in FACTS {
+        batch.push(
+            NewMemory::new(*fact)
+                .with_kind(MemoryKind::Fact)
+                .with_tags(tags(labels.iter())?)
+                .with_context("stated by the user in the conversation")
+                .pinned()
+                .at(start.plus(day * 5)),
+        );
+    }
+    let stored = backend
+        .store_batch(&scope, batch)
+        .await
+        .context("store the demo conversation")?;
+    writeln!(
+        out,
+        "Stored {} memories ({} messages, {} facts).\n",
+        stored.len(),
+        CONVERSATION.len(),
+        FACTS.len()
+    )?;
+
+    for question in QUESTIONS {
+        writeln!(out, "Q: {question}")?;
+        let hits = backend
+            .search(&scope, &SearchRequest::hybrid(*question).limit(3))
+            .await
+            .with_context(|| format!("search for {question:?}"))?;
+        if hits.is_empty() {
+            writeln!(out, "   (nothing recalled)")?;
+        }
+        for (rank, hit) in hits.iter().enumerate() {
+            let b = &hit.breakdown;
+            writeln!(
+                out,
+                "   {}. [{:.2}] {}\n      semantic {:.2}, keyword {:.2}, {} {}",
+                rank + 1,
+                hit.score,
+                hit.entry.content,
+                b.semantic.unwrap_or(0.0),
+                b.keyword.unwrap_or(0.0),
+                hit.entry.kind.as_str(),
+                hit.entry.created_at,
+            )?;
+        }
+        writeln!(out)?;
+    }
+    let other = Scope::for_user("someone-else")?.in_chat("demo")?;
+    let leaked = backend
+        .search(&other, &SearchRequest::keyword("Pixel cat peanuts"))
+        .await?;
+    writeln!(
+        out,
+        "Isolation: the same search in scope {other} finds {} memories.",
+        leaked.len()
+    )?;
+    Ok(())
+}

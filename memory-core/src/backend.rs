@@ -1,0 +1,163 @@
+//! The `MemoryBackend` trait: the one interface every store implements.
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::capability::{BackendInfo, Capabilities};
+use crate::entry::{MemoryEntry, MemoryId, MemoryPatch, NewMemory};
+use crate::error::{MemoryError, Result};
+use crate::prune::{PrunePolicy, PruneReport};
+use crate::query::{Filter, ScoredMemory, SearchRequest, TagQuery};
+use crate::scope::Scope;
+
+/// A store of memories, partitioned by [`Scope`].
+///
+/// Object safe: hold it as `Arc<dyn MemoryBackend>` and choose the backend at run time.
+/// Every method takes the scope it works in and never sees or touches another scope's
+/// memories; a memory of another scope is reported as [`MemoryError::NotFound`].
+/// Asking for something [`MemoryBackend::capabilities`] does not list fails with
+/// [`MemoryError::Unsupported`] before any work is done.
+#[async_trait]
+pub trait MemoryBackend: Send + Sync + fmt::Debug {
+    /// What the backend is and where its data lives.
+    fn info(&self) -> BackendInfo;
+
+    /// What the backend can do.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Stores several memories atomically: all of them or, on error, none. Returns the
+    /// stored entries in input order.
+    async fn store_batch(
+        &self,
+        scope: &Scope,
+        memories: Vec<NewMemory>,
+    ) -> Result<Vec<MemoryEntry>>;
+
+    /// Reads one memory (does not count as a recall).
+    async fn get(&self, scope: &Scope, id: MemoryId) -> Result<MemoryEntry>;
+
+    /// Ranked search; see [`SearchRequest`]. Hits are best first.
+    async fn search(&self, scope: &Scope, request: &SearchRequest) -> Result<Vec<ScoredMemory>>;
+
+    /// The `limit` most recently created memories that pass `filter`, newest first.
+    async fn recent(
+        &self,
+        scope: &Scope,
+        limit: usize,
+        filter: &Filter,
+    ) -> Result<Vec<MemoryEntry>>;
+
+    /// Changes a memory in place (re-embedding and re-indexing changed content).
+    async fn update(&self, scope: &Scope, id: MemoryId, patch: MemoryPatch) -> Result<MemoryEntry>;
+
+    /// Deletes a memory from every index.
+    async fn delete(&self, scope: &Scope, id: MemoryId) -> Result<()>;
+
+    /// Deletes every memory of a scope; returns how many there were.
+    async fn delete_scope(&self, scope: &Scope) -> Result<u64>;
+
+    /// Applies a prune policy to a scope.
+    async fn prune(&self, scope: &Scope, policy: &PrunePolicy) -> Result<PruneReport>;
+
+    /// How many memories a scope holds (superseded ones included).
+    async fn count(&self, scope: &Scope) -> Result<u64>;
+
+    /// Stores one memory.
+    async fn store(&self, scope: &Scope, memory: NewMemory) -> Result<MemoryEntry> {
+        let backend = self.info().name;
+        self.store_batch(scope, vec![memory])
+            .await?
+            .pop()
+            .ok_or_else(|| MemoryError::Backend {
+                backend,
+                message: "store_batch returned no entry for one memory".into(),
+                source: None,
+            })
+    }
+
+    /// The newest memories carrying any or all of some tags.
+    async fn by_tags(
+        &self,
+        scope: &Scope,
+        tags: &TagQuery,
+        limit: usize,
+    ) -> Result<Vec<MemoryEntry>> {
+        let filter = Filter {
+            tags: Some(tags.clone()),
+            ..Filter::default()
+        };
+        self.recent(scope, limit, &filter).await
+    }
+}
+
+/// Checks that every entry a backend is about to return belongs to `scope`.
+///
+/// Backends call this on their results as defence in depth: a bug in a query surfaces as
+/// [`MemoryError::ScopeViolation`] instead of one user's memory reaching another's prompt.
+pub fn ensure_scope<'a>(
+    backend: &str,
+    scope: &Scope,
+    entries: impl IntoIterator<Item = &'a MemoryEntry>,
+) -> Result<()> {
+    for e in entries {
+        if &e.scope != scope {
+            return Err(MemoryError::ScopeViolation {
+                backend: backend.to_owned(),
+                requested: scope.key(),
+                found: e.scope.key(),
+            });
+        }
+    }
+    Ok(())
+}
+
+macro_rules! forward_backend {
+    ($($ty:ty),*) => {$(
+        #[async_trait]
+        impl<T: MemoryBackend + ?Sized> MemoryBackend for $ty {
+            fn info(&self) -> BackendInfo {
+                (**self).info()
+            }
+            fn capabilities(&self) -> Capabilities {
+                (**self).capabilities()
+            }
+            async fn store_batch(&self, scope: &Scope, memories: Vec<NewMemory>) -> Result<Vec<MemoryEntry>> {
+                (**self).store_batch(scope, memories).await
+            }
+            async fn get(&self, scope: &Scope, id: MemoryId) -> Result<MemoryEntry> {
+                (**self).get(scope, id).await
+            }
+            async fn search(&self, scope: &Scope, request: &SearchRequest) -> Result<Vec<ScoredMemory>> {
+                (**self).search(scope, request).await
+            }
+            async fn recent(&self, scope: &Scope, limit: usize, filter: &Filter) -> Result<Vec<MemoryEntry>> {
+                (**self).recent(scope, limit, filter).await
+            }
+            async fn update(&self, scope: &Scope, id: MemoryId, patch: MemoryPatch) -> Result<MemoryEntry> {
+                (**self).update(scope, id, patch).await
+            }
+            async fn delete(&self, scope: &Scope, id: MemoryId) -> Result<()> {
+                (**self).delete(scope, id).await
+            }
+            async fn delete_scope(&self, scope: &Scope) -> Result<u64> {
+                (**self).delete_scope(scope).await
+            }
+            async fn prune(&self, scope: &Scope, policy: &PrunePolicy) -> Result<PruneReport> {
+                (**self).prune(scope, policy).await
+            }
+            async fn count(&self, scope: &Scope) -> Result<u64> {
+                (**self).count(scope).await
+            }
+            async fn store(&self, scope: &Scope, memory: NewMemory) -> Result<MemoryEntry> {
+                (**self).store(scope, memory).await
+            }
+            async fn by_tags(&self, scope: &Scope, tags: &TagQuery, limit: usize) -> Result<Vec<MemoryEntry>> {
+                (**self).by_tags(scope, tags, limit).await
+            }
+        }
+    )*};
+}
+
+forward_backend!(Arc<T>, Box<T>, &T);

@@ -1,0 +1,159 @@
+//! Capabilities as values: what a backend can do, and the `BackendInfo` it reports.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::embedding::EmbeddingSpace;
+use crate::error::{MemoryError, Result};
+
+/// One thing a backend may or may not do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Capability {
+    /// Vector similarity search (needs an embedding space).
+    SemanticSearch,
+    /// Full-text keyword search (BM25 or similar).
+    KeywordSearch,
+    /// Fused semantic + keyword search.
+    HybridSearch,
+    /// Filtering by tags (any / all).
+    TagFilter,
+    /// Filtering by creation time.
+    TimeFilter,
+    /// Changing stored memories in place.
+    Update,
+    /// Pruning by age.
+    PruneTtl,
+    /// Pruning down to a maximum count per scope.
+    PruneMaxCount,
+    /// Pruning by decayed strength.
+    PruneDecay,
+    /// Memories survive a restart.
+    Persistence,
+}
+
+impl Capability {
+    /// Every capability, in a stable order.
+    pub const ALL: [Capability; 10] = [
+        Self::SemanticSearch,
+        Self::KeywordSearch,
+        Self::HybridSearch,
+        Self::TagFilter,
+        Self::TimeFilter,
+        Self::Update,
+        Self::PruneTtl,
+        Self::PruneMaxCount,
+        Self::PruneDecay,
+        Self::Persistence,
+    ];
+
+    /// A short human name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::SemanticSearch => "semantic search",
+            Self::KeywordSearch => "keyword search",
+            Self::HybridSearch => "hybrid search",
+            Self::TagFilter => "tag filters",
+            Self::TimeFilter => "time filters",
+            Self::Update => "updates",
+            Self::PruneTtl => "TTL pruning",
+            Self::PruneMaxCount => "max-count pruning",
+            Self::PruneDecay => "decay pruning",
+            Self::Persistence => "persistence",
+        }
+    }
+}
+
+impl fmt::Display for Capability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The set of capabilities a backend advertises. Callers plan from it; asking for anything
+/// outside it yields [`MemoryError::Unsupported`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Capabilities(BTreeSet<Capability>);
+
+impl Capabilities {
+    /// No capabilities.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// This set plus `cap`.
+    pub fn with(mut self, cap: Capability) -> Self {
+        self.0.insert(cap);
+        self
+    }
+
+    /// This set without `cap`.
+    pub fn without(mut self, cap: Capability) -> Self {
+        self.0.remove(&cap);
+        self
+    }
+
+    /// Whether `cap` is advertised.
+    pub fn supports(&self, cap: Capability) -> bool {
+        self.0.contains(&cap)
+    }
+
+    /// `Ok` if `cap` is advertised, else [`MemoryError::Unsupported`] naming `provider`.
+    pub fn require(&self, cap: Capability, provider: &str) -> Result<()> {
+        if self.supports(cap) {
+            Ok(())
+        } else {
+            Err(MemoryError::Unsupported {
+                capability: cap,
+                provider: provider.to_owned(),
+            })
+        }
+    }
+
+    /// The advertised capabilities, in order.
+    pub fn iter(&self) -> impl Iterator<Item = Capability> + '_ {
+        self.0.iter().copied()
+    }
+}
+
+impl FromIterator<Capability> for Capabilities {
+    fn from_iter<I: IntoIterator<Item = Capability>>(iter: I) -> Self {
+        Self(iter.into_iter().collect())
+    }
+}
+
+/// Size limits a backend enforces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Largest accepted content, in bytes.
+    pub max_content_bytes: usize,
+    /// Largest accepted `limit` of one search or listing.
+    pub max_results: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_content_bytes: crate::entry::DEFAULT_MAX_CONTENT_BYTES,
+            max_results: 1000,
+        }
+    }
+}
+
+/// What a backend says about itself.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BackendInfo {
+    /// The backend's name (`memory-inmem`, `memory-sqlite`, ...), used in errors.
+    pub name: String,
+    /// Where the data lives (a file path, a server), if anywhere; never credentials.
+    pub location: Option<String>,
+    /// The embedding space the store was created with, if it holds vectors.
+    pub embedding_space: Option<Arc<EmbeddingSpace>>,
+    /// Size limits.
+    pub limits: Limits,
+}

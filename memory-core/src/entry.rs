@@ -1,0 +1,594 @@
+//! What a memory is: ids, tags, kinds, the stored `MemoryEntry`, and the `NewMemory` and
+//! `MemoryPatch` inputs that create and change one.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::embedding::Embedding;
+use crate::error::{MemoryError, Result};
+use crate::scope::Scope;
+use crate::time::Timestamp;
+
+/// Default largest accepted memory content, in bytes (64 KiB).
+pub const DEFAULT_MAX_CONTENT_BYTES: usize = 64 * 1024;
+
+/// Longest accepted tag, in bytes.
+pub const MAX_TAG_BYTES: usize = 64;
+
+/// The id of a memory: a UUIDv7, so ids sort roughly by creation time and are unique
+/// across every scope and backend.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct MemoryId(Uuid);
+
+impl MemoryId {
+    /// A fresh id.
+    pub fn new() -> Self {
+        Self(Uuid::now_v7())
+    }
+
+    /// Wraps an existing UUID (e.g. one derived deterministically for idempotent imports).
+    pub fn from_uuid(uuid: Uuid) -> Self {
+        Self(uuid)
+    }
+
+    /// The underlying UUID.
+    pub fn as_uuid(&self) -> &Uuid {
+        &self.0
+    }
+}
+
+impl Default for MemoryId {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Display for MemoryId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0.hyphenated(), f)
+    }
+}
+
+impl fmt::Debug for MemoryId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "MemoryId({})", self.0.hyphenated())
+    }
+}
+
+impl FromStr for MemoryId {
+    type Err = MemoryError;
+
+    fn from_str(s: &str) -> Result<Self> {
+        Uuid::parse_str(s.trim()).map(Self).map_err(|_| {
+            MemoryError::invalid(
+                "memory id",
+                format!("`{s}` is not a memory id; expected a UUID such as 0192f1c4-7d0e-7c3a-9b1e-2f4a5c6d7e8f"),
+            )
+        })
+    }
+}
+
+/// A label on a memory. Stored lowercase; 1 to [`MAX_TAG_BYTES`] bytes with no whitespace
+/// or control characters, so tags survive any storage and command line unchanged.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Tag(String);
+
+impl Tag {
+    /// Validates and lowercases a tag.
+    pub fn new(tag: impl AsRef<str>) -> Result<Self> {
+        let raw = tag.as_ref();
+        let tag = raw.trim().to_lowercase();
+        if tag.is_empty() {
+            return Err(MemoryError::invalid("tag", "must not be empty"));
+        }
+        if tag.len() > MAX_TAG_BYTES {
+            return Err(MemoryError::invalid(
+                "tag",
+                format!(
+                    "`{raw}` is {} bytes long, at most {MAX_TAG_BYTES} are allowed",
+                    tag.len()
+                ),
+            ));
+        }
+        if tag.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(MemoryError::invalid(
+                "tag",
+                format!("`{raw}` contains whitespace; use e.g. `-` or `_` between words"),
+            ));
+        }
+        Ok(Self(tag))
+    }
+
+    /// The tag text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for Tag {
+    type Error = MemoryError;
+    fn try_from(s: String) -> Result<Self> {
+        Self::new(s)
+    }
+}
+
+impl From<Tag> for String {
+    fn from(t: Tag) -> Self {
+        t.0
+    }
+}
+
+impl fmt::Display for Tag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for Tag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{}", self.0)
+    }
+}
+
+/// A sorted, de-duplicated set of tags.
+pub type TagSet = BTreeSet<Tag>;
+
+/// Parses several tags at once.
+pub fn tags<I, S>(items: I) -> Result<TagSet>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
+    items.into_iter().map(Tag::new).collect()
+}
+
+/// What sort of thing a memory records.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum MemoryKind {
+    /// A turn of a conversation (see [`MemoryEntry::role`]).
+    #[default]
+    Message,
+    /// A long-term fact about the user or the world, kept on purpose.
+    Fact,
+    /// Anything else worth keeping: a summary, a document excerpt, a tool result.
+    Note,
+}
+
+impl MemoryKind {
+    /// The lowercase name, as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Message => "message",
+            Self::Fact => "fact",
+            Self::Note => "note",
+        }
+    }
+
+    /// Parses the stored name.
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "message" => Ok(Self::Message),
+            "fact" => Ok(Self::Fact),
+            "note" => Ok(Self::Note),
+            other => Err(MemoryError::invalid(
+                "memory kind",
+                format!("`{other}` is not one of message, fact, note"),
+            )),
+        }
+    }
+}
+
+/// Who said a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// The person talking to the agent.
+    User,
+    /// The agent.
+    Assistant,
+    /// The operator or application.
+    System,
+    /// A tool's output.
+    Tool,
+}
+
+impl Role {
+    /// The lowercase name, as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::User => "user",
+            Self::Assistant => "assistant",
+            Self::System => "system",
+            Self::Tool => "tool",
+        }
+    }
+
+    /// Parses the stored name.
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "user" => Ok(Self::User),
+            "assistant" => Ok(Self::Assistant),
+            "system" => Ok(Self::System),
+            "tool" => Ok(Self::Tool),
+            other => Err(MemoryError::invalid(
+                "role",
+                format!("`{other}` is not one of user, assistant, system, tool"),
+            )),
+        }
+    }
+}
+
+/// How much a memory matters, from 0 (trivia) to 1 (essential). Default 0.5.
+#[derive(Clone, Copy, Debug, PartialEq, PartialOrd, Serialize, Deserialize)]
+#[serde(try_from = "f32", into = "f32")]
+pub struct Importance(f32);
+
+impl Importance {
+    /// Validates a value in `0.0..=1.0`.
+    pub fn new(value: f32) -> Result<Self> {
+        if (0.0..=1.0).contains(&value) {
+            Ok(Self(value))
+        } else {
+            Err(MemoryError::invalid(
+                "importance",
+                format!("{value} is outside 0.0..=1.0"),
+            ))
+        }
+    }
+
+    /// The value, in `0.0..=1.0`.
+    pub fn get(self) -> f32 {
+        self.0
+    }
+}
+
+impl Default for Importance {
+    fn default() -> Self {
+        Self(0.5)
+    }
+}
+
+impl TryFrom<f32> for Importance {
+    type Error = MemoryError;
+    fn try_from(v: f32) -> Result<Self> {
+        Self::new(v)
+    }
+}
+
+impl From<Importance> for f32 {
+    fn from(i: Importance) -> Self {
+        i.0
+    }
+}
+
+/// A stored memory, as a backend returns it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MemoryEntry {
+    /// Unique id.
+    pub id: MemoryId,
+    /// The identity it belongs to.
+    pub scope: Scope,
+    /// What sort of memory it is.
+    pub kind: MemoryKind,
+    /// The remembered text.
+    pub content: String,
+    /// How or why it was learned ("user said so in chat", "imported from export.json").
+    pub context: Option<String>,
+    /// Labels.
+    pub tags: TagSet,
+    /// Who said it, for messages.
+    pub role: Option<Role>,
+    /// Where it came from (`telegram`, `cli`, `tool:remember`, `import:result.json`, ...).
+    pub source: Option<String>,
+    /// How much it matters.
+    pub importance: Importance,
+    /// Pinned memories are never pruned and do not decay.
+    pub pinned: bool,
+    /// When it was said or learned.
+    pub created_at: Timestamp,
+    /// When it was last recalled by a search (initially `created_at`).
+    pub accessed_at: Timestamp,
+    /// How many times a search has recalled it.
+    pub access_count: u64,
+    /// From when the memory holds, if it is time-bound.
+    pub valid_from: Option<Timestamp>,
+    /// Until when the memory holds, if it is time-bound.
+    pub valid_until: Option<Timestamp>,
+    /// A newer memory that replaces this one; superseded memories are left out of searches
+    /// unless asked for.
+    pub superseded_by: Option<MemoryId>,
+    /// Whether the backend holds a vector for it (false in keyword-only stores).
+    pub embedded: bool,
+}
+
+impl MemoryEntry {
+    /// Whether this memory holds at `at`: not superseded, and `at` inside its validity window.
+    pub fn is_valid_at(&self, at: Timestamp) -> bool {
+        self.superseded_by.is_none()
+            && self.valid_from.is_none_or(|from| from <= at)
+            && self.valid_until.is_none_or(|until| at < until)
+    }
+}
+
+/// A memory to store. Build one with [`NewMemory::new`] and the `with_*` methods.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NewMemory {
+    /// A caller-chosen id (for idempotent imports); a fresh one when `None`.
+    pub id: Option<MemoryId>,
+    /// What sort of memory it is.
+    pub kind: MemoryKind,
+    /// The text to remember.
+    pub content: String,
+    /// How or why it was learned.
+    pub context: Option<String>,
+    /// Labels.
+    pub tags: TagSet,
+    /// Who said it, for messages.
+    pub role: Option<Role>,
+    /// Where it came from.
+    pub source: Option<String>,
+    /// How much it matters.
+    pub importance: Importance,
+    /// Never prune, never decay.
+    pub pinned: bool,
+    /// When it was said; now when `None`. Set it when importing history.
+    pub created_at: Option<Timestamp>,
+    /// From when it holds.
+    pub valid_from: Option<Timestamp>,
+    /// Until when it holds.
+    pub valid_until: Option<Timestamp>,
+    /// A precomputed vector; the backend's embedder computes one when `None`.
+    pub embedding: Option<Embedding>,
+}
+
+impl NewMemory {
+    /// A message memory with this content and defaults for everything else.
+    pub fn new(content: impl Into<String>) -> Self {
+        Self {
+            content: content.into(),
+            ..Self::default()
+        }
+    }
+
+    /// Sets the kind.
+    pub fn with_kind(mut self, kind: MemoryKind) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// Sets how or why it was learned.
+    pub fn with_context(mut self, context: impl Into<String>) -> Self {
+        self.context = Some(context.into());
+        self
+    }
+
+    /// Adds a tag.
+    pub fn with_tag(mut self, tag: Tag) -> Self {
+        self.tags.insert(tag);
+        self
+    }
+
+    /// Adds tags.
+    pub fn with_tags(mut self, tags: impl IntoIterator<Item = Tag>) -> Self {
+        self.tags.extend(tags);
+        self
+    }
+
+    /// Sets who said it.
+    pub fn with_role(mut self, role: Role) -> Self {
+        self.role = Some(role);
+        self
+    }
+
+    /// Sets where it came from.
+    pub fn with_source(mut self, source: impl Into<String>) -> Self {
+        self.source = Some(source.into());
+        self
+    }
+
+    /// Sets the importance.
+    pub fn with_importance(mut self, importance: Importance) -> Self {
+        self.importance = importance;
+        self
+    }
+
+    /// Pins it: never pruned, never decays.
+    pub fn pinned(mut self) -> Self {
+        self.pinned = true;
+        self
+    }
+
+    /// Sets when it was said.
+    pub fn at(mut self, created_at: Timestamp) -> Self {
+        self.created_at = Some(created_at);
+        self
+    }
+
+    /// Sets a caller-chosen id.
+    pub fn with_id(mut self, id: MemoryId) -> Self {
+        self.id = Some(id);
+        self
+    }
+
+    /// Supplies a precomputed vector.
+    pub fn with_embedding(mut self, embedding: Embedding) -> Self {
+        self.embedding = Some(embedding);
+        self
+    }
+
+    /// Sets the validity window.
+    pub fn valid(mut self, from: Option<Timestamp>, until: Option<Timestamp>) -> Self {
+        self.valid_from = from;
+        self.valid_until = until;
+        self
+    }
+
+    /// Checks the parts a backend cannot fix: content and the validity window.
+    pub fn validate(&self, max_content_bytes: usize) -> Result<()> {
+        validate_content(&self.content, max_content_bytes)?;
+        if let (Some(from), Some(until)) = (self.valid_from, self.valid_until)
+            && until <= from
+        {
+            return Err(MemoryError::invalid(
+                "validity window",
+                format!("valid_until {until} is not after valid_from {from}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Turns the input into the entry a backend stores, stamping times and the id.
+    pub fn into_entry(self, scope: &Scope, now: Timestamp, embedded: bool) -> MemoryEntry {
+        let created_at = self.created_at.unwrap_or(now);
+        MemoryEntry {
+            id: self.id.unwrap_or_default(),
+            scope: scope.clone(),
+            kind: self.kind,
+            content: self.content,
+            context: self.context,
+            tags: self.tags,
+            role: self.role,
+            source: self.source,
+            importance: self.importance,
+            pinned: self.pinned,
+            created_at,
+            accessed_at: created_at,
+            access_count: 0,
+            valid_from: self.valid_from,
+            valid_until: self.valid_until,
+            superseded_by: None,
+            embedded,
+        }
+    }
+}
+
+/// Checks memory content: not blank, no NUL characters, at most `max_bytes` bytes.
+pub fn validate_content(content: &str, max_bytes: usize) -> Result<()> {
+    if content.trim().is_empty() {
+        return Err(MemoryError::invalid(
+            "content",
+            "is empty; a memory needs some text",
+        ));
+    }
+    if content.len() > max_bytes {
+        return Err(MemoryError::invalid(
+            "content",
+            format!(
+                "is {} bytes long, at most {max_bytes} bytes are accepted; split it into smaller memories",
+                content.len()
+            ),
+        ));
+    }
+    if content.contains('\0') {
+        return Err(MemoryError::invalid("content", "contains a NUL character"));
+    }
+    Ok(())
+}
+
+/// A change to a stored memory; `None` fields are left as they are.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MemoryPatch {
+    /// New text (re-embedded and re-indexed).
+    pub content: Option<String>,
+    /// New context (`Some(None)` clears it).
+    pub context: Option<Option<String>>,
+    /// New kind.
+    pub kind: Option<MemoryKind>,
+    /// Replacement tag set.
+    pub tags: Option<TagSet>,
+    /// New importance.
+    pub importance: Option<Importance>,
+    /// Pin or unpin.
+    pub pinned: Option<bool>,
+    /// New end of validity (`Some(None)` clears it).
+    pub valid_until: Option<Option<Timestamp>>,
+    /// Mark as superseded by a newer memory (`Some(None)` clears it).
+    pub superseded_by: Option<Option<MemoryId>>,
+}
+
+impl MemoryPatch {
+    /// Whether the patch changes nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Applies the patch to an entry (after [`validate_content`] on new content).
+    pub fn apply(self, entry: &mut MemoryEntry) {
+        if let Some(c) = self.content {
+            entry.content = c;
+        }
+        if let Some(c) = self.context {
+            entry.context = c;
+        }
+        if let Some(k) = self.kind {
+            entry.kind = k;
+        }
+        if let Some(t) = self.tags {
+            entry.tags = t;
+        }
+        if let Some(i) = self.importance {
+            entry.importance = i;
+        }
+        if let Some(p) = self.pinned {
+            entry.pinned = p;
+        }
+        if let Some(v) = self.valid_until {
+            entry.valid_until = v;
+        }
+        if let Some(s) = self.superseded_by {
+            entry.superseded_by = s;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_normalise_and_reject_bad_values() {
+        assert_eq!(Tag::new(" Work ").unwrap().as_str(), "work");
+        assert!(Tag::new("two words").is_err());
+        assert!(Tag::new("").is_err());
+        assert!(Tag::new("x".repeat(65)).is_err());
+        let set = tags(["b", "A", "a"]).unwrap();
+        assert_eq!(set.iter().map(Tag::as_str).collect::<Vec<_>>(), ["a", "b"]);
+    }
+
+    #[test]
+    fn content_checks_name_the_limit() {
+        assert!(validate_content("  \n", 10).is_err());
+        let err = validate_content("hello world", 5).unwrap_err().to_string();
+        assert!(
+            err.contains("11 bytes") && err.contains("at most 5"),
+            "{err}"
+        );
+        assert!(validate_content("a\0b", 10).is_err());
+        assert!(validate_content("Zoë 北京 🎉", 100).is_ok());
+    }
+
+    #[test]
+    fn ids_parse_and_reject_garbage() {
+        let id = MemoryId::new();
+        assert_eq!(id.to_string().parse::<MemoryId>().unwrap(), id);
+        let err = "not-an-id".parse::<MemoryId>().unwrap_err().to_string();
+        assert!(err.contains("not-an-id"), "{err}");
+    }
+
+    #[test]
+    fn importance_is_bounded() {
+        assert!(Importance::new(1.5).is_err());
+        assert!(Importance::new(f32::NAN).is_err());
+        assert!(serde_json::from_str::<Importance>("-0.1").is_err());
+        assert_eq!(Importance::new(0.25).unwrap().get(), 0.25);
+    }
+}

@@ -1,0 +1,91 @@
+//! `HashingEmbedder`: a deterministic, model-free embedder for tests and offline fallback.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::embedding::{Embedding, EmbeddingProvider, EmbeddingSpace, normalize};
+use crate::error::Result;
+use crate::keyword::tokenize;
+
+/// Deterministic feature-hashing embedder. **Not a language model.**
+///
+/// Each word (lowercased, stopwords dropped) is hashed with FNV-1a into one of `dims`
+/// buckets with a hashed sign; the vector is L2-normalised. Texts that share words are
+/// close; synonyms are not. It exists so tests, benches and machines without a model get
+/// stable vectors with no I/O. Its space is `hash/fnv1a-words-v1`.
+#[derive(Clone, Debug)]
+pub struct HashingEmbedder {
+    space: Arc<EmbeddingSpace>,
+}
+
+impl HashingEmbedder {
+    /// Provider name recorded in the embedding space.
+    pub const PROVIDER: &'static str = "hash";
+    /// Model name recorded in the embedding space.
+    pub const MODEL: &'static str = "fnv1a-words-v1";
+
+    /// An embedder producing `dims`-long vectors (`dims` ≥ 1).
+    pub fn new(dims: usize) -> Result<Self> {
+        Ok(Self {
+            space: Arc::new(EmbeddingSpace::new(Self::PROVIDER, Self::MODEL, dims)?),
+        })
+    }
+
+    /// Embeds one text synchronously.
+    pub fn embed_sync(&self, text: &str) -> Embedding {
+        let dims = self.space.dims;
+        let mut v = vec![0.0f32; dims];
+        for word in tokenize(text) {
+            let h = fnv1a(word.as_bytes());
+            // dims >= 1 by construction, so the modulo is defined.
+            let bucket = (h % dims as u64) as usize;
+            v[bucket] += if h >> 63 == 0 { 1.0 } else { -1.0 };
+        }
+        normalize(&mut v);
+        // `dims` finite components by construction.
+        Embedding::new_unchecked(Arc::clone(&self.space), v)
+    }
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+#[async_trait]
+impl EmbeddingProvider for HashingEmbedder {
+    fn space(&self) -> Arc<EmbeddingSpace> {
+        Arc::clone(&self.space)
+    }
+
+    async fn embed_batch(&self, texts: &[&str]) -> Result<Vec<Embedding>> {
+        Ok(texts.iter().map(|t| self.embed_sync(t)).collect())
+    }
+
+    fn max_batch(&self) -> usize {
+        1024
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::embedding::cosine;
+
+    #[test]
+    fn shared_words_make_texts_close_and_output_is_stable() {
+        let e = HashingEmbedder::new(256).unwrap();
+        let a = e.embed_sync("the cat sat on the mat");
+        let b = e.embed_sync("a cat on a mat");
+        let c = e.embed_sync("quarterly stock market report");
+        assert!(cosine(a.vector(), b.vector()) > 0.8);
+        assert!(cosine(a.vector(), c.vector()) < 0.3);
+        assert_eq!(a, e.embed_sync("the cat sat on the mat"));
+        assert_eq!(a.vector().len(), 256);
+    }
+}

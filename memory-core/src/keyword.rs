@@ -1,0 +1,126 @@
+//! Keyword scoring shared by backends that score in process: a tokenizer and Okapi BM25.
+
+use std::collections::HashMap;
+
+/// Common English words that carry no topic and are left out of keyword scoring.
+const STOPWORDS: &[&str] = &[
+    "a", "about", "after", "all", "also", "am", "an", "and", "any", "are", "as", "at", "be",
+    "been", "but", "by", "can", "could", "did", "do", "does", "for", "from", "had", "has", "have",
+    "he", "her", "him", "his", "how", "i", "if", "in", "into", "is", "it", "its", "me", "my", "no",
+    "not", "of", "on", "or", "our", "she", "so", "than", "that", "the", "their", "them", "then",
+    "there", "these", "they", "this", "to", "was", "we", "were", "what", "when", "where", "which",
+    "who", "why", "will", "with", "would", "you", "your",
+];
+
+/// Whether `word` (lowercase) is a stopword.
+pub fn is_stopword(word: &str) -> bool {
+    STOPWORDS.binary_search(&word).is_ok()
+}
+
+/// Splits text into lowercase alphanumeric words, stopwords removed.
+pub fn tokenize(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .filter(|w| !is_stopword(w))
+        .collect()
+}
+
+/// Okapi BM25 parameters.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Bm25 {
+    /// Term-frequency saturation.
+    pub k1: f32,
+    /// Length normalisation.
+    pub b: f32,
+}
+
+impl Default for Bm25 {
+    /// The usual k1 = 1.2, b = 0.75 (the same defaults as SQLite FTS5's `bm25()`).
+    fn default() -> Self {
+        Self { k1: 1.2, b: 0.75 }
+    }
+}
+
+impl Bm25 {
+    /// Scores every document that shares a term with the query; documents are token lists
+    /// from [`tokenize`]. Returns `(index into docs, score)` for positive scores only.
+    pub fn score<'a>(
+        &self,
+        query: &[String],
+        docs: impl IntoIterator<Item = &'a [String]>,
+    ) -> Vec<(usize, f32)> {
+        let docs: Vec<&[String]> = docs.into_iter().collect();
+        if docs.is_empty() || query.is_empty() {
+            return Vec::new();
+        }
+        let mut terms: Vec<&str> = query.iter().map(String::as_str).collect();
+        terms.sort_unstable();
+        terms.dedup();
+        let n = docs.len() as f32;
+        let avg_len = docs.iter().map(|d| d.len()).sum::<usize>() as f32 / n;
+        let mut df: HashMap<&str, f32> = HashMap::new();
+        for doc in &docs {
+            let mut seen: Vec<&str> = doc
+                .iter()
+                .map(String::as_str)
+                .filter(|t| terms.binary_search(t).is_ok())
+                .collect();
+            seen.sort_unstable();
+            seen.dedup();
+            for t in seen {
+                *df.entry(t).or_default() += 1.0;
+            }
+        }
+        let mut out = Vec::new();
+        for (i, doc) in docs.iter().enumerate() {
+            let len_norm = 1.0 - self.b + self.b * doc.len() as f32 / avg_len.max(1.0);
+            let mut score = 0.0;
+            for t in &terms {
+                let Some(&dft) = df.get(t) else { continue };
+                let tf = doc.iter().filter(|w| w.as_str() == *t).count() as f32;
+                if tf == 0.0 {
+                    continue;
+                }
+                // The +1 inside the log keeps idf positive for very common terms (as Lucene does).
+                let idf = ((n - dft + 0.5) / (dft + 0.5) + 1.0).ln();
+                score += idf * tf * (self.k1 + 1.0) / (tf + self.k1 * len_norm);
+            }
+            if score > 0.0 {
+                out.push((i, score));
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stopwords_are_sorted_for_binary_search() {
+        assert!(STOPWORDS.windows(2).all(|w| w[0] < w[1]));
+        assert!(is_stopword("the") && !is_stopword("cat"));
+    }
+
+    #[test]
+    fn tokenizer_lowercases_and_keeps_unicode_words() {
+        assert_eq!(
+            tokenize("The Cat's mat, Zoë 北京!"),
+            ["cat", "s", "mat", "zoë", "北京"]
+        );
+    }
+
+    #[test]
+    fn rarer_terms_and_shorter_docs_score_higher() {
+        let docs: Vec<Vec<String>> = ["cat sat mat", "dog sat log", "cat cat dog long long text"]
+            .iter()
+            .map(|d| tokenize(d))
+            .collect();
+        let hits = Bm25::default().score(&tokenize("cat mat"), docs.iter().map(Vec::as_slice));
+        assert_eq!(hits.len(), 2);
+        let best = hits.iter().max_by(|a, b| a.1.total_cmp(&b.1)).unwrap();
+        assert_eq!(best.0, 0);
+    }
+}

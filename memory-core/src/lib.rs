@@ -1,0 +1,49 @@
+//! Backend-agnostic memory for LLM agents: types, the `MemoryBackend` and
+//! `EmbeddingProvider` traits, capabilities, errors, and (feature `testing`) the backend
+//! conformance suite.
+//!
+//! A memory ([`MemoryEntry`]) always belongs to one [`Scope`] (tenant, user, chat, thread),
+//! and every backend call names the scope it works in. Backends are held as
+//! `Arc<dyn MemoryBackend>` and chosen at run time; what each can do is a value
+//! ([`Capabilities`]), and asking for anything else is a typed [`MemoryError::Unsupported`].
+//!
+//! ```
+//! # async fn demo(backend: std::sync::Arc<dyn memory_core::MemoryBackend>) -> memory_core::Result<()> {
+//! use memory_core::{NewMemory, Scope, SearchRequest};
+//! let scope = Scope::for_user("42")?.in_chat("7")?;
+//! backend.store(&scope, NewMemory::new("Alice's cat is called Miso")).await?;
+//! let hits = backend.search(&scope, &SearchRequest::keyword("cat name").limit(3)).await?;
+//! # let _ = hits; Ok(()) }
+//! ```
+
+mod backend;
+mod capability;
+mod embedding;
+mod entry;
+mod error;
+mod hash_embedder;
+pub mod keyword;
+mod prune;
+mod query;
+mod scope;
+mod time;
+
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use backend::{MemoryBackend, ensure_scope};
+pub use capability::{BackendInfo, Capabilities, Capability, Limits};
+pub use embedding::{Embedding, EmbeddingProvider, EmbeddingSpace, cosine, embed_all, normalize};
+pub use entry::{
+    DEFAULT_MAX_CONTENT_BYTES, Importance, MAX_TAG_BYTES, MemoryEntry, MemoryId, MemoryKind,
+    MemoryPatch, NewMemory, Role, Tag, TagSet, tags, validate_content,
+};
+pub use error::{BoxError, MemoryError, Result};
+pub use hash_embedder::HashingEmbedder;
+pub use prune::{DecayPolicy, PrunePolicy, PruneReason, PruneReport, decay_strength, plan_prune};
+pub use query::{
+    Filter, Fused, HybridWeights, ScoreBreakdown, ScoredMemory, SearchMode, SearchRequest,
+    TagMatch, TagQuery, check_limit, fuse,
+};
+pub use scope::{DEFAULT_TENANT, MAX_SCOPE_KEY_BYTES, Scope};
+pub use time::Timestamp;

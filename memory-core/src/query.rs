@@ -1,0 +1,485 @@
+//! Search requests, filters, and scored results with their score breakdown.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::capability::{Capabilities, Capability, Limits};
+use crate::embedding::Embedding;
+use crate::entry::{MemoryEntry, MemoryId, MemoryKind, Tag, TagSet};
+use crate::error::{MemoryError, Result};
+use crate::time::Timestamp;
+
+/// How a tag filter combines its tags.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TagMatch {
+    /// A memory matches if it has at least one of the tags.
+    Any,
+    /// A memory matches if it has every tag.
+    All,
+}
+
+/// A tag filter.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TagQuery {
+    /// The tags to look for (at least one).
+    pub tags: TagSet,
+    /// Any or all of them.
+    pub mode: TagMatch,
+}
+
+impl TagQuery {
+    /// Memories with at least one of `tags`.
+    pub fn any(tags: impl IntoIterator<Item = Tag>) -> Self {
+        Self {
+            tags: tags.into_iter().collect(),
+            mode: TagMatch::Any,
+        }
+    }
+
+    /// Memories with all of `tags`.
+    pub fn all(tags: impl IntoIterator<Item = Tag>) -> Self {
+        Self {
+            tags: tags.into_iter().collect(),
+            mode: TagMatch::All,
+        }
+    }
+
+    /// Whether a memory with `tags` matches.
+    pub fn matches(&self, tags: &TagSet) -> bool {
+        match self.mode {
+            TagMatch::Any => self.tags.iter().any(|t| tags.contains(t)),
+            TagMatch::All => self.tags.iter().all(|t| tags.contains(t)),
+        }
+    }
+}
+
+/// Conditions every returned memory must meet. The default admits every memory that is
+/// not superseded.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Filter {
+    /// Tag condition.
+    pub tags: Option<TagQuery>,
+    /// Only memories created at or after this instant.
+    pub created_after: Option<Timestamp>,
+    /// Only memories created strictly before this instant.
+    pub created_before: Option<Timestamp>,
+    /// Only these kinds (all kinds when empty).
+    pub kinds: Vec<MemoryKind>,
+    /// Only memories whose validity window contains this instant.
+    pub valid_at: Option<Timestamp>,
+    /// Also return memories marked as superseded.
+    pub include_superseded: bool,
+}
+
+impl Filter {
+    /// Whether `entry` passes the filter.
+    pub fn matches(&self, entry: &MemoryEntry) -> bool {
+        self.tags.as_ref().is_none_or(|q| q.matches(&entry.tags))
+            && self.created_after.is_none_or(|t| entry.created_at >= t)
+            && self.created_before.is_none_or(|t| entry.created_at < t)
+            && (self.kinds.is_empty() || self.kinds.contains(&entry.kind))
+            && (self.include_superseded || entry.superseded_by.is_none())
+            && self.valid_at.is_none_or(|at| {
+                entry.valid_from.is_none_or(|f| f <= at) && entry.valid_until.is_none_or(|u| at < u)
+            })
+    }
+
+    /// Checks the filter is well formed and only uses advertised capabilities.
+    pub fn validate(&self, caps: &Capabilities, provider: &str) -> Result<()> {
+        if let Some(q) = &self.tags {
+            caps.require(Capability::TagFilter, provider)?;
+            if q.tags.is_empty() {
+                return Err(MemoryError::invalid(
+                    "tag filter",
+                    "names no tags; give at least one",
+                ));
+            }
+        }
+        if self.created_after.is_some() || self.created_before.is_some() || self.valid_at.is_some()
+        {
+            caps.require(Capability::TimeFilter, provider)?;
+        }
+        if let (Some(a), Some(b)) = (self.created_after, self.created_before)
+            && b <= a
+        {
+            return Err(MemoryError::invalid(
+                "time filter",
+                format!("created_before {b} is not after created_after {a}"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Relative weights of the two signals in hybrid search. Both are at least 0 and they sum
+/// to 1.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "HybridWeightsRaw")]
+pub struct HybridWeights {
+    semantic: f32,
+    keyword: f32,
+}
+
+#[derive(Deserialize)]
+struct HybridWeightsRaw {
+    semantic: f32,
+    keyword: f32,
+}
+
+impl TryFrom<HybridWeightsRaw> for HybridWeights {
+    type Error = MemoryError;
+    fn try_from(r: HybridWeightsRaw) -> Result<Self> {
+        Self::new(r.semantic, r.keyword)
+    }
+}
+
+impl HybridWeights {
+    /// Weights from two non-negative numbers (not both zero), scaled to sum to 1.
+    pub fn new(semantic: f32, keyword: f32) -> Result<Self> {
+        let ok = |w: f32| w.is_finite() && w >= 0.0;
+        if !ok(semantic) || !ok(keyword) || semantic + keyword <= 0.0 {
+            return Err(MemoryError::invalid(
+                "hybrid weights",
+                format!(
+                    "semantic {semantic}, keyword {keyword}: both must be finite and >= 0, not both 0"
+                ),
+            ));
+        }
+        let sum = semantic + keyword;
+        Ok(Self {
+            semantic: semantic / sum,
+            keyword: keyword / sum,
+        })
+    }
+
+    /// Weight of the semantic score.
+    pub fn semantic(self) -> f32 {
+        self.semantic
+    }
+
+    /// Weight of the keyword score.
+    pub fn keyword(self) -> f32 {
+        self.keyword
+    }
+}
+
+impl Default for HybridWeights {
+    /// Equal weights.
+    fn default() -> Self {
+        Self {
+            semantic: 0.5,
+            keyword: 0.5,
+        }
+    }
+}
+
+/// How a search ranks memories.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SearchMode {
+    /// Cosine similarity of embeddings; the score is the similarity (-1..=1).
+    Semantic,
+    /// BM25 over words; the score is BM25 divided by the best match's BM25 (0..=1].
+    Keyword,
+    /// Weighted sum of the semantic similarity (clamped to 0..=1) and the normalised keyword
+    /// score, over the union of both candidate lists; see [`fuse`].
+    Hybrid(HybridWeights),
+}
+
+impl SearchMode {
+    /// The capability this mode needs.
+    pub fn capability(self) -> Capability {
+        match self {
+            Self::Semantic => Capability::SemanticSearch,
+            Self::Keyword => Capability::KeywordSearch,
+            Self::Hybrid(_) => Capability::HybridSearch,
+        }
+    }
+}
+
+/// A search: what to look for, how to rank, how many, and which memories qualify.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SearchRequest {
+    /// The query text (needed for keyword and hybrid; embedded for semantic when no vector).
+    pub text: Option<String>,
+    /// A precomputed query vector (semantic and hybrid).
+    pub vector: Option<Embedding>,
+    /// Ranking.
+    pub mode: SearchMode,
+    /// At most this many hits (1 to the backend's `max_results`).
+    pub limit: usize,
+    /// Leave out hits scoring below this.
+    pub threshold: Option<f32>,
+    /// Conditions every hit meets.
+    pub filter: Filter,
+    /// Whether returned hits count as recalled (bump `access_count` and `accessed_at`).
+    pub record_access: bool,
+}
+
+impl SearchRequest {
+    fn with_mode(text: impl Into<String>, mode: SearchMode) -> Self {
+        Self {
+            text: Some(text.into()),
+            vector: None,
+            mode,
+            limit: 10,
+            threshold: None,
+            filter: Filter::default(),
+            record_access: true,
+        }
+    }
+
+    /// Semantic search for `text` (embedded by the backend's embedder), top 10.
+    pub fn semantic(text: impl Into<String>) -> Self {
+        Self::with_mode(text, SearchMode::Semantic)
+    }
+
+    /// Semantic search for a precomputed vector, top 10.
+    pub fn vector(vector: Embedding) -> Self {
+        Self {
+            text: None,
+            vector: Some(vector),
+            ..Self::with_mode("", SearchMode::Semantic)
+        }
+    }
+
+    /// Keyword search for `text`, top 10.
+    pub fn keyword(text: impl Into<String>) -> Self {
+        Self::with_mode(text, SearchMode::Keyword)
+    }
+
+    /// Hybrid search for `text` with equal weights, top 10.
+    pub fn hybrid(text: impl Into<String>) -> Self {
+        Self::with_mode(text, SearchMode::Hybrid(HybridWeights::default()))
+    }
+
+    /// Sets the number of hits.
+    pub fn limit(mut self, limit: usize) -> Self {
+        self.limit = limit;
+        self
+    }
+
+    /// Sets the minimum score.
+    pub fn threshold(mut self, threshold: f32) -> Self {
+        self.threshold = Some(threshold);
+        self
+    }
+
+    /// Sets the filter.
+    pub fn filter(mut self, filter: Filter) -> Self {
+        self.filter = filter;
+        self
+    }
+
+    /// Supplies a precomputed query vector as well.
+    pub fn with_vector(mut self, vector: Embedding) -> Self {
+        self.vector = Some(vector);
+        self
+    }
+
+    /// Searches without counting hits as recalled.
+    pub fn without_access_tracking(mut self) -> Self {
+        self.record_access = false;
+        self
+    }
+
+    /// The query text, trimmed, if there is any.
+    pub fn query_text(&self) -> Option<&str> {
+        self.text
+            .as_deref()
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+    }
+
+    /// Checks the request against a backend's capabilities and limits before any work.
+    pub fn validate(&self, caps: &Capabilities, limits: &Limits, provider: &str) -> Result<()> {
+        caps.require(self.mode.capability(), provider)?;
+        check_limit(self.limit, limits)?;
+        if let Some(t) = self.threshold
+            && !t.is_finite()
+        {
+            return Err(MemoryError::invalid(
+                "threshold",
+                format!("{t} is not a finite number"),
+            ));
+        }
+        match self.mode {
+            SearchMode::Keyword | SearchMode::Hybrid(_) if self.query_text().is_none() => {
+                Err(MemoryError::invalid(
+                    "query",
+                    "keyword and hybrid search need query text; none was given",
+                ))
+            }
+            SearchMode::Semantic if self.query_text().is_none() && self.vector.is_none() => {
+                Err(MemoryError::invalid(
+                    "query",
+                    "semantic search needs query text or a query vector",
+                ))
+            }
+            _ => self.filter.validate(caps, provider),
+        }
+    }
+}
+
+/// Checks a result count against a backend's limits.
+pub fn check_limit(limit: usize, limits: &Limits) -> Result<()> {
+    if limit == 0 || limit > limits.max_results {
+        return Err(MemoryError::invalid(
+            "limit",
+            format!("{limit} is outside 1..={}", limits.max_results),
+        ));
+    }
+    Ok(())
+}
+
+/// Why a memory scored what it did. Backends fill the retrieval parts; rerankers and the
+/// hydration layer add the others.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ScoreBreakdown {
+    /// Cosine similarity to the query vector.
+    pub semantic: Option<f32>,
+    /// Keyword score, BM25 normalised so the best match of the query is 1.
+    pub keyword: Option<f32>,
+    /// Raw BM25, before normalisation.
+    pub keyword_raw: Option<f32>,
+    /// Recency factor (0..=1), when a later stage applies one.
+    pub recency: Option<f32>,
+    /// Importance factor, when a later stage applies one.
+    pub importance: Option<f32>,
+    /// Access-frequency factor, when a later stage applies one.
+    pub access: Option<f32>,
+}
+
+/// A search hit.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ScoredMemory {
+    /// The memory (access count already bumped when the search recorded access).
+    pub entry: MemoryEntry,
+    /// The score the hits are ranked by (meaning depends on [`SearchMode`]).
+    pub score: f32,
+    /// The parts that made the score.
+    pub breakdown: ScoreBreakdown,
+}
+
+/// One candidate of [`fuse`]'s output.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Fused {
+    /// The memory.
+    pub id: MemoryId,
+    /// The weighted score.
+    pub score: f32,
+    /// Its semantic similarity, if it was a semantic candidate.
+    pub semantic: Option<f32>,
+    /// Its normalised keyword score, if it was a keyword candidate.
+    pub keyword: Option<f32>,
+    /// Its raw BM25, if it was a keyword candidate.
+    pub keyword_raw: Option<f32>,
+}
+
+/// Hybrid fusion shared by all backends, so the same request ranks the same way everywhere.
+///
+/// `semantic` holds `(id, cosine similarity)` candidates, `keyword` holds `(id, raw BM25)`
+/// candidates (higher is better). Each keyword score is divided by the best one, each
+/// similarity is clamped to `0..=1`, and a candidate's score is
+/// `w_semantic * similarity + w_keyword * keyword`, a missing part counting 0. Candidates
+/// scoring 0 are dropped; the rest are sorted best first, ties broken by id for determinism.
+pub fn fuse(
+    semantic: &[(MemoryId, f32)],
+    keyword: &[(MemoryId, f32)],
+    weights: HybridWeights,
+) -> Vec<Fused> {
+    let best_kw = keyword.iter().map(|(_, s)| *s).fold(0.0f32, f32::max);
+    let mut by_id: HashMap<MemoryId, Fused> = HashMap::new();
+    for &(id, sim) in semantic {
+        by_id.insert(
+            id,
+            Fused {
+                id,
+                score: 0.0,
+                semantic: Some(sim),
+                keyword: None,
+                keyword_raw: None,
+            },
+        );
+    }
+    for &(id, raw) in keyword {
+        let norm = if best_kw > 0.0 { raw / best_kw } else { 0.0 };
+        let f = by_id.entry(id).or_insert(Fused {
+            id,
+            score: 0.0,
+            semantic: None,
+            keyword: None,
+            keyword_raw: None,
+        });
+        f.keyword = Some(norm);
+        f.keyword_raw = Some(raw);
+    }
+    let mut out: Vec<Fused> = by_id
+        .into_values()
+        .map(|mut f| {
+            f.score = weights.semantic() * f.semantic.unwrap_or(0.0).clamp(0.0, 1.0)
+                + weights.keyword() * f.keyword.unwrap_or(0.0);
+            f
+        })
+        .collect();
+    // A candidate with nothing in common with the query (orthogonal or opposed vector, no
+    // shared word) is not a hit.
+    out.retain(|f| f.score > 0.0);
+    out.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn weights_are_normalised_and_validated() {
+        let w = HybridWeights::new(3.0, 1.0).unwrap();
+        assert!((w.semantic() - 0.75).abs() < 1e-6 && (w.keyword() - 0.25).abs() < 1e-6);
+        assert!(HybridWeights::new(-1.0, 1.0).is_err());
+        assert!(HybridWeights::new(0.0, 0.0).is_err());
+        assert!(serde_json::from_str::<HybridWeights>(r#"{"semantic":-1,"keyword":2}"#).is_err());
+    }
+
+    #[test]
+    fn fusion_rewards_agreement() {
+        let (a, b, c) = (MemoryId::new(), MemoryId::new(), MemoryId::new());
+        let out = fuse(
+            &[(a, 0.9), (b, 0.8)],
+            &[(b, 4.0), (c, 8.0)],
+            HybridWeights::default(),
+        );
+        assert_eq!(out[0].id, b);
+        assert_eq!(out.len(), 3);
+        assert_eq!(out.iter().find(|f| f.id == c).unwrap().keyword, Some(1.0));
+    }
+
+    #[test]
+    fn requests_are_checked_against_capabilities() {
+        let caps = Capabilities::none().with(Capability::KeywordSearch);
+        let limits = Limits::default();
+        let err = SearchRequest::semantic("x")
+            .validate(&caps, &limits, "b")
+            .unwrap_err();
+        assert!(err.is_unsupported());
+        assert!(
+            SearchRequest::keyword("x")
+                .limit(0)
+                .validate(&caps, &limits, "b")
+                .is_err()
+        );
+        assert!(
+            SearchRequest::keyword("  ")
+                .validate(&caps, &limits, "b")
+                .is_err()
+        );
+        assert!(
+            SearchRequest::keyword("x")
+                .validate(&caps, &limits, "b")
+                .is_ok()
+        );
+    }
+}

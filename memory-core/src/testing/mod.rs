@@ -1,0 +1,216 @@
+//! The backend conformance suite: one named test per scenario, generated for any backend by
+//! [`backend_conformance!`](crate::backend_conformance).
+//!
+//! A backend crate runs the whole suite from its `tests/` directory:
+//!
+//! ```text
+//! use memory_core::testing::{Setup, TestBackend};
+//!
+//! async fn make(setup: Setup) -> TestBackend {
+//!     TestBackend::new(std::sync::Arc::new(MyBackend::new(setup.embedder)))
+//! }
+//!
+//! memory_core::backend_conformance!(make);
+//! ```
+//!
+//! Each scenario becomes a `#[test]` named after it in a `conformance` module, so the test
+//! output lists every scenario. A scenario that needs a capability the backend does not
+//! advertise is skipped, and the skip is written straight to the process's stderr (past
+//! the test harness's capture) so it is visible in every run.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+pub mod scenarios;
+
+use std::any::Any;
+use std::future::Future;
+use std::io::Write;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use crate::{Capability, EmbeddingProvider, HashingEmbedder, MemoryBackend};
+
+/// Re-exported so the generated tests need no tokio dependency of their own.
+pub use tokio;
+
+/// Dimensions of the deterministic embedder the suite uses.
+pub const SUITE_DIMS: usize = 64;
+
+/// What the suite asks a backend factory for.
+#[derive(Clone, Debug)]
+pub struct Setup {
+    /// The embedder to build the backend with; `None` asks for a keyword-only store.
+    pub embedder: Option<Arc<dyn EmbeddingProvider>>,
+}
+
+/// A backend under test, plus anything that must live as long as it (a temp dir, a
+/// server handle).
+pub struct TestBackend {
+    /// The backend.
+    pub backend: Arc<dyn MemoryBackend>,
+    guard: Option<Box<dyn Any + Send + Sync>>,
+}
+
+impl std::fmt::Debug for TestBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestBackend")
+            .field("backend", &self.backend)
+            .field("guard", &self.guard.is_some())
+            .finish()
+    }
+}
+
+impl TestBackend {
+    /// Wraps a backend.
+    pub fn new(backend: Arc<dyn MemoryBackend>) -> Self {
+        Self {
+            backend,
+            guard: None,
+        }
+    }
+
+    /// Keeps `guard` alive as long as the backend is under test.
+    pub fn with_guard(mut self, guard: impl Any + Send + Sync) -> Self {
+        self.guard = Some(Box::new(guard));
+        self
+    }
+}
+
+type BoxFactory =
+    Arc<dyn Fn(Setup) -> Pin<Box<dyn Future<Output = TestBackend> + Send>> + Send + Sync>;
+
+/// What a scenario gets: a backend built with the suite's embedder, and a way to build more.
+#[derive(Clone)]
+pub struct Ctx {
+    /// The backend under test (built with [`Ctx::embedder`]).
+    pub backend: Arc<dyn MemoryBackend>,
+    /// The deterministic embedder the backend was built with.
+    pub embedder: Arc<HashingEmbedder>,
+    factory: BoxFactory,
+    _guard: Arc<TestBackend>,
+}
+
+impl std::fmt::Debug for Ctx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ctx")
+            .field("backend", &self.backend)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Ctx {
+    /// Builds another backend of the same kind.
+    pub async fn make(&self, setup: Setup) -> TestBackend {
+        (self.factory)(setup).await
+    }
+
+    /// The backend's name.
+    pub fn name(&self) -> String {
+        self.backend.info().name
+    }
+}
+
+/// What a scenario concluded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every check held.
+    Passed,
+    /// The backend does not advertise what the scenario needs.
+    Skipped(Capability),
+}
+
+/// Runs one scenario against a fresh backend from `factory`, on its own runtime.
+pub fn run<F, Fut, S, SFut>(scenario: &str, factory: F, body: S)
+where
+    F: Fn(Setup) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = TestBackend> + Send + 'static,
+    S: FnOnce(Ctx) -> SFut,
+    SFut: Future<Output = Outcome>,
+{
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .expect("build a tokio runtime for the conformance suite");
+    let factory: BoxFactory = Arc::new(move |setup| Box::pin(factory(setup)));
+    rt.block_on(async move {
+        let embedder = Arc::new(HashingEmbedder::new(SUITE_DIMS).expect("suite dims are valid"));
+        let subject = factory(Setup {
+            embedder: Some(embedder.clone()),
+        })
+        .await;
+        let cx = Ctx {
+            backend: subject.backend.clone(),
+            embedder,
+            factory,
+            _guard: Arc::new(subject),
+        };
+        let name = cx.name();
+        if let Outcome::Skipped(cap) = body(cx).await {
+            // Written past libtest's capture so skips are visible without --nocapture.
+            let _ = writeln!(
+                std::io::stderr(),
+                "conformance: SKIPPED {scenario} on {name}: backend does not advertise {cap}"
+            );
+        }
+    });
+}
+
+/// Generates the conformance suite for a backend: a `conformance` module with one
+/// `#[test]` per scenario. `$factory` is a path to an `async fn(Setup) -> TestBackend`.
+#[macro_export]
+macro_rules! backend_conformance {
+    ($factory:path) => {
+        $crate::__conformance_tests!($factory;
+            store_get_round_trip,
+            batch_store_preserves_order,
+            batch_store_is_atomic,
+            explicit_id_conflict_is_rejected,
+            semantic_search_ranks_nearest_first,
+            semantic_threshold_drops_weak_hits,
+            search_by_precomputed_vector,
+            keyword_search_ranks_matches,
+            hybrid_search_fuses_both_signals,
+            tag_filters_any_and_all,
+            recent_is_newest_first,
+            time_filters_bound_creation_time,
+            update_reindexes_content,
+            delete_purges_every_index,
+            delete_scope_removes_only_that_scope,
+            prune_ttl_removes_expired,
+            prune_max_count_keeps_newest,
+            prune_decay_spares_pinned_and_strong,
+            recall_bumps_access_counts,
+            superseded_memories_are_hidden_by_default,
+            foreign_scope_ids_are_not_found,
+            scope_isolation_randomized,
+            concurrent_tasks_never_lose_or_leak,
+            dimension_mismatch_is_rejected,
+            unicode_content_round_trips,
+            empty_and_oversized_content_rejected,
+            invalid_requests_are_rejected,
+            unsupported_capabilities_are_typed_errors,
+        );
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_tests {
+    ($factory:path; $($name:ident),* $(,)?) => {
+        mod conformance {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                #[test]
+                fn $name() {
+                    $crate::testing::run(
+                        stringify!($name),
+                        $factory,
+                        $crate::testing::scenarios::$name,
+                    );
+                }
+            )*
+        }
+    };
+}

@@ -1,0 +1,1495 @@
+//! The conformance scenarios: each `pub async fn` here is one named test for every backend.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Ctx, Outcome, Setup};
+use crate::{
+    Capability, DecayPolicy, Embedding, EmbeddingSpace, Filter, HashingEmbedder, Importance,
+    MemoryBackend, MemoryEntry, MemoryError, MemoryId, MemoryKind, MemoryPatch, NewMemory,
+    PrunePolicy, PruneReason, Role, Scope, SearchRequest, Tag, TagQuery, Timestamp, tags,
+};
+
+const DAY: Duration = Duration::from_secs(86_400);
+
+fn scope(user: &str, chat: Option<&str>) -> Scope {
+    let s = Scope::for_user(user).unwrap();
+    match chat {
+        Some(c) => s.in_chat(c).unwrap(),
+        None => s,
+    }
+}
+
+fn tag(t: &str) -> Tag {
+    Tag::new(t).unwrap()
+}
+
+/// A fixed reference time, so scenarios do not depend on the clock.
+fn t0() -> Timestamp {
+    Timestamp::from_millis(1_767_225_600_000).unwrap() // 2026-01-01T00:00:00Z
+}
+
+macro_rules! require {
+    ($cx:expr, $($cap:expr),+) => {
+        let caps = $cx.backend.capabilities();
+        $(
+            if !caps.supports($cap) {
+                return Outcome::Skipped($cap);
+            }
+        )+
+    };
+}
+
+async fn store(b: &dyn MemoryBackend, s: &Scope, text: &str) -> MemoryEntry {
+    b.store(s, NewMemory::new(text)).await.unwrap()
+}
+
+fn ids(entries: &[MemoryEntry]) -> Vec<MemoryId> {
+    entries.iter().map(|e| e.id).collect()
+}
+
+fn hit_ids(hits: &[crate::ScoredMemory]) -> Vec<MemoryId> {
+    hits.iter().map(|h| h.entry.id).collect()
+}
+
+fn assert_not_found<T: std::fmt::Debug>(r: crate::Result<T>, what: &str) {
+    match r {
+        Err(MemoryError::NotFound { .. }) => {}
+        other => panic!("{what}: expected NotFound, got {other:?}"),
+    }
+}
+
+fn assert_invalid<T: std::fmt::Debug>(r: crate::Result<T>, field_part: &str) {
+    match r {
+        Err(MemoryError::InvalidInput { field, problem }) => {
+            assert!(
+                field.contains(field_part),
+                "expected an error about {field_part}, got {field}: {problem}"
+            );
+            assert!(!problem.is_empty());
+        }
+        other => panic!("expected InvalidInput about {field_part}, got {other:?}"),
+    }
+}
+
+/// Every field written comes back unchanged, and the backend stamps what it owns.
+pub async fn store_get_round_trip(cx: Ctx) -> Outcome {
+    let b = &*cx.backend;
+    let s = scope("alice", Some("chat-1"));
+    let id = MemoryId::new();
+    let new = NewMemory::new("Alice's cat is called Miso")
+        .with_id(id)
+        .with_kind(MemoryKind::Fact)
+        .with_context("she said so while talking about pets")
+        .with_tags(tags(["pets", "family"]).unwrap())
+        .with_role(Role::User)
+        .with_source("telegram")
+        .with_importance(Importance::new(0.9).unwrap())
+        .pinned()
+        .at(t0())
+        .valid(Some(t0()), Some(t0().plus(DAY * 365)));
+    let stored = b.store(&s, new).await.unwrap();
+    assert_eq!(stored.id, id);
+    let got = b.get(&s, id).await.unwrap();
+    assert_eq!(got, stored, "get returns what store returned");
+    assert_eq!(got.scope, s);
+    assert_eq!(got.kind, MemoryKind::Fact);
+    assert_eq!(got.content, "Alice's cat is called Miso");
+    assert_eq!(
+        got.context.as_deref(),
+        Some("she said so while talking about pets")
+    );
+    assert_eq!(got.tags, tags(["family", "pets"]).unwrap());
+    assert_eq!(got.role, Some(Role::User));
+    assert_eq!(got.source.as_deref(), Some("telegram"));
+    assert_eq!(got.importance.get(), 0.9);
+    assert!(got.pinned);
+    assert_eq!(got.created_at, t0());
+    assert_eq!(got.accessed_at, t0());
+    assert_eq!(got.access_count, 0);
+    assert_eq!(got.valid_from, Some(t0()));
+    assert_eq!(got.valid_until, Some(t0().plus(DAY * 365)));
+    assert_eq!(got.superseded_by, None);
+    assert_eq!(
+        got.embedded,
+        b.capabilities().supports(Capability::SemanticSearch)
+    );
+
+    // Defaults: a fresh id, now-ish timestamps, a message of importance 0.5.
+    let before = Timestamp::now();
+    let plain = store(b, &s, "plain memory").await;
+    assert_ne!(plain.id, id);
+    assert!(plain.created_at >= before.minus(Duration::from_secs(5)));
+    assert_eq!(plain.kind, MemoryKind::Message);
+    assert_eq!(plain.importance, Importance::default());
+    assert_eq!(b.count(&s).await.unwrap(), 2);
+    Outcome::Passed
+}
+
+/// A batch comes back in input order, and every entry is readable.
+pub async fn batch_store_preserves_order(cx: Ctx) -> Outcome {
+    let b = &*cx.backend;
+    let s = scope("bob", None);
+    let texts: Vec<String> = (0..25)
+        .map(|i| format!("batch memory number {i}"))
+        .collect();
+    let stored = b
+        .store_batch(&s, texts.iter().map(NewMemory::new).collect())
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), texts.len());
+    for (e, t) in stored.iter().zip(&texts) {
+        assert_eq!(&e.content, t, "batch output is in input order");
+        assert_eq!(b.get(&s, e.id).await.unwrap().content, *t);
+    }
+    assert_eq!(b.count(&s).await.unwrap(), 25);
+    assert!(
+        b.store_batch(&s, Vec::new()).await.unwrap().is_empty(),
+        "an empty batch stores nothing"
+    );
+    Outcome::Passed
+}
+
+/// One bad memory fails the whole batch and nothing is stored.
+pub async fn batch_store_is_atomic(cx: Ctx) -> Outcome {
+    let b = &*cx.backend;
+    let s = scope("carol", None);
+    let batch = vec![
+        NewMemory::new("fine one"),
+        NewMemory::new("   "),
+        NewMemory::new("fine two"),
+    ];
+    assert_invalid(b.store_batch(&s, batch).await, "content");
+    assert_eq!(
+        b.count(&s).await.unwrap(),
+        0,
+        "a failed batch stores nothing"
+    );
+
+    let id = MemoryId::new();
+    let dup = vec![
+        NewMemory::new("first").with_id(id),
+        NewMemory::new("second").with_id(id),
+    ];
+    match b.store_batch(&s, dup).await {
+        Err(MemoryError::Conflict { id: got }) => assert_eq!(got, id),
+        other => panic!("duplicate ids in one batch: expected Conflict, got {other:?}"),
+    }
+    assert_eq!(b.count(&s).await.unwrap(), 0);
+    Outcome::Passed
+}
+
+/// Reusing an id is refused, in the same scope or another, and the original is untouched.
+pub async fn explicit_id_conflict_is_rejected(cx: Ctx) -> Outcome {
+    let b = &*cx.backend;
+    let (s1, s2) = (scope("dave", None), scope("erin", None));
+    let id = MemoryId::new();
+    b.store(&s1, NewMemory::new("original").with_id(id))
+        .await
+        .unwrap();
+    for s in [&s1, &s2] {
+        match b.store(s, NewMemory::new("impostor").with_id(id)).await {
+            Err(MemoryError::Conflict { id: got }) => assert_eq!(got, id),
+            other => panic!("expected Conflict, got {other:?}"),
+        }
+    }
+    assert_eq!(b.get(&s1, id).await.unwrap().content, "original");
+    assert_eq!(b.count(&s2).await.unwrap(), 0);
+    Outcome::Passed
+}
+
+async fn seed_topics(b: &dyn MemoryBackend, s: &Scope) -> Vec<MemoryEntry> {
+    let texts = [
+        "the cat sat on the mat in the kitchen",
+        "quarterly stock market report for investors",
+        "recipe for sourdough bread with rye flour",
+        "the dog chased the cat around the garden",
+        "notes from the quantum physics lecture",
+    ];
+    b.store_batch(s, texts.iter().map(|t| NewMemory::new(*t)).collect())
+        .await
+        .unwrap()
+}
+
+/// The most similar memory comes first, and scores never increase down the list.
+pub async fn semantic_search_ranks_nearest_first(cx: Ctx) -> Outcome {
+    require!(cx, Capability::SemanticSearch);
+    let b = &*cx.backend;
+    let s = scope("frank", None);
+    let seeded = seed_topics(b, &s).await;
+    let hits = b
+        .search(
+            &s,
+            &SearchRequest::semantic("a cat on the kitchen mat").limit(3),
+        )
+        .await
+        .unwrap();
+    assert_eq!(hits.len(), 3);
+    assert_eq!(hits[0].entry.id, seeded[0].id, "nearest first: {hits:#?}");
+    assert!(
+        hits.windows(2).all(|w| w[0].score >= w[1].score),
+        "scores descend"
+    );
+    for h in &hits {
+        let sem = h
+            .breakdown
+            .semantic
+            .expect("semantic hits carry their similarity");
+        assert!(
+            (sem - h.score).abs() < 1e-4,
+            "semantic score is the similarity"
+        );
+        assert!((-1.0001..=1.0001).contains(&h.score));
+    }
+    Outcome::Passed
+}
+
+/// Hits below the threshold are left out, even if fewer than `limit` remain.
+pub async fn semantic_threshold_drops_weak_hits(cx: Ctx) -> Outcome {
+    require!(cx, Capability::SemanticSearch);
+    let b = &*cx.backend;
+    let s = scope("grace", None);
+    let seeded = seed_topics(b, &s).await;
+    let q = SearchRequest::semantic("recipe for sourdough bread with rye flour")
+        .limit(5)
+        .threshold(0.99);
+    let hits = b.search(&s, &q).await.unwrap();
+    assert_eq!(
+        hit_ids(&hits),
+        vec![seeded[2].id],
+        "only the identical text passes 0.99"
+    );
+    let none = b
+        .search(
+            &s,
+            &SearchRequest::semantic("zebra xylophone").threshold(0.5),
+        )
+        .await
+        .unwrap();
+    assert!(
+        none.is_empty(),
+        "unrelated query with a threshold finds nothing: {none:#?}"
+    );
+    Outcome::Passed
+}
+
+/// A precomputed query vector of the store's space works like the text it came from.
+pub async fn search_by_precomputed_vector(cx: Ctx) -> Outcome {
+    require!(cx, Capability::SemanticSearch);
+    let b = &*cx.backend;
+    let s = scope("heidi", None);
+    let seeded = seed_topics(b, &s).await;
+    let v = cx.embedder.embed_sync("quantum physics lecture");
+    let hits = b
+        .search(&s, &SearchRequest::vector(v).limit(2))
+        .await
+        .unwrap();
+    assert_eq!(hits[0].entry.id, seeded[4].id);
+    // A memory stored with a precomputed vector is found by that vector.
+    let pre = cx.embedder.embed_sync("precomputed vectors are accepted");
+    let e = b
+        .store(
+            &s,
+            NewMemory::new("stored with its own vector").with_embedding(pre.clone()),
+        )
+        .await
+        .unwrap();
+    let hits = b
+        .search(&s, &SearchRequest::vector(pre).limit(1))
+        .await
+        .unwrap();
+    assert_eq!(hits[0].entry.id, e.id);
+    Outcome::Passed
+}
+
+/// Keyword search finds only memories sharing a word, best match normalised to 1.
+pub async fn keyword_search_ranks_matches(cx: Ctx) -> Outcome {
+    require!(cx, Capability::KeywordSearch);
+    let b = &*cx.backend;
+    let s = scope("ivan", None);
+    let seeded = seed_topics(b, &s).await;
+    let hits = b
+        .search(&s, &SearchRequest::keyword("sourdough rye").limit(10))
+        .await
+        .unwrap();
+    assert_eq!(hit_ids(&hits), vec![seeded[2].id]);
+    assert!(
+        (hits[0].score - 1.0).abs() < 1e-4,
+        "best keyword hit scores 1"
+    );
+    assert!(hits[0].breakdown.keyword_raw.is_some_and(|r| r > 0.0));
+    let cats = b
+        .search(&s, &SearchRequest::keyword("cat").limit(10))
+        .await
+        .unwrap();
+    let got: BTreeSet<_> = hit_ids(&cats).into_iter().collect();
+    assert_eq!(got, BTreeSet::from([seeded[0].id, seeded[3].id]));
+    assert!(cats.windows(2).all(|w| w[0].score >= w[1].score));
+    let none = b
+        .search(&s, &SearchRequest::keyword("zebra"))
+        .await
+        .unwrap();
+    assert!(none.is_empty());
+    Outcome::Passed
+}
+
+/// Hybrid hits carry both parts of their score, and agreement wins.
+pub async fn hybrid_search_fuses_both_signals(cx: Ctx) -> Outcome {
+    require!(cx, Capability::HybridSearch);
+    let b = &*cx.backend;
+    let s = scope("judy", None);
+    let seeded = seed_topics(b, &s).await;
+    let hits = b
+        .search(&s, &SearchRequest::hybrid("dog chased cat garden").limit(5))
+        .await
+        .unwrap();
+    assert_eq!(hits[0].entry.id, seeded[3].id, "{hits:#?}");
+    assert!(hits[0].breakdown.semantic.is_some() && hits[0].breakdown.keyword.is_some());
+    assert!(hits.windows(2).all(|w| w[0].score >= w[1].score));
+    assert!(hits.iter().all(|h| (0.0..=1.0001).contains(&h.score)));
+    Outcome::Passed
+}
+
+/// Tag filters: any matches one tag, all needs every tag; works for listing and search.
+pub async fn tag_filters_any_and_all(cx: Ctx) -> Outcome {
+    require!(cx, Capability::TagFilter);
+    let b = &*cx.backend;
+    let s = scope("ken", None);
+    let a = b
+        .store(
+            &s,
+            NewMemory::new("red apple")
+                .with_tags(tags(["fruit", "red"]).unwrap())
+                .at(t0()),
+        )
+        .await
+        .unwrap();
+    let c = b
+        .store(
+            &s,
+            NewMemory::new("red car")
+                .with_tags(tags(["red"]).unwrap())
+                .at(t0().plus(DAY)),
+        )
+        .await
+        .unwrap();
+    let _p = b
+        .store(
+            &s,
+            NewMemory::new("green pear")
+                .with_tags(tags(["fruit"]).unwrap())
+                .at(t0().plus(DAY * 2)),
+        )
+        .await
+        .unwrap();
+    b.store(
+        &s,
+        NewMemory::new("untagged red thing").at(t0().plus(DAY * 3)),
+    )
+    .await
+    .unwrap();
+
+    let any = b
+        .by_tags(&s, &TagQuery::any([tag("red")]), 10)
+        .await
+        .unwrap();
+    assert_eq!(ids(&any), vec![c.id, a.id], "newest first");
+    let all = b
+        .by_tags(&s, &TagQuery::all([tag("red"), tag("fruit")]), 10)
+        .await
+        .unwrap();
+    assert_eq!(ids(&all), vec![a.id]);
+    let either = b
+        .by_tags(&s, &TagQuery::any([tag("red"), tag("fruit")]), 10)
+        .await
+        .unwrap();
+    assert_eq!(either.len(), 3);
+    let none = b
+        .by_tags(&s, &TagQuery::any([tag("blue")]), 10)
+        .await
+        .unwrap();
+    assert!(none.is_empty());
+    if b.capabilities().supports(Capability::KeywordSearch) {
+        let filter = Filter {
+            tags: Some(TagQuery::all([tag("red")])),
+            ..Filter::default()
+        };
+        let hits = b
+            .search(&s, &SearchRequest::keyword("red").filter(filter))
+            .await
+            .unwrap();
+        let got: BTreeSet<_> = hit_ids(&hits).into_iter().collect();
+        assert_eq!(
+            got,
+            BTreeSet::from([a.id, c.id]),
+            "untagged match is filtered out"
+        );
+    }
+    Outcome::Passed
+}
+
+/// `recent` returns the newest memories, newest first, up to the limit.
+pub async fn recent_is_newest_first(cx: Ctx) -> Outcome {
+    let b = &*cx.backend;
+    let s = scope("leo", None);
+    // Stored out of order on purpose.
+    let order = [3u32, 0, 4, 1, 2];
+    let mut by_day = HashMap::new();
+    for d in order {
+        let e = b
+            .store(
+                &s,
+                NewMemory::new(format!("day {d}")).at(t0().plus(DAY * d)),
+            )
+            .await
+            .unwrap();
+        by_day.insert(d, e.id);
+    }
+    let got = b.recent(&s, 3, &Filter::default()).await.unwrap();
+    assert_eq!(ids(&got), vec![by_day[&4], by_day[&3], by_day[&2]]);
+    let all = b.recent(&s, 100, &Filter::default()).await.unwrap();
+    assert_eq!(all.len(), 5);
+    assert!(all.windows(2).all(|w| w[0].created_at >= w[1].created_at));
+    let facts = Filter {
+        kinds: vec![MemoryKind::Fact],
+        ..Filter::default()
+    };
+    assert!(
+        b.recent(&s, 10, &facts).await.unwrap().is_empty(),
+        "kind filter applies"
+    );
+    Outcome::Passed
+}
+
+/// Time filters keep `created_after <= created_at < created_before`.
+pub async fn time_filters_bound_creation_time(cx: Ctx) -> Outcome {
+    require!(cx, Capability::TimeFilter);
+    let b = &*cx.backend;
+    let s = scope("mia", None);
+    let mut days = Vec::new();
+    for d in 0..5u32 {
+        days.push(
+            b.store(
+                &s,
+                NewMemory::new(format!("hiking trip on day {d}")).at(t0().plus(DAY * d)),
+            )
+            .await
+            .unwrap(),
+        );
+    }
+    let filter = Filter {
+        created_after: Some(t0().plus(DAY)),
+        created_before: Some(t0().plus(DAY * 3)),
+        ..Filter::default()
+    };
+    let got = b.recent(&s, 10, &filter).await.unwrap();
+    assert_eq!(ids(&got), vec![days[2].id, days[1].id]);
+    let caps = b.capabilities();
+    for (cap, req) in [
+        (
+            Capability::KeywordSearch,
+            SearchRequest::keyword("hiking trip"),
+        ),
+        (
+            Capability::SemanticSearch,
+            SearchRequest::semantic("hiking trip"),
+        ),
+    ] {
+        if caps.supports(cap) {
+            let hits = b.search(&s, &req.filter(filter.clone())).await.unwrap();
+            let got: BTreeSet<_> = hit_ids(&hits).into_iter().collect();
+            assert_eq!(
+                got,
+                BTreeSet::from([days[1].id, days[2].id]),
+                "{cap} honours time filters"
+            );
+        }
+    }
+    Outcome::Passed
+}
+
+/// Changed content is re-indexed: found by its new words, no longer by its old ones.
+pub async fn update_reindexes_content(cx: Ctx) -> Outcome {
+    require!(cx, Capability::Update);
+    let b = &*cx.backend;
+    let s = scope("nina", None);
+    let e = store(b, &s, "my favourite colour is blue").await;
+    let patch = MemoryPatch {
+        content: Some("my favourite colour is green".into()),
+        tags: Some(tags(["prefs"]).unwrap()),
+        importance: Some(Importance::new(1.0).unwrap()),
+        context: Some(Some("corrected by the user".into())),
+        ..MemoryPatch::default()
+    };
+    let updated = b.update(&s, e.id, patch).await.unwrap();
+    assert_eq!(updated.content, "my favourite colour is green");
+    assert_eq!(
+        updated.created_at, e.created_at,
+        "update keeps creation time"
+    );
+    assert_eq!(b.get(&s, e.id).await.unwrap(), updated);
+    let caps = b.capabilities();
+    if caps.supports(Capability::KeywordSearch) {
+        assert!(
+            b.search(&s, &SearchRequest::keyword("blue"))
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(
+            hit_ids(
+                &b.search(&s, &SearchRequest::keyword("green"))
+                    .await
+                    .unwrap()
+            ),
+            vec![e.id]
+        );
+    }
+    if caps.supports(Capability::SemanticSearch) {
+        let hits = b
+            .search(
+                &s,
+                &SearchRequest::semantic("favourite colour green").threshold(0.99),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            hit_ids(&hits),
+            vec![e.id],
+            "the vector follows the new content"
+        );
+    }
+    assert_invalid(
+        b.update(
+            &s,
+            e.id,
+            MemoryPatch {
+                content: Some(" ".into()),
+                ..MemoryPatch::default()
+            },
+        )
+        .await,
+        "content",
+    );
+    assert_not_found(
+        b.update(&s, MemoryId::new(), MemoryPatch::default()).await,
+        "update of a missing id",
+    );
+    Outcome::Passed
+}
+
+async fn visible_anywhere(
+    b: &dyn MemoryBackend,
+    s: &Scope,
+    id: MemoryId,
+    words: &str,
+    tag: &Tag,
+) -> Vec<&'static str> {
+    let caps = b.capabilities();
+    let mut seen = Vec::new();
+    if b.get(s, id).await.is_ok() {
+        seen.push("get");
+    }
+    if ids(&b.recent(s, 1000, &Filter::default()).await.unwrap()).contains(&id) {
+        seen.push("recent");
+    }
+    if caps.supports(Capability::TagFilter)
+        && ids(&b
+            .by_tags(s, &TagQuery::any([tag.clone()]), 1000)
+            .await
+            .unwrap())
+        .contains(&id)
+    {
+        seen.push("by_tags");
+    }
+    for (cap, name, req) in [
+        (
+            Capability::SemanticSearch,
+            "semantic",
+            SearchRequest::semantic(words),
+        ),
+        (
+            Capability::KeywordSearch,
+            "keyword",
+            SearchRequest::keyword(words),
+        ),
+        (
+            Capability::HybridSearch,
+            "hybrid",
+            SearchRequest::hybrid(words),
+        ),
+    ] {
+        if caps.supports(cap)
+            && hit_ids(&b.search(s, &req.limit(1000)).await.unwrap()).contains(&id)
+        {
+            seen.push(name);
+        }
+    }
+    seen
+}
+
+/// A deleted memory is gone from every read path, and deleting it again is NotFound.
+pub async fn delete_purges_every_index(cx: Ctx) -> Outcome {
+    let b = &*cx.backend;
+    let s = scope("oscar", None);
+    let t = tag("doomed");
+    let keep = b
+        .store(
+            &s,
+            NewMemory::new("violet umbrella kept").with_tag(t.clone()),
+        )
+        .await
+        .unwrap();
+    let gone = b
+        .store(
+            &s,
+            NewMemory::new("violet umbrella forgotten").with_tag(t.clone()),
+        )
+        .await
+        .unwrap();
+    assert!(
+        visible_anywhere(b, &s, gone.id, "violet umbrella forgotten", &t)
+            .await
+            .len()
+            >= 2
+    );
+    b.delete(&s, gone.id).await.unwrap();
+    let seen = visible_anywhere(b, &s, gone.id, "violet umbrella forgotten", &t).await;
+    assert!(
+        seen.is_empty(),
+        "deleted memory still visible through {seen:?}"
+    );
+    assert!(
+        !visible_anywhere(b, &s, keep.id, "violet umbrella kept", &t)
+            .await
+            .is_empty()
+    );
+    assert_not_found(b.delete(&s, gone.id).await, "second delete");
+    assert_eq!(b.count(&s).await.unwrap(), 1);
+    Outcome::Passed
+}
+
+/// `delete_scope` empties one scope and leaves its neighbours (same user, other chat) alone.
+pub async fn delete_scope_removes_only_that_scope(cx: Ctx) -> Outcome {
+    let b = &*cx.backend;
+    let a = scope("peggy", Some("1"));
+    let other_chat = scope("peggy", Some("2"));
+    let no_chat = scope("peggy", None);
+    for s in [&a, &other_chat, &no_chat] {
+        for i in 0..3 {
+            store(b, s, &format!("peggy memory {i}")).await;
+        }
+    }
+    assert_eq!(b.delete_scope(&a).await.unwrap(), 3);
+    assert_eq!(b.count(&a).await.unwrap(), 0);
+    assert!(
+        b.recent(&a, 10, &Filter::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(b.count(&other_chat).await.unwrap(), 3);
+    assert_eq!(b.count(&no_chat).await.unwrap(), 3);
+    assert_eq!(b.delete_scope(&a).await.unwrap(), 0);
+    Outcome::Passed
+}
+
+/// TTL pruning removes memories older than `max_age`, except pinned ones.
+pub async fn prune_ttl_removes_expired(cx: Ctx) -> Outcome {
+    require!(cx, Capability::PruneTtl);
+    let b = &*cx.backend;
+    let s = scope("quinn", None);
+    let now = t0().plus(DAY * 100);
+    let old = b
+        .store(&s, NewMemory::new("old news").at(t0()))
+        .await
+        .unwrap();
+    let old_pinned = b
+        .store(&s, NewMemory::new("old but pinned").at(t0()).pinned())
+        .await
+        .unwrap();
+    let fresh = b
+        .store(&s, NewMemory::new("fresh news").at(now.minus(DAY)))
+        .await
+        .unwrap();
+    let policy = PrunePolicy {
+        max_age: Some(DAY * 30),
+        ..PrunePolicy {
+            now,
+            ..PrunePolicy::new()
+        }
+    };
+    let report = b.prune(&s, &policy).await.unwrap();
+    assert_eq!(report.removed, vec![(old.id, PruneReason::Expired)]);
+    assert_not_found(b.get(&s, old.id).await, "expired memory");
+    b.get(&s, old_pinned.id).await.unwrap();
+    b.get(&s, fresh.id).await.unwrap();
+    if b.capabilities().supports(Capability::KeywordSearch) {
+        assert!(
+            b.search(&s, &SearchRequest::keyword("old news"))
+                .await
+                .unwrap()
+                .iter()
+                .all(|h| h.entry.id != old.id)
+        );
+    }
+    Outcome::Passed
+}
+
+/// Max-count pruning keeps the newest unpinned memories.
+pub async fn prune_max_count_keeps_newest(cx: Ctx) -> Outcome {
+    require!(cx, Capability::PruneMaxCount);
+    let b = &*cx.backend;
+    let s = scope("rita", None);
+    let mut all = Vec::new();
+    for d in 0..6u32 {
+        all.push(
+            b.store(
+                &s,
+                NewMemory::new(format!("entry {d}")).at(t0().plus(DAY * d)),
+            )
+            .await
+            .unwrap(),
+        );
+    }
+    let pinned = b
+        .store(
+            &s,
+            NewMemory::new("pinned oldest").at(t0().minus(DAY)).pinned(),
+        )
+        .await
+        .unwrap();
+    let policy = PrunePolicy {
+        max_count: Some(2),
+        ..PrunePolicy {
+            now: t0().plus(DAY * 10),
+            ..PrunePolicy::new()
+        }
+    };
+    let report = b.prune(&s, &policy).await.unwrap();
+    assert_eq!(report.count(PruneReason::OverCount), 4);
+    let left: BTreeSet<_> = ids(&b.recent(&s, 10, &Filter::default()).await.unwrap())
+        .into_iter()
+        .collect();
+    assert_eq!(left, BTreeSet::from([all[5].id, all[4].id, pinned.id]));
+    Outcome::Passed
+}
+
+/// Decay pruning removes weak, idle memories; pinned, important or recalled ones stay.
+pub async fn prune_decay_spares_pinned_and_strong(cx: Ctx) -> Outcome {
+    require!(cx, Capability::PruneDecay);
+    let b = &*cx.backend;
+    let s = scope("sam", None);
+    let now = t0().plus(DAY * 60);
+    let low = Importance::new(0.2).unwrap();
+    let weak = b
+        .store(
+            &s,
+            NewMemory::new("trivial remark")
+                .with_importance(low)
+                .at(t0()),
+        )
+        .await
+        .unwrap();
+    let pinned = b
+        .store(
+            &s,
+            NewMemory::new("pinned remark")
+                .with_importance(low)
+                .at(t0())
+                .pinned(),
+        )
+        .await
+        .unwrap();
+    let strong = b
+        .store(
+            &s,
+            NewMemory::new("important remark")
+                .with_importance(Importance::new(1.0).unwrap())
+                .at(now.minus(DAY)),
+        )
+        .await
+        .unwrap();
+    // 60 days idle with a 7-day half-life: 0.2 * 2^-8.6 ≈ 0.0005; the strong one ≈ 0.9.
+    let policy = PrunePolicy {
+        decay: Some(DecayPolicy {
+            half_life: DAY * 7,
+            min_strength: 0.05,
+        }),
+        ..PrunePolicy {
+            now,
+            ..PrunePolicy::new()
+        }
+    };
+    let report = b.prune(&s, &policy).await.unwrap();
+    assert_eq!(report.removed, vec![(weak.id, PruneReason::Decayed)]);
+    b.get(&s, pinned.id).await.unwrap();
+    b.get(&s, strong.id).await.unwrap();
+    Outcome::Passed
+}
+
+/// Search hits count as recalled; `get` and untracked searches do not.
+pub async fn recall_bumps_access_counts(cx: Ctx) -> Outcome {
+    let caps = cx.backend.capabilities();
+    let Some(mode) = [Capability::KeywordSearch, Capability::SemanticSearch]
+        .into_iter()
+        .find(|c| caps.supports(*c))
+    else {
+        return Outcome::Skipped(Capability::KeywordSearch);
+    };
+    let req = |text: &str| match mode {
+        Capability::KeywordSearch => SearchRequest::keyword(text),
+        _ => SearchRequest::semantic(text),
+    };
+    let b = &*cx.backend;
+    let s = scope("tina", None);
+    let e = b
+        .store(&s, NewMemory::new("tina plays the cello").at(t0()))
+        .await
+        .unwrap();
+    b.get(&s, e.id).await.unwrap();
+    assert_eq!(
+        b.get(&s, e.id).await.unwrap().access_count,
+        0,
+        "get is not a recall"
+    );
+    let hits = b.search(&s, &req("cello").limit(1)).await.unwrap();
+    assert_eq!(
+        hits[0].entry.access_count, 1,
+        "the returned entry shows the bump"
+    );
+    assert!(hits[0].entry.accessed_at > t0());
+    b.search(&s, &req("cello").limit(1)).await.unwrap();
+    let after = b.get(&s, e.id).await.unwrap();
+    assert_eq!(after.access_count, 2);
+    assert!(after.accessed_at > t0());
+    b.search(&s, &req("cello").without_access_tracking())
+        .await
+        .unwrap();
+    assert_eq!(
+        b.get(&s, e.id).await.unwrap().access_count,
+        2,
+        "untracked search leaves counts"
+    );
+    Outcome::Passed
+}
+
+/// Superseded memories drop out of listings and searches unless asked for.
+pub async fn superseded_memories_are_hidden_by_default(cx: Ctx) -> Outcome {
+    require!(cx, Capability::Update);
+    let b = &*cx.backend;
+    let s = scope("uma", None);
+    let old = store(b, &s, "uma lives in Lisbon").await;
+    let new = store(b, &s, "uma lives in Porto now").await;
+    b.update(
+        &s,
+        old.id,
+        MemoryPatch {
+            superseded_by: Some(Some(new.id)),
+            ..MemoryPatch::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        ids(&b.recent(&s, 10, &Filter::default()).await.unwrap()),
+        vec![new.id]
+    );
+    let with = Filter {
+        include_superseded: true,
+        ..Filter::default()
+    };
+    assert_eq!(b.recent(&s, 10, &with).await.unwrap().len(), 2);
+    if b.capabilities().supports(Capability::KeywordSearch) {
+        let hits = b
+            .search(&s, &SearchRequest::keyword("uma lives"))
+            .await
+            .unwrap();
+        assert_eq!(hit_ids(&hits), vec![new.id]);
+    }
+    assert_eq!(
+        b.get(&s, old.id).await.unwrap().superseded_by,
+        Some(new.id),
+        "get still reads it"
+    );
+    Outcome::Passed
+}
+
+/// An id from another scope is NotFound for get, update and delete, and stays intact.
+pub async fn foreign_scope_ids_are_not_found(cx: Ctx) -> Outcome {
+    let b = &*cx.backend;
+    let owner = scope("victor", Some("1"));
+    let intruders = [
+        scope("mallory", Some("1")),
+        scope("victor", Some("2")),
+        scope("victor", None),
+        Scope::for_user("victor")
+            .unwrap()
+            .in_chat("1")
+            .unwrap()
+            .in_thread("x")
+            .unwrap(),
+        Scope::for_user("victor")
+            .unwrap()
+            .in_chat("1")
+            .unwrap()
+            .in_tenant("other")
+            .unwrap(),
+    ];
+    let e = store(b, &owner, "victor's secret pin is 4921").await;
+    for s in &intruders {
+        assert_not_found(b.get(s, e.id).await, "get across scopes");
+        if b.capabilities().supports(Capability::Update) {
+            assert_not_found(
+                b.update(
+                    s,
+                    e.id,
+                    MemoryPatch {
+                        content: Some("hijacked".into()),
+                        ..MemoryPatch::default()
+                    },
+                )
+                .await,
+                "update across scopes",
+            );
+        }
+        assert_not_found(b.delete(s, e.id).await, "delete across scopes");
+        assert_eq!(b.delete_scope(s).await.unwrap(), 0);
+    }
+    assert_eq!(b.get(&owner, e.id).await.unwrap(), e);
+    Outcome::Passed
+}
+
+/// A small deterministic PRNG (splitmix64), so failures name a seed that replays them.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+const VOCAB: [&str; 12] = [
+    "apple", "river", "concert", "password", "doctor", "birthday", "paris", "salary", "garden",
+    "python", "guitar", "secret",
+];
+
+fn isolation_scopes() -> Vec<Scope> {
+    vec![
+        scope("u1", None),
+        scope("u1", Some("c1")),
+        scope("u1", Some("c2")),
+        Scope::for_user("u1")
+            .unwrap()
+            .in_chat("c1")
+            .unwrap()
+            .in_thread("t1")
+            .unwrap(),
+        scope("u2", Some("c1")),
+        Scope::for_user("u1")
+            .unwrap()
+            .in_chat("c1")
+            .unwrap()
+            .in_tenant("acme")
+            .unwrap(),
+    ]
+}
+
+fn check_owned(
+    seed: u64,
+    op: &str,
+    s: &Scope,
+    entries: &[&MemoryEntry],
+    model: &HashMap<MemoryId, usize>,
+    si: usize,
+) {
+    for e in entries {
+        assert_eq!(
+            &e.scope, s,
+            "seed {seed}: {op} in {s} returned an entry of {}",
+            e.scope
+        );
+        assert_eq!(
+            model.get(&e.id),
+            Some(&si),
+            "seed {seed}: {op} in {s} returned {} which it does not own",
+            e.id
+        );
+        assert!(
+            e.content.ends_with(&format!("[s{si}]")),
+            "seed {seed}: {op} leaked content {:?}",
+            e.content
+        );
+    }
+}
+
+/// Randomised operations over scopes that differ in one key each: no read ever returns
+/// another scope's memory, and each scope ends with exactly the memories it should.
+pub async fn scope_isolation_randomized(cx: Ctx) -> Outcome {
+    let b = &*cx.backend;
+    let caps = b.capabilities();
+    let scopes = isolation_scopes();
+    for seed in 1..=6u64 {
+        for s in &scopes {
+            b.delete_scope(s).await.unwrap();
+        }
+        let mut rng = Rng(seed);
+        let mut owner: HashMap<MemoryId, usize> = HashMap::new();
+        for _ in 0..80 {
+            let si = rng.below(scopes.len());
+            let s = &scopes[si];
+            let word = VOCAB[rng.below(VOCAB.len())];
+            match rng.below(9) {
+                0..=2 => {
+                    let n = 1 + rng.below(3);
+                    let batch = (0..n)
+                        .map(|_| {
+                            let w2 = VOCAB[rng.below(VOCAB.len())];
+                            NewMemory::new(format!("{word} {w2} [s{si}]")).with_tag(tag(word))
+                        })
+                        .collect();
+                    for e in b.store_batch(s, batch).await.unwrap() {
+                        owner.insert(e.id, si);
+                    }
+                }
+                3 => {
+                    for (cap, req) in [
+                        (Capability::KeywordSearch, SearchRequest::keyword(word)),
+                        (Capability::SemanticSearch, SearchRequest::semantic(word)),
+                        (Capability::HybridSearch, SearchRequest::hybrid(word)),
+                    ] {
+                        if caps.supports(cap) {
+                            let hits = b.search(s, &req.limit(50)).await.unwrap();
+                            let entries: Vec<_> = hits.iter().map(|h| &h.entry).collect();
+                            check_owned(seed, "search", s, &entries, &owner, si);
+                        }
+                    }
+                }
+                4 => {
+                    let got = b.recent(s, 1000, &Filter::default()).await.unwrap();
+                    check_owned(
+                        seed,
+                        "recent",
+                        s,
+                        &got.iter().collect::<Vec<_>>(),
+                        &owner,
+                        si,
+                    );
+                    if caps.supports(Capability::TagFilter) {
+                        let got = b
+                            .by_tags(s, &TagQuery::any([tag(word)]), 1000)
+                            .await
+                            .unwrap();
+                        check_owned(
+                            seed,
+                            "by_tags",
+                            s,
+                            &got.iter().collect::<Vec<_>>(),
+                            &owner,
+                            si,
+                        );
+                    }
+                }
+                5 | 6 => {
+                    // Probe a random known id from any scope.
+                    if owner.is_empty() {
+                        continue;
+                    }
+                    let keys: Vec<MemoryId> = {
+                        let mut k: Vec<_> = owner.keys().copied().collect();
+                        k.sort();
+                        k
+                    };
+                    let id = keys[rng.below(keys.len())];
+                    let mine = owner[&id] == si;
+                    match b.get(s, id).await {
+                        Ok(e) => {
+                            assert!(
+                                mine,
+                                "seed {seed}: get in {s} returned another scope's {id}"
+                            );
+                            check_owned(seed, "get", s, &[&e], &owner, si);
+                        }
+                        Err(MemoryError::NotFound { .. }) => {
+                            assert!(!mine, "seed {seed}: own id {id} not found")
+                        }
+                        Err(e) => panic!("seed {seed}: get failed: {e}"),
+                    }
+                    match b.delete(s, id).await {
+                        Ok(()) => {
+                            assert!(
+                                mine,
+                                "seed {seed}: delete in {s} removed another scope's {id}"
+                            );
+                            owner.remove(&id);
+                        }
+                        Err(MemoryError::NotFound { .. }) => assert!(!mine),
+                        Err(e) => panic!("seed {seed}: delete failed: {e}"),
+                    }
+                }
+                _ => {
+                    let n = b.count(s).await.unwrap();
+                    let expected = owner.values().filter(|&&o| o == si).count() as u64;
+                    assert_eq!(n, expected, "seed {seed}: count of {s}");
+                }
+            }
+        }
+        for (si, s) in scopes.iter().enumerate() {
+            let got: BTreeSet<MemoryId> =
+                ids(&b.recent(s, 1000, &Filter::default()).await.unwrap())
+                    .into_iter()
+                    .collect();
+            let want: BTreeSet<MemoryId> = owner
+                .iter()
+                .filter(|(_, o)| **o == si)
+                .map(|(id, _)| *id)
+                .collect();
+            assert_eq!(got, want, "seed {seed}: final contents of {s}");
+        }
+    }
+    Outcome::Passed
+}
+
+/// Many tasks store and search their own scopes at once: every write lands, none leaks.
+pub async fn concurrent_tasks_never_lose_or_leak(cx: Ctx) -> Outcome {
+    let caps = cx.backend.capabilities();
+    let mut tasks = Vec::new();
+    for t in 0..12 {
+        let b = Arc::clone(&cx.backend);
+        let caps = caps.clone();
+        tasks.push(super::tokio::spawn(async move {
+            let s = scope(&format!("worker-{t}"), Some("shared-chat"));
+            for i in 0..20 {
+                b.store(
+                    &s,
+                    NewMemory::new(format!("shared words memory {i} of worker {t}")),
+                )
+                .await
+                .unwrap();
+                let req = if caps.supports(Capability::KeywordSearch) {
+                    SearchRequest::keyword("shared words memory")
+                } else if caps.supports(Capability::SemanticSearch) {
+                    SearchRequest::semantic("shared words memory")
+                } else {
+                    continue;
+                };
+                for h in b.search(&s, &req.limit(50)).await.unwrap() {
+                    assert_eq!(h.entry.scope, s, "worker {t} saw another worker's memory");
+                    assert!(h.entry.content.ends_with(&format!("of worker {t}")));
+                }
+            }
+            s
+        }));
+    }
+    for task in tasks {
+        let s = task.await.expect("worker task panicked");
+        assert_eq!(
+            cx.backend.count(&s).await.unwrap(),
+            20,
+            "no lost write in {s}"
+        );
+    }
+    Outcome::Passed
+}
+
+/// Vectors of another length or model are refused with both numbers and the store's model.
+pub async fn dimension_mismatch_is_rejected(cx: Ctx) -> Outcome {
+    require!(cx, Capability::SemanticSearch);
+    let b = &*cx.backend;
+    let s = scope("wendy", None);
+    let wrong_dims = Arc::new(EmbeddingSpace::new("hash", "fnv1a-words-v1", 3).unwrap());
+    let v3 = Embedding::new(wrong_dims, vec![0.5, 0.5, 0.5]).unwrap();
+    match b
+        .store(&s, NewMemory::new("bad vector").with_embedding(v3.clone()))
+        .await
+    {
+        Err(
+            e @ MemoryError::DimensionMismatch {
+                got: 3,
+                expected: 64,
+                ..
+            },
+        ) => {
+            let msg = e.to_string();
+            assert!(msg.contains("3 dimensions") && msg.contains("64"), "{msg}");
+            assert!(
+                msg.contains(HashingEmbedder::MODEL),
+                "names the store's model: {msg}"
+            );
+        }
+        other => panic!("expected DimensionMismatch(3 vs 64), got {other:?}"),
+    }
+    let other_model = Arc::new(EmbeddingSpace::new("ollama", "nomic-embed-text", 64).unwrap());
+    let foreign = Embedding::new(other_model, vec![0.1; 64]).unwrap();
+    match b
+        .store(
+            &s,
+            NewMemory::new("foreign vector").with_embedding(foreign.clone()),
+        )
+        .await
+    {
+        Err(MemoryError::SpaceMismatch { .. }) => {}
+        other => panic!("expected SpaceMismatch, got {other:?}"),
+    }
+    assert!(matches!(
+        b.search(&s, &SearchRequest::vector(v3)).await,
+        Err(MemoryError::DimensionMismatch { .. })
+    ));
+    assert!(matches!(
+        b.search(&s, &SearchRequest::vector(foreign)).await,
+        Err(MemoryError::SpaceMismatch { .. })
+    ));
+    assert_eq!(b.count(&s).await.unwrap(), 0, "nothing was stored");
+    let space = crate::EmbeddingProvider::space(&*cx.embedder);
+    assert_eq!(
+        b.info().embedding_space.as_deref(),
+        Some(&*space),
+        "info names the store's space"
+    );
+    Outcome::Passed
+}
+
+/// Non-ASCII text round-trips byte for byte and is searchable.
+pub async fn unicode_content_round_trips(cx: Ctx) -> Outcome {
+    let b = &*cx.backend;
+    let s = Scope::for_user("ユーザー")
+        .unwrap()
+        .in_chat("чат/1=2%")
+        .unwrap();
+    let texts = [
+        "Zoë visited 北京 last spring 🎉",
+        "مرحبا بالعالم",
+        "naïve café résumé",
+        "line one\nline two\ttabbed",
+    ];
+    let mut stored = Vec::new();
+    for t in texts {
+        stored.push(store(b, &s, t).await);
+    }
+    for (e, t) in stored.iter().zip(texts) {
+        assert_eq!(b.get(&s, e.id).await.unwrap().content, t);
+    }
+    if b.capabilities().supports(Capability::KeywordSearch) {
+        let hits = b.search(&s, &SearchRequest::keyword("北京")).await.unwrap();
+        assert_eq!(hit_ids(&hits), vec![stored[0].id]);
+        let hits = b.search(&s, &SearchRequest::keyword("café")).await.unwrap();
+        assert_eq!(hit_ids(&hits), vec![stored[2].id]);
+    }
+    assert_eq!(b.recent(&s, 10, &Filter::default()).await.unwrap().len(), 4);
+    Outcome::Passed
+}
+
+/// Empty, NUL-bearing and oversized content is refused with the limit named.
+pub async fn empty_and_oversized_content_rejected(cx: Ctx) -> Outcome {
+    let b = &*cx.backend;
+    let s = scope("xena", None);
+    let max = b.info().limits.max_content_bytes;
+    assert_invalid(b.store(&s, NewMemory::new("")).await, "content");
+    assert_invalid(b.store(&s, NewMemory::new(" \n\t ")).await, "content");
+    assert_invalid(b.store(&s, NewMemory::new("a\0b")).await, "content");
+    match b.store(&s, NewMemory::new("x".repeat(max + 1))).await {
+        Err(MemoryError::InvalidInput {
+            field: "content",
+            problem,
+        }) => {
+            assert!(
+                problem.contains(&max.to_string()),
+                "names the limit: {problem}"
+            );
+        }
+        other => panic!("oversized content: expected InvalidInput, got {other:?}"),
+    }
+    // Exactly at the limit is fine, and multi-byte text is measured in bytes.
+    let at_limit = "y".repeat(max);
+    assert_eq!(
+        b.store(&s, NewMemory::new(at_limit.clone()))
+            .await
+            .unwrap()
+            .content,
+        at_limit
+    );
+    assert!(
+        b.store(&s, NewMemory::new("é".repeat(max / 2 + 1)))
+            .await
+            .is_err()
+    );
+    let bad_window = NewMemory::new("window").valid(Some(t0()), Some(t0()));
+    assert_invalid(b.store(&s, bad_window).await, "validity");
+    assert_eq!(b.count(&s).await.unwrap(), 1);
+    Outcome::Passed
+}
+
+/// Malformed requests get InvalidInput before any work.
+pub async fn invalid_requests_are_rejected(cx: Ctx) -> Outcome {
+    let b = &*cx.backend;
+    let caps = b.capabilities();
+    let s = scope("yuri", None);
+    store(b, &s, "something to find").await;
+    let max = b.info().limits.max_results;
+    assert_invalid(b.recent(&s, 0, &Filter::default()).await, "limit");
+    assert_invalid(b.recent(&s, max + 1, &Filter::default()).await, "limit");
+    if caps.supports(Capability::KeywordSearch) {
+        assert_invalid(
+            b.search(&s, &SearchRequest::keyword("x").limit(0)).await,
+            "limit",
+        );
+        assert_invalid(b.search(&s, &SearchRequest::keyword("   ")).await, "query");
+        assert_invalid(
+            b.search(&s, &SearchRequest::keyword("x").threshold(f32::NAN))
+                .await,
+            "threshold",
+        );
+    }
+    if caps.supports(Capability::TagFilter) {
+        let empty = TagQuery::any(Vec::<Tag>::new());
+        assert_invalid(b.by_tags(&s, &empty, 10).await, "tag");
+    }
+    if caps.supports(Capability::TimeFilter) {
+        let backwards = Filter {
+            created_after: Some(t0()),
+            created_before: Some(t0()),
+            ..Filter::default()
+        };
+        assert_invalid(b.recent(&s, 10, &backwards).await, "time");
+    }
+    assert_invalid(b.prune(&s, &PrunePolicy::new()).await, "prune");
+    assert_eq!(b.count(&s).await.unwrap(), 1);
+    Outcome::Passed
+}
+
+/// What a backend does not advertise fails with `Unsupported` naming the capability and
+/// the backend; a store built without an embedder does not advertise semantic search.
+pub async fn unsupported_capabilities_are_typed_errors(cx: Ctx) -> Outcome {
+    let plain = cx.make(Setup { embedder: None }).await;
+    let b = &*plain.backend;
+    let caps = b.capabilities();
+    let name = b.info().name;
+    assert!(
+        !caps.supports(Capability::SemanticSearch),
+        "no embedder, no semantic search"
+    );
+    assert!(
+        !caps.supports(Capability::HybridSearch),
+        "no embedder, no hybrid search"
+    );
+    assert!(b.info().embedding_space.is_none());
+    let s = scope("zack", None);
+    let e = store(b, &s, "keyword only store").await;
+    assert!(!e.embedded);
+    for req in [
+        SearchRequest::semantic("keyword only"),
+        SearchRequest::hybrid("keyword only"),
+    ] {
+        match b.search(&s, &req).await {
+            Err(MemoryError::Unsupported {
+                capability,
+                provider,
+            }) => {
+                assert_eq!(capability, req.mode.capability());
+                assert_eq!(provider, name);
+            }
+            other => panic!("expected Unsupported, got {other:?}"),
+        }
+    }
+    if caps.supports(Capability::KeywordSearch) {
+        assert_eq!(
+            b.search(&s, &SearchRequest::keyword("keyword"))
+                .await
+                .unwrap()
+                .len(),
+            1
+        );
+    }
+    // Every capability the main backend lacks is refused the same way.
+    let main = &*cx.backend;
+    let mcaps = main.capabilities();
+    let probes: Vec<(Capability, crate::Result<()>)> = vec![
+        (
+            Capability::KeywordSearch,
+            main.search(&s, &SearchRequest::keyword("x"))
+                .await
+                .map(drop),
+        ),
+        (
+            Capability::TagFilter,
+            main.by_tags(&s, &TagQuery::any([tag("x")]), 1)
+                .await
+                .map(drop),
+        ),
+        (
+            Capability::TimeFilter,
+            main.recent(
+                &s,
+                1,
+                &Filter {
+                    created_after: Some(t0()),
+                    ..Filter::default()
+                },
+            )
+            .await
+            .map(drop),
+        ),
+        (
+            Capability::Update,
+            main.update(&s, e.id, MemoryPatch::default())
+                .await
+                .map(drop),
+        ),
+        (
+            Capability::PruneTtl,
+            main.prune(
+                &s,
+                &PrunePolicy {
+                    max_age: Some(DAY),
+                    ..PrunePolicy::new()
+                },
+            )
+            .await
+            .map(drop),
+        ),
+        (
+            Capability::PruneMaxCount,
+            main.prune(
+                &s,
+                &PrunePolicy {
+                    max_count: Some(1),
+                    ..PrunePolicy::new()
+                },
+            )
+            .await
+            .map(drop),
+        ),
+        (
+            Capability::PruneDecay,
+            main.prune(
+                &s,
+                &PrunePolicy {
+                    decay: Some(DecayPolicy {
+                        half_life: DAY,
+                        min_strength: 0.1,
+                    }),
+                    ..PrunePolicy::new()
+                },
+            )
+            .await
+            .map(drop),
+        ),
+    ];
+    for (cap, result) in probes {
+        if !mcaps.supports(cap) {
+            match result {
+                Err(MemoryError::Unsupported { capability, .. }) => assert_eq!(capability, cap),
+                other => panic!("{cap} is not advertised, expected Unsupported, got {other:?}"),
+            }
+        }
+    }
+    Outcome::Passed
+}

@@ -1,0 +1,459 @@
+//! `InMemoryBackend`: a complete `MemoryBackend` held in process memory, with brute-force
+//! cosine search and BM25 keyword scoring. For tests, demos and small agents; nothing
+//! survives a restart.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use async_trait::async_trait;
+use memory_core::keyword::{Bm25, tokenize};
+use memory_core::{
+    BackendInfo, Capabilities, Capability, Embedding, EmbeddingProvider, EmbeddingSpace, Filter,
+    Limits, MemoryBackend, MemoryEntry, MemoryError, MemoryId, MemoryPatch, NewMemory, PrunePolicy,
+    PruneReport, Result, Scope, ScoreBreakdown, ScoredMemory, SearchMode, SearchRequest, Timestamp,
+    check_limit, cosine, embed_all, ensure_scope, fuse, plan_prune, validate_content,
+};
+
+const NAME: &str = "memory-inmem";
+
+/// Hybrid search fuses this many candidates per signal for each requested hit (at least 50).
+const HYBRID_POOL_FACTOR: usize = 4;
+
+/// An in-process memory store. Cheap to create; safe to share across tasks (`Arc`).
+///
+/// Built with an embedder it offers semantic and hybrid search; without one it is a
+/// keyword-only store and says so in its capabilities.
+#[derive(Debug)]
+pub struct InMemoryBackend {
+    embedder: Option<Arc<dyn EmbeddingProvider>>,
+    space: Option<Arc<EmbeddingSpace>>,
+    limits: Limits,
+    state: RwLock<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    scopes: HashMap<Scope, HashMap<MemoryId, Item>>,
+    /// Every id in the store, for global id uniqueness.
+    ids: HashSet<MemoryId>,
+}
+
+#[derive(Debug)]
+struct Item {
+    entry: MemoryEntry,
+    vector: Option<Vec<f32>>,
+    terms: Vec<String>,
+}
+
+impl Item {
+    fn new(entry: MemoryEntry, vector: Option<Vec<f32>>) -> Self {
+        let terms = tokenize(&entry.content);
+        Self {
+            entry,
+            vector,
+            terms,
+        }
+    }
+}
+
+impl InMemoryBackend {
+    /// A store that embeds with `embedder`, or a keyword-only store when `None`.
+    pub fn new(embedder: Option<Arc<dyn EmbeddingProvider>>) -> Self {
+        let space = embedder.as_ref().map(|e| e.space());
+        Self {
+            embedder,
+            space,
+            limits: Limits::default(),
+            state: RwLock::new(State::default()),
+        }
+    }
+
+    /// The same store with other limits.
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    // A panic while a lock is held cannot leave the maps half-updated (every write is a
+    // single insert/remove pass after all checks), so a poisoned lock is safe to reuse.
+    fn read(&self) -> RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn check_vector(&self, e: &Embedding) -> Result<()> {
+        match &self.space {
+            Some(space) => space.check(e, "store `memory-inmem`"),
+            None => Err(MemoryError::Unsupported {
+                capability: Capability::SemanticSearch,
+                provider: format!("{NAME} (created without an embedder, so it keeps no vectors)"),
+            }),
+        }
+    }
+
+    /// Vectors for `texts`: the given ones where present (checked), else computed.
+    async fn vectors_for(
+        &self,
+        texts: &[&str],
+        given: Vec<Option<Embedding>>,
+    ) -> Result<Vec<Option<Vec<f32>>>> {
+        for e in given.iter().flatten() {
+            self.check_vector(e)?;
+        }
+        let Some(embedder) = &self.embedder else {
+            return Ok(given.into_iter().map(|_| None).collect());
+        };
+        let missing: Vec<&str> = texts
+            .iter()
+            .zip(&given)
+            .filter(|(_, g)| g.is_none())
+            .map(|(t, _)| *t)
+            .collect();
+        let mut computed = embed_all(embedder.as_ref(), &missing).await?.into_iter();
+        let mut out = Vec::with_capacity(texts.len());
+        for g in given {
+            out.push(match g {
+                Some(e) => Some(e.into_vector()),
+                None => computed.next().map(Embedding::into_vector),
+            });
+        }
+        Ok(out)
+    }
+
+    async fn query_vector(&self, request: &SearchRequest) -> Result<Vec<f32>> {
+        if let Some(v) = &request.vector {
+            self.check_vector(v)?;
+            return Ok(v.vector().to_vec());
+        }
+        let (Some(embedder), Some(text)) = (&self.embedder, request.query_text()) else {
+            return Err(MemoryError::invalid(
+                "query",
+                "semantic search needs query text or a query vector",
+            ));
+        };
+        Ok(embedder.embed(text).await?.into_vector())
+    }
+
+    fn caps(&self) -> Capabilities {
+        let mut caps: Capabilities = [
+            Capability::KeywordSearch,
+            Capability::TagFilter,
+            Capability::TimeFilter,
+            Capability::Update,
+            Capability::PruneTtl,
+            Capability::PruneMaxCount,
+            Capability::PruneDecay,
+        ]
+        .into_iter()
+        .collect();
+        if self.embedder.is_some() {
+            caps = caps
+                .with(Capability::SemanticSearch)
+                .with(Capability::HybridSearch);
+        }
+        caps
+    }
+}
+
+fn sort_hits(hits: &mut [(MemoryId, f32)]) {
+    hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+}
+
+#[async_trait]
+impl MemoryBackend for InMemoryBackend {
+    fn info(&self) -> BackendInfo {
+        BackendInfo {
+            name: NAME.to_owned(),
+            location: None,
+            embedding_space: self.space.clone(),
+            limits: self.limits,
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.caps()
+    }
+
+    async fn store_batch(
+        &self,
+        scope: &Scope,
+        memories: Vec<NewMemory>,
+    ) -> Result<Vec<MemoryEntry>> {
+        let mut batch_ids = HashSet::new();
+        for m in &memories {
+            m.validate(self.limits.max_content_bytes)?;
+            if let Some(id) = m.id
+                && !batch_ids.insert(id)
+            {
+                return Err(MemoryError::Conflict { id });
+            }
+        }
+        {
+            let state = self.read();
+            if let Some(id) = batch_ids.iter().find(|id| state.ids.contains(id)) {
+                return Err(MemoryError::Conflict { id: *id });
+            }
+        }
+        let texts: Vec<String> = memories.iter().map(|m| m.content.clone()).collect();
+        let text_refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let mut memories = memories;
+        let given: Vec<Option<Embedding>> =
+            memories.iter_mut().map(|m| m.embedding.take()).collect();
+        let vectors = self.vectors_for(&text_refs, given).await?;
+
+        let now = Timestamp::now();
+        let items: Vec<Item> = memories
+            .into_iter()
+            .zip(vectors)
+            .map(|(m, v)| Item::new(m.into_entry(scope, now, v.is_some()), v))
+            .collect();
+        let mut state = self.write();
+        // Checked again under the write lock: another task may have taken an id meanwhile.
+        if let Some(item) = items.iter().find(|i| state.ids.contains(&i.entry.id)) {
+            return Err(MemoryError::Conflict { id: item.entry.id });
+        }
+        let out: Vec<MemoryEntry> = items.iter().map(|i| i.entry.clone()).collect();
+        let state = &mut *state;
+        let bucket = state.scopes.entry(scope.clone()).or_default();
+        for item in items {
+            state.ids.insert(item.entry.id);
+            bucket.insert(item.entry.id, item);
+        }
+        Ok(out)
+    }
+
+    async fn get(&self, scope: &Scope, id: MemoryId) -> Result<MemoryEntry> {
+        let state = self.read();
+        let entry = state
+            .scopes
+            .get(scope)
+            .and_then(|m| m.get(&id))
+            .map(|i| i.entry.clone())
+            .ok_or(MemoryError::NotFound { id })?;
+        ensure_scope(NAME, scope, [&entry])?;
+        Ok(entry)
+    }
+
+    async fn search(&self, scope: &Scope, request: &SearchRequest) -> Result<Vec<ScoredMemory>> {
+        request.validate(&self.caps(), &self.limits, NAME)?;
+        let query_vec = match request.mode {
+            SearchMode::Semantic | SearchMode::Hybrid(_) => Some(self.query_vector(request).await?),
+            SearchMode::Keyword => None,
+        };
+        let limit = request.limit;
+        let pool = (limit * HYBRID_POOL_FACTOR).max(50);
+        let mut scored: Vec<(MemoryId, f32, ScoreBreakdown)> = {
+            let state = self.read();
+            let Some(items) = state.scopes.get(scope) else {
+                return Ok(Vec::new());
+            };
+            let candidates: Vec<&Item> = items
+                .values()
+                .filter(|i| request.filter.matches(&i.entry))
+                .collect();
+            let semantic = |take: usize| -> Vec<(MemoryId, f32)> {
+                let Some(q) = &query_vec else {
+                    return Vec::new();
+                };
+                let mut hits: Vec<(MemoryId, f32)> = candidates
+                    .iter()
+                    .filter_map(|i| i.vector.as_ref().map(|v| (i.entry.id, cosine(q, v))))
+                    .collect();
+                sort_hits(&mut hits);
+                hits.truncate(take);
+                hits
+            };
+            let keyword = |take: usize| -> Vec<(MemoryId, f32)> {
+                let terms = tokenize(request.query_text().unwrap_or_default());
+                let mut hits: Vec<(MemoryId, f32)> = Bm25::default()
+                    .score(&terms, candidates.iter().map(|i| i.terms.as_slice()))
+                    .into_iter()
+                    .map(|(idx, s)| (candidates[idx].entry.id, s))
+                    .collect();
+                sort_hits(&mut hits);
+                hits.truncate(take);
+                hits
+            };
+            match request.mode {
+                SearchMode::Semantic => semantic(usize::MAX)
+                    .into_iter()
+                    .map(|(id, s)| {
+                        (
+                            id,
+                            s,
+                            ScoreBreakdown {
+                                semantic: Some(s),
+                                ..Default::default()
+                            },
+                        )
+                    })
+                    .collect(),
+                SearchMode::Keyword => {
+                    let hits = keyword(usize::MAX);
+                    let best = hits.first().map_or(1.0, |h| h.1);
+                    hits.into_iter()
+                        .map(|(id, raw)| {
+                            let s = raw / best;
+                            (
+                                id,
+                                s,
+                                ScoreBreakdown {
+                                    keyword: Some(s),
+                                    keyword_raw: Some(raw),
+                                    ..Default::default()
+                                },
+                            )
+                        })
+                        .collect()
+                }
+                SearchMode::Hybrid(weights) => fuse(&semantic(pool), &keyword(pool), weights)
+                    .into_iter()
+                    .map(|f| {
+                        let b = ScoreBreakdown {
+                            semantic: f.semantic,
+                            keyword: f.keyword,
+                            keyword_raw: f.keyword_raw,
+                            ..Default::default()
+                        };
+                        (f.id, f.score, b)
+                    })
+                    .collect(),
+            }
+        };
+        if let Some(t) = request.threshold {
+            scored.retain(|(_, s, _)| *s >= t);
+        }
+        scored.truncate(limit);
+
+        let now = Timestamp::now();
+        let hits: Vec<ScoredMemory> = if request.record_access {
+            let mut state = self.write();
+            let items = state.scopes.get_mut(scope);
+            let mut out = Vec::with_capacity(scored.len());
+            if let Some(items) = items {
+                for (id, score, breakdown) in scored {
+                    // A memory deleted between the read and this write is simply not returned.
+                    if let Some(item) = items.get_mut(&id) {
+                        item.entry.access_count += 1;
+                        item.entry.accessed_at = now.max(item.entry.accessed_at);
+                        out.push(ScoredMemory {
+                            entry: item.entry.clone(),
+                            score,
+                            breakdown,
+                        });
+                    }
+                }
+            }
+            out
+        } else {
+            let state = self.read();
+            scored
+                .into_iter()
+                .filter_map(|(id, score, breakdown)| {
+                    let entry = state.scopes.get(scope)?.get(&id)?.entry.clone();
+                    Some(ScoredMemory {
+                        entry,
+                        score,
+                        breakdown,
+                    })
+                })
+                .collect()
+        };
+        ensure_scope(NAME, scope, hits.iter().map(|h| &h.entry))?;
+        Ok(hits)
+    }
+
+    async fn recent(
+        &self,
+        scope: &Scope,
+        limit: usize,
+        filter: &Filter,
+    ) -> Result<Vec<MemoryEntry>> {
+        check_limit(limit, &self.limits)?;
+        filter.validate(&self.caps(), NAME)?;
+        let state = self.read();
+        let Some(items) = state.scopes.get(scope) else {
+            return Ok(Vec::new());
+        };
+        let mut entries: Vec<&MemoryEntry> = items
+            .values()
+            .map(|i| &i.entry)
+            .filter(|e| filter.matches(e))
+            .collect();
+        entries.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
+        let out: Vec<MemoryEntry> = entries.into_iter().take(limit).cloned().collect();
+        ensure_scope(NAME, scope, &out)?;
+        Ok(out)
+    }
+
+    async fn update(&self, scope: &Scope, id: MemoryId, patch: MemoryPatch) -> Result<MemoryEntry> {
+        self.caps().require(Capability::Update, NAME)?;
+        if let Some(c) = &patch.content {
+            validate_content(c, self.limits.max_content_bytes)?;
+        }
+        // Exists in this scope? (checked before embedding, so a foreign id costs nothing)
+        self.get(scope, id).await?;
+        let new_vector = match (&patch.content, &self.embedder) {
+            (Some(c), Some(e)) => Some(e.embed(c).await?.into_vector()),
+            _ => None,
+        };
+        let mut state = self.write();
+        let item = state
+            .scopes
+            .get_mut(scope)
+            .and_then(|m| m.get_mut(&id))
+            .ok_or(MemoryError::NotFound { id })?;
+        let content_changed = patch.content.is_some();
+        patch.apply(&mut item.entry);
+        if content_changed {
+            item.terms = tokenize(&item.entry.content);
+            if new_vector.is_some() {
+                item.vector = new_vector;
+            }
+        }
+        Ok(item.entry.clone())
+    }
+
+    async fn delete(&self, scope: &Scope, id: MemoryId) -> Result<()> {
+        let mut state = self.write();
+        let removed = state.scopes.get_mut(scope).and_then(|m| m.remove(&id));
+        match removed {
+            Some(_) => {
+                state.ids.remove(&id);
+                Ok(())
+            }
+            None => Err(MemoryError::NotFound { id }),
+        }
+    }
+
+    async fn delete_scope(&self, scope: &Scope) -> Result<u64> {
+        let mut state = self.write();
+        let removed = state.scopes.remove(scope).unwrap_or_default();
+        for id in removed.keys() {
+            state.ids.remove(id);
+        }
+        Ok(removed.len() as u64)
+    }
+
+    async fn prune(&self, scope: &Scope, policy: &PrunePolicy) -> Result<PruneReport> {
+        policy.validate(&self.caps(), NAME)?;
+        let mut state = self.write();
+        let state = &mut *state;
+        let Some(items) = state.scopes.get_mut(scope) else {
+            return Ok(PruneReport::default());
+        };
+        let report = plan_prune(items.values().map(|i| &i.entry), policy);
+        for (id, _) in &report.removed {
+            items.remove(id);
+            state.ids.remove(id);
+        }
+        Ok(report)
+    }
+
+    async fn count(&self, scope: &Scope) -> Result<u64> {
+        Ok(self.read().scopes.get(scope).map_or(0, |m| m.len() as u64))
+    }
+}
