@@ -1,0 +1,485 @@
+//! `MemoryBackend` for `SqliteBackend`: validation and embedding happen on the async side,
+//! then one job on the worker thread does the SQL, inside a transaction where it writes.
+
+use std::collections::HashSet;
+
+use async_trait::async_trait;
+use memory_core::{
+    BackendInfo, Capabilities, Capability, Embedding, Filter, MemoryBackend, MemoryEntry,
+    MemoryError, MemoryId, MemoryPatch, NewMemory, PrunePolicy, PruneReport, Result, Scope,
+    ScoreBreakdown, ScoredMemory, SearchMode, SearchRequest, Timestamp, check_limit, embed_all,
+    ensure_scope, fuse, plan_prune, validate_content,
+};
+use rusqlite::types::Value;
+
+use crate::SqliteBackend;
+use crate::error::{BACKEND, sql_error};
+use crate::sql::Sql;
+
+impl SqliteBackend {
+    fn caps(&self) -> Capabilities {
+        let mut caps: Capabilities = [
+            Capability::KeywordSearch,
+            Capability::TagFilter,
+            Capability::TimeFilter,
+            Capability::Update,
+            Capability::PruneTtl,
+            Capability::PruneMaxCount,
+            Capability::PruneDecay,
+            Capability::Persistence,
+        ]
+        .into_iter()
+        .collect();
+        if self.embedder.is_some() {
+            caps = caps
+                .with(Capability::SemanticSearch)
+                .with(Capability::HybridSearch);
+        }
+        caps
+    }
+
+    fn store_name(&self) -> String {
+        format!("store `{}`", self.path.display())
+    }
+
+    fn check_vector(&self, e: &Embedding) -> Result<()> {
+        match (&self.space, &self.embedder) {
+            (Some(space), Some(_)) => space.check(e, &self.store_name()),
+            _ => Err(MemoryError::Unsupported {
+                capability: Capability::SemanticSearch,
+                provider: format!("{BACKEND} (opened without an embedder, so it takes no vectors)"),
+            }),
+        }
+    }
+
+    fn has_vec_table(&self) -> bool {
+        self.space.is_some()
+    }
+
+    async fn query_vector(&self, request: &SearchRequest) -> Result<Vec<f32>> {
+        if let Some(v) = &request.vector {
+            self.check_vector(v)?;
+            return Ok(v.vector().to_vec());
+        }
+        match (&self.embedder, request.query_text()) {
+            (Some(e), Some(text)) => Ok(e.embed(text).await?.into_vector()),
+            _ => Err(MemoryError::invalid(
+                "query",
+                "semantic search needs query text or a query vector",
+            )),
+        }
+    }
+}
+
+#[async_trait]
+impl MemoryBackend for SqliteBackend {
+    fn info(&self) -> BackendInfo {
+        BackendInfo {
+            name: BACKEND.to_owned(),
+            location: Some(self.path.display().to_string()),
+            embedding_space: self.embedder.as_ref().and(self.space.clone()),
+            limits: self.config.limits,
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.caps()
+    }
+
+    async fn store_batch(
+        &self,
+        scope: &Scope,
+        mut memories: Vec<NewMemory>,
+    ) -> Result<Vec<MemoryEntry>> {
+        let mut batch_ids = HashSet::new();
+        for m in &memories {
+            m.validate(self.config.limits.max_content_bytes)?;
+            if let Some(id) = m.id
+                && !batch_ids.insert(id)
+            {
+                return Err(MemoryError::Conflict { id });
+            }
+            if let Some(e) = &m.embedding {
+                self.check_vector(e)?;
+            }
+        }
+        // Embed what came without a vector (before touching the database).
+        let mut vectors: Vec<Option<Vec<f32>>> = memories
+            .iter_mut()
+            .map(|m| m.embedding.take().map(Embedding::into_vector))
+            .collect();
+        if let Some(embedder) = &self.embedder {
+            let missing: Vec<usize> = (0..memories.len())
+                .filter(|i| vectors[*i].is_none())
+                .collect();
+            let texts: Vec<&str> = missing
+                .iter()
+                .map(|i| memories[*i].content.as_str())
+                .collect();
+            let computed = embed_all(embedder.as_ref(), &texts).await?;
+            for (i, e) in missing.into_iter().zip(computed) {
+                vectors[i] = Some(e.into_vector());
+            }
+        }
+        let now = Timestamp::now();
+        let entries: Vec<MemoryEntry> = memories
+            .into_iter()
+            .zip(&vectors)
+            .map(|(m, v)| m.into_entry(scope, now, v.is_some()))
+            .collect();
+        let scope = scope.clone();
+        let path = self.path.clone();
+        self.worker
+            .call(move |conn| {
+                let tx = conn.transaction().map_err(|e| sql_error(&path, e))?;
+                {
+                    let sql = Sql {
+                        conn: &tx,
+                        path: &path,
+                    };
+                    for e in &entries {
+                        if sql.id_taken(e.id)? {
+                            return Err(MemoryError::Conflict { id: e.id });
+                        }
+                    }
+                    if !entries.is_empty() {
+                        let scope_id = sql.ensure_scope_id(&scope)?;
+                        for (e, v) in entries.iter().zip(&vectors) {
+                            sql.insert(scope_id, e, v.as_deref())?;
+                        }
+                    }
+                }
+                tx.commit().map_err(|e| sql_error(&path, e))?;
+                Ok(entries)
+            })
+            .await
+    }
+
+    async fn get(&self, scope: &Scope, id: MemoryId) -> Result<MemoryEntry> {
+        let key = scope.key();
+        let path = self.path.clone();
+        let found = self
+            .worker
+            .call(move |conn| {
+                let sql = Sql { conn, path: &path };
+                let params = [
+                    Value::Blob(id.as_uuid().as_bytes().to_vec()),
+                    Value::Text(key),
+                ];
+                Ok(sql.entries("WHERE m.id = ? AND s.key = ?", &params)?.pop())
+            })
+            .await?;
+        let (_, entry) = found.ok_or(MemoryError::NotFound { id })?;
+        ensure_scope(BACKEND, scope, [&entry])?;
+        Ok(entry)
+    }
+
+    async fn search(&self, scope: &Scope, request: &SearchRequest) -> Result<Vec<ScoredMemory>> {
+        request.validate(&self.caps(), &self.config.limits, BACKEND)?;
+        let query_vec = match request.mode {
+            SearchMode::Semantic | SearchMode::Hybrid(_) => Some(self.query_vector(request).await?),
+            SearchMode::Keyword => None,
+        };
+        let scope_c = scope.clone();
+        let request = request.clone();
+        let path = self.path.clone();
+        let pool = (request.limit * self.config.hybrid_pool_factor).max(50);
+        let hits = self
+            .worker
+            .call(move |conn| {
+                let tx = conn.transaction().map_err(|e| sql_error(&path, e))?;
+                let hits = {
+                    let sql = Sql {
+                        conn: &tx,
+                        path: &path,
+                    };
+                    let Some(scope_id) = sql.scope_id(&scope_c)? else {
+                        return Ok(Vec::new());
+                    };
+                    let text = request.query_text().unwrap_or_default();
+                    let f = &request.filter;
+                    let mut scored: Vec<(i64, f32, ScoreBreakdown)> = match request.mode {
+                        SearchMode::Semantic => {
+                            let q = query_vec.as_deref().unwrap_or_default();
+                            sql.semantic(scope_id, q, f, request.limit)?
+                                .into_iter()
+                                .map(|(pk, _, s)| {
+                                    (
+                                        pk,
+                                        s,
+                                        ScoreBreakdown {
+                                            semantic: Some(s),
+                                            ..Default::default()
+                                        },
+                                    )
+                                })
+                                .collect()
+                        }
+                        SearchMode::Keyword => {
+                            let hits = sql.keyword(scope_id, text, f, request.limit)?;
+                            let best = hits.first().map_or(1.0, |h| h.2);
+                            hits.into_iter()
+                                .map(|(pk, _, raw)| {
+                                    let s = if best > 0.0 { raw / best } else { 0.0 };
+                                    let b = ScoreBreakdown {
+                                        keyword: Some(s),
+                                        keyword_raw: Some(raw),
+                                        ..Default::default()
+                                    };
+                                    (pk, s, b)
+                                })
+                                .collect()
+                        }
+                        SearchMode::Hybrid(weights) => {
+                            let q = query_vec.as_deref().unwrap_or_default();
+                            let sem = sql.semantic(scope_id, q, f, pool)?;
+                            let kw = sql.keyword(scope_id, text, f, pool)?;
+                            let pk_of: std::collections::HashMap<MemoryId, i64> = sem
+                                .iter()
+                                .chain(&kw)
+                                .map(|(pk, id, _)| (*id, *pk))
+                                .collect();
+                            let sem: Vec<(MemoryId, f32)> =
+                                sem.iter().map(|(_, id, s)| (*id, *s)).collect();
+                            let kw: Vec<(MemoryId, f32)> =
+                                kw.iter().map(|(_, id, s)| (*id, *s)).collect();
+                            fuse(&sem, &kw, weights)
+                                .into_iter()
+                                .filter_map(|f| {
+                                    let b = ScoreBreakdown {
+                                        semantic: f.semantic,
+                                        keyword: f.keyword,
+                                        keyword_raw: f.keyword_raw,
+                                        ..Default::default()
+                                    };
+                                    pk_of.get(&f.id).map(|pk| (*pk, f.score, b))
+                                })
+                                .collect()
+                        }
+                    };
+                    if let Some(t) = request.threshold {
+                        scored.retain(|(_, s, _)| *s >= t);
+                    }
+                    scored.truncate(request.limit);
+                    let pks: Vec<i64> = scored.iter().map(|(pk, _, _)| *pk).collect();
+                    if request.record_access {
+                        sql.bump_access(&pks, Timestamp::now())?;
+                    }
+                    let mut entries = sql.entries_by_pk(scope_id, &pks)?.into_iter();
+                    let mut out = Vec::with_capacity(scored.len());
+                    for (pk, score, breakdown) in scored {
+                        if let Some((epk, entry)) = entries.next() {
+                            debug_assert_eq!(epk, pk);
+                            out.push(ScoredMemory {
+                                entry,
+                                score,
+                                breakdown,
+                            });
+                        }
+                    }
+                    out
+                };
+                tx.commit().map_err(|e| sql_error(&path, e))?;
+                Ok(hits)
+            })
+            .await?;
+        ensure_scope(BACKEND, scope, hits.iter().map(|h| &h.entry))?;
+        Ok(hits)
+    }
+
+    async fn recent(
+        &self,
+        scope: &Scope,
+        limit: usize,
+        filter: &Filter,
+    ) -> Result<Vec<MemoryEntry>> {
+        check_limit(limit, &self.config.limits)?;
+        filter.validate(&self.caps(), BACKEND)?;
+        let key = scope.key();
+        let filter = filter.clone();
+        let path = self.path.clone();
+        let out = self
+            .worker
+            .call(move |conn| {
+                let sql = Sql { conn, path: &path };
+                let mut tail = String::from("WHERE s.key = ?");
+                let mut params = vec![Value::Text(key)];
+                crate::sql::filter_sql(&filter, &mut tail, &mut params);
+                tail.push_str(" ORDER BY m.created_at DESC, m.id DESC LIMIT ?");
+                params.push(Value::Integer(limit as i64));
+                Ok(sql
+                    .entries(&tail, &params)?
+                    .into_iter()
+                    .map(|(_, e)| e)
+                    .collect::<Vec<_>>())
+            })
+            .await?;
+        ensure_scope(BACKEND, scope, &out)?;
+        Ok(out)
+    }
+
+    async fn update(&self, scope: &Scope, id: MemoryId, patch: MemoryPatch) -> Result<MemoryEntry> {
+        self.caps().require(Capability::Update, BACKEND)?;
+        if let Some(c) = &patch.content {
+            validate_content(c, self.config.limits.max_content_bytes)?;
+        }
+        let mut entry = self.get(scope, id).await?;
+        let vector = match (&patch.content, &self.embedder) {
+            (Some(c), Some(e)) => Some(e.embed(c).await?.into_vector()),
+            _ => None,
+        };
+        let content_changed = patch.content.is_some();
+        let tags_changed = patch.tags.is_some();
+        patch.apply(&mut entry);
+        if content_changed {
+            // Without an embedder, changed content has no vector until a store opened with
+            // one backfills it.
+            entry.embedded = vector.is_some();
+        }
+        let (scope_c, path, vec_table) = (scope.clone(), self.path.clone(), self.has_vec_table());
+        let e = entry.clone();
+        self.worker
+            .call(move |conn| {
+                let tx = conn.transaction().map_err(|e| sql_error(&path, e))?;
+                {
+                    let sql = Sql { conn: &tx, path: &path };
+                    let scope_id = sql.scope_id(&scope_c)?.ok_or(MemoryError::NotFound { id })?;
+                    let pk = sql.find_pk(scope_id, id)?.ok_or(MemoryError::NotFound { id })?;
+                    tx.execute(
+                        "UPDATE memories SET kind = ?1, content = ?2, context = ?3, importance = ?4, pinned = ?5, \
+                         valid_until = ?6, superseded_by = ?7, embedded = ?8 WHERE pk = ?9",
+                        rusqlite::params![
+                            e.kind.as_str(),
+                            e.content,
+                            e.context,
+                            f64::from(e.importance.get()),
+                            e.pinned,
+                            e.valid_until.map(Timestamp::as_millis),
+                            e.superseded_by.map(|s| s.as_uuid().as_bytes().to_vec()),
+                            e.embedded,
+                            pk
+                        ],
+                    )
+                    .map_err(|e| sql_error(&path, e))?;
+                    if tags_changed {
+                        tx.execute("DELETE FROM memory_tags WHERE memory = ?1", [pk]).map_err(|e| sql_error(&path, e))?;
+                        sql.insert_tags(pk, e.tags.iter())?;
+                    }
+                    if content_changed {
+                        tx.execute("DELETE FROM memory_fts WHERE rowid = ?1", [pk]).map_err(|e| sql_error(&path, e))?;
+                        sql.insert_fts(pk, scope_id, &e.content)?;
+                        if vec_table {
+                            tx.execute("DELETE FROM memory_vec WHERE rowid = ?1", [pk]).map_err(|e| sql_error(&path, e))?;
+                        }
+                        if let Some(v) = &vector {
+                            sql.insert_vec(pk, scope_id, v)?;
+                        }
+                    }
+                }
+                tx.commit().map_err(|e| sql_error(&path, e))?;
+                Ok(())
+            })
+            .await?;
+        Ok(entry)
+    }
+
+    async fn delete(&self, scope: &Scope, id: MemoryId) -> Result<()> {
+        let (scope, path, vec_table) = (scope.clone(), self.path.clone(), self.has_vec_table());
+        self.worker
+            .call(move |conn| {
+                let tx = conn.transaction().map_err(|e| sql_error(&path, e))?;
+                {
+                    let sql = Sql {
+                        conn: &tx,
+                        path: &path,
+                    };
+                    let scope_id = sql.scope_id(&scope)?.ok_or(MemoryError::NotFound { id })?;
+                    let pk = sql
+                        .find_pk(scope_id, id)?
+                        .ok_or(MemoryError::NotFound { id })?;
+                    sql.delete_pks(&[pk], vec_table)?;
+                }
+                tx.commit().map_err(|e| sql_error(&path, e))?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn delete_scope(&self, scope: &Scope) -> Result<u64> {
+        let (scope, path, vec_table) = (scope.clone(), self.path.clone(), self.has_vec_table());
+        self.worker
+            .call(move |conn| {
+                let tx = conn.transaction().map_err(|e| sql_error(&path, e))?;
+                let n = {
+                    let sql = Sql {
+                        conn: &tx,
+                        path: &path,
+                    };
+                    let Some(scope_id) = sql.scope_id(&scope)? else {
+                        return Ok(0);
+                    };
+                    let pks: Vec<i64> = tx
+                        .prepare("SELECT pk FROM memories WHERE scope_id = ?1")
+                        .and_then(|mut s| s.query_map([scope_id], |r| r.get(0))?.collect())
+                        .map_err(|e| sql_error(&path, e))?;
+                    sql.delete_pks(&pks, vec_table)?;
+                    tx.execute("DELETE FROM scopes WHERE id = ?1", [scope_id])
+                        .map_err(|e| sql_error(&path, e))?;
+                    pks.len() as u64
+                };
+                tx.commit().map_err(|e| sql_error(&path, e))?;
+                Ok(n)
+            })
+            .await
+    }
+
+    async fn prune(&self, scope: &Scope, policy: &PrunePolicy) -> Result<PruneReport> {
+        policy.validate(&self.caps(), BACKEND)?;
+        let (scope, path, vec_table, policy) = (
+            scope.clone(),
+            self.path.clone(),
+            self.has_vec_table(),
+            *policy,
+        );
+        self.worker
+            .call(move |conn| {
+                let tx = conn.transaction().map_err(|e| sql_error(&path, e))?;
+                let report = {
+                    let sql = Sql {
+                        conn: &tx,
+                        path: &path,
+                    };
+                    let Some(scope_id) = sql.scope_id(&scope)? else {
+                        return Ok(PruneReport::default());
+                    };
+                    let entries =
+                        sql.entries("WHERE m.scope_id = ?", &[Value::Integer(scope_id)])?;
+                    let report = plan_prune(entries.iter().map(|(_, e)| e), &policy);
+                    let gone: HashSet<MemoryId> =
+                        report.removed.iter().map(|(id, _)| *id).collect();
+                    let pks: Vec<i64> = entries
+                        .iter()
+                        .filter(|(_, e)| gone.contains(&e.id))
+                        .map(|(pk, _)| *pk)
+                        .collect();
+                    sql.delete_pks(&pks, vec_table)?;
+                    report
+                };
+                tx.commit().map_err(|e| sql_error(&path, e))?;
+                Ok(report)
+            })
+            .await
+    }
+
+    async fn count(&self, scope: &Scope) -> Result<u64> {
+        let (key, path) = (scope.key(), self.path.clone());
+        self.worker
+            .call(move |conn| {
+                conn.prepare_cached("SELECT COUNT(*) FROM memories m JOIN scopes s ON s.id = m.scope_id WHERE s.key = ?1")
+                    .and_then(|mut s| s.query_row([key], |r| r.get::<_, i64>(0)))
+                    .map(|n| u64::try_from(n).unwrap_or(0))
+                    .map_err(|e| sql_error(&path, e).into())
+            })
+            .await
+    }
+}

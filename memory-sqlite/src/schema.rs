@@ -1,0 +1,332 @@
+//! Opening a store file safely: inspection before any write, schema creation and
+//! migrations (`user_version`), connection settings, and the recorded embedding space.
+
+use std::path::Path;
+use std::sync::Once;
+use std::time::Duration;
+
+use memory_core::EmbeddingSpace;
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+
+use crate::error::{SqliteError, sql_error};
+
+/// `PRAGMA application_id` of Ava stores: "AVA1".
+pub(crate) const APPLICATION_ID: i32 = 0x4156_4131;
+
+/// The schema version this build writes and understands.
+pub(crate) const SCHEMA_VERSION: i64 = 1;
+
+/// Migrations: entry `i` upgrades a store from version `i + 1` to `i + 2`. Version 1 is
+/// created directly by [`create_schema`].
+const MIGRATIONS: &[&str] = &[];
+
+const SCHEMA_V1: &str = "
+CREATE TABLE meta (
+    key   TEXT PRIMARY KEY NOT NULL,
+    value TEXT NOT NULL
+) STRICT;
+
+CREATE TABLE scopes (
+    id     INTEGER PRIMARY KEY,
+    key    TEXT NOT NULL UNIQUE,
+    tenant TEXT NOT NULL,
+    user   TEXT NOT NULL,
+    chat   TEXT,
+    thread TEXT
+) STRICT;
+
+CREATE TABLE memories (
+    pk            INTEGER PRIMARY KEY,
+    id            BLOB NOT NULL UNIQUE,
+    scope_id      INTEGER NOT NULL REFERENCES scopes(id),
+    kind          TEXT NOT NULL,
+    content       TEXT NOT NULL,
+    context       TEXT,
+    role          TEXT,
+    source        TEXT,
+    importance    REAL NOT NULL,
+    pinned        INTEGER NOT NULL,
+    created_at    INTEGER NOT NULL,
+    accessed_at   INTEGER NOT NULL,
+    access_count  INTEGER NOT NULL,
+    valid_from    INTEGER,
+    valid_until   INTEGER,
+    superseded_by BLOB,
+    embedded      INTEGER NOT NULL
+) STRICT;
+
+CREATE INDEX memories_by_scope_time ON memories (scope_id, created_at DESC, id DESC);
+
+CREATE TABLE memory_tags (
+    memory INTEGER NOT NULL REFERENCES memories(pk) ON DELETE CASCADE,
+    tag    TEXT NOT NULL,
+    PRIMARY KEY (memory, tag)
+) STRICT, WITHOUT ROWID;
+
+CREATE INDEX memory_tags_by_tag ON memory_tags (tag, memory);
+
+-- `scope` holds one token per scope (`s<scope id>`) so a keyword query is narrowed to its
+-- scope by the full-text index itself; bm25() weighs that column 0.
+CREATE VIRTUAL TABLE memory_fts USING fts5(scope, content, tokenize = 'unicode61 remove_diacritics 2');
+";
+
+/// Creates the vector table for a space: one vec0 partition per scope, cosine distance.
+pub(crate) fn create_vec_table(conn: &Connection, dims: usize) -> rusqlite::Result<()> {
+    conn.execute_batch(&format!(
+        "CREATE VIRTUAL TABLE memory_vec USING vec0(\
+            scope_id INTEGER PARTITION KEY, \
+            embedding float[{dims}] distance_metric=cosine)"
+    ))
+}
+
+/// Registers sqlite-vec with every connection this process opens, once.
+#[allow(unsafe_code)]
+pub(crate) fn register_sqlite_vec() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: `sqlite3_vec_init` is sqlite-vec's extension entry point, with exactly the
+        // signature `sqlite3_auto_extension` expects (it is declared without arguments by
+        // the -sys binding, hence the transmute). It is statically linked and lives for the
+        // whole process.
+        unsafe {
+            #[allow(clippy::missing_transmute_annotations)]
+            rusqlite::ffi::sqlite3_auto_extension(Some(std::mem::transmute(
+                sqlite_vec::sqlite3_vec_init as *const (),
+            )));
+        }
+    });
+}
+
+/// What a read-only look at an existing file found.
+pub(crate) enum Existing {
+    /// No file, an empty file, or an SQLite database without tables: create the schema.
+    Fresh,
+    /// An Ava store of this schema version or an older one.
+    Store { version: i64 },
+}
+
+/// Looks at `path` without changing it, and refuses what is not an Ava store we can open.
+///
+/// The 100-byte SQLite header is read directly first, so a file that is not a database is
+/// never handed to SQLite. A database without a write-ahead log is then opened `immutable`
+/// (no locks, no -shm file); one with a WAL is opened read-only, since its newest header
+/// may live in the WAL.
+pub(crate) fn inspect(path: &Path) -> Result<Existing, SqliteError> {
+    let bytes = match read_header(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(SqliteError::Io {
+                path: path.to_owned(),
+                source: e,
+            });
+        }
+        Err(_) => {
+            let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+            if let Some(dir) = dir
+                && !dir.is_dir()
+            {
+                return Err(SqliteError::MissingDirectory {
+                    path: path.to_owned(),
+                    dir: dir.to_owned(),
+                });
+            }
+            return Ok(Existing::Fresh);
+        }
+        Ok(h) => h,
+    };
+    if bytes.is_empty() {
+        return Ok(Existing::Fresh);
+    }
+    if bytes.len() < 100 || !bytes.starts_with(b"SQLite format 3\0") {
+        return Err(SqliteError::NotADatabase {
+            path: path.to_owned(),
+            source: rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_NOTADB),
+                Some("the file does not start with the SQLite header".into()),
+            ),
+        });
+    }
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    let has_wal = Path::new(&wal).exists();
+    let conn = if has_wal {
+        Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+    } else {
+        Connection::open_with_flags(
+            format!("file:{}?immutable=1", uri_path(path)),
+            OpenFlags::SQLITE_OPEN_READ_ONLY
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                | OpenFlags::SQLITE_OPEN_URI,
+        )
+    }
+    .map_err(|e| classify_open(path, e))?;
+    let read = || -> rusqlite::Result<(i32, i64, Vec<String>)> {
+        let app: i32 = conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;
+        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        let mut stmt = conn
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name LIMIT 6")?;
+        let tables = stmt
+            .query_map([], |r| r.get::<_, String>(0))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok((app, version, tables))
+    };
+    let (app, version, tables) = read().map_err(|e| classify_open(path, e))?;
+    if app != APPLICATION_ID {
+        if tables.is_empty() && app == 0 {
+            return Ok(Existing::Fresh);
+        }
+        return Err(SqliteError::Foreign {
+            path: path.to_owned(),
+            application_id: app,
+            tables: if tables.is_empty() {
+                "none".into()
+            } else {
+                tables.join(", ")
+            },
+        });
+    }
+    if version > SCHEMA_VERSION {
+        return Err(SqliteError::NewerSchema {
+            path: path.to_owned(),
+            found: version,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    Ok(Existing::Store { version })
+}
+
+/// The first 100 bytes of the file (fewer if it is shorter).
+fn read_header(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut buf = Vec::with_capacity(100);
+    std::fs::File::open(path)?.take(100).read_to_end(&mut buf)?;
+    Ok(buf)
+}
+
+/// Percent-encodes a path for an SQLite `file:` URI.
+fn uri_path(path: &Path) -> String {
+    let mut out = String::new();
+    for b in path.to_string_lossy().bytes() {
+        if b.is_ascii_alphanumeric() || b"/-_.~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn classify_open(path: &Path, e: rusqlite::Error) -> SqliteError {
+    match sql_error(path, e) {
+        SqliteError::Sqlite { path, source } => SqliteError::NotADatabase { path, source },
+        other => other,
+    }
+}
+
+/// Connection settings.
+pub(crate) struct Pragmas {
+    pub(crate) synchronous_full: bool,
+    pub(crate) busy_timeout: Duration,
+    pub(crate) cache_mib: u32,
+    pub(crate) mmap_mib: u32,
+}
+
+/// Opens `path` read-write (creating it) with Ava's settings.
+pub(crate) fn open_rw(path: &Path, p: &Pragmas) -> Result<Connection, SqliteError> {
+    register_sqlite_vec();
+    let conn = Connection::open(path).map_err(|e| classify_open(path, e))?;
+    conn.busy_timeout(p.busy_timeout)
+        .map_err(|e| sql_error(path, e))?;
+    let sync = if p.synchronous_full { "FULL" } else { "NORMAL" };
+    conn.execute_batch(&format!(
+        "PRAGMA journal_mode = WAL;
+         PRAGMA synchronous = {sync};
+         PRAGMA foreign_keys = ON;
+         PRAGMA temp_store = MEMORY;
+         PRAGMA cache_size = -{};
+         PRAGMA mmap_size = {};",
+        u64::from(p.cache_mib) * 1024,
+        u64::from(p.mmap_mib) * 1024 * 1024,
+    ))
+    .map_err(|e| sql_error(path, e))?;
+    Ok(conn)
+}
+
+/// Creates schema version 1 in one transaction.
+pub(crate) fn create_schema(conn: &mut Connection, path: &Path) -> Result<(), SqliteError> {
+    let tx = conn.transaction().map_err(|e| sql_error(path, e))?;
+    tx.execute_batch(SCHEMA_V1)
+        .map_err(|e| sql_error(path, e))?;
+    tx.execute_batch(&format!(
+        "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};"
+    ))
+    .map_err(|e| sql_error(path, e))?;
+    tx.execute(
+        "INSERT INTO meta (key, value) VALUES ('format', 'ava-memory-store')",
+        [],
+    )
+    .map_err(|e| sql_error(path, e))?;
+    tx.commit().map_err(|e| sql_error(path, e))
+}
+
+/// Brings an older store up to [`SCHEMA_VERSION`], one version per transaction.
+pub(crate) fn migrate(conn: &mut Connection, path: &Path, from: i64) -> Result<(), SqliteError> {
+    for version in from..SCHEMA_VERSION {
+        let idx = usize::try_from(version - 1).unwrap_or(usize::MAX);
+        let Some(sql) = MIGRATIONS.get(idx) else {
+            return Err(SqliteError::InvalidData {
+                path: path.to_owned(),
+                what: format!("no migration from schema version {version}"),
+            });
+        };
+        let tx = conn.transaction().map_err(|e| sql_error(path, e))?;
+        tx.execute_batch(sql).map_err(|e| sql_error(path, e))?;
+        tx.execute_batch(&format!("PRAGMA user_version = {};", version + 1))
+            .map_err(|e| sql_error(path, e))?;
+        tx.commit().map_err(|e| sql_error(path, e))?;
+    }
+    Ok(())
+}
+
+/// The embedding space recorded in the store, if any.
+pub(crate) fn stored_space(
+    conn: &Connection,
+    path: &Path,
+) -> Result<Option<EmbeddingSpace>, SqliteError> {
+    let get = |key: &str| -> Result<Option<String>, SqliteError> {
+        conn.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
+            .optional()
+            .map_err(|e| sql_error(path, e))
+    };
+    let (Some(provider), Some(model), Some(dims)) = (
+        get("embedding_provider")?,
+        get("embedding_model")?,
+        get("embedding_dims")?,
+    ) else {
+        return Ok(None);
+    };
+    let dims: usize = dims.parse().map_err(|_| SqliteError::InvalidData {
+        path: path.to_owned(),
+        what: format!("embedding_dims `{dims}` is not a number"),
+    })?;
+    EmbeddingSpace::new(provider, model, dims)
+        .map(Some)
+        .map_err(|e| SqliteError::InvalidData {
+            path: path.to_owned(),
+            what: e.to_string(),
+        })
+}
+
+/// Records `space` as the store's embedding space.
+pub(crate) fn record_space(conn: &Connection, space: &EmbeddingSpace) -> rusqlite::Result<()> {
+    for (k, v) in [
+        ("embedding_provider", space.provider.clone()),
+        ("embedding_model", space.model.clone()),
+        ("embedding_dims", space.dims.to_string()),
+    ] {
+        conn.execute("INSERT INTO meta (key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value", params![k, v])?;
+    }
+    Ok(())
+}

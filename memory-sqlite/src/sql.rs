@@ -1,0 +1,535 @@
+//! The SQL behind the backend: row mapping, filters, inserts, deletes and the three kinds
+//! of search. Every query that reads memories names the scope id in its WHERE clause.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use memory_core::{
+    Filter, Importance, MemoryEntry, MemoryId, MemoryKind, Role, Scope, Tag, TagMatch, Timestamp,
+};
+use rusqlite::types::Value;
+use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
+use uuid::Uuid;
+
+use crate::error::{SqliteError, sql_error};
+
+/// The largest `k` sqlite-vec accepts in one KNN query.
+pub(crate) const MAX_KNN_K: usize = 4096;
+
+const ENTRY_COLS: &str = "m.pk, m.id, s.tenant, s.user, s.chat, s.thread, m.kind, m.content, m.context, \
+     m.role, m.source, m.importance, m.pinned, m.created_at, m.accessed_at, m.access_count, \
+     m.valid_from, m.valid_until, m.superseded_by, m.embedded";
+
+/// A connection plus the file path, for error messages.
+pub(crate) struct Sql<'c> {
+    pub(crate) conn: &'c Connection,
+    pub(crate) path: &'c Path,
+}
+
+type R<T> = Result<T, SqliteError>;
+
+struct RawRow {
+    pk: i64,
+    id: Vec<u8>,
+    tenant: String,
+    user: String,
+    chat: Option<String>,
+    thread: Option<String>,
+    kind: String,
+    content: String,
+    context: Option<String>,
+    role: Option<String>,
+    source: Option<String>,
+    importance: f64,
+    pinned: bool,
+    created_at: i64,
+    accessed_at: i64,
+    access_count: i64,
+    valid_from: Option<i64>,
+    valid_until: Option<i64>,
+    superseded_by: Option<Vec<u8>>,
+    embedded: bool,
+}
+
+fn raw_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawRow> {
+    Ok(RawRow {
+        pk: r.get(0)?,
+        id: r.get(1)?,
+        tenant: r.get(2)?,
+        user: r.get(3)?,
+        chat: r.get(4)?,
+        thread: r.get(5)?,
+        kind: r.get(6)?,
+        content: r.get(7)?,
+        context: r.get(8)?,
+        role: r.get(9)?,
+        source: r.get(10)?,
+        importance: r.get(11)?,
+        pinned: r.get(12)?,
+        created_at: r.get(13)?,
+        accessed_at: r.get(14)?,
+        access_count: r.get(15)?,
+        valid_from: r.get(16)?,
+        valid_until: r.get(17)?,
+        superseded_by: r.get(18)?,
+        embedded: r.get(19)?,
+    })
+}
+
+/// Encodes a vector as sqlite-vec's float32 blob (little-endian).
+pub(crate) fn vector_blob(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// Builds the FTS5 query for `text` in one scope: the scope token AND any of the words.
+/// `None` when the text has no searchable word.
+pub(crate) fn fts_query(scope_id: i64, text: &str) -> Option<String> {
+    let words = memory_core::keyword::tokenize(text);
+    if words.is_empty() {
+        return None;
+    }
+    let mut any: Vec<String> = words
+        .iter()
+        .map(|w| format!("\"{}\"", w.replace('"', "\"\"")))
+        .collect();
+    any.sort();
+    any.dedup();
+    Some(format!("scope:s{scope_id} AND ({})", any.join(" OR ")))
+}
+
+/// The WHERE fragment (starting with ` AND`) and parameters for a filter over alias `m`.
+pub(crate) fn filter_sql(filter: &Filter, sql: &mut String, params: &mut Vec<Value>) {
+    if let Some(q) = &filter.tags {
+        let marks = vec!["?"; q.tags.len()].join(", ");
+        match q.mode {
+            TagMatch::Any => sql.push_str(&format!(
+                " AND EXISTS (SELECT 1 FROM memory_tags t WHERE t.memory = m.pk AND t.tag IN ({marks}))"
+            )),
+            TagMatch::All => sql.push_str(&format!(
+                " AND (SELECT COUNT(*) FROM memory_tags t WHERE t.memory = m.pk AND t.tag IN ({marks})) = {}",
+                q.tags.len()
+            )),
+        }
+        params.extend(q.tags.iter().map(|t| Value::Text(t.as_str().to_owned())));
+    }
+    if let Some(t) = filter.created_after {
+        sql.push_str(" AND m.created_at >= ?");
+        params.push(Value::Integer(t.as_millis()));
+    }
+    if let Some(t) = filter.created_before {
+        sql.push_str(" AND m.created_at < ?");
+        params.push(Value::Integer(t.as_millis()));
+    }
+    if !filter.kinds.is_empty() {
+        sql.push_str(&format!(
+            " AND m.kind IN ({})",
+            vec!["?"; filter.kinds.len()].join(", ")
+        ));
+        params.extend(
+            filter
+                .kinds
+                .iter()
+                .map(|k| Value::Text(k.as_str().to_owned())),
+        );
+    }
+    if !filter.include_superseded {
+        sql.push_str(" AND m.superseded_by IS NULL");
+    }
+    if let Some(at) = filter.valid_at {
+        sql.push_str(" AND (m.valid_from IS NULL OR m.valid_from <= ?) AND (m.valid_until IS NULL OR ? < m.valid_until)");
+        params.push(Value::Integer(at.as_millis()));
+        params.push(Value::Integer(at.as_millis()));
+    }
+}
+
+impl Sql<'_> {
+    fn err(&self, e: rusqlite::Error) -> SqliteError {
+        sql_error(self.path, e)
+    }
+
+    fn invalid(&self, what: impl Into<String>) -> SqliteError {
+        SqliteError::InvalidData {
+            path: self.path.to_owned(),
+            what: what.into(),
+        }
+    }
+
+    pub(crate) fn scope_id(&self, scope: &Scope) -> R<Option<i64>> {
+        self.conn
+            .prepare_cached("SELECT id FROM scopes WHERE key = ?1")
+            .and_then(|mut s| s.query_row([scope.key()], |r| r.get(0)).optional())
+            .map_err(|e| self.err(e))
+    }
+
+    pub(crate) fn ensure_scope_id(&self, scope: &Scope) -> R<i64> {
+        if let Some(id) = self.scope_id(scope)? {
+            return Ok(id);
+        }
+        self.conn
+            .execute(
+                "INSERT INTO scopes (key, tenant, user, chat, thread) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![
+                    scope.key(),
+                    scope.tenant(),
+                    scope.user(),
+                    scope.chat(),
+                    scope.thread()
+                ],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    pub(crate) fn id_taken(&self, id: MemoryId) -> R<bool> {
+        self.conn
+            .prepare_cached("SELECT 1 FROM memories WHERE id = ?1")
+            .and_then(|mut s| s.exists([id.as_uuid().as_bytes().as_slice()]))
+            .map_err(|e| self.err(e))
+    }
+
+    /// Inserts a memory into the base, tag, FTS and (when given a vector) vec0 tables.
+    pub(crate) fn insert(&self, scope_id: i64, e: &MemoryEntry, vector: Option<&[f32]>) -> R<i64> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "INSERT INTO memories (id, scope_id, kind, content, context, role, source, importance, pinned, \
+                 created_at, accessed_at, access_count, valid_from, valid_until, superseded_by, embedded) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+            )
+            .map_err(|e| self.err(e))?;
+        stmt.execute(params![
+            e.id.as_uuid().as_bytes().as_slice(),
+            scope_id,
+            e.kind.as_str(),
+            e.content,
+            e.context,
+            e.role.map(Role::as_str),
+            e.source,
+            f64::from(e.importance.get()),
+            e.pinned,
+            e.created_at.as_millis(),
+            e.accessed_at.as_millis(),
+            i64::try_from(e.access_count).unwrap_or(i64::MAX),
+            e.valid_from.map(Timestamp::as_millis),
+            e.valid_until.map(Timestamp::as_millis),
+            e.superseded_by.map(|s| s.as_uuid().as_bytes().to_vec()),
+            vector.is_some(),
+        ])
+        .map_err(|e| self.err(e))?;
+        let pk = self.conn.last_insert_rowid();
+        self.insert_tags(pk, e.tags.iter())?;
+        self.insert_fts(pk, scope_id, &e.content)?;
+        if let Some(v) = vector {
+            self.insert_vec(pk, scope_id, v)?;
+        }
+        Ok(pk)
+    }
+
+    pub(crate) fn insert_tags<'t>(&self, pk: i64, tags: impl Iterator<Item = &'t Tag>) -> R<()> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("INSERT INTO memory_tags (memory, tag) VALUES (?1, ?2)")
+            .map_err(|e| self.err(e))?;
+        for t in tags {
+            stmt.execute(params![pk, t.as_str()])
+                .map_err(|e| self.err(e))?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn insert_fts(&self, pk: i64, scope_id: i64, content: &str) -> R<()> {
+        self.conn
+            .prepare_cached("INSERT INTO memory_fts (rowid, scope, content) VALUES (?1, ?2, ?3)")
+            .and_then(|mut s| s.execute(params![pk, format!("s{scope_id}"), content]))
+            .map(drop)
+            .map_err(|e| self.err(e))
+    }
+
+    pub(crate) fn insert_vec(&self, pk: i64, scope_id: i64, v: &[f32]) -> R<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO memory_vec (rowid, scope_id, embedding) VALUES (?1, ?2, ?3)",
+            )
+            .and_then(|mut s| s.execute(params![pk, scope_id, vector_blob(v)]))
+            .map(drop)
+            .map_err(|e| self.err(e))
+    }
+
+    /// Removes memories from every table. `vec_table` says whether the vec0 table exists.
+    pub(crate) fn delete_pks(&self, pks: &[i64], vec_table: bool) -> R<()> {
+        for &pk in pks {
+            if vec_table {
+                self.conn
+                    .prepare_cached("DELETE FROM memory_vec WHERE rowid = ?1")
+                    .and_then(|mut s| s.execute([pk]))
+                    .map_err(|e| self.err(e))?;
+            }
+            self.conn
+                .prepare_cached("DELETE FROM memory_fts WHERE rowid = ?1")
+                .and_then(|mut s| s.execute([pk]))
+                .map_err(|e| self.err(e))?;
+            // Tags go with it (ON DELETE CASCADE).
+            self.conn
+                .prepare_cached("DELETE FROM memories WHERE pk = ?1")
+                .and_then(|mut s| s.execute([pk]))
+                .map_err(|e| self.err(e))?;
+        }
+        Ok(())
+    }
+
+    /// The pk of memory `id` if it belongs to scope `scope_id`.
+    pub(crate) fn find_pk(&self, scope_id: i64, id: MemoryId) -> R<Option<i64>> {
+        self.conn
+            .prepare_cached("SELECT pk FROM memories WHERE id = ?1 AND scope_id = ?2")
+            .and_then(|mut s| {
+                s.query_row(params![id.as_uuid().as_bytes().as_slice(), scope_id], |r| {
+                    r.get(0)
+                })
+                .optional()
+            })
+            .map_err(|e| self.err(e))
+    }
+
+    /// Loads full entries: `tail` continues `FROM memories m JOIN scopes s ...` with a WHERE
+    /// clause (naming the scope) and any ORDER BY / LIMIT.
+    pub(crate) fn entries(&self, tail: &str, params: &[Value]) -> R<Vec<(i64, MemoryEntry)>> {
+        let sql = format!(
+            "SELECT {ENTRY_COLS} FROM memories m JOIN scopes s ON s.id = m.scope_id {tail}"
+        );
+        let mut stmt = self.conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
+        let raws = stmt
+            .query_map(params_from_iter(params.iter()), raw_row)
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(|e| self.err(e))?;
+        let mut tags = self.tags_of(&raws.iter().map(|r| r.pk).collect::<Vec<_>>())?;
+        raws.into_iter()
+            .map(|raw| {
+                let pk = raw.pk;
+                let t = tags.remove(&pk).unwrap_or_default();
+                self.entry(raw, t).map(|e| (pk, e))
+            })
+            .collect()
+    }
+
+    /// Entries for these pks, in the given order (pks that vanished are skipped).
+    pub(crate) fn entries_by_pk(&self, scope_id: i64, pks: &[i64]) -> R<Vec<(i64, MemoryEntry)>> {
+        if pks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let marks = vec!["?"; pks.len()].join(", ");
+        let mut params = vec![Value::Integer(scope_id)];
+        params.extend(pks.iter().map(|p| Value::Integer(*p)));
+        let mut by_pk: HashMap<i64, MemoryEntry> = self
+            .entries(
+                &format!("WHERE m.scope_id = ? AND m.pk IN ({marks})"),
+                &params,
+            )?
+            .into_iter()
+            .collect();
+        Ok(pks
+            .iter()
+            .filter_map(|pk| by_pk.remove(pk).map(|e| (*pk, e)))
+            .collect())
+    }
+
+    fn tags_of(&self, pks: &[i64]) -> R<HashMap<i64, memory_core::TagSet>> {
+        let mut out: HashMap<i64, memory_core::TagSet> = HashMap::new();
+        for chunk in pks.chunks(500) {
+            let marks = vec!["?"; chunk.len()].join(", ");
+            let mut stmt = self
+                .conn
+                .prepare(&format!(
+                    "SELECT memory, tag FROM memory_tags WHERE memory IN ({marks})"
+                ))
+                .map_err(|e| self.err(e))?;
+            let rows = stmt
+                .query_map(params_from_iter(chunk.iter()), |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+                })
+                .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+                .map_err(|e| self.err(e))?;
+            for (pk, tag) in rows {
+                let tag = Tag::new(&tag).map_err(|e| self.invalid(e.to_string()))?;
+                out.entry(pk).or_default().insert(tag);
+            }
+        }
+        Ok(out)
+    }
+
+    fn ts(&self, ms: i64, what: &str) -> R<Timestamp> {
+        Timestamp::from_millis(ms)
+            .ok_or_else(|| self.invalid(format!("{what} {ms} is out of range")))
+    }
+
+    fn id(&self, bytes: &[u8]) -> R<MemoryId> {
+        Uuid::from_slice(bytes)
+            .map(MemoryId::from_uuid)
+            .map_err(|_| self.invalid(format!("memory id of {} bytes", bytes.len())))
+    }
+
+    fn entry(&self, raw: RawRow, tags: memory_core::TagSet) -> R<MemoryEntry> {
+        let inv = |e: memory_core::MemoryError| self.invalid(e.to_string());
+        let mut scope = Scope::for_user(raw.user)
+            .and_then(|s| s.in_tenant(raw.tenant))
+            .map_err(inv)?;
+        if let Some(c) = raw.chat {
+            scope = scope.in_chat(c).map_err(inv)?;
+        }
+        if let Some(t) = raw.thread {
+            scope = scope.in_thread(t).map_err(inv)?;
+        }
+        Ok(MemoryEntry {
+            id: self.id(&raw.id)?,
+            scope,
+            kind: MemoryKind::parse(&raw.kind).map_err(inv)?,
+            content: raw.content,
+            context: raw.context,
+            tags,
+            role: raw
+                .role
+                .as_deref()
+                .map(Role::parse)
+                .transpose()
+                .map_err(inv)?,
+            source: raw.source,
+            importance: Importance::new(raw.importance as f32).map_err(inv)?,
+            pinned: raw.pinned,
+            created_at: self.ts(raw.created_at, "created_at")?,
+            accessed_at: self.ts(raw.accessed_at, "accessed_at")?,
+            access_count: u64::try_from(raw.access_count).unwrap_or(0),
+            valid_from: raw
+                .valid_from
+                .map(|t| self.ts(t, "valid_from"))
+                .transpose()?,
+            valid_until: raw
+                .valid_until
+                .map(|t| self.ts(t, "valid_until"))
+                .transpose()?,
+            superseded_by: raw
+                .superseded_by
+                .as_deref()
+                .map(|b| self.id(b))
+                .transpose()?,
+            embedded: raw.embedded,
+        })
+    }
+
+    /// How many vectors a scope's partition holds.
+    pub(crate) fn vector_count(&self, scope_id: i64) -> R<usize> {
+        self.conn
+            .prepare_cached("SELECT COUNT(*) FROM memories WHERE scope_id = ?1 AND embedded = 1")
+            .and_then(|mut s| s.query_row([scope_id], |r| r.get::<_, i64>(0)))
+            .map(|n| usize::try_from(n).unwrap_or(0))
+            .map_err(|e| self.err(e))
+    }
+
+    /// Exact top-`limit` by cosine similarity among the scope's memories passing `filter`:
+    /// a KNN query on the scope's vec0 partition, post-filtered; when the filter leaves too
+    /// few of the KNN candidates, an exact scan of the scope with the filter applied first.
+    pub(crate) fn semantic(
+        &self,
+        scope_id: i64,
+        q: &[f32],
+        filter: &Filter,
+        limit: usize,
+    ) -> R<Vec<(i64, MemoryId, f32)>> {
+        let in_scope = self.vector_count(scope_id)?;
+        if in_scope == 0 {
+            return Ok(Vec::new());
+        }
+        let k = (limit * 4).clamp(40, MAX_KNN_K).min(in_scope);
+        let blob = vector_blob(q);
+        let mut sql = String::from(
+            "SELECT m.pk, m.id, knn.distance FROM \
+             (SELECT rowid, distance FROM memory_vec WHERE embedding MATCH ? AND k = ? AND scope_id = ?) knn \
+             JOIN memories m ON m.pk = knn.rowid WHERE m.scope_id = ?",
+        );
+        let mut params = vec![
+            Value::Blob(blob.clone()),
+            Value::Integer(k as i64),
+            Value::Integer(scope_id),
+            Value::Integer(scope_id),
+        ];
+        filter_sql(filter, &mut sql, &mut params);
+        sql.push_str(" ORDER BY knn.distance, m.id LIMIT ?");
+        params.push(Value::Integer(limit as i64));
+        let hits = self.scored(&sql, &params)?;
+        // Enough survivors among the k nearest: they are the exact answer. Otherwise (a
+        // selective filter), scan the scope with the filter applied first.
+        if hits.len() >= limit || k >= in_scope {
+            return Ok(hits
+                .into_iter()
+                .map(|(pk, id, d)| (pk, id, 1.0 - d))
+                .collect());
+        }
+        let mut sql = String::from(
+            "SELECT m.pk, m.id, vec_distance_cosine(v.embedding, ?) AS d \
+             FROM memories m CROSS JOIN memory_vec v ON v.rowid = m.pk \
+             WHERE m.scope_id = ? AND m.embedded = 1",
+        );
+        let mut params = vec![Value::Blob(blob), Value::Integer(scope_id)];
+        filter_sql(filter, &mut sql, &mut params);
+        sql.push_str(" ORDER BY d, m.id LIMIT ?");
+        params.push(Value::Integer(limit as i64));
+        Ok(self
+            .scored(&sql, &params)?
+            .into_iter()
+            .map(|(pk, id, d)| (pk, id, 1.0 - d))
+            .collect())
+    }
+
+    /// Top-`limit` BM25 matches (raw score, higher is better) in the scope, filtered.
+    pub(crate) fn keyword(
+        &self,
+        scope_id: i64,
+        text: &str,
+        filter: &Filter,
+        limit: usize,
+    ) -> R<Vec<(i64, MemoryId, f32)>> {
+        let Some(query) = fts_query(scope_id, text) else {
+            return Ok(Vec::new());
+        };
+        let mut sql = String::from(
+            "SELECT m.pk, m.id, -bm25(memory_fts, 0.0, 1.0) AS score FROM memory_fts \
+             JOIN memories m ON m.pk = memory_fts.rowid \
+             WHERE memory_fts MATCH ? AND m.scope_id = ?",
+        );
+        let mut params = vec![Value::Text(query), Value::Integer(scope_id)];
+        filter_sql(filter, &mut sql, &mut params);
+        sql.push_str(" ORDER BY score DESC, m.id LIMIT ?");
+        params.push(Value::Integer(limit as i64));
+        self.scored(&sql, &params)
+    }
+
+    fn scored(&self, sql: &str, params: &[Value]) -> R<Vec<(i64, MemoryId, f32)>> {
+        let mut stmt = self.conn.prepare_cached(sql).map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map(params_from_iter(params.iter()), |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, Vec<u8>>(1)?,
+                    r.get::<_, f64>(2)?,
+                ))
+            })
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(|e| self.err(e))?;
+        rows.into_iter()
+            .map(|(pk, id, s)| Ok((pk, self.id(&id)?, s as f32)))
+            .collect()
+    }
+
+    /// Counts a recall of these memories.
+    pub(crate) fn bump_access(&self, pks: &[i64], now: Timestamp) -> R<()> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "UPDATE memories SET access_count = access_count + 1, accessed_at = MAX(accessed_at, ?1) WHERE pk = ?2",
+            )
+            .map_err(|e| self.err(e))?;
+        for pk in pks {
+            stmt.execute(params![now.as_millis(), pk])
+                .map_err(|e| self.err(e))?;
+        }
+        Ok(())
+    }
+}

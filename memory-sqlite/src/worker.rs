@@ -1,0 +1,103 @@
+//! The connection's own thread: blocking SQLite work runs there, fed by a command channel,
+//! so async callers never block the runtime.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, mpsc};
+use std::thread::JoinHandle;
+
+use memory_core::{MemoryError, Result};
+use rusqlite::Connection;
+use tokio::sync::oneshot;
+
+use crate::error::SqliteError;
+
+type Job = Box<dyn FnOnce(&mut Connection) + Send>;
+
+/// Owns one connection on a dedicated thread and runs closures against it in order.
+#[derive(Debug)]
+pub(crate) struct Worker {
+    path: PathBuf,
+    tx: Mutex<Option<mpsc::Sender<Job>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Worker {
+    pub(crate) fn spawn(mut conn: Connection, path: &Path) -> Result<Self> {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let thread = std::thread::Builder::new()
+            .name("ava-sqlite".into())
+            .spawn(move || {
+                for job in rx {
+                    job(&mut conn);
+                }
+                // Every sender is gone: close the connection here, on its own thread, so the
+                // WAL is checkpointed before `close` returns.
+                drop(conn);
+            })
+            .map_err(|e| {
+                MemoryError::backend(crate::error::BACKEND, "spawn the SQLite worker thread", e)
+            })?;
+        Ok(Self {
+            path: path.to_owned(),
+            tx: Mutex::new(Some(tx)),
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// Runs `f` on the worker thread and waits for its result.
+    pub(crate) async fn call<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T> + Send + 'static,
+    {
+        let (reply, rx) = oneshot::channel();
+        let job: Job = Box::new(move |conn| {
+            // The caller may have gone away (cancelled); then nobody wants the result.
+            let _ = reply.send(f(conn));
+        });
+        let sent = {
+            let tx = self
+                .tx
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            tx.as_ref().map(|tx| tx.send(job).is_ok()).unwrap_or(false)
+        };
+        if !sent {
+            return Err(SqliteError::WorkerGone {
+                path: self.path.clone(),
+            }
+            .into());
+        }
+        rx.await
+            .map_err(|_| {
+                SqliteError::WorkerGone {
+                    path: self.path.clone(),
+                }
+                .into()
+            })
+            .and_then(|r| r)
+    }
+
+    /// Stops accepting work, lets queued work finish, and closes the connection.
+    pub(crate) fn close(&self) {
+        self.tx
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        let handle = self
+            .thread
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(h) = handle {
+            // A panicking job already lost its reply; nothing more to report here.
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.close();
+    }
+}

@@ -1,0 +1,291 @@
+//! The store as a file: persistence, refusing foreign / corrupt / newer files without
+//! touching them, embedding-space checks, backfill and `reembed`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::sync::Arc;
+
+use memory_core::{
+    EmbeddingProvider, EmbeddingSpace, Filter, HashingEmbedder, MemoryBackend, MemoryError,
+    NewMemory, Scope, SearchRequest,
+};
+use memory_sqlite::{SqliteBackend, SqliteConfig, reembed};
+
+fn hash(dims: usize) -> Option<Arc<dyn EmbeddingProvider>> {
+    Some(Arc::new(HashingEmbedder::new(dims).unwrap()))
+}
+
+fn scope() -> Scope {
+    Scope::for_user("42").unwrap().in_chat("7").unwrap()
+}
+
+async fn open(
+    path: &Path,
+    embedder: Option<Arc<dyn EmbeddingProvider>>,
+) -> memory_core::Result<SqliteBackend> {
+    SqliteBackend::open(path, embedder, SqliteConfig::default()).await
+}
+
+fn backend_message(err: &MemoryError) -> String {
+    match err {
+        MemoryError::Backend { message, .. } => message.clone(),
+        other => panic!("expected a backend error, got {other:?}"),
+    }
+}
+
+/// Name, size and content hash of every file in the store's directory, to prove a refused
+/// open changed nothing (no byte of the file, no new -wal or -shm file).
+fn snapshot(path: &Path) -> Vec<(String, usize, u64)> {
+    use std::hash::{Hash, Hasher};
+    let dir = path.parent().unwrap();
+    let mut files: Vec<(String, usize, u64)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|p| {
+            let bytes = std::fs::read(&p).unwrap();
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            bytes.hash(&mut h);
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                bytes.len(),
+                h.finish(),
+            )
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[tokio::test]
+async fn memories_survive_close_and_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.db");
+    let store = open(&path, hash(64)).await.unwrap();
+    let e = store
+        .store(
+            &scope(),
+            NewMemory::new("the blue notebook is in the drawer"),
+        )
+        .await
+        .unwrap();
+    store.close();
+    assert!(
+        store.count(&scope()).await.is_err(),
+        "a closed store refuses work"
+    );
+    drop(store);
+
+    let store = open(&path, hash(64)).await.unwrap();
+    assert_eq!(store.get(&scope(), e.id).await.unwrap(), e);
+    let hits = store
+        .search(&scope(), &SearchRequest::hybrid("blue notebook"))
+        .await
+        .unwrap();
+    assert_eq!(hits[0].entry.id, e.id);
+    assert!(
+        store
+            .capabilities()
+            .supports(memory_core::Capability::Persistence)
+    );
+    assert_eq!(
+        store.info().location.as_deref(),
+        Some(path.to_str().unwrap())
+    );
+}
+
+#[tokio::test]
+async fn a_text_file_is_refused_and_left_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notes.txt");
+    std::fs::write(&path, "these are my notes, not a database\n".repeat(100)).unwrap();
+    let before = snapshot(&path);
+    let err = open(&path, None).await.unwrap_err();
+    let msg = backend_message(&err);
+    assert!(
+        msg.contains("not an SQLite database") && msg.contains("untouched"),
+        "{msg}"
+    );
+    assert_eq!(snapshot(&path), before);
+}
+
+#[tokio::test]
+async fn another_applications_database_is_refused_and_left_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.db");
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL); INSERT INTO invoices VALUES (1, 9.5);")
+            .unwrap();
+    }
+    let before = snapshot(&path);
+    let msg = backend_message(&open(&path, hash(64)).await.unwrap_err());
+    assert!(
+        msg.contains("another application") && msg.contains("invoices"),
+        "{msg}"
+    );
+    assert_eq!(
+        snapshot(&path),
+        before,
+        "no byte changed, no -wal or -shm file appeared"
+    );
+}
+
+#[tokio::test]
+async fn a_store_from_a_newer_ava_is_refused_and_left_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.db");
+    open(&path, None).await.unwrap().close();
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch("PRAGMA user_version = 99;").unwrap();
+    }
+    let before = snapshot(&path);
+    let msg = backend_message(&open(&path, None).await.unwrap_err());
+    assert!(
+        msg.contains("schema version 99") && msg.contains("upgrade Ava"),
+        "{msg}"
+    );
+    assert_eq!(snapshot(&path), before);
+}
+
+#[tokio::test]
+async fn a_corrupt_store_gives_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.db");
+    let store = open(&path, hash(64)).await.unwrap();
+    let batch = (0..400)
+        .map(|i| NewMemory::new(format!("memory number {i} with some padding text")))
+        .collect();
+    store.store_batch(&scope(), batch).await.unwrap();
+    store.close();
+    drop(store);
+    // Scribble over everything after the first page (the header stays valid).
+    let mut bytes = std::fs::read(&path).unwrap();
+    assert!(bytes.len() > 8192, "the store spans several pages");
+    for b in bytes[4096..].iter_mut() {
+        *b = 0xA5;
+    }
+    std::fs::write(&path, &bytes).unwrap();
+    let result = match open(&path, None).await {
+        Err(e) => Err(e),
+        Ok(store) => store
+            .recent(&scope(), 10, &Filter::default())
+            .await
+            .map(drop),
+    };
+    let msg = backend_message(&result.unwrap_err());
+    assert!(
+        msg.contains("corrupt") || msg.contains("not an SQLite database"),
+        "{msg}"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_directory_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("no/such/dir/m.db");
+    let msg = backend_message(&open(&path, None).await.unwrap_err());
+    assert!(
+        msg.contains("does not exist") && msg.contains("no/such/dir"),
+        "{msg}"
+    );
+}
+
+#[tokio::test]
+async fn another_embedding_space_is_refused_until_reembedded() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.db");
+    let store = open(&path, hash(64)).await.unwrap();
+    let batch: Vec<NewMemory> = [
+        "grey cat named Pixel",
+        "trip to Kyoto in April",
+        "allergic to peanuts",
+    ]
+    .into_iter()
+    .map(NewMemory::new)
+    .collect();
+    let stored = store.store_batch(&scope(), batch).await.unwrap();
+    store.close();
+    drop(store);
+
+    let msg = backend_message(&open(&path, hash(32)).await.unwrap_err());
+    assert!(
+        msg.contains("64 dims") && msg.contains("32 dims") && msg.contains("reembed"),
+        "{msg}"
+    );
+
+    let report = reembed(&path, hash(32).unwrap(), SqliteConfig::default())
+        .await
+        .unwrap();
+    assert_eq!(report.memories, 3);
+    assert!(report.previous_space.unwrap().contains("64 dims"));
+    let store = open(&path, hash(32)).await.unwrap();
+    assert_eq!(store.count(&scope()).await.unwrap(), 3, "no memory lost");
+    assert_eq!(store.info().embedding_space.unwrap().dims, 32);
+    let hits = store
+        .search(&scope(), &SearchRequest::semantic("Kyoto trip").limit(1))
+        .await
+        .unwrap();
+    assert_eq!(
+        hits[0].entry.id, stored[1].id,
+        "vectors of the new space are searchable"
+    );
+    for e in &stored {
+        assert_eq!(store.get(&scope(), e.id).await.unwrap().content, e.content);
+    }
+}
+
+#[tokio::test]
+async fn keyword_only_memories_are_embedded_when_an_embedder_arrives() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.db");
+    let store = open(&path, None).await.unwrap();
+    assert!(
+        !store
+            .capabilities()
+            .supports(memory_core::Capability::SemanticSearch)
+    );
+    let e = store
+        .store(
+            &scope(),
+            NewMemory::new("the spare key is under the flowerpot"),
+        )
+        .await
+        .unwrap();
+    assert!(!e.embedded);
+    let space = Arc::new(EmbeddingSpace::new("hash", "fnv1a-words-v1", 64).unwrap());
+    let v = memory_core::Embedding::new(space, vec![0.1; 64]).unwrap();
+    assert!(
+        store
+            .store(&scope(), NewMemory::new("x").with_embedding(v))
+            .await
+            .unwrap_err()
+            .is_unsupported()
+    );
+    store.close();
+    drop(store);
+
+    let store = open(&path, hash(64)).await.unwrap();
+    assert!(
+        store.get(&scope(), e.id).await.unwrap().embedded,
+        "backfilled on open"
+    );
+    let hits = store
+        .search(
+            &scope(),
+            &SearchRequest::semantic("where is the spare key").limit(1),
+        )
+        .await
+        .unwrap();
+    assert_eq!(hits[0].entry.id, e.id);
+    store.close();
+    drop(store);
+    // Back to keyword-only (say the model went missing): still opens, still searchable by words.
+    let store = open(&path, None).await.unwrap();
+    let hits = store
+        .search(&scope(), &SearchRequest::keyword("flowerpot"))
+        .await
+        .unwrap();
+    assert_eq!(hits[0].entry.id, e.id);
+}
