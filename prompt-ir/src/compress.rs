@@ -1,0 +1,779 @@
+//! `compress(budget, ir, tokenizer)`: fitting a prompt into a token budget, and reporting what
+//! happened to every section and tool, and why.
+//!
+//! # Semantics
+//!
+//! The target is the budget minus its reserve ([`TokenBudget::available`]). Under
+//! [`BudgetAllocation::FixedRatios`] it is split into three pools, each fitted on its own:
+//! *system* (hierarchical and constraint sections, tools), *context* (additive and contextual
+//! sections) and *observation*. Otherwise there is one pool.
+//!
+//! Within a pool:
+//!
+//! 1. Items that may not be cut are set aside: **Critical** sections and tools (never
+//!    truncated, never dropped) and the observation. If they alone exceed the pool, every
+//!    other item is dropped and the report says by how much the pool is over
+//!    ([`PoolReport::overflow`]); nothing panics.
+//! 2. The rest are ranked by value, lowest first: `priority weight × relevance × recency
+//!    decay` ([`BudgetAllocation::RelevanceWeighted`] and `FixedRatios`), or
+//!    [`estimate_impact`]'s score × recency decay ([`BudgetAllocation::InformationWeighted`]).
+//!    Recency decay uses the strategy in the IR's meta (one-week half-life if none) and the
+//!    IR's timestamp as "now", so the clock is never read. Ties go to position: the later
+//!    item ranks lower.
+//! 3. **Shrinking comes before dropping.** Every section may shrink to its *floor*: the
+//!    shortest prefix ending at a sentence or line boundary that is also a token boundary and
+//!    keeps at least `min_tokens` (a section without `min_tokens` is all or nothing). Only
+//!    if everything left would not fit even at those floors are items dropped, lowest value
+//!    first, until it would.
+//! 4. Then the lowest-value remaining sections are truncated, each only as far as needed,
+//!    until the pool fits; higher-value sections stay whole.
+//!
+//! Order is stable: kept items stay in their original order. Compression is deterministic
+//! (same inputs, byte-identical output) and idempotent: compressing the result again with
+//! the same budget changes nothing, because it already fits (or holds only what may not be
+//! cut). Token counts are taken from the cache on each item when the same tokenizer made
+//! them, so a counted IR is not re-encoded except for the sections actually truncated.
+//!
+//! [`TokenBudget::available`]: crate::TokenBudget::available
+//! [`estimate_impact`]: crate::estimate_impact
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::budget::{BudgetAllocation, FixedRatios, TokenBudget};
+use crate::impact::{estimate_impact, round6};
+use crate::ir::PromptIR;
+use crate::section::{CompositionMode, Priority, Section, TokenCount};
+use crate::tokenizer::Tokenizer;
+use crate::truncate;
+use crate::unit::Ratio;
+
+/// A part of the budget fitted on its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pool {
+    /// The whole available budget (relevance- and information-weighted allocation).
+    All,
+    /// Hierarchical and constraint sections, and tools (fixed ratios).
+    System,
+    /// Additive and contextual sections (fixed ratios).
+    Context,
+    /// The observation (fixed ratios).
+    Observation,
+}
+
+/// What happened to one section or tool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum Action {
+    /// Kept whole.
+    Kept {
+        /// Its tokens.
+        tokens: u32,
+    },
+    /// Cut at a sentence or line boundary.
+    Truncated {
+        /// Tokens before.
+        from: u32,
+        /// Tokens after.
+        to: u32,
+    },
+    /// Left out.
+    Dropped {
+        /// The tokens it would have used.
+        tokens: u32,
+    },
+}
+
+/// Why an [`Action`] was taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    /// Its pool fitted; nothing had to give.
+    WithinBudget,
+    /// It is Critical: never truncated or dropped.
+    Critical,
+    /// Kept whole: cutting lower-value items made enough room.
+    HigherValue,
+    /// Truncated: among the lowest-value items while the pool was over budget.
+    LowValueShrunk,
+    /// Dropped: among the lowest-value items, and the rest would not fit even at their
+    /// smallest useful sizes.
+    LowValueDropped,
+    /// Dropped: Critical items and the observation alone fill the pool.
+    NoRoomAfterCritical,
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Reason::WithinBudget => "everything fitted the budget",
+            Reason::Critical => "critical: never truncated or dropped",
+            Reason::HigherValue => "kept whole: cutting lower-value items made room",
+            Reason::LowValueShrunk => {
+                "truncated at a sentence or line boundary: lowest value while over budget"
+            }
+            Reason::LowValueDropped => {
+                "dropped: lowest value, and the rest would not fit even at their smallest \
+                 useful sizes"
+            }
+            Reason::NoRoomAfterCritical => {
+                "dropped: critical items and the observation alone fill the budget"
+            }
+        })
+    }
+}
+
+/// The outcome for one section or tool.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ItemOutcome {
+    /// Section id or tool name.
+    pub id: String,
+    /// Section label or tool name.
+    pub label: String,
+    /// Its priority.
+    pub priority: Priority,
+    /// The value it was ranked by (higher is kept longer), rounded to 6 decimals.
+    pub value: f64,
+    /// What happened.
+    #[serde(flatten)]
+    pub action: Action,
+    /// Why.
+    pub reason: Reason,
+}
+
+/// How one pool fared.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PoolReport {
+    /// Which pool.
+    pub pool: Pool,
+    /// Tokens it may use.
+    pub cap: u32,
+    /// Tokens before compression.
+    pub before: u32,
+    /// Tokens after.
+    pub after: u32,
+    /// Tokens of what may not be cut (Critical items, the observation), when that alone
+    /// exceeds `cap`: the pool is then over budget by `overflow - cap`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overflow: Option<u32>,
+}
+
+/// Everything [`compress`] did.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CompressionReport {
+    /// Name of the tokenizer that counted.
+    pub tokenizer: String,
+    /// The budget minus its reserve.
+    pub available: u32,
+    /// Tokens before.
+    pub tokens_before: u32,
+    /// Tokens after.
+    pub tokens_after: u32,
+    /// `tokens_after / tokens_before` (1 for an empty prompt).
+    pub ratio: Ratio,
+    /// Tokens of the observation, which is never cut.
+    pub observation_tokens: u32,
+    /// One entry per pool.
+    pub pools: Vec<PoolReport>,
+    /// One entry per input section, in input order.
+    pub sections: Vec<ItemOutcome>,
+    /// One entry per input tool, in input order.
+    pub tools: Vec<ItemOutcome>,
+}
+
+impl CompressionReport {
+    /// Whether every pool fits its cap (false only when what may not be cut is too large).
+    pub fn fits(&self) -> bool {
+        self.pools.iter().all(|p| p.overflow.is_none())
+    }
+
+    /// The outcome for the section with `id`.
+    pub fn section(&self, id: &str) -> Option<&ItemOutcome> {
+        self.sections.iter().find(|o| o.id == id)
+    }
+}
+
+/// The result of [`compress`]: the compressed prompt and the report.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Compressed {
+    /// The prompt that fits (see [`CompressionReport::fits`]).
+    pub ir: PromptIR,
+    /// What happened.
+    pub report: CompressionReport,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Slot {
+    Section(usize),
+    Tool(usize),
+}
+
+#[derive(Clone, Copy, Debug)]
+enum State {
+    Kept(Reason),
+    Truncated(u32),
+    Dropped(Reason),
+}
+
+#[derive(Debug)]
+struct Item {
+    slot: Slot,
+    pool: Pool,
+    tokens: u32,
+    floor: u32,
+    critical: bool,
+    value: f64,
+    position: usize,
+    state: State,
+}
+
+impl Item {
+    fn tokens_now(&self) -> u32 {
+        match self.state {
+            State::Kept(_) => self.tokens,
+            State::Truncated(to) => to,
+            State::Dropped(_) => 0,
+        }
+    }
+}
+
+/// Fits `ir` into `budget`, counting with `tokenizer`. See the module docs for the rules.
+pub fn compress(budget: &TokenBudget, ir: &PromptIR, tokenizer: &dyn Tokenizer) -> Compressed {
+    let mut out = ir.clone();
+    let tokens_before = out.count_tokens(tokenizer);
+    let available = budget.available();
+    let allocation = budget.allocation();
+    let now = out.meta().timestamp;
+    let decay = out
+        .meta()
+        .strategy
+        .as_ref()
+        .map(|s| s.recency_decay)
+        .unwrap_or_default();
+    let (sections, tools, observation, meta) = out.parts_mut();
+    let observation_tokens = observation.as_ref().and_then(|o| o.tokens()).unwrap_or(0);
+
+    let fixed = matches!(allocation, BudgetAllocation::FixedRatios(_));
+    let mut items: Vec<Item> = Vec::with_capacity(sections.len() + tools.len());
+    for (i, s) in sections.iter().enumerate() {
+        let count = s.token_count();
+        let tokens = count.map_or(0, |c| c.tokens);
+        let base = match allocation {
+            BudgetAllocation::InformationWeighted => estimate_impact(s).score,
+            _ => s.priority().weight() * s.relevance().get(),
+        };
+        items.push(Item {
+            slot: Slot::Section(i),
+            pool: match (fixed, s.mode()) {
+                (false, _) => Pool::All,
+                (true, CompositionMode::Hierarchical | CompositionMode::Constraint) => Pool::System,
+                (true, _) => Pool::Context,
+            },
+            tokens,
+            floor: count.map_or(tokens, |c| c.floor.min(tokens)),
+            critical: s.priority() == Priority::Critical,
+            value: round6(base * decay.factor(s.recency(), now)),
+            position: i,
+            state: State::Kept(Reason::WithinBudget),
+        });
+    }
+    for (j, t) in tools.iter().enumerate() {
+        let tokens = t.tokens().unwrap_or(0);
+        items.push(Item {
+            slot: Slot::Tool(j),
+            pool: if fixed { Pool::System } else { Pool::All },
+            tokens,
+            floor: tokens,
+            critical: t.priority() == Priority::Critical,
+            value: round6(t.priority().weight()),
+            position: sections.len() + j,
+            state: State::Kept(Reason::WithinBudget),
+        });
+    }
+
+    let pools: Vec<(Pool, u32, u32)> = match allocation {
+        BudgetAllocation::FixedRatios(r) => vec![
+            (Pool::System, FixedRatios::cap(available, r.system()), 0),
+            (Pool::Context, FixedRatios::cap(available, r.context()), 0),
+            (
+                Pool::Observation,
+                FixedRatios::cap(available, r.observation()),
+                observation_tokens,
+            ),
+        ],
+        _ => vec![(Pool::All, available, observation_tokens)],
+    };
+    let pool_reports: Vec<PoolReport> = pools
+        .into_iter()
+        .map(|(pool, cap, fixed_cost)| {
+            fit_pool(pool, cap, fixed_cost, &mut items, sections, tokenizer)
+        })
+        .collect();
+
+    let mut section_outcomes = Vec::with_capacity(sections.len());
+    let mut tool_outcomes = Vec::with_capacity(tools.len());
+    for item in &items {
+        let (id, label, priority) = match item.slot {
+            Slot::Section(i) => match sections.get(i) {
+                Some(s) => (s.id().to_owned(), s.label().to_owned(), s.priority()),
+                None => continue,
+            },
+            Slot::Tool(j) => match tools.get(j) {
+                Some(t) => (t.name().to_owned(), t.name().to_owned(), t.priority()),
+                None => continue,
+            },
+        };
+        let (action, reason) = match item.state {
+            State::Kept(reason) => (
+                Action::Kept {
+                    tokens: item.tokens,
+                },
+                reason,
+            ),
+            State::Truncated(to) => (
+                Action::Truncated {
+                    from: item.tokens,
+                    to,
+                },
+                Reason::LowValueShrunk,
+            ),
+            State::Dropped(reason) => (
+                Action::Dropped {
+                    tokens: item.tokens,
+                },
+                reason,
+            ),
+        };
+        let outcome = ItemOutcome {
+            id,
+            label,
+            priority,
+            value: item.value,
+            action,
+            reason,
+        };
+        match item.slot {
+            Slot::Section(_) => section_outcomes.push(outcome),
+            Slot::Tool(_) => tool_outcomes.push(outcome),
+        }
+    }
+
+    // Items hold the sections first, then the tools, each in input order.
+    let mut kept = items
+        .iter()
+        .map(|it| !matches!(it.state, State::Dropped(_)));
+    let keep_section: Vec<bool> = kept.by_ref().take(sections.len()).collect();
+    let keep_tool: Vec<bool> = kept.collect();
+    let mut flags = keep_section.into_iter();
+    sections.retain(|_| flags.next().unwrap_or(true));
+    let mut flags = keep_tool.into_iter();
+    tools.retain(|_| flags.next().unwrap_or(true));
+
+    // The ratio in meta is against the first, uncompressed size, so compressing again
+    // leaves meta (and the whole IR) unchanged.
+    let uncompressed = meta.uncompressed_tokens.unwrap_or(tokens_before);
+    meta.uncompressed_tokens = Some(uncompressed);
+    meta.budget = Some(budget.clone());
+    out.refresh_meta();
+    let tokens_after = out.meta().total_tokens.unwrap_or(0);
+    out.set_compression_ratio(ratio(tokens_after, uncompressed));
+
+    Compressed {
+        report: CompressionReport {
+            tokenizer: tokenizer.name().to_owned(),
+            available,
+            tokens_before,
+            tokens_after,
+            ratio: ratio(tokens_after, tokens_before),
+            observation_tokens,
+            pools: pool_reports,
+            sections: section_outcomes,
+            tools: tool_outcomes,
+        },
+        ir: out,
+    }
+}
+
+fn ratio(after: u32, before: u32) -> Ratio {
+    if before == 0 {
+        Ratio::ONE
+    } else {
+        Ratio::clamped(f64::from(after) / f64::from(before))
+    }
+}
+
+fn sum(items: &[Item], members: &[usize], f: impl Fn(&Item) -> u32) -> u32 {
+    members
+        .iter()
+        .filter_map(|&m| items.get(m))
+        .fold(0u32, |acc, it| acc.saturating_add(f(it)))
+}
+
+/// Fits the items of `pool` into `cap`, of which `fixed_cost` is already taken.
+fn fit_pool(
+    pool: Pool,
+    cap: u32,
+    fixed_cost: u32,
+    items: &mut [Item],
+    sections: &mut [Section],
+    tokenizer: &dyn Tokenizer,
+) -> PoolReport {
+    let members: Vec<usize> = (0..items.len())
+        .filter(|&i| items.get(i).is_some_and(|it| it.pool == pool))
+        .collect();
+    let (critical, mut flexible): (Vec<usize>, Vec<usize>) = members
+        .iter()
+        .partition(|&&m| items.get(m).is_some_and(|it| it.critical));
+    // Lowest value first; among equals, the later item first.
+    flexible.sort_by(|&x, &y| match (items.get(x), items.get(y)) {
+        (Some(a), Some(b)) => a
+            .value
+            .total_cmp(&b.value)
+            .then(b.position.cmp(&a.position)),
+        _ => std::cmp::Ordering::Equal,
+    });
+    let set = |items: &mut [Item], m: usize, state: State| {
+        if let Some(it) = items.get_mut(m) {
+            it.state = state;
+        }
+    };
+
+    let before = fixed_cost.saturating_add(sum(items, &members, |it| it.tokens));
+    let must_keep = fixed_cost.saturating_add(sum(items, &critical, |it| it.tokens));
+    for &m in &critical {
+        set(items, m, State::Kept(Reason::Critical));
+    }
+    let mut report = PoolReport {
+        pool,
+        cap,
+        before,
+        after: before,
+        overflow: None,
+    };
+    if before <= cap {
+        return report;
+    }
+    if must_keep > cap {
+        for &m in &flexible {
+            set(items, m, State::Dropped(Reason::NoRoomAfterCritical));
+        }
+        report.after = must_keep;
+        report.overflow = Some(must_keep);
+        return report;
+    }
+
+    // Drop, lowest value first, until everything left fits at its floor.
+    let mut at_floors = must_keep.saturating_add(sum(items, &flexible, |it| it.floor));
+    let mut remaining = Vec::with_capacity(flexible.len());
+    for &m in &flexible {
+        if at_floors > cap {
+            let floor = items.get(m).map_or(0, |it| it.floor);
+            at_floors = at_floors.saturating_sub(floor);
+            set(items, m, State::Dropped(Reason::LowValueDropped));
+        } else {
+            remaining.push(m);
+            set(items, m, State::Kept(Reason::HigherValue));
+        }
+    }
+
+    // Shrink, lowest value first, each only as far as needed.
+    let mut current = must_keep.saturating_add(sum(items, &remaining, Item::tokens_now));
+    for &m in &remaining {
+        if current <= cap {
+            break;
+        }
+        let Some(item) = items.get_mut(m) else {
+            continue;
+        };
+        let reducible = item.tokens.saturating_sub(item.floor);
+        let Slot::Section(i) = item.slot else {
+            continue;
+        };
+        if reducible == 0 {
+            continue;
+        }
+        let target = item.tokens - reducible.min(current - cap);
+        if let Some(section) = sections.get_mut(i)
+            && let Some(to) = shrink(section, target, item.floor, tokenizer)
+        {
+            current = current.saturating_sub(item.tokens - to);
+            item.state = State::Truncated(to);
+        }
+    }
+
+    // A truncated prefix is recounted, and BPE is not perfectly additive; should a recount
+    // ever leave the pool over, drop more, still lowest value first.
+    for &m in &remaining {
+        if current <= cap {
+            break;
+        }
+        if let Some(item) = items.get_mut(m) {
+            current = current.saturating_sub(item.tokens_now());
+            item.state = State::Dropped(Reason::LowValueDropped);
+        }
+    }
+    report.after = current;
+    report
+}
+
+/// Truncates `section` to the longest boundary prefix of at most `target` tokens and at
+/// least `floor`; returns its token count, or `None` if no such prefix exists.
+fn shrink(
+    section: &mut Section,
+    target: u32,
+    floor: u32,
+    tokenizer: &dyn Tokenizer,
+) -> Option<u32> {
+    let (cuts, _) = truncate::cuts(section.content(), tokenizer);
+    let min_useful = section.min_tokens().unwrap_or(0).max(1);
+    for cut in cuts
+        .iter()
+        .rev()
+        .filter(|c| c.tokens <= target && c.tokens >= floor)
+    {
+        let prefix = section.content().get(..cut.keep)?;
+        let tokens = tokenizer.count(prefix);
+        if tokens <= target && tokens >= min_useful {
+            section.truncate_to(
+                cut.keep,
+                TokenCount {
+                    tokenizer: tokenizer.name().to_owned(),
+                    tokens,
+                    floor: floor.min(tokens),
+                },
+            );
+            return Some(tokens);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::budget::RecencyDecay;
+    use crate::section::SectionSource;
+    use crate::tokenizer::WhitespaceTokenizer;
+    use crate::{ContextStrategy, Relevance};
+    use chrono::{DateTime, Utc};
+
+    const TOK: WhitespaceTokenizer = WhitespaceTokenizer;
+
+    fn t(days: i64) -> DateTime<Utc> {
+        DateTime::<Utc>::from_timestamp(1_700_000_000, 0).unwrap() + chrono::Duration::days(days)
+    }
+
+    /// `n` sentences of four words each: "wN a b c."
+    fn text(tag: &str, n: usize) -> String {
+        (0..n)
+            .map(|i| format!("{tag}{i} a b c."))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    fn knowledge(id: &str, words4: usize) -> Section {
+        Section::new(id, id, SectionSource::Knowledge, text(id, words4)).unwrap()
+    }
+
+    fn ir_of(sections: Vec<Section>) -> PromptIR {
+        let mut ir = PromptIR::new(t(0));
+        for s in sections {
+            ir.push_section(s).unwrap();
+        }
+        ir
+    }
+
+    fn budget(n: u32) -> TokenBudget {
+        TokenBudget::new(n).unwrap()
+    }
+
+    #[test]
+    fn keeps_everything_when_it_fits() {
+        let ir = ir_of(vec![knowledge("a", 2), knowledge("b", 2)]);
+        let c = compress(&budget(16), &ir, &TOK);
+        assert!(c.report.fits());
+        assert_eq!(c.report.tokens_after, 16);
+        assert!(
+            c.report
+                .sections
+                .iter()
+                .all(|o| o.reason == Reason::WithinBudget)
+        );
+        assert_eq!(c.ir.meta().compression_ratio, Some(Ratio::ONE));
+    }
+
+    #[test]
+    fn drops_lowest_value_first_and_never_critical() {
+        let sys = Section::new(
+            "sys",
+            "System",
+            SectionSource::Static("base".into()),
+            text("s", 3),
+        )
+        .unwrap();
+        let low = knowledge("low", 2).with_priority(Priority::Low);
+        let high = knowledge("high", 2).with_priority(Priority::High);
+        let ir = ir_of(vec![sys, low, high]);
+        let c = compress(&budget(20), &ir, &TOK);
+        let ids: Vec<&str> = c.ir.sections().iter().map(|s| s.id()).collect();
+        assert_eq!(ids, vec!["sys", "high"]);
+        let low = c.report.section("low").unwrap();
+        assert_eq!(low.action, Action::Dropped { tokens: 8 });
+        assert_eq!(low.reason, Reason::LowValueDropped);
+        assert_eq!(c.report.section("sys").unwrap().reason, Reason::Critical);
+        assert_eq!(
+            c.report.section("high").unwrap().reason,
+            Reason::HigherValue
+        );
+    }
+
+    #[test]
+    fn shrinks_before_dropping_at_sentence_boundaries() {
+        let a = knowledge("a", 5)
+            .with_min_tokens(4)
+            .with_priority(Priority::Low);
+        let b = knowledge("b", 5).with_min_tokens(4);
+        let ir = ir_of(vec![a, b]);
+        // 40 tokens into 32: the low-value section gives up 8 tokens, the other stays whole.
+        let c = compress(&budget(32), &ir, &TOK);
+        assert_eq!(c.report.tokens_after, 32);
+        let a = c.report.section("a").unwrap();
+        assert_eq!(a.action, Action::Truncated { from: 20, to: 12 });
+        assert_eq!(
+            c.ir.section("a").unwrap().content(),
+            "a0 a b c. a1 a b c. a2 a b c."
+        );
+        assert_eq!(
+            c.report.section("b").unwrap().action,
+            Action::Kept { tokens: 20 }
+        );
+    }
+
+    #[test]
+    fn critical_overflow_is_reported_not_panicked() {
+        let sys = Section::new(
+            "sys",
+            "System",
+            SectionSource::Static("base".into()),
+            text("s", 5),
+        )
+        .unwrap();
+        let mut ir = ir_of(vec![sys, knowledge("k", 1)]);
+        ir.set_observation("what now?");
+        let c = compress(&budget(10), &ir, &TOK);
+        assert!(!c.report.fits());
+        assert_eq!(c.report.pools[0].overflow, Some(22));
+        assert_eq!(
+            c.report.section("k").unwrap().reason,
+            Reason::NoRoomAfterCritical
+        );
+        assert_eq!(c.ir.sections().len(), 1);
+    }
+
+    #[test]
+    fn recency_decay_ranks_older_lower() {
+        let old = knowledge("old", 2).with_recency(t(-30));
+        let new = knowledge("new", 2).with_recency(t(-1));
+        let mut ir = ir_of(vec![new, old]);
+        ir.set_strategy(ContextStrategy::default());
+        let c = compress(&budget(8), &ir, &TOK);
+        assert_eq!(c.ir.sections()[0].id(), "new");
+        assert_eq!(
+            c.report.section("old").unwrap().reason,
+            Reason::LowValueDropped
+        );
+
+        ir.set_strategy(ContextStrategy {
+            recency_decay: RecencyDecay::None,
+            ..ContextStrategy::default()
+        });
+        // Equal values: the later one goes.
+        let c = compress(&budget(8), &ir, &TOK);
+        assert_eq!(c.ir.sections()[0].id(), "new");
+    }
+
+    #[test]
+    fn relevance_zero_goes_first() {
+        let a = knowledge("a", 1).with_relevance(Relevance::ZERO);
+        let b = knowledge("b", 1);
+        let c = compress(&budget(4), &ir_of(vec![a, b]), &TOK);
+        assert_eq!(c.report.section("a").unwrap().value, 0.0);
+        assert!(c.ir.section("a").is_none());
+    }
+
+    #[test]
+    fn fixed_ratios_fit_each_pool() {
+        let sys = Section::new(
+            "sys",
+            "System",
+            SectionSource::State("user".into()),
+            text("s", 3),
+        )
+        .unwrap()
+        .with_min_tokens(4);
+        let ctx = knowledge("k", 3).with_min_tokens(4);
+        let budget = budget(20).with_allocation(BudgetAllocation::FixedRatios(
+            FixedRatios::new(0.5, 0.5, 0.0).unwrap(),
+        ));
+        let c = compress(&budget, &ir_of(vec![sys, ctx]), &TOK);
+        assert!(c.report.fits());
+        assert_eq!(c.report.pools.len(), 3);
+        for p in &c.report.pools {
+            assert!(p.after <= p.cap, "{p:?}");
+        }
+        assert_eq!(c.report.tokens_after, 16);
+    }
+
+    #[test]
+    fn tools_are_ranked_and_dropped_whole() {
+        let mut ir = ir_of(vec![knowledge("k", 1).with_priority(Priority::High)]);
+        let schema = serde_json::json!({"type": "object"});
+        ir.push_tool(
+            crate::ToolDef::new("rarely", "rarely used", schema.clone())
+                .unwrap()
+                .with_priority(Priority::Low),
+        )
+        .unwrap();
+        let c = compress(&budget(5), &ir, &TOK);
+        assert!(c.ir.tools().is_empty());
+        assert_eq!(c.report.tools[0].reason, Reason::LowValueDropped);
+    }
+
+    #[test]
+    fn second_compression_changes_nothing() {
+        let ir = ir_of(vec![
+            knowledge("a", 6).with_min_tokens(3),
+            knowledge("b", 6).with_priority(Priority::Low),
+            knowledge("c", 6).with_min_tokens(5),
+        ]);
+        let once = compress(&budget(37), &ir, &TOK);
+        let twice = compress(&budget(37), &once.ir, &TOK);
+        assert_eq!(
+            serde_json::to_string(&once.ir).unwrap(),
+            serde_json::to_string(&twice.ir).unwrap()
+        );
+        assert!(
+            twice
+                .report
+                .sections
+                .iter()
+                .all(|o| o.reason == Reason::WithinBudget)
+        );
+        assert_eq!(once.ir.meta().uncompressed_tokens, Some(72));
+    }
+
+    #[test]
+    fn reasons_read_well() {
+        assert_eq!(
+            Reason::Critical.to_string(),
+            "critical: never truncated or dropped"
+        );
+        let json = serde_json::to_value(Action::Truncated { from: 9, to: 4 }).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"action": "truncated", "from": 9, "to": 4})
+        );
+    }
+}

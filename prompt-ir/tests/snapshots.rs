@@ -1,0 +1,116 @@
+//! Snapshots of the seed's example prompt before compression and after it at several budgets.
+//! Timestamps are fixed in the fixture and ids are chosen there, so nothing needs redacting.
+
+// Helpers outside #[test] fns are test code too; the house rule lets tests unwrap.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use prompt_ir::{
+    BudgetAllocation, Compressed, Encoding, FixedRatios, PromptIR, TiktokenTokenizer, TokenBudget,
+    compress,
+};
+use serde::Serialize;
+
+fn counted_seed() -> (PromptIR, TiktokenTokenizer) {
+    let tok = TiktokenTokenizer::new(Encoding::for_model("gpt-4o")).unwrap();
+    let mut ir = common::seed_ir();
+    ir.count_tokens(&tok);
+    (ir, tok)
+}
+
+/// What a snapshot after compression shows: the budget asked for, then what happened.
+#[derive(Serialize)]
+struct After<'a> {
+    budget: &'a TokenBudget,
+    result: &'a Compressed,
+}
+
+fn compressed(budget: TokenBudget) -> Compressed {
+    let (ir, tok) = counted_seed();
+    let out = compress(&budget, &ir, &tok);
+    common::check_compression(&ir, &budget, &out, &tok).unwrap();
+    out
+}
+
+#[test]
+fn seed_before_compression() {
+    let (ir, _) = counted_seed();
+    assert_eq!(ir.meta().total_tokens, Some(713));
+    insta::assert_yaml_snapshot!("seed_0_before", ir);
+}
+
+/// 800 tokens with a quarter kept for the reply: low-value sections shrink, nothing goes.
+#[test]
+fn seed_roomy_budget_only_shrinks() {
+    let budget = TokenBudget::new(800).unwrap().with_reserve(0.25).unwrap();
+    let out = compressed(budget.clone());
+    assert!(out.report.fits());
+    assert!(out.report.tokens_after <= 600);
+    assert_eq!(out.ir.sections().len(), common::seed_ir().sections().len());
+    insta::assert_yaml_snapshot!(
+        "seed_1_roomy_800_reserve_25",
+        After {
+            budget: &budget,
+            result: &out
+        }
+    );
+}
+
+/// 450 tokens, ranked by information: old related messages go, knowledge shrinks.
+#[test]
+fn seed_tight_budget_drops_the_least_valuable() {
+    let budget = TokenBudget::new(450)
+        .unwrap()
+        .with_allocation(BudgetAllocation::InformationWeighted);
+    let out = compressed(budget.clone());
+    assert!(out.report.fits());
+    assert!(out.ir.section("base").is_some());
+    assert!(out.ir.section("past:cron").is_none());
+    insta::assert_yaml_snapshot!(
+        "seed_2_tight_450_information",
+        After {
+            budget: &budget,
+            result: &out
+        }
+    );
+}
+
+/// 400 tokens in fixed pools: the system pool and the context pool are fitted separately.
+#[test]
+fn seed_fixed_ratios_fit_each_pool() {
+    let budget = TokenBudget::new(400)
+        .unwrap()
+        .with_allocation(BudgetAllocation::FixedRatios(
+            FixedRatios::new(0.55, 0.35, 0.10).unwrap(),
+        ));
+    let out = compressed(budget.clone());
+    assert!(out.report.fits());
+    for pool in &out.report.pools {
+        assert!(pool.after <= pool.cap, "{pool:?}");
+    }
+    insta::assert_yaml_snapshot!(
+        "seed_3_fixed_ratios_400",
+        After {
+            budget: &budget,
+            result: &out
+        }
+    );
+}
+
+/// 80 tokens cannot hold the base instructions and the question: the report says so.
+#[test]
+fn seed_starved_budget_reports_overflow() {
+    let budget = TokenBudget::new(80).unwrap();
+    let out = compressed(budget.clone());
+    assert!(!out.report.fits());
+    assert_eq!(out.report.pools[0].overflow, Some(94));
+    assert_eq!(out.ir.sections().len(), 1);
+    insta::assert_yaml_snapshot!(
+        "seed_4_starved_80",
+        After {
+            budget: &budget,
+            result: &out
+        }
+    );
+}
