@@ -2,6 +2,7 @@
 //! then one job on the worker thread does the SQL, inside a transaction where it writes.
 
 use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use memory_core::{
@@ -13,6 +14,7 @@ use memory_core::{
 use rusqlite::types::Value;
 
 use crate::SqliteBackend;
+use crate::cache::VectorCache;
 use crate::error::{BACKEND, sql_error};
 use crate::sql::Sql;
 
@@ -49,6 +51,13 @@ impl SqliteBackend {
                 capability: Capability::SemanticSearch,
                 provider: format!("{BACKEND} (opened without an embedder, so it takes no vectors)"),
             }),
+        }
+    }
+
+    /// Runs `f` on the vector cache, if there is one (call only from worker jobs).
+    fn with_cache(cache: &Option<Arc<Mutex<VectorCache>>>, f: impl FnOnce(&mut VectorCache)) {
+        if let Some(c) = cache {
+            f(&mut c.lock().unwrap_or_else(PoisonError::into_inner));
         }
     }
 
@@ -127,11 +136,12 @@ impl MemoryBackend for SqliteBackend {
             .zip(&vectors)
             .map(|(m, v)| m.into_entry(scope, now, v.is_some()))
             .collect();
-        let scope = scope.clone();
-        let path = self.path.clone();
+        let (scope, path, cache) = (scope.clone(), self.path.clone(), self.cache.clone());
         self.worker
             .call(move |conn| {
                 let tx = conn.transaction().map_err(|e| sql_error(&path, e))?;
+                let mut inserted = Vec::with_capacity(entries.len());
+                let mut scope_id = 0;
                 {
                     let sql = Sql {
                         conn: &tx,
@@ -143,13 +153,20 @@ impl MemoryBackend for SqliteBackend {
                         }
                     }
                     if !entries.is_empty() {
-                        let scope_id = sql.ensure_scope_id(&scope)?;
+                        scope_id = sql.ensure_scope_id(&scope)?;
                         for (e, v) in entries.iter().zip(&vectors) {
-                            sql.insert(scope_id, e, v.as_deref())?;
+                            inserted.push(sql.insert(scope_id, e, v.as_deref())?);
                         }
                     }
                 }
                 tx.commit().map_err(|e| sql_error(&path, e))?;
+                Self::with_cache(&cache, |c| {
+                    for (pk, v) in inserted.iter().zip(&vectors) {
+                        if let Some(v) = v {
+                            c.append(scope_id, *pk, v);
+                        }
+                    }
+                });
                 Ok(entries)
             })
             .await
@@ -184,9 +201,13 @@ impl MemoryBackend for SqliteBackend {
         let request = request.clone();
         let path = self.path.clone();
         let pool = (request.limit * self.config.hybrid_pool_factor).max(50);
+        let cache = self.cache.clone();
         let hits = self
             .worker
             .call(move |conn| {
+                let mut guard = cache
+                    .as_ref()
+                    .map(|c| c.lock().unwrap_or_else(PoisonError::into_inner));
                 let tx = conn.transaction().map_err(|e| sql_error(&path, e))?;
                 let hits = {
                     let sql = Sql {
@@ -201,7 +222,7 @@ impl MemoryBackend for SqliteBackend {
                     let mut scored: Vec<(i64, f32, ScoreBreakdown)> = match request.mode {
                         SearchMode::Semantic => {
                             let q = query_vec.as_deref().unwrap_or_default();
-                            sql.semantic(scope_id, q, f, request.limit)?
+                            sql.semantic(scope_id, q, f, request.limit, guard.as_deref_mut())?
                                 .into_iter()
                                 .map(|(pk, _, s)| {
                                     (
@@ -232,7 +253,7 @@ impl MemoryBackend for SqliteBackend {
                         }
                         SearchMode::Hybrid(weights) => {
                             let q = query_vec.as_deref().unwrap_or_default();
-                            let sem = sql.semantic(scope_id, q, f, pool)?;
+                            let sem = sql.semantic(scope_id, q, f, pool, guard.as_deref_mut())?;
                             let kw = sql.keyword(scope_id, text, f, pool)?;
                             let pk_of: std::collections::HashMap<MemoryId, i64> = sem
                                 .iter()
@@ -337,6 +358,7 @@ impl MemoryBackend for SqliteBackend {
             entry.embedded = vector.is_some();
         }
         let (scope_c, path, vec_table) = (scope.clone(), self.path.clone(), self.has_vec_table());
+        let cache = self.cache.clone();
         let e = entry.clone();
         self.worker
             .call(move |conn| {
@@ -374,6 +396,7 @@ impl MemoryBackend for SqliteBackend {
                         if let Some(v) = &vector {
                             sql.insert_vec(pk, scope_id, v)?;
                         }
+                        Self::with_cache(&cache, |c| c.invalidate(scope_id));
                     }
                 }
                 tx.commit().map_err(|e| sql_error(&path, e))?;
@@ -385,6 +408,7 @@ impl MemoryBackend for SqliteBackend {
 
     async fn delete(&self, scope: &Scope, id: MemoryId) -> Result<()> {
         let (scope, path, vec_table) = (scope.clone(), self.path.clone(), self.has_vec_table());
+        let cache = self.cache.clone();
         self.worker
             .call(move |conn| {
                 let tx = conn.transaction().map_err(|e| sql_error(&path, e))?;
@@ -398,6 +422,7 @@ impl MemoryBackend for SqliteBackend {
                         .find_pk(scope_id, id)?
                         .ok_or(MemoryError::NotFound { id })?;
                     sql.delete_pks(&[pk], vec_table)?;
+                    Self::with_cache(&cache, |c| c.invalidate(scope_id));
                 }
                 tx.commit().map_err(|e| sql_error(&path, e))?;
                 Ok(())
@@ -407,6 +432,7 @@ impl MemoryBackend for SqliteBackend {
 
     async fn delete_scope(&self, scope: &Scope) -> Result<u64> {
         let (scope, path, vec_table) = (scope.clone(), self.path.clone(), self.has_vec_table());
+        let cache = self.cache.clone();
         self.worker
             .call(move |conn| {
                 let tx = conn.transaction().map_err(|e| sql_error(&path, e))?;
@@ -425,6 +451,7 @@ impl MemoryBackend for SqliteBackend {
                     sql.delete_pks(&pks, vec_table)?;
                     tx.execute("DELETE FROM scopes WHERE id = ?1", [scope_id])
                         .map_err(|e| sql_error(&path, e))?;
+                    Self::with_cache(&cache, |c| c.invalidate(scope_id));
                     pks.len() as u64
                 };
                 tx.commit().map_err(|e| sql_error(&path, e))?;
@@ -441,6 +468,7 @@ impl MemoryBackend for SqliteBackend {
             self.has_vec_table(),
             *policy,
         );
+        let cache = self.cache.clone();
         self.worker
             .call(move |conn| {
                 let tx = conn.transaction().map_err(|e| sql_error(&path, e))?;
@@ -463,6 +491,7 @@ impl MemoryBackend for SqliteBackend {
                         .map(|(pk, _)| *pk)
                         .collect();
                     sql.delete_pks(&pks, vec_table)?;
+                    Self::with_cache(&cache, |c| c.invalidate(scope_id));
                     report
                 };
                 tx.commit().map_err(|e| sql_error(&path, e))?;

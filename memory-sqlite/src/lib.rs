@@ -20,6 +20,7 @@
 //! backend is `Send + Sync` and any number of tasks can share it.
 
 mod backend;
+mod cache;
 mod error;
 mod reembed;
 mod schema;
@@ -27,7 +28,7 @@ mod sql;
 mod worker;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use memory_core::{EmbeddingProvider, EmbeddingSpace, Limits, MemoryError, Result, embed_all};
@@ -35,6 +36,7 @@ use memory_core::{EmbeddingProvider, EmbeddingSpace, Limits, MemoryError, Result
 pub use error::SqliteError;
 pub use reembed::{ReembedReport, reembed};
 
+use crate::cache::VectorCache;
 use crate::schema::{Existing, Pragmas};
 use crate::sql::Sql;
 use crate::worker::Worker;
@@ -64,6 +66,11 @@ pub struct SqliteConfig {
     pub mmap_mib: u32,
     /// Size limits enforced on input.
     pub limits: Limits,
+    /// Page size of a newly created file, in bytes (a power of two from 512 to 65536).
+    pub page_size: u32,
+    /// Memory for the in-process vector block cache, in MiB (0 turns it off and every
+    /// semantic search asks vec0). A scope whose vectors do not fit is searched with vec0.
+    pub vector_cache_mib: u32,
     /// Hybrid search fuses the top `hybrid_pool_factor × limit` (at least 50) candidates of
     /// each signal.
     pub hybrid_pool_factor: usize,
@@ -77,6 +84,8 @@ impl Default for SqliteConfig {
             cache_mib: 64,
             mmap_mib: 256,
             limits: Limits::default(),
+            page_size: 65536,
+            vector_cache_mib: 256,
             hybrid_pool_factor: 4,
         }
     }
@@ -90,6 +99,8 @@ pub struct SqliteBackend {
     embedder: Option<Arc<dyn EmbeddingProvider>>,
     /// The space the store's vectors live in (recorded in the file), if any.
     space: Option<Arc<EmbeddingSpace>>,
+    /// Per-scope vector blocks; only touched from jobs on the worker thread.
+    cache: Option<Arc<Mutex<VectorCache>>>,
     config: SqliteConfig,
 }
 
@@ -123,11 +134,19 @@ impl SqliteBackend {
             (None, None) => None,
         };
         let worker = Worker::spawn(conn, &path)?;
+        let cache = match &space {
+            Some(s) if config.vector_cache_mib > 0 => {
+                let budget = usize::try_from(config.vector_cache_mib).unwrap_or(0) * 1024 * 1024;
+                Some(Arc::new(Mutex::new(VectorCache::new(s.dims, budget))))
+            }
+            _ => None,
+        };
         let backend = Self {
             path,
             worker,
             embedder,
             space,
+            cache,
             config,
         };
         if stored.is_none()
@@ -197,8 +216,12 @@ impl SqliteBackend {
                 .zip(vectors)
                 .map(|((pk, sid, _), v)| (*pk, *sid, v.into_vector()))
                 .collect();
+            let cache = self.cache.clone();
             self.worker
                 .call(move |conn| {
+                    if let Some(c) = &cache {
+                        c.lock().unwrap_or_else(PoisonError::into_inner).clear();
+                    }
                     let tx = conn.transaction().map_err(|e| error::sql_error(&path, e))?;
                     {
                         let sql = Sql {
@@ -226,12 +249,14 @@ pub(crate) fn open_store(
 ) -> Result<(rusqlite::Connection, Option<EmbeddingSpace>), MemoryError> {
     let existing = schema::inspect(path)?;
     let pragmas = Pragmas {
+        page_size: config.page_size,
         synchronous_full: config.durability == Durability::Full,
         busy_timeout: config.busy_timeout,
         cache_mib: config.cache_mib,
         mmap_mib: config.mmap_mib,
     };
-    let mut conn = schema::open_rw(path, &pragmas)?;
+    let fresh = matches!(existing, Existing::Fresh);
+    let mut conn = schema::open_rw(path, &pragmas, fresh)?;
     match existing {
         Existing::Fresh => schema::create_schema(&mut conn, path)?,
         Existing::Store { version } => schema::migrate(&mut conn, path, version)?,

@@ -11,6 +11,7 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 use uuid::Uuid;
 
+use crate::cache::VectorCache;
 use crate::error::{SqliteError, sql_error};
 
 /// The largest `k` sqlite-vec accepts in one KNN query.
@@ -423,16 +424,37 @@ impl Sql<'_> {
             .map_err(|e| self.err(e))
     }
 
-    /// Exact top-`limit` by cosine similarity among the scope's memories passing `filter`:
-    /// a KNN query on the scope's vec0 partition, post-filtered; when the filter leaves too
-    /// few of the KNN candidates, an exact scan of the scope with the filter applied first.
+    /// Exact top-`limit` by cosine similarity among the scope's memories passing `filter`.
+    ///
+    /// With a cache, the scope's vector block is scanned in process; otherwise a KNN query
+    /// runs on the scope's vec0 partition. Either way the nearest candidates are checked
+    /// against the filter in SQL, and when the filter leaves too few of them, the search
+    /// falls back to every memory of the scope that passes the filter, so the answer stays
+    /// exact.
     pub(crate) fn semantic(
         &self,
         scope_id: i64,
         q: &[f32],
         filter: &Filter,
         limit: usize,
+        cache: Option<&mut VectorCache>,
     ) -> R<Vec<(i64, MemoryId, f32)>> {
+        if let Some(cache) = cache {
+            cache.sync(self.conn).map_err(|e| self.err(e))?;
+            let count = match cache.loaded_len(scope_id) {
+                Some(n) => n,
+                None => self.vector_count(scope_id)?,
+            };
+            if count == 0 {
+                return Ok(Vec::new());
+            }
+            if let Some(all) = cache
+                .scan(self.conn, scope_id, q, count)
+                .map_err(|e| self.err(e))?
+            {
+                return self.filter_ranked(scope_id, all, filter, limit);
+            }
+        }
         let in_scope = self.vector_count(scope_id)?;
         if in_scope == 0 {
             return Ok(Vec::new());
@@ -476,6 +498,65 @@ impl Sql<'_> {
             .into_iter()
             .map(|(pk, id, d)| (pk, id, 1.0 - d))
             .collect())
+    }
+
+    /// The best `limit` of `all` (every vector of the scope with its similarity, unordered)
+    /// that pass the filter: the nearest candidates are checked first, and only if too few
+    /// of them pass is the whole scope ranked against the filter.
+    fn filter_ranked(
+        &self,
+        scope_id: i64,
+        mut all: Vec<(i64, f32)>,
+        filter: &Filter,
+        limit: usize,
+    ) -> R<Vec<(i64, MemoryId, f32)>> {
+        let by_score = |a: &(i64, f32), b: &(i64, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        let k = (limit * 2).max(20).min(all.len());
+        if k < all.len() {
+            all.select_nth_unstable_by(k - 1, by_score);
+        }
+        all[..k].sort_by(by_score);
+        let pick =
+            |pass: &HashMap<i64, MemoryId>, from: &[(i64, f32)]| -> Vec<(i64, MemoryId, f32)> {
+                from.iter()
+                    .filter_map(|(pk, s)| pass.get(pk).map(|id| (*pk, *id, *s)))
+                    .take(limit)
+                    .collect()
+            };
+        let pass = self.passing(scope_id, Some(&all[..k]), filter)?;
+        let hits = pick(&pass, &all[..k]);
+        if hits.len() >= limit || k == all.len() {
+            return Ok(hits);
+        }
+        all.sort_by(by_score);
+        let pass = self.passing(scope_id, None, filter)?;
+        Ok(pick(&pass, &all))
+    }
+
+    /// Which of `candidates` (or, with `None`, of all the scope's memories) pass `filter`.
+    fn passing(
+        &self,
+        scope_id: i64,
+        candidates: Option<&[(i64, f32)]>,
+        filter: &Filter,
+    ) -> R<HashMap<i64, MemoryId>> {
+        let mut sql = String::from("SELECT m.pk, m.id FROM memories m WHERE m.scope_id = ?");
+        let mut params = vec![Value::Integer(scope_id)];
+        if let Some(c) = candidates {
+            sql.push_str(&format!(" AND m.pk IN ({})", vec!["?"; c.len()].join(", ")));
+            params.extend(c.iter().map(|(pk, _)| Value::Integer(*pk)));
+        }
+        filter_sql(filter, &mut sql, &mut params);
+        let mut stmt = self.conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map(params_from_iter(params.iter()), |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?))
+            })
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(|e| self.err(e))?;
+        rows.into_iter()
+            .map(|(pk, id)| Ok((pk, self.id(&id)?)))
+            .collect()
     }
 
     /// Top-`limit` BM25 matches (raw score, higher is better) in the scope, filtered.

@@ -289,3 +289,44 @@ async fn keyword_only_memories_are_embedded_when_an_embedder_arrives() {
         .unwrap();
     assert_eq!(hits[0].entry.id, e.id);
 }
+
+#[tokio::test]
+async fn a_second_connection_sees_the_other_ones_writes() {
+    // Two stores on one file stand in for two processes (say the bot and `ava remember`).
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.db");
+    let a = open(&path, hash(64)).await.unwrap();
+    let b = open(&path, hash(64)).await.unwrap();
+    let s = scope();
+    let first = a
+        .store(&s, NewMemory::new("the red kite flies high"))
+        .await
+        .unwrap();
+    // A's vector block for the scope is now loaded.
+    let hits = a
+        .search(&s, &SearchRequest::semantic("red kite").limit(5))
+        .await
+        .unwrap();
+    assert_eq!(hits.len(), 1);
+
+    let second = b
+        .store(&s, NewMemory::new("a red kite nest in the oak"))
+        .await
+        .unwrap();
+    let hits = a
+        .search(&s, &SearchRequest::semantic("red kite nest").limit(5))
+        .await
+        .unwrap();
+    let ids: Vec<_> = hits.iter().map(|h| h.entry.id).collect();
+    assert!(ids.contains(&second.id), "A sees B's new memory: {ids:?}");
+
+    b.delete(&s, first.id).await.unwrap();
+    let hits = a
+        .search(&s, &SearchRequest::semantic("red kite").limit(5))
+        .await
+        .unwrap();
+    assert!(
+        hits.iter().all(|h| h.entry.id != first.id),
+        "A no longer returns what B deleted"
+    );
+}
