@@ -64,6 +64,11 @@ pub trait MemoryBackend: Send + Sync + fmt::Debug {
     /// How many memories a scope holds (superseded ones included).
     async fn count(&self, scope: &Scope) -> Result<u64>;
 
+    /// Every scope of one user in one tenant that holds memories (their chats and threads,
+    /// and the user-wide scope), sorted. For a user's own housekeeping: finding a memory by
+    /// id across their chats, wiping everything they own.
+    async fn user_scopes(&self, tenant: &str, user: &str) -> Result<Vec<Scope>>;
+
     /// Stores one memory.
     async fn store(&self, scope: &Scope, memory: NewMemory) -> Result<MemoryEntry> {
         let backend = self.info().name;
@@ -149,6 +154,9 @@ macro_rules! forward_backend {
             }
             async fn count(&self, scope: &Scope) -> Result<u64> {
                 (**self).count(scope).await
+            }
+            async fn user_scopes(&self, tenant: &str, user: &str) -> Result<Vec<Scope>> {
+                (**self).user_scopes(tenant, user).await
             }
             async fn store(&self, scope: &Scope, memory: NewMemory) -> Result<MemoryEntry> {
                 (**self).store(scope, memory).await

@@ -453,6 +453,18 @@ impl MemoryBackend for InMemoryBackend {
         Ok(report)
     }
 
+    async fn user_scopes(&self, tenant: &str, user: &str) -> Result<Vec<Scope>> {
+        let state = self.read();
+        let mut out: Vec<Scope> = state
+            .scopes
+            .iter()
+            .filter(|(s, m)| s.tenant() == tenant && s.user() == user && !m.is_empty())
+            .map(|(s, _)| s.clone())
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
     async fn count(&self, scope: &Scope) -> Result<u64> {
         Ok(self.read().scopes.get(scope).map_or(0, |m| m.len() as u64))
     }

@@ -500,6 +500,37 @@ impl MemoryBackend for SqliteBackend {
             .await
     }
 
+    async fn user_scopes(&self, tenant: &str, user: &str) -> Result<Vec<Scope>> {
+        let (tenant, user, path) = (tenant.to_owned(), user.to_owned(), self.path.clone());
+        self.worker
+            .call(move |conn| {
+                let rows: Vec<(String, String, Option<String>, Option<String>)> = conn
+                    .prepare_cached(
+                        "SELECT tenant, user, chat, thread FROM scopes s WHERE tenant = ?1 AND user = ?2 \
+                         AND EXISTS (SELECT 1 FROM memories m WHERE m.scope_id = s.id)",
+                    )
+                    .and_then(|mut s| {
+                        s.query_map([&tenant, &user], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+                            .collect()
+                    })
+                    .map_err(|e| sql_error(&path, e))?;
+                let mut out = Vec::with_capacity(rows.len());
+                for (tenant, user, chat, thread) in rows {
+                    let mut s = Scope::for_user(user)?.in_tenant(tenant)?;
+                    if let Some(c) = chat {
+                        s = s.in_chat(c)?;
+                    }
+                    if let Some(t) = thread {
+                        s = s.in_thread(t)?;
+                    }
+                    out.push(s);
+                }
+                out.sort();
+                Ok(out)
+            })
+            .await
+    }
+
     async fn count(&self, scope: &Scope) -> Result<u64> {
         let (key, path) = (scope.key(), self.path.clone());
         self.worker

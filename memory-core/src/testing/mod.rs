@@ -190,6 +190,7 @@ macro_rules! backend_conformance {
             empty_and_oversized_content_rejected,
             invalid_requests_are_rejected,
             unsupported_capabilities_are_typed_errors,
+            user_scopes_lists_only_that_user,
         );
     };
 }

@@ -1493,3 +1493,50 @@ pub async fn unsupported_capabilities_are_typed_errors(cx: Ctx) -> Outcome {
     }
     Outcome::Passed
 }
+
+/// `user_scopes` lists exactly the user's non-empty scopes in one tenant, nobody else's.
+pub async fn user_scopes_lists_only_that_user(cx: Ctx) -> Outcome {
+    let b = &*cx.backend;
+    let mine = [
+        scope("olga", None),
+        scope("olga", Some("1")),
+        Scope::for_user("olga")
+            .unwrap()
+            .in_chat("1")
+            .unwrap()
+            .in_thread("t")
+            .unwrap(),
+    ];
+    let others = [
+        scope("olgb", Some("1")),
+        Scope::for_user("olga")
+            .unwrap()
+            .in_chat("1")
+            .unwrap()
+            .in_tenant("acme")
+            .unwrap(),
+    ];
+    for s in mine.iter().chain(&others) {
+        store(b, s, "something").await;
+    }
+    let emptied = scope("olga", Some("gone"));
+    let e = store(b, &emptied, "soon deleted").await;
+    b.delete(&emptied, e.id).await.unwrap();
+    let mut want = mine.to_vec();
+    want.sort();
+    assert_eq!(
+        b.user_scopes(crate::DEFAULT_TENANT, "olga").await.unwrap(),
+        want
+    );
+    assert_eq!(
+        b.user_scopes("acme", "olga").await.unwrap(),
+        vec![others[1].clone()]
+    );
+    assert!(
+        b.user_scopes(crate::DEFAULT_TENANT, "nobody")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    Outcome::Passed
+}
