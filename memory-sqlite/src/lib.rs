@@ -84,11 +84,30 @@ impl Default for SqliteConfig {
             cache_mib: 64,
             mmap_mib: 256,
             limits: Limits::default(),
-            page_size: 65536,
+            page_size: 16384,
             vector_cache_mib: 256,
             hybrid_pool_factor: 4,
         }
     }
+}
+
+/// Totals of a store, from [`SqliteBackend::stats`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Memories in the file.
+    pub memories: u64,
+    /// Memories that have a vector.
+    pub embedded: u64,
+    /// Memories of kind fact.
+    pub facts: u64,
+    /// Scopes holding memories.
+    pub scopes: u64,
+    /// Distinct (tenant, user) pairs holding memories.
+    pub users: u64,
+    /// Size of the main database file (pages × page size; the WAL not counted).
+    pub file_bytes: u64,
+    /// The recorded embedding space, if any.
+    pub embedding_space: Option<String>,
 }
 
 /// A memory store in one SQLite file. See the crate docs.
@@ -163,6 +182,33 @@ impl SqliteBackend {
     /// The store file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Totals over the whole file (every tenant, user and chat): for operators, never for
+    /// prompts.
+    pub async fn stats(&self) -> Result<StoreStats> {
+        let path = self.path.clone();
+        let space = self.space.as_ref().map(|s| s.to_string());
+        self.worker
+            .call(move |conn| {
+                let q = |sql: &str| -> Result<u64> {
+                    conn.query_row(sql, [], |r| r.get::<_, i64>(0))
+                        .map(|n| u64::try_from(n).unwrap_or(0))
+                        .map_err(|e| error::sql_error(&path, e).into())
+                };
+                let page_count = q("PRAGMA page_count")?;
+                let page_size = q("PRAGMA page_size")?;
+                Ok(StoreStats {
+                    memories: q("SELECT COUNT(*) FROM memories")?,
+                    embedded: q("SELECT COUNT(*) FROM memories WHERE embedded = 1")?,
+                    facts: q("SELECT COUNT(*) FROM memories WHERE kind = 'fact'")?,
+                    scopes: q("SELECT COUNT(*) FROM scopes s WHERE EXISTS (SELECT 1 FROM memories m WHERE m.scope_id = s.id)")?,
+                    users: q("SELECT COUNT(DISTINCT tenant || '/' || user) FROM scopes s WHERE EXISTS (SELECT 1 FROM memories m WHERE m.scope_id = s.id)")?,
+                    file_bytes: page_count * page_size,
+                    embedding_space: space,
+                })
+            })
+            .await
     }
 
     /// Waits for queued work and closes the connection (checkpointing the WAL). Later

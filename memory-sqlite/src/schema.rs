@@ -70,12 +70,19 @@ CREATE INDEX memory_tags_by_tag ON memory_tags (tag, memory);
 CREATE VIRTUAL TABLE memory_fts USING fts5(scope, content, tokenize = 'unicode61 remove_diacritics 2');
 ";
 
+/// Vectors per sqlite-vec chunk. vec0 allocates a whole chunk per partition (scope), so the
+/// default 1024 would cost 1.5 MB of file for a scope with one 384-d memory; 64 keeps small
+/// scopes small and chunk blobs on short overflow chains (faster inserts). Per-scope
+/// search mostly runs on the in-process cache, so vec0's per-chunk overhead rarely shows.
+pub(crate) const VEC_CHUNK_SIZE: usize = 64;
+
 /// Creates the vector table for a space: one vec0 partition per scope, cosine distance.
 pub(crate) fn create_vec_table(conn: &Connection, dims: usize) -> rusqlite::Result<()> {
     conn.execute_batch(&format!(
         "CREATE VIRTUAL TABLE memory_vec USING vec0(\
             scope_id INTEGER PARTITION KEY, \
-            embedding float[{dims}] distance_metric=cosine)"
+            embedding float[{dims}] distance_metric=cosine, \
+            chunk_size={VEC_CHUNK_SIZE})"
     ))
 }
 
