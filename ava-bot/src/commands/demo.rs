@@ -67,8 +67,11 @@ const QUESTIONS: &[&str] = &[
     "When am I going to Kyoto, and with whom?",
 ];
 
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {}
+
 /// Runs the demo, writing its report to `out`.
-pub(crate) async fn run(out: &mut impl Write) -> anyhow::Result<()> {
+pub(crate) async fn run(_args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
     let embedder = Arc::new(HashingEmbedder::new(256).context("create the hashing embedder")?);
     let space = embedder.space();
     let backend: Arc<dyn MemoryBackend> = Arc::new(InMemoryBackend::new(Some(embedder)));

@@ -1,0 +1,48 @@
+//! `ava forget`: delete one of a user's memories by id.
+
+use std::io::Write;
+
+use anyhow::{Context, bail};
+use memory_core::{DEFAULT_TENANT, MemoryBackend, MemoryError, MemoryId};
+
+use crate::config::Settings;
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// The user whose memory it is.
+    #[arg(long)]
+    user: String,
+    /// The chat it belongs to; without it, every chat of the user is searched for the id.
+    #[arg(long)]
+    chat: Option<String>,
+    /// The memory id (as printed by `ava remember` or `ava recall`).
+    id: String,
+}
+
+pub(crate) async fn run(
+    settings: &Settings,
+    args: &Args,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let id: MemoryId = args.id.parse()?;
+    let opened = settings.open().await?;
+    let store = &*opened.store;
+    let scopes = match &args.chat {
+        Some(chat) => vec![memory_core::Scope::for_user(&args.user)?.in_chat(chat)?],
+        None => store
+            .user_scopes(DEFAULT_TENANT, &args.user)
+            .await
+            .context("list the user's chats")?,
+    };
+    for scope in &scopes {
+        match store.delete(scope, id).await {
+            Ok(()) => {
+                writeln!(out, "forgot {id}")?;
+                return Ok(());
+            }
+            Err(MemoryError::NotFound { .. }) => {}
+            Err(e) => return Err(e).context("delete the memory"),
+        }
+    }
+    bail!("user {} has no memory {id}", args.user)
+}

@@ -1,0 +1,62 @@
+//! `ava recall`: search a user's memories in a chat and print scored hits.
+
+use std::io::Write;
+
+use anyhow::Context;
+use memory_core::MemoryBackend;
+
+use crate::config::{Identity, Settings};
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    #[command(flatten)]
+    who: Identity,
+    /// How many hits at most.
+    #[arg(long, default_value_t = 5)]
+    limit: usize,
+    /// Print the hits as JSON.
+    #[arg(long)]
+    json: bool,
+    /// What to look for.
+    query: String,
+}
+
+pub(crate) async fn run(
+    settings: &Settings,
+    args: &Args,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let scope = args.who.scope()?;
+    let opened = settings.open().await?;
+    let store = &*opened.store;
+    let req = super::best_search(store, &args.query, args.limit);
+    let hits = store
+        .search(&scope, &req)
+        .await
+        .context("search memories")?;
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&hits)?)?;
+        return Ok(());
+    }
+    eprintln!("{} ({:?} search)", opened.embedder_note, req.mode);
+    if hits.is_empty() {
+        writeln!(out, "no memories match")?;
+    }
+    for (i, h) in hits.iter().enumerate() {
+        let b = &h.breakdown;
+        let parts: Vec<String> = [("semantic", b.semantic), ("keyword", b.keyword)]
+            .iter()
+            .filter_map(|(n, v)| v.map(|v| format!("{n} {v:.2}")))
+            .collect();
+        writeln!(out, "{}. [{:.3}] {}", i + 1, h.score, h.entry.content)?;
+        writeln!(
+            out,
+            "   id {} · {} · {} · {}",
+            h.entry.id,
+            h.entry.kind.as_str(),
+            h.entry.created_at,
+            parts.join(", ")
+        )?;
+    }
+    Ok(())
+}

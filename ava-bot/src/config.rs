@@ -1,0 +1,237 @@
+//! Settings shared by every subcommand (flags with environment fallbacks) and the code that
+//! turns them into a store and an embedder.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use clap::ValueEnum;
+use memory_core::embedders::{
+    ApiKey, OllamaConfig, OllamaEmbedder, OpenAiConfig, OpenAiEmbedder, resolve_model_dir,
+};
+use memory_core::{EmbeddingProvider, HashingEmbedder, Scope};
+use memory_sqlite::{SqliteBackend, SqliteConfig};
+
+/// Which embedder computes vectors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum EmbedderChoice {
+    /// The local model if it is installed, else keyword search only.
+    Auto,
+    /// all-MiniLM-L6-v2 from the local model directory (`cargo xtask fetch-model`).
+    Local,
+    /// An Ollama server's embedding model.
+    Ollama,
+    /// An OpenAI-compatible server's embedding model.
+    Openai,
+    /// The deterministic word-hashing embedder (matches shared words; not a language model).
+    Hash,
+    /// No vectors: keyword search only.
+    None,
+}
+
+/// A secret read from the environment: never printed, never logged.
+#[derive(Clone, Default)]
+pub(crate) struct Secret(Option<String>);
+
+impl Secret {
+    pub(crate) fn from_env(var: &str) -> Self {
+        Self(std::env::var(var).ok().filter(|v| !v.trim().is_empty()))
+    }
+
+    pub(crate) fn expose(&self) -> Option<&str> {
+        self.0.as_deref()
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "<redacted>"
+        } else {
+            "<unset>"
+        })
+    }
+}
+
+/// Settings every subcommand shares.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Settings {
+    /// The memory store file [default: $XDG_DATA_HOME/ava/memories.db or
+    /// ~/.local/share/ava/memories.db]
+    #[arg(long, env = "AVA_DB", global = true)]
+    pub(crate) db: Option<PathBuf>,
+    /// Which embedder computes vectors.
+    #[arg(long, env = "AVA_EMBEDDER", value_enum, default_value_t = EmbedderChoice::Auto, global = true)]
+    pub(crate) embedder: EmbedderChoice,
+    /// Directory of the local model [default: $AVA_MODEL_DIR, else the cache dir].
+    #[arg(long, global = true)]
+    pub(crate) model_dir: Option<PathBuf>,
+    /// Embedding model for the ollama and openai embedders.
+    #[arg(long, env = "AVA_EMBED_MODEL", global = true)]
+    pub(crate) embed_model: Option<String>,
+    /// Ollama's address.
+    #[arg(
+        long,
+        env = "OLLAMA_URL",
+        default_value = "http://localhost:11434",
+        global = true
+    )]
+    pub(crate) ollama_url: String,
+    /// Root of an OpenAI-compatible API, up to the version (`.../v1`).
+    #[arg(
+        long,
+        env = "OPENAI_BASE_URL",
+        default_value = "https://api.openai.com/v1",
+        global = true
+    )]
+    pub(crate) openai_url: String,
+}
+
+/// The identity a command works as.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct Identity {
+    /// User id (e.g. a Telegram user id).
+    #[arg(long)]
+    pub(crate) user: String,
+    /// Chat id (e.g. a Telegram chat id).
+    #[arg(long)]
+    pub(crate) chat: String,
+}
+
+impl Identity {
+    pub(crate) fn scope(&self) -> anyhow::Result<Scope> {
+        Ok(Scope::for_user(&self.user)?.in_chat(&self.chat)?)
+    }
+}
+
+/// What embedder a store was opened with, for people.
+pub(crate) struct Opened {
+    pub(crate) store: Arc<SqliteBackend>,
+    /// One line on the embedder in use, or why there is none.
+    pub(crate) embedder_note: String,
+}
+
+impl Settings {
+    /// The store path: `--db`, `$AVA_DB`, or the per-user data directory (created).
+    pub(crate) fn db_path(&self) -> anyhow::Result<PathBuf> {
+        if let Some(p) = &self.db {
+            return Ok(p.clone());
+        }
+        let base = std::env::var_os("XDG_DATA_HOME")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+            .context("no --db given and neither XDG_DATA_HOME nor HOME is set; pass --db PATH")?;
+        let dir = base.join("ava");
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("create data directory {}", dir.display()))?;
+        Ok(dir.join("memories.db"))
+    }
+
+    /// Builds the configured embedder; `None` means keyword search only (with the reason).
+    pub(crate) async fn embedder(
+        &self,
+    ) -> anyhow::Result<(Option<Arc<dyn EmbeddingProvider>>, String)> {
+        let model = |default: &str| {
+            self.embed_model
+                .clone()
+                .unwrap_or_else(|| default.to_owned())
+        };
+        match self.embedder {
+            EmbedderChoice::None => Ok((
+                None,
+                "no embedder: keyword search only (--embedder none)".into(),
+            )),
+            EmbedderChoice::Hash => {
+                let e = HashingEmbedder::new(384)?;
+                Ok((
+                    Some(Arc::new(e)),
+                    "embedder hash/fnv1a-words-v1: matches shared words, not meanings".into(),
+                ))
+            }
+            EmbedderChoice::Ollama => {
+                let config = OllamaConfig {
+                    base_url: self.ollama_url.clone(),
+                    ..OllamaConfig::new(model("nomic-embed-text"))
+                };
+                let e = OllamaEmbedder::connect(config)
+                    .await
+                    .context("connect to the Ollama embedder")?;
+                let note = format!("embedder {}", e.space());
+                Ok((Some(Arc::new(e)), note))
+            }
+            EmbedderChoice::Openai => {
+                let api_key = Secret::from_env("OPENAI_API_KEY")
+                    .expose()
+                    .map(ApiKey::new)
+                    .transpose()?;
+                let config = OpenAiConfig {
+                    base_url: self.openai_url.clone(),
+                    api_key,
+                    ..OpenAiConfig::new(model("text-embedding-3-small"))
+                };
+                let e = OpenAiEmbedder::connect(config)
+                    .await
+                    .context("connect to the OpenAI-compatible embedder")?;
+                let note = format!("embedder {}", e.space());
+                Ok((Some(Arc::new(e)), note))
+            }
+            EmbedderChoice::Local | EmbedderChoice::Auto => self.local_embedder(),
+        }
+    }
+
+    #[cfg(feature = "local")]
+    fn local_embedder(&self) -> anyhow::Result<(Option<Arc<dyn EmbeddingProvider>>, String)> {
+        use memory_core::embedders::{LocalConfig, LocalEmbedder};
+        let dir = resolve_model_dir(self.model_dir.as_deref())?;
+        if !dir.is_complete() {
+            if self.embedder == EmbedderChoice::Local {
+                bail!("{}", dir.notice());
+            }
+            return Ok((None, dir.notice()));
+        }
+        let e = LocalEmbedder::load(&LocalConfig::in_dir(&dir.path))
+            .context("load the local embedding model")?;
+        let note = format!("embedder {}", e.space());
+        Ok((Some(Arc::new(e)), note))
+    }
+
+    #[cfg(not(feature = "local"))]
+    fn local_embedder(&self) -> anyhow::Result<(Option<Arc<dyn EmbeddingProvider>>, String)> {
+        let dir = resolve_model_dir(self.model_dir.as_deref())?;
+        let note = format!(
+            "this build of ava has no local embedder (feature `local`); keyword search only. Model dir: {}",
+            dir.path.display()
+        );
+        if self.embedder == EmbedderChoice::Local {
+            bail!("{note}");
+        }
+        Ok((None, note))
+    }
+
+    /// Opens the store with the configured embedder.
+    pub(crate) async fn open(&self) -> anyhow::Result<Opened> {
+        let path = self.db_path()?;
+        let (embedder, embedder_note) = self.embedder().await?;
+        let store = SqliteBackend::open(&path, embedder, SqliteConfig::default())
+            .await
+            .with_context(|| format!("open memory store {}", path.display()))?;
+        Ok(Opened {
+            store: Arc::new(store),
+            embedder_note,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_do_not_print() {
+        let s = Secret(Some("sk-live-123".into()));
+        assert_eq!(format!("{s:?}"), "<redacted>");
+        assert_eq!(s.expose(), Some("sk-live-123"));
+    }
+}

@@ -1,0 +1,130 @@
+//! Concrete embedding providers, each behind a cargo feature that only adds: Ollama
+//! (`ollama`), any OpenAI-compatible server (`openai`), and all-MiniLM-L6-v2 run offline
+//! with candle (`local`).
+//!
+//! Every provider implements the [`EmbeddingProvider` trait](crate::EmbeddingProvider),
+//! reports its [embedding space](crate::EmbeddingSpace) (provider, model, dimensions), and
+//! fails with [`MemoryError::Embedding`](crate::MemoryError#variant.Embedding) (server down,
+//! model missing, malformed response, timeout) or
+//! [`MemoryError::DimensionMismatch`](crate::MemoryError#variant.DimensionMismatch) (the
+//! server answered with other dimensions than configured or first discovered).
+//!
+//! The model-directory helpers ([`resolve_model_dir`], [`ModelDir`]) need no feature, so a
+//! build without `local` can still tell people where the model belongs and how to fetch it.
+//!
+//! ```no_run
+//! # #[cfg(feature = "ollama")]
+//! # async fn demo() -> memory_core::Result<()> {
+//! use memory_core::EmbeddingProvider;
+//! use memory_core::embedders::{OllamaConfig, OllamaEmbedder};
+//! // Discovers the dimensions with one call and fails early if the model is not pulled.
+//! let embedder = OllamaEmbedder::connect(OllamaConfig::new("nomic-embed-text")).await?;
+//! let v = embedder.embed("Alice's cat is called Miso").await?;
+//! # let _ = v; Ok(()) }
+//! ```
+
+mod model_dir;
+#[cfg(any(feature = "ollama", feature = "openai"))]
+mod retry;
+
+#[cfg(feature = "local")]
+mod local;
+#[cfg(feature = "ollama")]
+mod ollama;
+#[cfg(feature = "openai")]
+mod openai;
+
+pub use model_dir::{
+    DEFAULT_MODEL_NAME, FETCH_MODEL_COMMAND, MODEL_DIR_ENV, MODEL_FILES, ModelDir, ModelDirSource,
+    resolve_model_dir,
+};
+#[cfg(any(feature = "ollama", feature = "openai"))]
+pub use retry::RetryPolicy;
+
+#[cfg(feature = "local")]
+pub use local::{LocalConfig, LocalEmbedder};
+#[cfg(feature = "ollama")]
+pub use ollama::{OllamaConfig, OllamaEmbedder};
+#[cfg(feature = "openai")]
+pub use openai::{ApiKey, OpenAiConfig, OpenAiEmbedder};
+
+#[cfg(any(feature = "ollama", feature = "openai", feature = "local"))]
+use std::sync::Arc;
+
+#[cfg(any(feature = "ollama", feature = "openai", feature = "local"))]
+use crate::{Embedding, EmbeddingSpace, MemoryError, Result};
+
+/// Turns raw vectors from a provider into [`Embedding`]s of `space`, checking that there is
+/// one per text and that each has the space's dimensions; `origin` names the server or
+/// model directory in errors.
+#[cfg(any(feature = "ollama", feature = "openai", feature = "local"))]
+fn into_embeddings(
+    space: &Arc<EmbeddingSpace>,
+    origin: &str,
+    texts: usize,
+    vectors: Vec<Vec<f32>>,
+) -> Result<Vec<Embedding>> {
+    if vectors.len() != texts {
+        return Err(MemoryError::embedding(
+            space.provider.clone(),
+            format!(
+                "{origin} returned {} vectors for {texts} texts; expected exactly one per text",
+                vectors.len()
+            ),
+        ));
+    }
+    vectors
+        .into_iter()
+        .map(|v| {
+            if v.len() != space.dims {
+                return Err(dimension_mismatch(space, origin, v.len()));
+            }
+            Embedding::new(Arc::clone(space), v)
+        })
+        .collect()
+}
+
+/// The error for a vector whose length is not the space's.
+#[cfg(any(feature = "ollama", feature = "openai", feature = "local"))]
+fn dimension_mismatch(space: &Arc<EmbeddingSpace>, origin: &str, got: usize) -> MemoryError {
+    MemoryError::DimensionMismatch {
+        got,
+        expected: space.dims,
+        space: Arc::clone(space),
+        what: format!(
+            "provider {} (model `{}` at {origin})",
+            space.provider, space.model
+        ),
+    }
+}
+
+/// Checks the answer to a one-text probe and returns the dimensions it shows: exactly one
+/// non-empty vector, of the `configured` length if there is one.
+#[cfg(any(feature = "ollama", feature = "openai"))]
+fn probe_dimensions(
+    space: &Arc<EmbeddingSpace>,
+    origin: &str,
+    configured: Option<usize>,
+    vectors: Vec<Vec<f32>>,
+) -> Result<usize> {
+    let [vector] = <[Vec<f32>; 1]>::try_from(vectors).map_err(|v| {
+        MemoryError::embedding(
+            space.provider.clone(),
+            format!(
+                "{origin} returned {} vectors for 1 probe text; expected exactly one",
+                v.len()
+            ),
+        )
+    })?;
+    match configured {
+        Some(dims) if dims != vector.len() => Err(dimension_mismatch(space, origin, vector.len())),
+        _ if vector.is_empty() => Err(MemoryError::embedding(
+            space.provider.clone(),
+            format!(
+                "{origin} returned an empty vector for model `{}`",
+                space.model
+            ),
+        )),
+        _ => Ok(vector.len()),
+    }
+}

@@ -1,0 +1,507 @@
+//! LoCoMo retrieval evaluation: every dialog turn becomes one memory of its conversation's
+//! scope (dated by its session), every QA question is a query, and recall@k measures how
+//! many of the question's evidence turns come back in the top k.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use chrono::NaiveDateTime;
+use memory_core::{
+    EmbeddingProvider, HashingEmbedder, HybridWeights, MemoryBackend, MemoryId, NewMemory, Role,
+    Scope, SearchMode, SearchRequest, Timestamp,
+};
+use serde_json::Value;
+
+use super::cache::CachedEmbedder;
+use super::{Backend, Embedder, Mode};
+
+/// `cargo xtask eval locomo FILE ...`
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// A LoCoMo-format JSON file (a list of samples with `conversation` and `qa`).
+    file: PathBuf,
+    /// Backend holding the memories.
+    #[arg(long, value_enum, default_value_t = Backend::Sqlite)]
+    backend: Backend,
+    /// Search mode.
+    #[arg(long, value_enum, default_value_t = Mode::Hybrid)]
+    mode: Mode,
+    /// Cut-offs for recall@k, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "5,10")]
+    k: Vec<usize>,
+    /// Embedder for semantic and hybrid modes.
+    #[arg(long, value_enum, default_value_t = Embedder::Local)]
+    embedder: Embedder,
+    /// Semantic weight of hybrid fusion (keyword weight is 1 minus this).
+    #[arg(long, default_value_t = 0.5)]
+    semantic_weight: f32,
+    /// Print the results as JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+const CATEGORIES: [(u64, &str); 5] = [
+    (1, "multi-hop"),
+    (2, "temporal"),
+    (3, "open-domain"),
+    (4, "single-hop"),
+    (5, "adversarial"),
+];
+
+/// One dialog turn.
+struct Turn {
+    dia_id: String,
+    content: String,
+    at: Timestamp,
+}
+
+/// One question with its usable evidence.
+struct Question {
+    text: String,
+    category: u64,
+    evidence: Vec<String>,
+}
+
+struct Sample {
+    id: String,
+    turns: Vec<Turn>,
+    questions: Vec<Question>,
+    /// Questions dropped because none of their evidence ids names a turn.
+    unusable: usize,
+}
+
+/// Normalises an evidence id: `D:11:26` -> `D11:26`, `D30:05` -> `D30:5`. `None` when the
+/// text is not of the form `D<session>:<turn>`.
+fn normalize_dia_id(raw: &str) -> Option<String> {
+    let rest = raw.trim().strip_prefix('D')?.trim_start_matches(':');
+    let (session, turn) = rest.split_once(':')?;
+    let session: u32 = session.trim().parse().ok()?;
+    let turn: u32 = turn.trim().parse().ok()?;
+    Some(format!("D{session}:{turn}"))
+}
+
+/// Splits and normalises a question's evidence list (`"D8:6; D9:17"` holds two ids).
+fn evidence_ids(raw: &[Value]) -> Vec<String> {
+    raw.iter()
+        .filter_map(Value::as_str)
+        .flat_map(|s| s.split([';', ',']))
+        .flat_map(str::split_whitespace)
+        .filter_map(normalize_dia_id)
+        .collect()
+}
+
+/// Parses LoCoMo's session dates, e.g. `1:56 pm on 8 May, 2023`.
+fn session_time(text: &str) -> Option<Timestamp> {
+    let t = text.trim().to_uppercase();
+    NaiveDateTime::parse_from_str(&t, "%I:%M %p ON %d %B, %Y")
+        .ok()
+        .map(|dt| Timestamp::from(dt.and_utc()))
+}
+
+fn parse_samples(data: &Value) -> anyhow::Result<(Vec<Sample>, Vec<String>)> {
+    let list = data.as_array().context("expected a JSON list of samples")?;
+    let mut samples = Vec::new();
+    let mut problems = Vec::new();
+    for (i, s) in list.iter().enumerate() {
+        let id = s
+            .get("sample_id")
+            .and_then(Value::as_str)
+            .map_or_else(|| format!("sample-{i}"), str::to_owned);
+        let Some(conv) = s.get("conversation").and_then(Value::as_object) else {
+            problems.push(format!("{id}: no conversation, skipped"));
+            continue;
+        };
+        let mut sessions: Vec<(u32, &Vec<Value>)> = conv
+            .iter()
+            .filter_map(|(k, v)| {
+                let n = k.strip_prefix("session_")?.parse::<u32>().ok()?;
+                Some((n, v.as_array()?))
+            })
+            .collect();
+        sessions.sort_by_key(|(n, _)| *n);
+        let mut turns = Vec::new();
+        // Sessions without a readable date continue a day after the previous one.
+        let mut clock = Timestamp::from_millis(1_600_000_000_000).unwrap_or(Timestamp::MIN);
+        for (n, session) in sessions {
+            let date = conv
+                .get(&format!("session_{n}_date_time"))
+                .and_then(Value::as_str);
+            let start = match date.and_then(session_time) {
+                Some(t) => t,
+                None => {
+                    problems.push(format!("{id}: session {n} has no readable date ({date:?})"));
+                    clock.plus(Duration::from_secs(86_400))
+                }
+            };
+            for (j, t) in session.iter().enumerate() {
+                let (Some(speaker), Some(dia_id), Some(text)) = (
+                    t.get("speaker").and_then(Value::as_str),
+                    t.get("dia_id")
+                        .and_then(Value::as_str)
+                        .and_then(normalize_dia_id),
+                    t.get("text").and_then(Value::as_str),
+                ) else {
+                    problems.push(format!("{id}: malformed turn {j} in session {n}, skipped"));
+                    continue;
+                };
+                let mut content = format!("{speaker}: {text}");
+                if let Some(caption) = t.get("blip_caption").and_then(Value::as_str) {
+                    content.push_str(&format!(" [shares {caption}]"));
+                }
+                let at = start.plus(Duration::from_secs(j as u64 * 30));
+                turns.push(Turn {
+                    dia_id,
+                    content,
+                    at,
+                });
+            }
+            clock = start;
+        }
+        let known: HashSet<&str> = turns.iter().map(|t| t.dia_id.as_str()).collect();
+        let mut questions = Vec::new();
+        let mut unusable = 0;
+        for q in s.get("qa").and_then(Value::as_array).into_iter().flatten() {
+            let (Some(text), Some(category)) = (
+                q.get("question").and_then(Value::as_str),
+                q.get("category").and_then(Value::as_u64),
+            ) else {
+                problems.push(format!("{id}: malformed question skipped"));
+                continue;
+            };
+            let raw = q
+                .get("evidence")
+                .and_then(Value::as_array)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            let mut evidence: Vec<String> = evidence_ids(raw)
+                .into_iter()
+                .filter(|e| known.contains(e.as_str()))
+                .collect();
+            evidence.sort();
+            evidence.dedup();
+            if evidence.is_empty() {
+                unusable += 1;
+                continue;
+            }
+            questions.push(Question {
+                text: text.to_owned(),
+                category,
+                evidence,
+            });
+        }
+        samples.push(Sample {
+            id,
+            turns,
+            questions,
+            unusable,
+        });
+    }
+    Ok((samples, problems))
+}
+
+/// Where evaluation vectors are cached: `target/eval-cache` of this workspace.
+fn vector_cache_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/eval-cache")
+}
+
+async fn make_backend(
+    args: &Args,
+    dir: &tempfile::TempDir,
+    cache: &mut Option<Arc<CachedEmbedder>>,
+) -> anyhow::Result<(Arc<dyn MemoryBackend>, Option<String>)> {
+    let embedder: Option<Arc<dyn EmbeddingProvider>> = match (args.mode, args.embedder) {
+        (Mode::Keyword, _) => None,
+        (_, Embedder::Hash) => Some(Arc::new(HashingEmbedder::new(384)?)),
+        (_, Embedder::Local) => {
+            let local: Arc<dyn EmbeddingProvider> = Arc::new(super::local_embedder()?);
+            let cached = Arc::new(CachedEmbedder::open(local, vector_cache_dir()));
+            *cache = Some(Arc::clone(&cached));
+            Some(cached)
+        }
+    };
+    let space = embedder.as_ref().map(|e| e.space().to_string());
+    let backend: Arc<dyn MemoryBackend> = match args.backend {
+        Backend::Inmem => Arc::new(memory_inmem::InMemoryBackend::new(embedder)),
+        Backend::Sqlite => Arc::new(
+            memory_sqlite::SqliteBackend::open(
+                dir.path().join("locomo.db"),
+                embedder,
+                Default::default(),
+            )
+            .await
+            .context("open the evaluation store")?,
+        ),
+    };
+    Ok((backend, space))
+}
+
+#[derive(Default, Clone)]
+struct Tally {
+    questions: usize,
+    recall_sum: BTreeMap<usize, f64>,
+}
+
+impl Tally {
+    fn add(&mut self, recalls: &BTreeMap<usize, f64>) {
+        self.questions += 1;
+        for (k, r) in recalls {
+            *self.recall_sum.entry(*k).or_default() += r;
+        }
+    }
+    fn recall(&self, k: usize) -> f64 {
+        if self.questions == 0 {
+            0.0
+        } else {
+            self.recall_sum.get(&k).copied().unwrap_or(0.0) / self.questions as f64
+        }
+    }
+}
+
+pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
+    if args.k.is_empty() || args.k.contains(&0) {
+        bail!("--k needs positive cut-offs, e.g. --k 5,10");
+    }
+    let text = std::fs::read_to_string(&args.file)
+        .with_context(|| format!("read {}", args.file.display()))?;
+    let data: Value = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not valid JSON", args.file.display()))?;
+    let (samples, problems) = parse_samples(&data)?;
+    for p in &problems {
+        eprintln!("note: {p}");
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(evaluate(args, &samples))
+}
+
+async fn evaluate(args: &Args, samples: &[Sample]) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let mut cache = None;
+    let (backend, space) = make_backend(args, &dir, &mut cache).await?;
+    let max_k = args.k.iter().copied().max().unwrap_or(10);
+    let mode = match args.mode {
+        Mode::Keyword => SearchMode::Keyword,
+        Mode::Semantic => SearchMode::Semantic,
+        Mode::Hybrid => SearchMode::Hybrid(HybridWeights::new(
+            args.semantic_weight,
+            1.0 - args.semantic_weight,
+        )?),
+    };
+    let turns: usize = samples.iter().map(|s| s.turns.len()).sum();
+    let questions: usize = samples.iter().map(|s| s.questions.len()).sum();
+    let bar = indicatif::ProgressBar::new((turns + questions) as u64).with_style(
+        indicatif::ProgressStyle::with_template("{msg:>10} [{bar:40}] {pos}/{len} ({eta})")?
+            .progress_chars("=> "),
+    );
+    let ingest_start = Instant::now();
+    let mut dia_of: HashMap<MemoryId, String> = HashMap::new();
+    for s in samples {
+        let scope = Scope::for_user(&s.id)?.in_tenant("locomo-eval")?;
+        bar.set_message("ingest");
+        for chunk in s.turns.chunks(256) {
+            let batch = chunk
+                .iter()
+                .map(|t| {
+                    NewMemory::new(&t.content)
+                        .with_role(Role::User)
+                        .with_source(&t.dia_id)
+                        .at(t.at)
+                })
+                .collect();
+            let stored = backend.store_batch(&scope, batch).await?;
+            for (e, t) in stored.iter().zip(chunk) {
+                dia_of.insert(e.id, t.dia_id.clone());
+            }
+            bar.inc(chunk.len() as u64);
+        }
+    }
+    let ingest = ingest_start.elapsed();
+    let mut by_cat: BTreeMap<u64, Tally> = BTreeMap::new();
+    let mut overall = Tally::default();
+    let mut latencies = Vec::with_capacity(questions);
+    bar.set_message("query");
+    for s in samples {
+        let scope = Scope::for_user(&s.id)?.in_tenant("locomo-eval")?;
+        for q in &s.questions {
+            let mut req = SearchRequest::keyword(&q.text)
+                .limit(max_k)
+                .without_access_tracking();
+            req.mode = mode;
+            let t = Instant::now();
+            let hits = backend.search(&scope, &req).await?;
+            latencies.push(t.elapsed());
+            let ranked: Vec<&str> = hits
+                .iter()
+                .filter_map(|h| dia_of.get(&h.entry.id).map(String::as_str))
+                .collect();
+            let recalls: BTreeMap<usize, f64> = args
+                .k
+                .iter()
+                .map(|&k| {
+                    let top: HashSet<&str> = ranked.iter().take(k).copied().collect();
+                    let found = q
+                        .evidence
+                        .iter()
+                        .filter(|e| top.contains(e.as_str()))
+                        .count();
+                    (k, found as f64 / q.evidence.len() as f64)
+                })
+                .collect();
+            by_cat.entry(q.category).or_default().add(&recalls);
+            overall.add(&recalls);
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    if let Some(c) = &cache {
+        c.save()?;
+    }
+    latencies.sort();
+    let pct = |p: f64| {
+        latencies
+            .get(((latencies.len() as f64 * p) as usize).min(latencies.len().saturating_sub(1)))
+            .map_or(0.0, |d| d.as_secs_f64() * 1e3)
+    };
+    let unusable: usize = samples.iter().map(|s| s.unusable).sum();
+    let mode_name = format!("{:?}", args.mode).to_lowercase();
+    let backend_name = format!("{:?}", args.backend).to_lowercase();
+    if args.json {
+        let cats: serde_json::Map<String, Value> = by_cat
+            .iter()
+            .map(|(c, t)| {
+                let recall: serde_json::Map<String, Value> = args
+                    .k
+                    .iter()
+                    .map(|k| (format!("r@{k}"), Value::from(t.recall(*k))))
+                    .collect();
+                (
+                    c.to_string(),
+                    serde_json::json!({ "questions": t.questions, "recall": recall }),
+                )
+            })
+            .collect();
+        let recall: serde_json::Map<String, Value> = args
+            .k
+            .iter()
+            .map(|k| (format!("r@{k}"), Value::from(overall.recall(*k))))
+            .collect();
+        let out = serde_json::json!({
+            "file": args.file.display().to_string(),
+            "backend": backend_name,
+            "mode": mode_name,
+            "embedding_space": space,
+            "semantic_weight": args.semantic_weight,
+            "samples": samples.len(),
+            "memories": turns,
+            "questions": overall.questions,
+            "questions_without_evidence": unusable,
+            "overall": { "recall": recall },
+            "categories": cats,
+            "latency_ms": { "p50": pct(0.5), "p95": pct(0.95) },
+            "ingest_seconds": ingest.as_secs_f64(),
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    println!("LoCoMo retrieval eval: {}", args.file.display());
+    println!(
+        "backend {backend_name}, mode {mode_name}{}, embedder {}",
+        if args.mode == Mode::Hybrid {
+            format!(" (semantic weight {})", args.semantic_weight)
+        } else {
+            String::new()
+        },
+        space.as_deref().unwrap_or("none")
+    );
+    println!(
+        "{} conversations, {turns} memories, {} questions ({unusable} without usable evidence left out)\n",
+        samples.len(),
+        overall.questions
+    );
+    let header: String = args
+        .k
+        .iter()
+        .map(|k| format!("{:>8}", format!("R@{k}")))
+        .collect();
+    println!("{:<16}{:>6}{header}", "category", "n");
+    for (c, name) in CATEGORIES {
+        if let Some(t) = by_cat.get(&c) {
+            let cols: String = args
+                .k
+                .iter()
+                .map(|k| format!("{:>8.3}", t.recall(*k)))
+                .collect();
+            println!("{:<16}{:>6}{cols}", format!("{c} {name}"), t.questions);
+        }
+    }
+    let cols: String = args
+        .k
+        .iter()
+        .map(|k| format!("{:>8.3}", overall.recall(*k)))
+        .collect();
+    println!("{:<16}{:>6}{cols}", "overall", overall.questions);
+    println!(
+        "\nper-query latency: p50 {:.3} ms, p95 {:.3} ms; ingest {:.1} s",
+        pct(0.5),
+        pct(0.95),
+        ingest.as_secs_f64()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn malformed_evidence_ids_are_normalised() {
+        let raw: Vec<Value> = vec![
+            "D8:6; D9:17".into(),
+            "D:11:26".into(),
+            "D30:05".into(),
+            "nonsense".into(),
+            7.into(),
+        ];
+        assert_eq!(evidence_ids(&raw), ["D8:6", "D9:17", "D11:26", "D30:5"]);
+    }
+
+    #[test]
+    fn session_dates_parse() {
+        let t = session_time("1:56 pm on 8 May, 2023").unwrap();
+        assert_eq!(t.to_string(), "2023-05-08T13:56:00.000Z");
+        assert!(session_time("yesterday").is_none());
+    }
+
+    #[test]
+    fn samples_parse_and_count_unusable_questions() {
+        let data = serde_json::json!([{
+            "sample_id": "s1",
+            "conversation": {
+                "speaker_a": "A", "speaker_b": "B",
+                "session_1_date_time": "10:00 am on 1 June, 2023",
+                "session_1": [
+                    {"speaker": "A", "dia_id": "D1:1", "text": "hello"},
+                    {"speaker": "B", "dia_id": "D1:2", "text": "look", "blip_caption": "a photo of a dog"},
+                    {"speaker": "B", "text": "no id"}
+                ]
+            },
+            "qa": [
+                {"question": "q1", "answer": "x", "evidence": ["D1:2"], "category": 4},
+                {"question": "q2", "answer": "x", "evidence": ["D9:9"], "category": 1}
+            ]
+        }]);
+        let (samples, problems) = parse_samples(&data).unwrap();
+        assert_eq!(samples[0].turns.len(), 2);
+        assert_eq!(
+            samples[0].turns[1].content,
+            "B: look [shares a photo of a dog]"
+        );
+        assert_eq!(samples[0].questions.len(), 1);
+        assert_eq!(samples[0].unusable, 1);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+    }
+}
