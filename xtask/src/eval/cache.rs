@@ -36,7 +36,13 @@ impl CachedEmbedder {
         let space = inner.space();
         let name: String = format!("{}-{}-{}", space.provider, space.model, space.dims)
             .chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
             .collect();
         let path = dir.join(format!("{name}.vectors"));
         let mut map = HashMap::new();
@@ -47,12 +53,19 @@ impl CachedEmbedder {
                 for chunk in bytes.chunks_exact(rec) {
                     let mut k = [0u8; 8];
                     k.copy_from_slice(&chunk[..8]);
-                    let v = chunk[8..].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+                    let v = chunk[8..]
+                        .chunks_exact(4)
+                        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                        .collect();
                     map.insert(u64::from_le_bytes(k), v);
                 }
             }
         }
-        Self { inner, path, map: Mutex::new(map) }
+        Self {
+            inner,
+            path,
+            map: Mutex::new(map),
+        }
     }
 
     /// Writes the cache file.
@@ -87,7 +100,11 @@ impl EmbeddingProvider for CachedEmbedder {
         let space = self.space();
         let missing: Vec<&str> = {
             let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-            texts.iter().copied().filter(|t| !map.contains_key(&key(t))).collect()
+            texts
+                .iter()
+                .copied()
+                .filter(|t| !map.contains_key(&key(t)))
+                .collect()
         };
         if !missing.is_empty() {
             let fresh = memory_core::embed_all(self.inner.as_ref(), &missing).await?;
