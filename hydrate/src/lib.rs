@@ -1,2 +1,100 @@
-//! Context hydration: sources and providers, `ContextRequest -> PromptIR -> CompiledPrompt`.
-//! Not built yet: this crate is empty until its issue lands, and nothing depends on it.
+//! Context hydration: sources and providers, `ContextRequest -> PromptIR -> CompiledPrompt`,
+//! with an explain report.
+//!
+//! ```text
+//! ContextRequest + Scope ─► hydrate ─► PromptIR ─► compile ─► CompiledPrompt ─► ChatModel
+//!                             │                       │        (messages + tools
+//!          sources, each under a deadline    budget (prompt-ir's compress),  + ExplainReport)
+//!          (temporal, knowledge, semantic,   stable prefix first, recalled
+//!           graph, vector, web)              data in delimited blocks
+//! ```
+//!
+//! # Code map
+//!
+//! - `source`: [`SourceKind`], the common [`SourceParams`], [`SourceQuery`], [`SourceItem`],
+//!   [`SourceOutput`] and the object-safe [`ContextSource`] trait.
+//! - `provider`: [`SourceProvider`] (capabilities, builders per kind, [`ProviderConfig`] with
+//!   identity, options and redacted [`Auth`]), option precedence ([`resolve_options`]),
+//!   source precedence ([`plan_sources`]), the [`Reranker`] family ([`NoopReranker`]).
+//! - `memory`: the memory-backed provider ([`memory_provider`], [`MemorySource`]) over any
+//!   `Arc<dyn MemoryBackend>`, with the hybrid → keyword fallback recorded.
+//! - `scoring`: the retrieval score (similarity, recency decay, importance, access), with
+//!   its formula in the module docs.
+//! - `hydrate`: [`HydrationConfig`], [`HydrateInput`], [`hydrate()`] → [`Hydrated`].
+//! - `compile`: [`compile()`] → [`CompiledPrompt`]; the message layout is in its module docs.
+//! - `render`: the `<recalled-memory>` blocks and [`escape_data`].
+//! - `report`: [`ExplainReport`], [`SourceReport`], [`Degradation`].
+//! - `chat`: [`ChatMessage`], [`ToolSpec`], [`ChatResponse`] and the [`ChatModel`] trait.
+//! - `ops`: [`Ops`] (`infer`, `infer_raw`, `remember`, `recall`, `forget`) and
+//!   [`memory_tools`].
+//!
+//! # Invariants
+//!
+//! - Names traits from `memory-core` (`MemoryBackend`, `EmbeddingProvider`), never a concrete
+//!   backend; concrete backends appear only in tests and benches.
+//! - A slow, failing or missing source never fails a request: it is skipped or cut off at its
+//!   deadline, and the report and the prompt say so.
+//! - Recalled data is always inside a `<recalled-memory>` block, escaped so it cannot close
+//!   the block; it is never put in a system message.
+//! - The first message (system prompt and constraints) and the tool specs depend only on the
+//!   config: byte-identical across requests.
+//! - Auth values are never logged, serialized, or put in prompts; prompt text reaches traces
+//!   only with [`HydrationConfig::trace_prompt_text`].
+//! - Deterministic: the same inputs (and "now") give the same prompt and report, except the
+//!   measured durations.
+//!
+//! ```no_run
+//! # async fn demo(backend: std::sync::Arc<dyn memory_core::MemoryBackend>) -> hydrate::Result<()> {
+//! use std::sync::Arc;
+//! use hydrate::{HydrateInput, HydrationConfig, compile, hydrate, memory_provider};
+//! use prompt_ir::{ContextRequest, TiktokenTokenizer, TokenBudget};
+//!
+//! let config = HydrationConfig::new("You are Ava.", Arc::new(TiktokenTokenizer::for_model("gpt-4o")?))
+//!     .with_provider(memory_provider(backend, None));
+//! let scope = memory_core::Scope::for_user("42")?.in_chat("7")?;
+//! let input = HydrateInput::new(scope, ContextRequest::new("What is my cat called?", TokenBudget::new(8000)?));
+//! let prompt = compile(&config, &hydrate(&config, &input).await?)?;
+//! for d in &prompt.report.degradations { eprintln!("degraded: {d}"); }
+//! # Ok(()) }
+//! ```
+
+mod chat;
+mod compile;
+mod error;
+mod hydrate;
+mod memory;
+mod ops;
+mod provider;
+mod render;
+mod report;
+pub mod scoring;
+mod source;
+
+pub use chat::{ChatMessage, ChatModel, ChatResponse, ChatRole, ToolCall, ToolSpec};
+pub use compile::{CompiledPrompt, MESSAGE_OVERHEAD_TOKENS, compile, prepare};
+pub use error::{Error, Result};
+pub use hydrate::{
+    Block, HydrateInput, Hydrated, HydrationConfig, SectionInfo, SessionState, hydrate,
+};
+pub use memory::{
+    MemoryOptions, MemorySource, OPT_RECORD_ACCESS, OPT_SEARCH, OPT_SEMANTIC_WEIGHT,
+    OPT_USER_KNOWLEDGE, SearchPreference, memory_provider,
+};
+pub use ops::{
+    DEFAULT_MAX_STEPS, FORGET, Inference, MAX_RECALL, Ops, RECALL, REMEMBER, ToolRun, memory_tools,
+};
+pub use provider::{
+    Auth, BuildContext, NoopReranker, OptionOrigin, ProviderCapabilities, ProviderConfig,
+    ProviderIdentity, ProviderOptions, Reranker, ResolvedOption, ResolvedOptions, Secret,
+    SourceBuilder, SourceChoice, SourceProvider, plan_sources, resolve_options,
+};
+pub use render::{DATA_TAG, DEFAULT_CONSTRAINTS, escape_data};
+pub use report::{
+    BudgetExplain, Degradation, DegradationKind, ExplainReport, ScoreExplain, SectionExplain,
+    SourceReport, SourceStatus, ToolExplain,
+};
+pub use scoring::ScoringWeights;
+pub use source::{
+    ContextSource, Honours, QueryEmbeddings, SourceItem, SourceKind, SourceOutput, SourceParams,
+    SourceQuery,
+};

@@ -1,0 +1,115 @@
+//! The crate's one error type: everything hydrate, compile and the agent ops can fail with.
+
+use memory_core::{BoxError, MemoryError};
+
+/// Everything that can go wrong in `hydrate`.
+///
+/// A failing or slow *context source* is not an error: it becomes a degradation in the
+/// explain report and the prompt is built without it. These variants are for what the
+/// caller must handle.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A memory backend or embedding provider failed or refused the request (an
+    /// unadvertised capability, a foreign id, bad input).
+    #[error("memory: {0}")]
+    Memory(#[from] MemoryError),
+
+    /// The prompt could not be built: a duplicate section id or tool name, a tool schema
+    /// that is not an object, a zero budget.
+    #[error("prompt: {0}")]
+    Prompt(#[from] prompt_ir::Error),
+
+    /// A provider option has a value of the wrong type or outside its range.
+    #[error("provider `{provider}` option `{key}` is {found}, expected {expected}")]
+    BadOption {
+        /// The provider whose option it is.
+        provider: String,
+        /// The option's key.
+        key: String,
+        /// The value that was given, as JSON.
+        found: String,
+        /// What is accepted.
+        expected: &'static str,
+    },
+
+    /// A value handed to this crate is not acceptable.
+    #[error("invalid {field}: {problem}")]
+    InvalidInput {
+        /// Which input was wrong (`scoring weights`, `max steps`, ...).
+        field: &'static str,
+        /// What was wrong with it and what was expected.
+        problem: String,
+    },
+
+    /// A context source failed for a reason of its own (not a memory backend error).
+    #[error("source `{name}` failed: {message}")]
+    Source {
+        /// The source's name.
+        name: String,
+        /// What went wrong, for people.
+        message: String,
+        /// The underlying error, if any.
+        #[source]
+        source: Option<BoxError>,
+    },
+
+    /// The chat model failed (server down, bad response, refused request).
+    #[error("chat model `{model}` failed: {message}")]
+    Model {
+        /// The model's name.
+        model: String,
+        /// What went wrong, for people.
+        message: String,
+        /// The underlying error, if any.
+        #[source]
+        source: Option<BoxError>,
+    },
+
+    /// The model was still calling tools when the step limit was reached.
+    #[error(
+        "chat model `{model}` was still calling tools after {steps} steps; raise the step \
+         limit or check the tool results it gets"
+    )]
+    MaxSteps {
+        /// The model's name.
+        model: String,
+        /// The limit that was reached.
+        steps: usize,
+    },
+}
+
+impl Error {
+    /// Shorthand for [`Error::Model`] with an underlying error, for `ChatModel` implementations.
+    pub fn model(
+        model: impl Into<String>,
+        message: impl Into<String>,
+        source: impl Into<BoxError>,
+    ) -> Self {
+        Self::Model {
+            model: model.into(),
+            message: message.into(),
+            source: Some(source.into()),
+        }
+    }
+
+    /// Shorthand for [`Error::Source`] without an underlying error.
+    pub fn source_failed(name: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::Source {
+            name: name.into(),
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// Shorthand for [`Error::InvalidInput`].
+    pub fn invalid(field: &'static str, problem: impl Into<String>) -> Self {
+        Self::InvalidInput {
+            field,
+            problem: problem.into(),
+        }
+    }
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

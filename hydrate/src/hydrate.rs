@@ -1,0 +1,942 @@
+//! `hydrate`: a [`ContextRequest`] for a scope becomes a [`PromptIR`] of static sections
+//! (system prompt, constraints), tools, state sections (time, project, user, goal) and one
+//! section per retrieved item, fetched from every wanted source concurrently, each under its
+//! own deadline.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use memory_core::{Embedding, MemoryId, Scope, Timestamp};
+use prompt_ir::{
+    ContentHash, ContextRequest, Priority, PromptIR, Relevance, Section, SectionSource,
+    TokenBudget, Tokenizer, ToolDef,
+};
+use serde::Serialize;
+use tracing::Instrument;
+
+use crate::error::{Error, Result};
+use crate::ops::memory_tools;
+use crate::provider::{
+    NoopReranker, ProviderOptions, Reranker, ResolvedOptions, SourceChoice, SourceProvider,
+    plan_sources,
+};
+use crate::render::{self, DEFAULT_CONSTRAINTS};
+use crate::report::{Degradation, DegradationKind, ScoreExplain, SourceReport, SourceStatus};
+use crate::scoring::{ScoringWeights, score_item};
+use crate::source::{
+    ContextSource, QueryEmbeddings, SourceItem, SourceKind, SourceOutput, SourceParams, SourceQuery,
+};
+
+/// Sections longer than this many bytes may be truncated (at a sentence or line boundary)
+/// instead of only kept whole or dropped.
+const SHRINKABLE_BYTES: usize = 400;
+/// The smallest useful size of a shrinkable item, in tokens.
+const MIN_ITEM_TOKENS: u32 = 32;
+
+/// Everything about hydration that does not change from request to request: the static
+/// prompt, tools, which kinds of context to fetch and from whom, limits, deadlines, scoring.
+#[derive(Clone)]
+pub struct HydrationConfig {
+    /// The system prompt (the start of the stable prefix).
+    pub system_prompt: String,
+    /// Rules about recalled data, after the system prompt in the stable prefix; empty to
+    /// leave out. Defaults to [`DEFAULT_CONSTRAINTS`].
+    pub constraints: String,
+    /// The application's tools. Give them [`Priority::Critical`] to keep them (and so the
+    /// stable prefix) even when the budget is tight; High tools may be dropped.
+    pub tools: Vec<ToolDef>,
+    /// Whether to offer the memory tools (`remember`, `recall`, `forget`; see
+    /// [`crate::Ops`]) after the application's tools. Default on.
+    pub memory_tools: bool,
+    /// The kinds of context wanted. Default: temporal, knowledge, semantic.
+    pub kinds: BTreeSet<SourceKind>,
+    /// Sources set explicitly; they win over providers.
+    pub sources: BTreeMap<SourceKind, Arc<dyn ContextSource>>,
+    /// Providers, in precedence order (earlier ones win).
+    pub providers: Vec<SourceProvider>,
+    /// Bot/app state options, per provider name (below request and runtime options).
+    pub app_options: BTreeMap<String, ProviderOptions>,
+    /// Reranks each source's scored items (not the recent conversation). Default: no-op.
+    pub reranker: Arc<dyn Reranker>,
+    /// How items are scored.
+    pub scoring: ScoringWeights,
+    /// Deadline of each source unless [`HydrationConfig::deadlines`] names its kind.
+    /// Default 2 s.
+    pub deadline: Duration,
+    /// Per-kind deadlines.
+    pub deadlines: BTreeMap<SourceKind, Duration>,
+    /// At most this many knowledge items. Default 10.
+    pub knowledge_limit: usize,
+    /// At most this many items from graph, vector and web sources. Default 5.
+    pub extra_limit: usize,
+    /// Each source may fill at most this share of the available budget. Default 0.5.
+    pub source_token_share: f64,
+    /// Counts tokens (of sources' items, and when compiling).
+    pub tokenizer: Arc<dyn Tokenizer>,
+    /// Put the rendered prompt in trace events (off by default: prompts hold personal data).
+    pub trace_prompt_text: bool,
+}
+
+impl HydrationConfig {
+    /// A config with `system_prompt`, counting with `tokenizer`, and the defaults above; add
+    /// providers or sources to fetch context.
+    pub fn new(system_prompt: impl Into<String>, tokenizer: Arc<dyn Tokenizer>) -> Self {
+        Self {
+            system_prompt: system_prompt.into(),
+            constraints: DEFAULT_CONSTRAINTS.to_owned(),
+            tools: Vec::new(),
+            memory_tools: true,
+            kinds: SourceKind::MEMORY.into_iter().collect(),
+            sources: BTreeMap::new(),
+            providers: Vec::new(),
+            app_options: BTreeMap::new(),
+            reranker: Arc::new(NoopReranker),
+            scoring: ScoringWeights::default(),
+            deadline: Duration::from_secs(2),
+            deadlines: BTreeMap::new(),
+            knowledge_limit: 10,
+            extra_limit: 5,
+            source_token_share: 0.5,
+            tokenizer,
+            trace_prompt_text: false,
+        }
+    }
+
+    /// Adds a provider after the existing ones.
+    pub fn with_provider(mut self, provider: SourceProvider) -> Self {
+        self.providers.push(provider);
+        self
+    }
+
+    /// Sets the source of `kind` explicitly (and wants the kind).
+    pub fn with_source(mut self, kind: SourceKind, source: Arc<dyn ContextSource>) -> Self {
+        self.kinds.insert(kind);
+        self.sources.insert(kind, source);
+        self
+    }
+
+    /// Wants another kind of context.
+    pub fn with_kind(mut self, kind: SourceKind) -> Self {
+        self.kinds.insert(kind);
+        self
+    }
+
+    /// Adds an application tool.
+    pub fn with_tool(mut self, tool: ToolDef) -> Self {
+        self.tools.push(tool);
+        self
+    }
+
+    /// Sets bot/app state options for the provider named `provider`.
+    pub fn with_app_options(
+        mut self,
+        provider: impl Into<String>,
+        options: ProviderOptions,
+    ) -> Self {
+        self.app_options.insert(provider.into(), options);
+        self
+    }
+
+    /// Sets the default per-source deadline.
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// Sets the deadline of one kind.
+    pub fn with_deadline_for(mut self, kind: SourceKind, deadline: Duration) -> Self {
+        self.deadlines.insert(kind, deadline);
+        self
+    }
+
+    /// The deadline of `kind`.
+    pub fn deadline_for(&self, kind: SourceKind) -> Duration {
+        self.deadlines.get(&kind).copied().unwrap_or(self.deadline)
+    }
+}
+
+impl fmt::Debug for HydrationConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HydrationConfig")
+            .field("system_prompt_bytes", &self.system_prompt.len())
+            .field(
+                "tools",
+                &self.tools.iter().map(ToolDef::name).collect::<Vec<_>>(),
+            )
+            .field("memory_tools", &self.memory_tools)
+            .field("kinds", &self.kinds)
+            .field("sources", &self.sources)
+            .field("providers", &self.providers)
+            .field("app_options", &self.app_options)
+            .field("reranker", &self.reranker)
+            .field("scoring", &self.scoring)
+            .field("deadline", &self.deadline)
+            .field("deadlines", &self.deadlines)
+            .field("knowledge_limit", &self.knowledge_limit)
+            .field("extra_limit", &self.extra_limit)
+            .field("source_token_share", &self.source_token_share)
+            .field("tokenizer", &self.tokenizer.name())
+            .field("trace_prompt_text", &self.trace_prompt_text)
+            .finish()
+    }
+}
+
+/// Current state the application knows, rendered as state sections after the stable prefix.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SessionState {
+    /// The project or task being worked on.
+    pub project: Option<String>,
+    /// Who the user is (display name, preferences the app holds).
+    pub user: Option<String>,
+    /// Further state lines, by label.
+    pub extra: BTreeMap<String, String>,
+}
+
+/// One request to hydrate: who for, what for, and when.
+#[derive(Clone, Debug)]
+pub struct HydrateInput {
+    /// The scope whose memories may be used (knowledge may add its user-level scope).
+    pub scope: Scope,
+    /// The observation, goal, strategy and budget.
+    pub request: ContextRequest,
+    /// "Now": ages, validity and the time shown in the prompt are measured from it.
+    pub now: Timestamp,
+    /// State sections.
+    pub state: SessionState,
+    /// Request-level options per provider name.
+    pub provider_options: BTreeMap<String, ProviderOptions>,
+    /// A precomputed vector of the observation, used instead of embedding it.
+    pub query_vector: Option<Embedding>,
+}
+
+impl HydrateInput {
+    /// A request for `scope`, now, with no state or options.
+    pub fn new(scope: Scope, request: ContextRequest) -> Self {
+        Self {
+            scope,
+            request,
+            now: Timestamp::now(),
+            state: SessionState::default(),
+            provider_options: BTreeMap::new(),
+            query_vector: None,
+        }
+    }
+
+    /// Sets "now".
+    pub fn at(mut self, now: Timestamp) -> Self {
+        self.now = now;
+        self
+    }
+
+    /// Sets the state.
+    pub fn with_state(mut self, state: SessionState) -> Self {
+        self.state = state;
+        self
+    }
+
+    /// Sets request-level options for the provider named `provider`.
+    pub fn with_provider_options(
+        mut self,
+        provider: impl Into<String>,
+        options: ProviderOptions,
+    ) -> Self {
+        self.provider_options.insert(provider.into(), options);
+        self
+    }
+
+    /// Supplies a precomputed vector of the observation.
+    pub fn with_query_vector(mut self, vector: Embedding) -> Self {
+        self.query_vector = Some(vector);
+        self
+    }
+
+    /// The request's hash: scope, observation, goal, strategy, budget, state and options
+    /// (not "now"), as canonical JSON hashed with the Prompt IR's content hash.
+    pub fn request_hash(&self) -> String {
+        let value = serde_json::json!({
+            "scope": self.scope,
+            "request": self.request,
+            "state": self.state,
+            "provider_options": self.provider_options,
+            "query_vector": self.query_vector.as_ref().map(|v| v.space().to_string()),
+        });
+        ContentHash::of(&canonical_json(&value)).to_string()
+    }
+}
+
+/// JSON text with object keys sorted at every level, whatever serde_json's `preserve_order`.
+pub(crate) fn canonical_json(value: &serde_json::Value) -> String {
+    fn sorted(value: &serde_json::Value) -> serde_json::Value {
+        match value {
+            serde_json::Value::Object(map) => {
+                let mut entries: Vec<(&String, &serde_json::Value)> = map.iter().collect();
+                entries.sort_by(|a, b| a.0.cmp(b.0));
+                serde_json::Value::Object(
+                    entries
+                        .into_iter()
+                        .map(|(k, v)| (k.clone(), sorted(v)))
+                        .collect(),
+                )
+            }
+            serde_json::Value::Array(items) => {
+                serde_json::Value::Array(items.iter().map(sorted).collect())
+            }
+            other => other.clone(),
+        }
+    }
+    sorted(value).to_string()
+}
+
+/// Which message a section renders into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Block {
+    /// The stable prefix: system prompt and constraints.
+    System,
+    /// Current state: time, project, user, goal.
+    State,
+    /// Recalled data of one kind, in a delimited block.
+    Data(SourceKind),
+    /// The observation (the user's new message).
+    Observation,
+}
+
+impl Block {
+    /// `system`, `state`, or the source kind's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Block::System => "system",
+            Block::State => "state",
+            Block::Data(kind) => kind.as_str(),
+            Block::Observation => "observation",
+        }
+    }
+
+    /// The block a section of `source` renders into when hydrate did not say.
+    pub(crate) fn of_source(source: &SectionSource) -> Block {
+        match source {
+            SectionSource::Static(_) => Block::System,
+            SectionSource::State(_) => Block::State,
+            SectionSource::Conditional(name) if name == "web" => Block::Data(SourceKind::Web),
+            SectionSource::Conditional(_) => Block::State,
+            SectionSource::Temporal => Block::Data(SourceKind::Temporal),
+            SectionSource::Semantic(_) => Block::Data(SourceKind::Semantic),
+            SectionSource::Knowledge => Block::Data(SourceKind::Knowledge),
+        }
+    }
+}
+
+/// What hydrate knows about one section beyond the Prompt IR.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SectionInfo {
+    /// The message it renders into.
+    pub block: Block,
+    /// The memory it shows, if one.
+    pub memory_id: Option<MemoryId>,
+    /// How a retrieved item scored.
+    pub scores: Option<ScoreExplain>,
+}
+
+/// The result of [`hydrate`]: the Prompt IR and what is needed to compile and explain it.
+#[derive(Clone, Debug)]
+pub struct Hydrated {
+    /// The prompt, before budgeting.
+    pub ir: PromptIR,
+    /// Per-section facts, by section id.
+    pub sections: BTreeMap<String, SectionInfo>,
+    /// One report per wanted kind of context, in precedence order.
+    pub sources: Vec<SourceReport>,
+    /// Everything that was served less well than asked.
+    pub degradations: Vec<Degradation>,
+    /// Kinds whose result is partial (a missed deadline or a failure midway).
+    pub partial: BTreeSet<SourceKind>,
+    /// See [`HydrateInput::request_hash`].
+    pub request_hash: String,
+    /// The request's budget.
+    pub budget: TokenBudget,
+}
+
+/// One source ready to run.
+struct Runnable {
+    kind: SourceKind,
+    source: Arc<dyn ContextSource>,
+    params: SourceParams,
+    deadline: Duration,
+    report: SourceReport,
+}
+
+enum Outcome {
+    Done,
+    Failed(Error),
+    TimedOut,
+}
+
+fn round4(x: f32) -> f64 {
+    (f64::from(x) * 10_000.0).round() / 10_000.0
+}
+
+fn score_explain(item: &SourceItem) -> ScoreExplain {
+    let r = |x: Option<f32>| x.map(round4);
+    ScoreExplain {
+        score: round4(item.score),
+        similarity: r(item.similarity),
+        semantic: r(item.breakdown.semantic),
+        keyword: r(item.breakdown.keyword),
+        recency: r(item.breakdown.recency),
+        importance: r(item.breakdown.importance),
+        access: r(item.breakdown.access),
+    }
+}
+
+fn item_label(kind: SourceKind) -> &'static str {
+    match kind {
+        SourceKind::Temporal => "Recent message",
+        SourceKind::Knowledge => "Knowledge",
+        SourceKind::Semantic => "Related past message",
+        SourceKind::Graph => "Graph fact",
+        SourceKind::Vector => "Document passage",
+        SourceKind::Web => "Web result",
+    }
+}
+
+/// Builds the Prompt IR for one request. See the crate docs for the pipeline.
+///
+/// Sources run concurrently, each under its deadline ([`HydrationConfig::deadline_for`]);
+/// a source that misses it contributes what it pushed so far, marked partial. Failing,
+/// missing and degraded sources are reported, never fatal. Must run inside a Tokio runtime
+/// with the time driver enabled.
+pub async fn hydrate(config: &HydrationConfig, input: &HydrateInput) -> Result<Hydrated> {
+    let span = tracing::info_span!(
+        "hydrate",
+        gen_ai.operation.name = "hydrate",
+        gen_ai.request.max_tokens = input.request.budget.total(),
+        hydrate.sources = tracing::field::Empty,
+        hydrate.items = tracing::field::Empty,
+        hydrate.sections = tracing::field::Empty,
+        hydrate.tokens = tracing::field::Empty,
+        hydrate.degradations = tracing::field::Empty,
+        duration_ms = tracing::field::Empty,
+    );
+    hydrate_inner(config, input, span.clone())
+        .instrument(span)
+        .await
+}
+
+async fn hydrate_inner(
+    config: &HydrationConfig,
+    input: &HydrateInput,
+    span: tracing::Span,
+) -> Result<Hydrated> {
+    let started = Instant::now();
+    let request = &input.request;
+    let (mut ir, mut infos) = fixed_sections(config, input)?;
+    let mut acc = Gathered::default();
+    let runnables = acc.plan(config, input);
+
+    let mut embeddings = QueryEmbeddings::new(request.observation.clone());
+    if let Some(v) = &input.query_vector {
+        embeddings = embeddings.with_vector(v.clone());
+    }
+    let queries: Vec<SourceQuery<'_>> = runnables
+        .iter()
+        .map(|r| SourceQuery {
+            kind: r.kind,
+            scope: &input.scope,
+            observation: &request.observation,
+            goal: request.goal.as_deref(),
+            params: r.params,
+            strategy: &request.strategy,
+            now: input.now,
+            embeddings: &embeddings,
+        })
+        .collect();
+    let mut outputs: Vec<SourceOutput> = runnables.iter().map(|_| SourceOutput::new()).collect();
+    let runs: Vec<_> = runnables
+        .iter()
+        .zip(&queries)
+        .zip(outputs.iter_mut())
+        .map(|((r, q), out)| run_source(r.source.as_ref(), q, out, r.deadline))
+        .collect();
+    let outcomes = join_all(runs).await;
+
+    // In precedence order (runnables are in kind order), so the earlier kind keeps a memory
+    // two sources returned.
+    let mut returned = 0usize;
+    for (((r, query), out), (outcome, elapsed)) in runnables
+        .into_iter()
+        .zip(&queries)
+        .zip(outputs)
+        .zip(outcomes)
+    {
+        let (items, notes, search) = out.into_parts();
+        let mut r = r;
+        r.report.elapsed_ms = (elapsed.as_secs_f64() * 1e6).round() / 1e3;
+        r.report.search = search;
+        r.report.returned = items.len();
+        returned += items.len();
+        let kind = r.kind;
+        acc.degradations
+            .extend(notes.into_iter().map(|d| d.for_source(kind)));
+        acc.outcome(&mut r, outcome, items.len());
+        acc.select(config, query, r, items).await?;
+    }
+    acc.reports.sort_by_key(|r| r.kind);
+
+    // Retrieved sections in render order: background first, the conversation last and in
+    // time order; within other blocks, best first.
+    let mut retrieved = std::mem::take(&mut acc.retrieved);
+    retrieved.sort_by(|(ka, ia, _), (kb, ib, _)| {
+        ka.render_rank().cmp(&kb.render_rank()).then_with(|| {
+            if *ka == SourceKind::Temporal {
+                ia.created_at.cmp(&ib.created_at).then(ia.key.cmp(&ib.key))
+            } else {
+                std::cmp::Ordering::Equal
+            }
+        })
+    });
+    span.record("hydrate.sections", retrieved.len());
+    span.record(
+        "hydrate.tokens",
+        retrieved
+            .iter()
+            .filter_map(|(_, _, s)| s.tokens())
+            .fold(0, u32::saturating_add),
+    );
+    for (kind, item, section) in retrieved {
+        infos.insert(
+            section.id().to_owned(),
+            SectionInfo {
+                block: Block::Data(kind),
+                memory_id: item.memory_id,
+                scores: Some(score_explain(&item)),
+            },
+        );
+        ir.push_section(section)?;
+    }
+
+    span.record("hydrate.sources", acc.reports.len());
+    span.record("hydrate.items", returned);
+    span.record("hydrate.degradations", acc.degradations.len());
+    span.record("duration_ms", started.elapsed().as_secs_f64() * 1e3);
+
+    Ok(Hydrated {
+        ir,
+        sections: infos,
+        sources: acc.reports,
+        degradations: acc.degradations,
+        partial: acc.partial,
+        request_hash: input.request_hash(),
+        budget: request.budget.clone(),
+    })
+}
+
+/// The IR with everything that is not retrieved: the stable prefix (system prompt,
+/// constraints, tools), then the state sections.
+fn fixed_sections(
+    config: &HydrationConfig,
+    input: &HydrateInput,
+) -> Result<(PromptIR, BTreeMap<String, SectionInfo>)> {
+    let request = &input.request;
+    let mut ir = PromptIR::new(input.now.to_datetime());
+    ir.set_observation(request.observation.clone());
+    ir.set_budget(request.budget.clone());
+    ir.set_strategy(request.strategy.clone());
+    let mut infos = BTreeMap::new();
+    let mut push = |ir: &mut PromptIR, section: Section, block: Block| -> Result<()> {
+        let info = SectionInfo {
+            block,
+            memory_id: None,
+            scores: None,
+        };
+        infos.insert(section.id().to_owned(), info);
+        Ok(ir.push_section(section)?)
+    };
+
+    // The stable prefix: byte-identical for every request with the same config.
+    for (id, label, text) in [
+        ("system", "System prompt", &config.system_prompt),
+        ("constraints", "Constraints", &config.constraints),
+    ] {
+        if !text.trim().is_empty() {
+            let s = Section::new(id, label, SectionSource::Static(id.into()), text.clone())?;
+            push(&mut ir, s, Block::System)?;
+        }
+    }
+    for tool in &config.tools {
+        ir.push_tool(tool.clone())?;
+    }
+    if config.memory_tools {
+        for tool in memory_tools()? {
+            ir.push_tool(tool)?;
+        }
+    }
+
+    // State: changes between requests, so it comes after the prefix.
+    let now = input.now.to_datetime();
+    let time = format!(
+        "Current time: {} UTC ({})",
+        now.format("%Y-%m-%d %H:%M"),
+        now.format("%A")
+    );
+    let mut state: Vec<(String, String, String)> =
+        vec![("time".into(), "Current time".into(), time)];
+    let mut line = |name: &str, label: &str, value: &Option<String>| {
+        if let Some(v) = value {
+            state.push((name.into(), label.into(), format!("{label}: {v}")));
+        }
+    };
+    line("project", "Project", &input.state.project);
+    line("user", "User", &input.state.user);
+    line("goal", "Goal", &request.goal);
+    for (label, value) in &input.state.extra {
+        state.push((
+            format!("extra:{label}"),
+            label.clone(),
+            format!("{label}: {value}"),
+        ));
+    }
+    for (name, label, content) in state {
+        let id = format!("state:{name}");
+        let s = Section::new(id, label, SectionSource::State(name), content)?;
+        push(&mut ir, s, Block::State)?;
+    }
+    Ok((ir, infos))
+}
+
+/// What the sources gave, as it is gathered.
+#[derive(Default)]
+struct Gathered {
+    reports: Vec<SourceReport>,
+    degradations: Vec<Degradation>,
+    partial: BTreeSet<SourceKind>,
+    /// Memories already placed, for de-duplication across kinds.
+    seen: HashSet<MemoryId>,
+    retrieved: Vec<(SourceKind, SourceItem, Section)>,
+}
+
+impl Gathered {
+    fn degrade(&mut self, kind: SourceKind, what: DegradationKind, message: String) {
+        self.degradations
+            .push(Degradation::new(what, message).for_source(kind));
+    }
+
+    /// Who serves each wanted kind, with its parameters; skipped, missing and unbuildable
+    /// kinds are reported here.
+    fn plan(&mut self, config: &HydrationConfig, input: &HydrateInput) -> Vec<Runnable> {
+        let strategy = &input.request.strategy;
+        let disabled = |kind: SourceKind| match kind {
+            SourceKind::Temporal => strategy.temporal_window == 0,
+            SourceKind::Semantic => strategy.semantic_limit == 0,
+            SourceKind::Knowledge => !strategy.include_knowledge || config.knowledge_limit == 0,
+            _ => config.extra_limit == 0,
+        };
+        let (off, wanted): (BTreeSet<SourceKind>, BTreeSet<SourceKind>) =
+            config.kinds.iter().partition(|&&k| disabled(k));
+        for kind in off {
+            self.reports
+                .push(SourceReport::new(kind, SourceStatus::Skipped));
+        }
+        let available = input.request.budget.available();
+        let max_tokens = (f64::from(available) * config.source_token_share.clamp(0.0, 1.0)) as u32;
+        let count = |n: u32| usize::try_from(n).unwrap_or(usize::MAX);
+        let params_for = |kind: SourceKind| SourceParams {
+            max_items: match kind {
+                SourceKind::Temporal => count(strategy.temporal_window),
+                SourceKind::Semantic => count(strategy.semantic_limit),
+                SourceKind::Knowledge => config.knowledge_limit,
+                _ => config.extra_limit,
+            },
+            max_tokens,
+            threshold: match kind {
+                SourceKind::Semantic | SourceKind::Vector => {
+                    Some(strategy.semantic_threshold.get() as f32)
+                }
+                _ => None,
+            },
+        };
+
+        let mut runnables = Vec::new();
+        for (kind, choice) in plan_sources(&wanted, &config.sources, &config.providers) {
+            let mut report = SourceReport::new(kind, SourceStatus::Complete);
+            let source = match choice {
+                SourceChoice::Missing => {
+                    report.status = SourceStatus::Missing;
+                    self.reports.push(report);
+                    self.degrade(
+                        kind,
+                        DegradationKind::MissingProvider,
+                        format!("no source or provider supplies {kind} context; branch skipped"),
+                    );
+                    continue;
+                }
+                SourceChoice::Explicit(source) => Arc::clone(source),
+                SourceChoice::Provider(provider) => {
+                    report.provider = Some(provider.name().to_owned());
+                    match build_from_provider(provider, kind, config, input, &mut report) {
+                        Ok(source) => source,
+                        Err(d) => {
+                            report.status = SourceStatus::Failed;
+                            self.reports.push(report);
+                            self.degradations.push(d.for_source(kind));
+                            continue;
+                        }
+                    }
+                }
+            };
+            report.source = Some(source.name().to_owned());
+            let params = params_for(kind);
+            report.params = Some(params);
+            runnables.push(Runnable {
+                kind,
+                source,
+                params,
+                deadline: config.deadline_for(kind),
+                report,
+            });
+        }
+        runnables
+    }
+
+    /// Records how a fetch ended: a timeout or a failure makes the result partial (or
+    /// failed, if nothing arrived) and is a degradation.
+    fn outcome(&mut self, r: &mut Runnable, outcome: Outcome, arrived: usize) {
+        let name = r.source.name();
+        match outcome {
+            Outcome::Done => {}
+            Outcome::TimedOut => {
+                r.report.status = SourceStatus::Partial;
+                self.partial.insert(r.kind);
+                let message = format!(
+                    "{name} missed its {} ms deadline; kept the {arrived} item(s) it found before",
+                    r.deadline.as_millis(),
+                );
+                self.degrade(r.kind, DegradationKind::Timeout, message);
+            }
+            Outcome::Failed(e) => {
+                r.report.status = if arrived == 0 {
+                    SourceStatus::Failed
+                } else {
+                    self.partial.insert(r.kind);
+                    SourceStatus::Partial
+                };
+                tracing::warn!(source = name, kind = r.kind.as_str(), error = %e, "context source failed");
+                let message =
+                    format!("{name} failed: {e}; kept the {arrived} item(s) it found before");
+                self.degrade(r.kind, DegradationKind::SourceFailed, message);
+            }
+        }
+    }
+
+    /// Scores, filters, reranks and de-duplicates one source's items, applies the limits it
+    /// does not honour itself, and keeps the survivors as sections.
+    async fn select(
+        &mut self,
+        config: &HydrationConfig,
+        query: &SourceQuery<'_>,
+        r: Runnable,
+        mut items: Vec<SourceItem>,
+    ) -> Result<()> {
+        let Runnable {
+            kind,
+            source,
+            params,
+            mut report,
+            ..
+        } = r;
+        for item in &mut items {
+            score_item(
+                item,
+                query.now,
+                query.strategy.recency_decay,
+                config.scoring,
+            );
+        }
+        let before = items.len();
+        if !source.honours().threshold
+            && let Some(t) = params.threshold
+        {
+            items.retain(|i| i.similarity.is_none_or(|s| s >= t));
+        }
+        let mut over_limits = before - items.len();
+        rank(kind, &mut items);
+        if kind != SourceKind::Temporal && items.len() > 1 {
+            let n = items.len();
+            match config.reranker.rerank(query, items.clone()).await {
+                Ok(reranked) => {
+                    over_limits += n.saturating_sub(reranked.len());
+                    items = reranked;
+                }
+                Err(e) => {
+                    let message = format!(
+                        "reranker {} failed: {e}; kept the scored order",
+                        config.reranker.name()
+                    );
+                    self.degrade(kind, DegradationKind::RerankFailed, message);
+                }
+            }
+        }
+        // Limits are applied here even when the source honours them: de-duplication may
+        // have changed what is left, and applying a limit twice is harmless.
+        let mut keys: HashSet<String> = HashSet::new();
+        for item in items {
+            let duplicate = match item.memory_id {
+                Some(id) => self.seen.contains(&id),
+                None => !keys.insert(item.key.clone()),
+            };
+            if duplicate {
+                report.duplicates += 1;
+                continue;
+            }
+            if report.kept >= params.max_items {
+                over_limits += 1;
+                continue;
+            }
+            let mut section = item_section(kind, &item)?;
+            let tokens = section.count_tokens(config.tokenizer.as_ref());
+            if report.tokens.saturating_add(tokens) > params.max_tokens {
+                over_limits += 1;
+                continue;
+            }
+            if let Some(id) = item.memory_id {
+                self.seen.insert(id);
+            }
+            report.kept += 1;
+            report.tokens = report.tokens.saturating_add(tokens);
+            self.retrieved.push((kind, item, section));
+        }
+        report.over_limits = over_limits;
+        tracing::debug!(
+            gen_ai.source.kind = kind.as_str(),
+            gen_ai.source.name = source.name(),
+            gen_ai.source.status = ?report.status,
+            gen_ai.source.returned = report.returned,
+            gen_ai.source.kept = report.kept,
+            gen_ai.source.tokens = report.tokens,
+            duration_ms = report.elapsed_ms,
+            "context source"
+        );
+        self.reports.push(report);
+        Ok(())
+    }
+}
+
+/// Builds a provider's source for this request, or says why it cannot be used.
+fn build_from_provider(
+    provider: &SourceProvider,
+    kind: SourceKind,
+    config: &HydrationConfig,
+    input: &HydrateInput,
+    report: &mut SourceReport,
+) -> std::result::Result<Arc<dyn ContextSource>, Degradation> {
+    if !provider.config().identity.admits(&input.scope) {
+        return Err(Degradation::new(
+            DegradationKind::IdentityMismatch,
+            format!(
+                "provider {} is configured for another identity than this request's scope; not used",
+                provider.name()
+            ),
+        ));
+    }
+    let options: ResolvedOptions = provider.resolve(
+        config.app_options.get(provider.name()),
+        input.provider_options.get(provider.name()),
+    );
+    report.options = options.clone();
+    match provider.build(kind, &options) {
+        Ok(Some(source)) => Ok(source),
+        Ok(None) => Err(Degradation::new(
+            DegradationKind::ProviderFailed,
+            format!("provider {} built no {kind} source", provider.name()),
+        )),
+        Err(e) => Err(Degradation::new(
+            DegradationKind::ProviderFailed,
+            format!(
+                "provider {} could not build its {kind} source: {e}",
+                provider.name()
+            ),
+        )),
+    }
+}
+
+/// Best first: the conversation by time (newest first), everything else by score; ties by
+/// key, so the order is deterministic.
+fn rank(kind: SourceKind, items: &mut [SourceItem]) {
+    if kind == SourceKind::Temporal {
+        items.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.key.cmp(&b.key)));
+    } else {
+        items.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.key.cmp(&b.key)));
+    }
+}
+
+fn item_section(kind: SourceKind, item: &SourceItem) -> Result<Section> {
+    let relevance = Relevance::clamped(f64::from(item.score));
+    let line = render::item_line(item);
+    let long = line.len() > SHRINKABLE_BYTES;
+    let mut s = Section::new(
+        format!("{kind}:{}", item.key),
+        item_label(kind),
+        kind.section_source(relevance),
+        line,
+    )?
+    .with_relevance(relevance);
+    // Only the conversation is dated for compression. Other items' scores already hold the
+    // strategy's decay (and pinned memories' exemption from it); decaying them again would
+    // always sacrifice an old but exact match to small talk.
+    if kind == SourceKind::Temporal
+        && let Some(at) = item.created_at
+    {
+        s = s.with_recency(at.to_datetime());
+    }
+    if item.pinned && kind == SourceKind::Knowledge {
+        s = s.with_priority(Priority::High);
+    }
+    if long {
+        s = s.with_min_tokens(MIN_ITEM_TOKENS);
+    }
+    Ok(s)
+}
+
+async fn run_source(
+    source: &dyn ContextSource,
+    query: &SourceQuery<'_>,
+    out: &mut SourceOutput,
+    deadline: Duration,
+) -> (Outcome, Duration) {
+    let started = Instant::now();
+    let outcome = match tokio::time::timeout(deadline, source.fetch(query, out)).await {
+        Ok(Ok(())) => Outcome::Done,
+        Ok(Err(e)) => Outcome::Failed(e),
+        Err(_) => Outcome::TimedOut,
+    };
+    (outcome, started.elapsed())
+}
+
+/// Polls every future in turn until all are ready; outputs in input order. (A small
+/// `join_all`, so the crate needs no futures dependency.)
+async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut futures: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (future, slot) in futures.iter_mut().zip(outputs.iter_mut()) {
+            if slot.is_none() {
+                match future.as_mut().poll(cx) {
+                    Poll::Ready(v) => *slot = Some(v),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    outputs.into_iter().flatten().collect()
+}

@@ -1,0 +1,422 @@
+//! The memory-backed provider: temporal, knowledge and semantic context from any
+//! `Arc<dyn MemoryBackend>` (and, optionally, the embedder of its space).
+//!
+//! - **temporal**: the newest `Message` memories of the request's scope (`recent`).
+//! - **knowledge**: `Fact` memories valid now, from the request's scope and, when the
+//!   `user_knowledge` option is on, from the user-level scope (same tenant and user, no chat
+//!   or thread): the newest ones plus the ones a search finds relevant.
+//! - **semantic**: related past `Message` memories found by searching for the observation,
+//!   over-fetched by the temporal window so that, once messages already in the recent
+//!   conversation are removed (hydrate de-duplicates by memory id), enough remain.
+//!
+//! Searches use the `search` option (default hybrid) when the backend advertises it, and
+//! otherwise fall back (hybrid → keyword → semantic) and record the degradation, e.g. "asked
+//! hybrid, got keyword". The observation is embedded once per request and space (see
+//! [`QueryEmbeddings`](crate::QueryEmbeddings)); a precomputed query vector is used as is.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use memory_core::{
+    Capability, EmbeddingProvider, Filter, HybridWeights, MemoryBackend, MemoryKind, Scope,
+    SearchMode, SearchRequest,
+};
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::provider::{
+    BuildContext, ProviderCapabilities, ProviderOptions, ResolvedOptions, SourceBuilder,
+    SourceProvider,
+};
+use crate::report::DegradationKind;
+use crate::source::{ContextSource, Honours, SourceItem, SourceKind, SourceOutput, SourceQuery};
+
+/// Option key: how to search, `"hybrid"` (default), `"semantic"` or `"keyword"`.
+pub const OPT_SEARCH: &str = "search";
+/// Option key: whether knowledge also reads the user-level scope (default `true`).
+pub const OPT_USER_KNOWLEDGE: &str = "user_knowledge";
+/// Option key: whether searches count their hits as recalled (default `true`; this is what
+/// makes access frequency mean something).
+pub const OPT_RECORD_ACCESS: &str = "record_access";
+/// Option key: the semantic share of hybrid search, from 0 to 1 (default 0.5).
+pub const OPT_SEMANTIC_WEIGHT: &str = "semantic_weight";
+
+/// How a memory source prefers to search.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SearchPreference {
+    /// Fused semantic and keyword search.
+    Hybrid,
+    /// Vector similarity only.
+    Semantic,
+    /// BM25 only.
+    Keyword,
+}
+
+/// A memory source's settings, read from its provider's resolved options.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MemoryOptions {
+    /// How to search.
+    pub search: SearchPreference,
+    /// Whether knowledge also reads the user-level scope.
+    pub user_knowledge: bool,
+    /// Whether searches count hits as recalled.
+    pub record_access: bool,
+    /// Hybrid weights.
+    pub weights: HybridWeights,
+}
+
+impl Default for MemoryOptions {
+    fn default() -> Self {
+        Self {
+            search: SearchPreference::Hybrid,
+            user_knowledge: true,
+            record_access: true,
+            weights: HybridWeights::default(),
+        }
+    }
+}
+
+impl MemoryOptions {
+    /// The provider defaults, as options.
+    pub fn defaults() -> ProviderOptions {
+        ProviderOptions::new()
+            .with(OPT_SEARCH, "hybrid")
+            .with(OPT_USER_KNOWLEDGE, true)
+            .with(OPT_RECORD_ACCESS, true)
+            .with(OPT_SEMANTIC_WEIGHT, 0.5)
+    }
+
+    /// Reads settings from resolved options; unknown keys are ignored, missing ones take
+    /// their defaults, and a value of the wrong type or range is an error naming the option.
+    pub fn from_resolved(provider: &str, options: &ResolvedOptions) -> Result<Self> {
+        let mut out = Self::default();
+        if let Some(s) = options.str(provider, OPT_SEARCH)? {
+            out.search = match s {
+                "hybrid" => SearchPreference::Hybrid,
+                "semantic" => SearchPreference::Semantic,
+                "keyword" => SearchPreference::Keyword,
+                other => {
+                    return Err(Error::BadOption {
+                        provider: provider.to_owned(),
+                        key: OPT_SEARCH.to_owned(),
+                        found: format!("{other:?}"),
+                        expected: "one of \"hybrid\", \"semantic\", \"keyword\"",
+                    });
+                }
+            };
+        }
+        if let Some(b) = options.bool(provider, OPT_USER_KNOWLEDGE)? {
+            out.user_knowledge = b;
+        }
+        if let Some(b) = options.bool(provider, OPT_RECORD_ACCESS)? {
+            out.record_access = b;
+        }
+        if let Some(w) = options.f64(provider, OPT_SEMANTIC_WEIGHT)? {
+            let bad = || Error::BadOption {
+                provider: provider.to_owned(),
+                key: OPT_SEMANTIC_WEIGHT.to_owned(),
+                found: w.to_string(),
+                expected: "a number from 0 to 1",
+            };
+            if !(0.0..=1.0).contains(&w) {
+                return Err(bad());
+            }
+            out.weights = HybridWeights::new(w as f32, 1.0 - w as f32).map_err(|_| bad())?;
+        }
+        Ok(out)
+    }
+}
+
+/// The memory-backed provider over `backend`, supplying temporal, knowledge and semantic
+/// context. `embedder` (the one of the backend's space, if any) embeds the observation once
+/// per request for every search; without it the backend embeds query text itself.
+pub fn memory_provider(
+    backend: Arc<dyn MemoryBackend>,
+    embedder: Option<Arc<dyn EmbeddingProvider>>,
+) -> SourceProvider {
+    let name = format!("memory:{}", backend.info().name);
+    let builder: Arc<dyn SourceBuilder> = Arc::new(MemorySourceBuilder { backend, embedder });
+    let caps = ProviderCapabilities::new(SourceKind::MEMORY).with_honours(MemorySource::HONOURS);
+    SourceKind::MEMORY.into_iter().fold(
+        SourceProvider::new(name, caps).with_defaults(MemoryOptions::defaults()),
+        |p, kind| p.with_builder(kind, Arc::clone(&builder)),
+    )
+}
+
+#[derive(Debug)]
+struct MemorySourceBuilder {
+    backend: Arc<dyn MemoryBackend>,
+    embedder: Option<Arc<dyn EmbeddingProvider>>,
+}
+
+impl SourceBuilder for MemorySourceBuilder {
+    fn build(&self, ctx: &BuildContext<'_>) -> Result<Arc<dyn ContextSource>> {
+        let options = MemoryOptions::from_resolved(ctx.provider, ctx.options)?;
+        Ok(Arc::new(MemorySource::new(
+            Arc::clone(&self.backend),
+            self.embedder.clone(),
+            options,
+        )))
+    }
+}
+
+/// A context source over a memory backend; serves the temporal, knowledge and semantic
+/// kinds (see the module docs). Usable on its own as an explicit source.
+#[derive(Debug, Clone)]
+pub struct MemorySource {
+    name: String,
+    backend: Arc<dyn MemoryBackend>,
+    embedder: Option<Arc<dyn EmbeddingProvider>>,
+    options: MemoryOptions,
+}
+
+impl MemorySource {
+    /// What it applies itself: the similarity threshold (the backend filters). Item and
+    /// token limits are applied by hydrate after de-duplication.
+    pub const HONOURS: Honours = Honours {
+        threshold: true,
+        max_tokens: false,
+        max_items: false,
+    };
+
+    /// A source over `backend`.
+    pub fn new(
+        backend: Arc<dyn MemoryBackend>,
+        embedder: Option<Arc<dyn EmbeddingProvider>>,
+        options: MemoryOptions,
+    ) -> Self {
+        Self {
+            name: format!("memory:{}", backend.info().name),
+            backend,
+            embedder,
+            options,
+        }
+    }
+
+    fn max_results(&self) -> usize {
+        self.backend.info().limits.max_results
+    }
+
+    async fn temporal(&self, query: &SourceQuery<'_>, out: &mut SourceOutput) -> Result<()> {
+        let limit = query.params.max_items.min(self.max_results());
+        out.set_search("recent");
+        if limit == 0 {
+            return Ok(());
+        }
+        let filter = Filter {
+            kinds: vec![MemoryKind::Message],
+            ..Filter::default()
+        };
+        let entries = self.backend.recent(query.scope, limit, &filter).await?;
+        out.extend(entries.iter().map(SourceItem::from_memory));
+        Ok(())
+    }
+
+    async fn semantic(&self, query: &SourceQuery<'_>, out: &mut SourceOutput) -> Result<()> {
+        let window = usize::try_from(query.strategy.temporal_window).unwrap_or(usize::MAX);
+        let limit = query
+            .params
+            .max_items
+            .saturating_add(window)
+            .min(self.max_results());
+        if limit == 0 {
+            return Ok(());
+        }
+        let filter = Filter {
+            kinds: vec![MemoryKind::Message],
+            ..Filter::default()
+        };
+        let Some(mut request) = self.search_request(query, out).await? else {
+            return Ok(());
+        };
+        request = request.limit(limit).filter(filter);
+        if let Some(t) = query.params.threshold {
+            request = request.threshold(t);
+        }
+        let hits = self.backend.search(query.scope, &request).await?;
+        out.extend(hits.iter().map(|h| self.hit_item(h)));
+        Ok(())
+    }
+
+    async fn knowledge(&self, query: &SourceQuery<'_>, out: &mut SourceOutput) -> Result<()> {
+        let limit = query.params.max_items.min(self.max_results());
+        if limit == 0 {
+            return Ok(());
+        }
+        let mut filter = Filter {
+            kinds: vec![MemoryKind::Fact],
+            ..Filter::default()
+        };
+        if self.backend.capabilities().supports(Capability::TimeFilter) {
+            filter.valid_at = Some(query.now);
+        }
+        let request = self
+            .search_request(query, out)
+            .await?
+            .map(|r| r.limit(limit).filter(filter.clone()));
+        let mut scopes = vec![(query.scope.clone(), None)];
+        if self.options.user_knowledge
+            && (query.scope.chat().is_some() || query.scope.thread().is_some())
+        {
+            let user = Scope::for_user(query.scope.user())?.in_tenant(query.scope.tenant())?;
+            scopes.push((user, Some("user-wide")));
+        }
+        for (scope, note) in scopes {
+            // Hits first, so a fact both recent and relevant keeps its similarity.
+            let mut found: BTreeMap<_, SourceItem> = BTreeMap::new();
+            let mut order = Vec::new();
+            if let Some(req) = &request {
+                for hit in self.backend.search(&scope, req).await? {
+                    order.push(hit.entry.id);
+                    found.insert(hit.entry.id, self.hit_item(&hit));
+                }
+            }
+            for entry in self.backend.recent(&scope, limit, &filter).await? {
+                if let std::collections::btree_map::Entry::Vacant(slot) = found.entry(entry.id) {
+                    order.push(entry.id);
+                    slot.insert(SourceItem::from_memory(&entry));
+                }
+            }
+            // Pushed per scope: if the next scope stalls past the deadline, these stay.
+            for id in order {
+                if let Some(mut item) = found.remove(&id) {
+                    if let Some(n) = note {
+                        item.note = Some(n.to_owned());
+                    }
+                    out.push(item);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A hit as an item. A search that records access has already counted itself; the
+    /// access factor should reflect the recalls before it.
+    fn hit_item(&self, hit: &memory_core::ScoredMemory) -> SourceItem {
+        let mut item = SourceItem::from_hit(hit);
+        if self.options.record_access {
+            item.access_count = item.access_count.saturating_sub(1);
+        }
+        item
+    }
+
+    /// The search to run for the observation, in the best mode the backend supports, with
+    /// the query vector when one is available. `None` when there is nothing to search for.
+    async fn search_request(
+        &self,
+        query: &SourceQuery<'_>,
+        out: &mut SourceOutput,
+    ) -> Result<Option<SearchRequest>> {
+        let text = query.observation.trim();
+        if text.is_empty() {
+            out.set_search("none (empty observation)");
+            return Ok(None);
+        }
+        let caps = self.backend.capabilities();
+        let backend_name = self.backend.info().name;
+        let asked = match self.options.search {
+            SearchPreference::Hybrid => SearchMode::Hybrid(self.options.weights),
+            SearchPreference::Semantic => SearchMode::Semantic,
+            SearchPreference::Keyword => SearchMode::Keyword,
+        };
+        let candidates = match self.options.search {
+            SearchPreference::Hybrid => [asked, SearchMode::Keyword, SearchMode::Semantic],
+            SearchPreference::Semantic => [asked, SearchMode::Keyword, SearchMode::Keyword],
+            SearchPreference::Keyword => [asked, SearchMode::Semantic, SearchMode::Semantic],
+        };
+        let Some(mut mode) = candidates
+            .into_iter()
+            .find(|m| caps.supports(m.capability()))
+        else {
+            // Nothing to search with: the backend's own error names what is missing.
+            caps.require(asked.capability(), &backend_name)?;
+            return Ok(None);
+        };
+        if mode != asked {
+            out.degrade(
+                DegradationKind::SearchFallback,
+                format!(
+                    "asked {}, got {}: {backend_name} does not support {}",
+                    mode_name(asked),
+                    mode_name(mode),
+                    asked.capability()
+                ),
+            );
+        }
+        let mut vector = None;
+        if !matches!(mode, SearchMode::Keyword) {
+            match &self.embedder {
+                Some(embedder) => match query.embeddings.get(embedder.as_ref()).await {
+                    Ok(v) => vector = Some(v),
+                    Err(e) if caps.supports(Capability::KeywordSearch) => {
+                        out.degrade(
+                            DegradationKind::EmbeddingFailed,
+                            format!(
+                                "asked {}, got keyword: embedding the observation failed: {e}",
+                                mode_name(mode)
+                            ),
+                        );
+                        mode = SearchMode::Keyword;
+                    }
+                    Err(e) => return Err(e),
+                },
+                None => {
+                    if let Some(space) = self.backend.info().embedding_space {
+                        vector = query.embeddings.cached(&space).await;
+                    }
+                }
+            }
+        }
+        out.set_search(mode_name(mode));
+        let mut request = match mode {
+            SearchMode::Hybrid(w) => SearchRequest {
+                mode: SearchMode::Hybrid(w),
+                ..SearchRequest::hybrid(text)
+            },
+            SearchMode::Semantic => SearchRequest::semantic(text),
+            SearchMode::Keyword => SearchRequest::keyword(text),
+        };
+        if let Some(v) = vector {
+            request = request.with_vector(v);
+        }
+        if !self.options.record_access {
+            request = request.without_access_tracking();
+        }
+        Ok(Some(request))
+    }
+}
+
+fn mode_name(mode: SearchMode) -> &'static str {
+    match mode {
+        SearchMode::Hybrid(_) => "hybrid",
+        SearchMode::Semantic => "semantic",
+        SearchMode::Keyword => "keyword",
+    }
+}
+
+#[async_trait]
+impl ContextSource for MemorySource {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn honours(&self) -> Honours {
+        Self::HONOURS
+    }
+
+    async fn fetch(&self, query: &SourceQuery<'_>, out: &mut SourceOutput) -> Result<()> {
+        match query.kind {
+            SourceKind::Temporal => self.temporal(query, out).await,
+            SourceKind::Knowledge => self.knowledge(query, out).await,
+            SourceKind::Semantic => self.semantic(query, out).await,
+            other => Err(Error::source_failed(
+                &self.name,
+                format!(
+                    "a memory source supplies temporal, knowledge and semantic context, not {other}"
+                ),
+            )),
+        }
+    }
+}

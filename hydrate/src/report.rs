@@ -1,0 +1,280 @@
+//! The explain report: what happened to every section, tool and source of one prompt, and
+//! every way the request was served less well than asked (degradations).
+
+use std::fmt;
+
+use memory_core::MemoryId;
+use prompt_ir::{Action, Priority};
+use serde::Serialize;
+
+use crate::provider::ResolvedOptions;
+use crate::source::{SourceKind, SourceParams};
+
+/// How a request was served less well than asked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum DegradationKind {
+    /// No explicit source and no provider supplies a wanted kind: its branch was skipped.
+    MissingProvider,
+    /// A provider could not build its source (a bad option, a failed setup).
+    ProviderFailed,
+    /// A provider's identity does not admit the request's scope, so it was not used.
+    IdentityMismatch,
+    /// A source searched in a weaker mode than asked (asked hybrid, got keyword).
+    SearchFallback,
+    /// Embedding the observation failed; the source searched without vectors.
+    EmbeddingFailed,
+    /// A source missed its deadline; what it found before is kept, marked partial.
+    Timeout,
+    /// A source failed; what it found before the failure, if anything, is kept.
+    SourceFailed,
+    /// The reranker failed; the scored order was kept.
+    RerankFailed,
+    /// What may not be cut (system prompt, critical tools, the observation) exceeds the
+    /// budget on its own.
+    OverBudget,
+}
+
+/// One degradation, with the source it concerns and a message for people.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Degradation {
+    /// What kind.
+    pub kind: DegradationKind,
+    /// The kind of context it concerns, if one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<SourceKind>,
+    /// What happened, e.g. "asked hybrid, got keyword: memory-inmem does not support hybrid
+    /// search".
+    pub message: String,
+}
+
+impl Degradation {
+    /// A degradation not tied to a source yet.
+    pub fn new(kind: DegradationKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            source: None,
+            message: message.into(),
+        }
+    }
+
+    /// Ties it to a kind of context.
+    pub fn for_source(mut self, kind: SourceKind) -> Self {
+        self.source = Some(kind);
+        self
+    }
+}
+
+impl fmt::Display for Degradation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.source {
+            Some(s) => write!(f, "{s}: {}", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+/// How one kind of context was served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceStatus {
+    /// The source answered in time.
+    Complete,
+    /// The source missed its deadline or failed midway; what it found before is used.
+    Partial,
+    /// The source failed before finding anything.
+    Failed,
+    /// The strategy turned this kind off (a zero window or limit, knowledge excluded).
+    Skipped,
+    /// Nobody supplies this kind.
+    Missing,
+}
+
+/// What one source did for a request.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SourceReport {
+    /// The kind of context.
+    pub kind: SourceKind,
+    /// The source's name, if one served the kind.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// The provider that built the source; `None` for an explicit source.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// How it went.
+    pub status: SourceStatus,
+    /// How the source searched (`hybrid`, `keyword`, `recent`, ...), if it said.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub search: Option<String>,
+    /// The provider's options after precedence, with where each came from.
+    #[serde(skip_serializing_if = "is_empty_options")]
+    pub options: ResolvedOptions,
+    /// The parameters it was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub params: Option<SourceParams>,
+    /// Items the source returned.
+    pub returned: usize,
+    /// Items left out as already supplied by an earlier kind.
+    pub duplicates: usize,
+    /// Items left out by the threshold, `max_items` or `max_tokens`.
+    pub over_limits: usize,
+    /// Items that became sections.
+    pub kept: usize,
+    /// Tokens of those sections, before compression.
+    pub tokens: u32,
+    /// Wall-clock time of the fetch, in milliseconds.
+    pub elapsed_ms: f64,
+}
+
+fn is_empty_options(o: &ResolvedOptions) -> bool {
+    o.iter().next().is_none()
+}
+
+impl SourceReport {
+    pub(crate) fn new(kind: SourceKind, status: SourceStatus) -> Self {
+        Self {
+            kind,
+            source: None,
+            provider: None,
+            status,
+            search: None,
+            options: ResolvedOptions::default(),
+            params: None,
+            returned: 0,
+            duplicates: 0,
+            over_limits: 0,
+            kept: 0,
+            tokens: 0,
+            elapsed_ms: 0.0,
+        }
+    }
+}
+
+/// The parts of a retrieved item's score, rounded to 4 decimals.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ScoreExplain {
+    /// The combined score (see [`crate::scoring`]).
+    pub score: f64,
+    /// Similarity to the observation, if a search found the item.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub similarity: Option<f64>,
+    /// Cosine similarity part, from the backend.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub semantic: Option<f64>,
+    /// Normalised keyword part, from the backend.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keyword: Option<f64>,
+    /// Recency factor (1 for pinned memories).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recency: Option<f64>,
+    /// Importance factor.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub importance: Option<f64>,
+    /// Access-frequency factor.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub access: Option<f64>,
+}
+
+/// What happened to one section.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SectionExplain {
+    /// The section id (`system`, `state:time`, `knowledge:<memory id>`, ...).
+    pub id: String,
+    /// Its label.
+    pub label: String,
+    /// The block it renders into (`system`, `state`, or a source kind).
+    pub block: String,
+    /// The memory it shows, if one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_id: Option<MemoryId>,
+    /// Its priority.
+    pub priority: Priority,
+    /// The value compression ranked it by (higher is kept longer).
+    pub value: f64,
+    /// Kept, truncated or dropped, with tokens.
+    #[serde(flatten)]
+    pub action: Action,
+    /// Why.
+    pub reason: String,
+    /// How a retrieved item scored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scores: Option<ScoreExplain>,
+}
+
+/// What happened to one tool definition.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ToolExplain {
+    /// The tool's name.
+    pub name: String,
+    /// Its priority.
+    pub priority: Priority,
+    /// Kept or dropped, with tokens.
+    #[serde(flatten)]
+    pub action: Action,
+    /// Why.
+    pub reason: String,
+}
+
+/// How the budget was split.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct BudgetExplain {
+    /// The request's budget.
+    pub total: u32,
+    /// Held back as headroom (the budget's reserve).
+    pub reserved: u32,
+    /// `total - reserved`.
+    pub available: u32,
+    /// Tokens of the text around sections: block headers, separators, per-message overhead.
+    pub framing: u32,
+    /// What compression was given: `available - framing` (at least 1).
+    pub for_sections: u32,
+}
+
+/// Everything compile did, and why. Serializable; ids and timings are the only values that
+/// change from run to run for the same inputs.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ExplainReport {
+    /// Hash of the request (scope, observation, goal, strategy, budget, state, options).
+    pub request_hash: String,
+    /// Hash of the stable prefix (first message and tool definitions), for prompt caching.
+    pub prefix_hash: String,
+    /// The tokenizer that counted.
+    pub tokenizer: String,
+    /// The budget.
+    pub budget: BudgetExplain,
+    /// Tokens of sections, tools and observation before compression.
+    pub tokens_before: u32,
+    /// The same after compression.
+    pub tokens_after: u32,
+    /// `tokens_after` plus the framing of the blocks actually rendered: what the messages
+    /// and tools should come to.
+    pub estimated_prompt_tokens: u32,
+    /// Whether the prompt fits the available budget.
+    pub fits: bool,
+    /// Every section, in IR order.
+    pub sections: Vec<SectionExplain>,
+    /// Every tool, in IR order.
+    pub tools: Vec<ToolExplain>,
+    /// Every wanted kind of context.
+    pub sources: Vec<SourceReport>,
+    /// Everything that was served less well than asked.
+    pub degradations: Vec<Degradation>,
+}
+
+impl ExplainReport {
+    /// The explanation of the section with `id`.
+    pub fn section(&self, id: &str) -> Option<&SectionExplain> {
+        self.sections.iter().find(|s| s.id == id)
+    }
+
+    /// The report of the source of `kind`.
+    pub fn source(&self, kind: SourceKind) -> Option<&SourceReport> {
+        self.sources.iter().find(|s| s.kind == kind)
+    }
+
+    /// Whether a degradation of `kind` was recorded.
+    pub fn degraded(&self, kind: DegradationKind) -> bool {
+        self.degradations.iter().any(|d| d.kind == kind)
+    }
+}

@@ -1,0 +1,181 @@
+//! Shared fixtures: a fixed clock, Alice's memories, configs, and the redaction used by
+//! snapshots (memory ids and timings replaced, keys sorted so `preserve_order` does not matter).
+
+#![allow(dead_code)] // Each test binary uses a different part.
+
+use std::sync::Arc;
+
+use hydrate::{CompiledPrompt, HydrateInput, HydrationConfig, SessionState, memory_provider};
+use memory_core::{
+    EmbeddingProvider, HashingEmbedder, Importance, MemoryBackend, MemoryKind, NewMemory, Role,
+    Scope, Timestamp,
+};
+use prompt_ir::{ContextRequest, Relevance, TiktokenTokenizer, TokenBudget, Tokenizer};
+use serde_json::Value;
+
+pub(crate) const DIMS: usize = 256;
+
+pub(crate) fn at(text: &str) -> Timestamp {
+    Timestamp::parse_rfc3339(text).unwrap()
+}
+
+/// "Now" in every fixture: Tuesday 2026-03-10 09:30 UTC.
+pub(crate) fn now() -> Timestamp {
+    at("2026-03-10T09:30:00Z")
+}
+
+pub(crate) fn chat_scope(user: &str) -> Scope {
+    Scope::for_user(user).unwrap().in_chat("tg-7").unwrap()
+}
+
+pub(crate) fn user_scope(user: &str) -> Scope {
+    Scope::for_user(user).unwrap()
+}
+
+pub(crate) fn embedder() -> Arc<dyn EmbeddingProvider> {
+    Arc::new(HashingEmbedder::new(DIMS).unwrap())
+}
+
+pub(crate) fn tokenizer() -> Arc<dyn Tokenizer> {
+    Arc::new(TiktokenTokenizer::for_model("gpt-4o").unwrap())
+}
+
+fn message(role: Role, text: &str, when: &str) -> NewMemory {
+    NewMemory::new(text).with_role(role).at(at(when))
+}
+
+fn fact(text: &str, when: &str, importance: f32) -> NewMemory {
+    NewMemory::new(text)
+        .with_kind(MemoryKind::Fact)
+        .with_importance(Importance::new(importance).unwrap())
+        .at(at(when))
+}
+
+/// Alice's memories: facts in her chat and user scopes, an old conversation about lentils
+/// and her cat, and this morning's conversation.
+pub(crate) async fn seed_alice(backend: &dyn MemoryBackend) {
+    let chat = chat_scope("alice");
+    backend
+        .store_batch(
+            &chat,
+            vec![
+                fact("Alice's cat is called Miso.", "2025-11-02T10:00:00Z", 0.9).pinned(),
+                fact("Alice is vegetarian.", "2026-01-15T19:00:00Z", 0.8),
+                message(Role::User, "Can you suggest a quick dinner? Something with lentils.", "2026-02-01T18:02:00Z"),
+                message(Role::Assistant, "Try a red lentil dal: red lentils, onion, garlic, cumin and a tin of tomatoes, about 25 minutes.", "2026-02-01T18:03:00Z"),
+                message(Role::User, "Miso knocked my coffee over again this morning.", "2026-02-20T08:15:00Z"),
+                message(Role::Assistant, "Cats love that game. A mug with a lid might save the next one.", "2026-02-20T08:16:00Z"),
+                message(Role::User, "Good morning! I just got home from my shift.", "2026-03-10T09:20:00Z"),
+                message(Role::Assistant, "Welcome home. Long night?", "2026-03-10T09:21:00Z"),
+                message(Role::User, "Very. I want something warm to eat before I sleep.", "2026-03-10T09:25:00Z"),
+                message(Role::Assistant, "How about a soup, or a bowl of porridge?", "2026-03-10T09:26:00Z"),
+            ],
+        )
+        .await
+        .unwrap();
+    backend
+        .store(
+            &user_scope("alice"),
+            fact(
+                "Alice works night shifts as a nurse.",
+                "2025-12-01T12:00:00Z",
+                0.7,
+            ),
+        )
+        .await
+        .unwrap();
+}
+
+pub(crate) const OBSERVATION: &str = "Could I make that lentil dal again? What did it need?";
+
+/// A request with a 4-message window, 3 related messages at similarity 0.1 or more.
+pub(crate) fn request(observation: &str, budget: u32) -> ContextRequest {
+    let mut r = ContextRequest::new(observation, TokenBudget::new(budget).unwrap());
+    r.strategy.temporal_window = 4;
+    r.strategy.semantic_limit = 3;
+    r.strategy.semantic_threshold = Relevance::new(0.1).unwrap();
+    r
+}
+
+pub(crate) fn input(scope: Scope, request: ContextRequest) -> HydrateInput {
+    HydrateInput::new(scope, request)
+        .at(now())
+        .with_state(SessionState {
+            user: Some("Alice, prefers short answers".into()),
+            ..SessionState::default()
+        })
+}
+
+pub(crate) const SYSTEM_PROMPT: &str =
+    "You are Ava, a friendly assistant with long-term memory. Answer briefly.";
+
+pub(crate) fn config(
+    backend: Arc<dyn MemoryBackend>,
+    embedder: Option<Arc<dyn EmbeddingProvider>>,
+) -> HydrationConfig {
+    HydrationConfig::new(SYSTEM_PROMPT, tokenizer())
+        .with_provider(memory_provider(backend, embedder))
+}
+
+/// What a snapshot shows: the messages and the explain report, memory ids replaced by
+/// `[id-N]` (numbered by first appearance), timings by `[elapsed]`, keys sorted.
+pub(crate) fn redacted(prompt: &CompiledPrompt) -> Value {
+    let value = serde_json::json!({ "messages": prompt.messages, "report": prompt.report });
+    let mut ids = Vec::new();
+    walk(value, None, &mut ids)
+}
+
+fn walk(value: Value, key: Option<&str>, ids: &mut Vec<String>) -> Value {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<(String, Value)> = map.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            Value::Object(
+                entries
+                    .into_iter()
+                    .map(|(k, v)| {
+                        let v = walk(v, Some(&k), ids);
+                        (k, v)
+                    })
+                    .collect(),
+            )
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(|v| walk(v, key, ids)).collect()),
+        Value::Number(_) if key == Some("elapsed_ms") => Value::String("[elapsed]".into()),
+        Value::String(s) => Value::String(redact_uuids(&s, ids)),
+        other => other,
+    }
+}
+
+fn is_uuid(b: &[u8]) -> bool {
+    b.len() == 36
+        && b.iter().enumerate().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => *c == b'-',
+            _ => c.is_ascii_hexdigit(),
+        })
+}
+
+fn redact_uuids(s: &str, ids: &mut Vec<String>) -> String {
+    let bytes = s.as_bytes();
+    let mut out = String::with_capacity(s.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if i + 36 <= bytes.len() && is_uuid(&bytes[i..i + 36]) {
+            let id = &s[i..i + 36];
+            let n = match ids.iter().position(|x| x == id) {
+                Some(p) => p + 1,
+                None => {
+                    ids.push(id.to_owned());
+                    ids.len()
+                }
+            };
+            out.push_str(&format!("[id-{n}]"));
+            i += 36;
+        } else {
+            let c = s[i..].chars().next().unwrap();
+            out.push(c);
+            i += c.len_utf8();
+        }
+    }
+    out
+}

@@ -1,0 +1,317 @@
+//! The agent layer with a scripted `ChatModel` (it records what it was sent and answers from
+//! a script): `infer` runs memory tool calls against the backend and loops until the model
+//! answers, within a step bound; `infer_raw` passes messages through; the memory operations
+//! act on the ops' scope only.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use common::{OBSERVATION, chat_scope, config, embedder, input, request, seed_alice};
+use hydrate::{
+    ChatMessage, ChatModel, ChatResponse, ChatRole, Error, FORGET, Ops, RECALL, REMEMBER, ToolCall,
+    ToolSpec,
+};
+use memory_core::{MemoryBackend, MemoryKind, NewMemory};
+use memory_inmem::InMemoryBackend;
+use serde_json::json;
+
+#[derive(Debug, Default)]
+struct Scripted {
+    replies: Mutex<VecDeque<ChatResponse>>,
+    seen: Mutex<Vec<(Vec<ChatMessage>, Vec<String>)>>,
+    /// Answer every call with this tool call instead of the script.
+    forever: Option<ToolCall>,
+}
+
+impl Scripted {
+    fn new(replies: Vec<ChatResponse>) -> Self {
+        Self {
+            replies: Mutex::new(replies.into()),
+            ..Self::default()
+        }
+    }
+
+    fn calls(&self) -> Vec<(Vec<ChatMessage>, Vec<String>)> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+#[async_trait]
+impl ChatModel for Scripted {
+    fn name(&self) -> &str {
+        "scripted"
+    }
+
+    async fn chat(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+    ) -> hydrate::Result<ChatResponse> {
+        self.seen.lock().unwrap().push((
+            messages.to_vec(),
+            tools.iter().map(|t| t.name.clone()).collect(),
+        ));
+        if let Some(call) = &self.forever {
+            return Ok(calls(vec![call.clone()]));
+        }
+        self.replies
+            .lock()
+            .unwrap()
+            .pop_front()
+            .ok_or_else(|| Error::Model {
+                model: "scripted".into(),
+                message: "script exhausted".into(),
+                source: None,
+            })
+    }
+}
+
+fn text(reply: &str) -> ChatResponse {
+    ChatResponse {
+        model: "scripted-1".into(),
+        content: Some(reply.into()),
+        tool_calls: Vec::new(),
+    }
+}
+
+fn calls(tool_calls: Vec<ToolCall>) -> ChatResponse {
+    ChatResponse {
+        model: "scripted-1".into(),
+        content: None,
+        tool_calls,
+    }
+}
+
+fn call(id: &str, name: &str, arguments: serde_json::Value) -> ToolCall {
+    ToolCall {
+        id: id.into(),
+        name: name.into(),
+        arguments,
+    }
+}
+
+async fn ops() -> (Ops, Arc<dyn MemoryBackend>) {
+    let backend: Arc<dyn MemoryBackend> = Arc::new(InMemoryBackend::new(Some(embedder())));
+    seed_alice(backend.as_ref()).await;
+    let cfg = Arc::new(config(Arc::clone(&backend), Some(embedder())));
+    (
+        Ops::new(cfg, Arc::clone(&backend), chat_scope("alice")),
+        backend,
+    )
+}
+
+#[tokio::test]
+async fn infer_runs_memory_tools_until_the_model_answers() {
+    let (ops, backend) = ops().await;
+    let model = Scripted::new(vec![
+        calls(vec![call(
+            "c1",
+            REMEMBER,
+            json!({"content": "Alice adds extra cumin to her dal.", "tags": ["food"], "context": "said while asking for the recipe"}),
+        )]),
+        // Some APIs send arguments as a JSON string.
+        calls(vec![call(
+            "c2",
+            RECALL,
+            json!("{\"query\": \"dal cumin\", \"limit\": 3}"),
+        )]),
+        text("Red lentils, onion, garlic, cumin (extra for you) and a tin of tomatoes."),
+    ]);
+    let out = ops
+        .infer_with(
+            &model,
+            input(chat_scope("alice"), request(OBSERVATION, 8000)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.steps, 3);
+    assert_eq!(out.model, "scripted-1");
+    assert!(out.reply.starts_with("Red lentils"));
+    assert_eq!(out.tool_runs.len(), 2);
+    assert!(out.tool_runs.iter().all(|r| r.ok), "{:?}", out.tool_runs);
+
+    // The fact was stored in this scope, as a fact, with its tag and context.
+    let stored: serde_json::Value = serde_json::from_str(&out.tool_runs[0].output).unwrap();
+    let id = stored["id"].as_str().unwrap().parse().unwrap();
+    let fact = backend.get(&chat_scope("alice"), id).await.unwrap();
+    assert_eq!(fact.kind, MemoryKind::Fact);
+    assert_eq!(fact.source.as_deref(), Some("tool:remember"));
+    assert_eq!(
+        fact.tags.iter().map(|t| t.as_str()).collect::<Vec<_>>(),
+        ["food"]
+    );
+
+    // Each call saw the conversation so far; tool results answer their call ids, and
+    // recalled memories come back as a delimited data block with ids.
+    let seen = model.calls();
+    assert_eq!(seen.len(), 3);
+    assert_eq!(seen[0].1, [REMEMBER, RECALL, FORGET]);
+    assert_eq!(seen[0].0, out.prompt.messages);
+    let last = &seen[2].0;
+    let n = out.prompt.messages.len();
+    assert_eq!(last.len(), n + 4);
+    assert_eq!(
+        (last[n].role, last[n].tool_calls[0].id.as_str()),
+        (ChatRole::Assistant, "c1")
+    );
+    assert_eq!(
+        (last[n + 1].role, last[n + 1].tool_call_id.as_deref()),
+        (ChatRole::Tool, Some("c1"))
+    );
+    let recalled = &last[n + 3].content;
+    assert!(
+        recalled.starts_with("<recalled-memory kind=\"recall\">"),
+        "{recalled}"
+    );
+    assert!(
+        recalled.contains(&format!("(id {id}) Alice adds extra cumin to her dal.")),
+        "{recalled}"
+    );
+}
+
+#[tokio::test]
+async fn tool_errors_go_back_to_the_model() {
+    let (ops, backend) = ops().await;
+    // A memory of another user: forgetting it from Alice's ops is "not found".
+    let bobs = backend
+        .store(&chat_scope("bob"), NewMemory::new("Bob's secret"))
+        .await
+        .unwrap();
+    let model = Scripted::new(vec![
+        calls(vec![
+            call("a", FORGET, json!({"id": bobs.id.to_string()})),
+            call("b", "launch_rockets", json!({})),
+            call("c", REMEMBER, json!({"context": "no content"})),
+        ]),
+        text("Sorry, I could not do that."),
+    ]);
+    let out = ops
+        .infer_with(
+            &model,
+            input(chat_scope("alice"), request(OBSERVATION, 8000)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.steps, 2);
+    let errors: Vec<_> = out
+        .tool_runs
+        .iter()
+        .map(|r| (r.ok, r.output.clone()))
+        .collect();
+    assert!(errors.iter().all(|(ok, _)| !ok), "{errors:?}");
+    assert!(errors[0].1.contains("no memory"), "{errors:?}");
+    assert!(
+        errors[1].1.contains("there is no tool `launch_rockets`"),
+        "{errors:?}"
+    );
+    assert!(
+        errors[2].1.contains("needs a string argument `content`"),
+        "{errors:?}"
+    );
+    assert!(
+        backend.get(&chat_scope("bob"), bobs.id).await.is_ok(),
+        "Bob's memory survives"
+    );
+}
+
+#[tokio::test]
+async fn a_model_that_never_stops_calling_tools_hits_the_step_bound() {
+    let (ops, _) = ops().await;
+    let ops = ops.with_max_steps(2).unwrap();
+    let model = Scripted {
+        forever: Some(call("x", RECALL, json!({"query": "cat"}))),
+        ..Scripted::default()
+    };
+    let err = ops
+        .infer_with(
+            &model,
+            input(chat_scope("alice"), request(OBSERVATION, 8000)),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::MaxSteps { steps: 2, .. }), "{err}");
+    assert_eq!(model.calls().len(), 2);
+    assert!(Ops::with_max_steps(ops, 0).is_err());
+}
+
+#[tokio::test]
+async fn infer_raw_passes_messages_through_without_tools() {
+    let (ops, _) = ops().await;
+    let model = Scripted::new(vec![text("hello")]);
+    let messages = vec![ChatMessage::system("Be brief."), ChatMessage::user("hi")];
+    let out = ops.infer_raw(&model, &messages).await.unwrap();
+    assert_eq!(out.content.as_deref(), Some("hello"));
+    let seen = model.calls();
+    assert_eq!(seen[0].0, messages);
+    assert!(seen[0].1.is_empty());
+}
+
+#[tokio::test]
+async fn infer_hydrates_for_the_ops_scope_only() {
+    let (ops, _) = ops().await;
+    let model = Scripted::new(vec![text("ok")]);
+    let out = ops.infer(&model, request(OBSERVATION, 8000)).await.unwrap();
+    assert!(
+        out.prompt
+            .messages
+            .iter()
+            .any(|m| m.content.contains("Miso"))
+    );
+    let err = ops
+        .infer_with(&model, input(chat_scope("bob"), request(OBSERVATION, 8000)))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("make an Ops for that scope"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn remember_recall_forget() {
+    let (ops, _) = ops().await;
+    let id = ops
+        .remember("Alice's sister is called Ines.", None, &["family"])
+        .await
+        .unwrap();
+    let hits = ops.recall("sister Ines", 3).await.unwrap();
+    assert_eq!(hits[0].id, id);
+    assert!(
+        ops.recall("sister", 0)
+            .await
+            .is_err_and(|e| e.to_string().contains("outside 1..=20"))
+    );
+    assert!(ops.recall("  ", 3).await.is_err());
+    assert!(ops.remember("x", None, &["two words"]).await.is_err());
+    ops.forget(id).await.unwrap();
+    assert!(
+        ops.recall("sister Ines", 3)
+            .await
+            .unwrap()
+            .iter()
+            .all(|e| e.id != id)
+    );
+    assert!(ops.forget(id).await.is_err());
+}
+
+/// `infer` is `Send`: a bot can spawn one per incoming message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn infer_runs_on_a_spawned_task() {
+    let (ops, _) = ops().await;
+    let model = Arc::new(Scripted::new(vec![text("spawned")]));
+    let task_model = Arc::clone(&model);
+    let out = tokio::spawn(async move {
+        ops.infer(task_model.as_ref(), request(OBSERVATION, 8000))
+            .await
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(out.reply, "spawned");
+    assert_eq!(model.calls().len(), 1);
+}

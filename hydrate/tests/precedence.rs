@@ -1,0 +1,329 @@
+//! Precedence rules, tested directly: which source serves a kind (explicit sources, then
+//! providers in order, and `supports` needing both a declared capability and a builder),
+//! which option value wins (runtime > request > app state > defaults), identity checks, and
+//! that auth secrets never show in `Debug` output.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use common::{OBSERVATION, chat_scope, config, embedder, input, request, seed_alice};
+use hydrate::{
+    Auth, BuildContext, ContextSource, DegradationKind, OptionOrigin, ProviderCapabilities,
+    ProviderConfig, ProviderIdentity, ProviderOptions, Secret, SourceBuilder, SourceChoice,
+    SourceItem, SourceKind, SourceOutput, SourceProvider, SourceQuery, SourceStatus, hydrate,
+    memory_provider, plan_sources, resolve_options,
+};
+use memory_core::MemoryBackend;
+use memory_inmem::InMemoryBackend;
+use serde_json::json;
+
+/// A source that returns one line naming itself.
+#[derive(Debug)]
+struct Named(String);
+
+#[async_trait]
+impl ContextSource for Named {
+    fn name(&self) -> &str {
+        &self.0
+    }
+
+    async fn fetch(&self, _query: &SourceQuery<'_>, out: &mut SourceOutput) -> hydrate::Result<()> {
+        out.push(SourceItem::text("1", format!("from {}", self.0)));
+        Ok(())
+    }
+}
+
+#[derive(Debug)]
+struct NamedBuilder(&'static str);
+
+impl SourceBuilder for NamedBuilder {
+    fn build(&self, ctx: &BuildContext<'_>) -> hydrate::Result<Arc<dyn ContextSource>> {
+        Ok(Arc::new(Named(format!("{}/{}", self.0, ctx.kind))))
+    }
+}
+
+fn provider(name: &'static str, declared: &[SourceKind], built: &[SourceKind]) -> SourceProvider {
+    built.iter().fold(
+        SourceProvider::new(name, ProviderCapabilities::new(declared.iter().copied())),
+        |p, &k| p.with_builder(k, Arc::new(NamedBuilder(name))),
+    )
+}
+
+fn chosen(choice: &SourceChoice<'_>) -> String {
+    match choice {
+        SourceChoice::Explicit(s) => format!("explicit:{}", s.name()),
+        SourceChoice::Provider(p) => format!("provider:{}", p.name()),
+        SourceChoice::Missing => "missing".into(),
+    }
+}
+
+#[test]
+fn supports_needs_a_declared_capability_and_a_builder() {
+    use SourceKind::*;
+    let p = provider("p", &[Temporal, Knowledge], &[Temporal, Semantic]);
+    assert!(p.supports(Temporal));
+    assert!(!p.supports(Knowledge), "declared but no builder");
+    assert!(!p.supports(Semantic), "builder but not declared");
+    assert!(!p.supports(Web));
+    let options = p.resolve(None, None);
+    assert!(p.build(Knowledge, &options).unwrap().is_none());
+    assert_eq!(
+        p.build(Temporal, &options).unwrap().unwrap().name(),
+        "p/temporal"
+    );
+}
+
+#[test]
+fn explicit_sources_win_then_earlier_providers() {
+    use SourceKind::*;
+    let kinds: BTreeSet<_> = [Temporal, Knowledge, Semantic, Graph, Web]
+        .into_iter()
+        .collect();
+    let mut explicit: BTreeMap<SourceKind, Arc<dyn ContextSource>> = BTreeMap::new();
+    explicit.insert(Knowledge, Arc::new(Named("mine".into())));
+    let providers = vec![
+        provider(
+            "first",
+            &[Temporal, Knowledge, Graph],
+            &[Temporal, Knowledge],
+        ),
+        provider(
+            "second",
+            &[Temporal, Semantic, Graph],
+            &[Temporal, Semantic, Graph],
+        ),
+        provider("third", &[Semantic, Web], &[Semantic]),
+    ];
+    let plan: BTreeMap<SourceKind, String> = plan_sources(&kinds, &explicit, &providers)
+        .iter()
+        .map(|(k, c)| (*k, chosen(c)))
+        .collect();
+    assert_eq!(plan[&Temporal], "provider:first", "earlier provider wins");
+    assert_eq!(
+        plan[&Knowledge], "explicit:mine",
+        "explicit source beats every provider"
+    );
+    assert_eq!(plan[&Semantic], "provider:second");
+    assert_eq!(
+        plan[&Graph], "provider:second",
+        "first declares graph but has no builder"
+    );
+    assert_eq!(
+        plan[&Web], "missing",
+        "third declares web but has no builder"
+    );
+}
+
+#[test]
+fn option_precedence_is_runtime_request_app_default() {
+    let defaults = ProviderOptions::new()
+        .with("a", "default")
+        .with("b", "default")
+        .with("c", "default")
+        .with("d", "default");
+    let app = ProviderOptions::new()
+        .with("b", "app")
+        .with("c", "app")
+        .with("d", "app");
+    let req = ProviderOptions::new()
+        .with("c", "request")
+        .with("d", "request");
+    let runtime = ProviderOptions::new()
+        .with("d", "runtime")
+        .with("e", "runtime");
+    let r = resolve_options(&defaults, Some(&app), Some(&req), &runtime);
+    let got: Vec<(&str, &str, OptionOrigin)> = r
+        .iter()
+        .map(|(k, o)| (k, o.value.as_str().unwrap(), o.origin))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("a", "default", OptionOrigin::Default),
+            ("b", "app", OptionOrigin::AppState),
+            ("c", "request", OptionOrigin::Request),
+            ("d", "runtime", OptionOrigin::Runtime),
+            ("e", "runtime", OptionOrigin::Runtime),
+        ]
+    );
+    // Missing layers are skipped, not treated as empty overrides of lower ones.
+    let r = resolve_options(&defaults, None, Some(&req), &ProviderOptions::new());
+    assert_eq!(r.origin("b"), Some(OptionOrigin::Default));
+    assert_eq!(r.origin("c"), Some(OptionOrigin::Request));
+}
+
+async fn alice() -> Arc<dyn MemoryBackend> {
+    let backend: Arc<dyn MemoryBackend> = Arc::new(InMemoryBackend::new(Some(embedder())));
+    seed_alice(backend.as_ref()).await;
+    backend
+}
+
+/// The same rule end to end: the memory provider's `search` option comes from the request
+/// over app state, and runtime options beat both.
+#[tokio::test]
+async fn hydrate_applies_option_precedence() {
+    let backend = alice().await;
+    let name = memory_provider(Arc::clone(&backend), None)
+        .name()
+        .to_owned();
+    let base = config(Arc::clone(&backend), Some(embedder())).with_app_options(
+        &name,
+        ProviderOptions::new()
+            .with("search", "semantic")
+            .with("record_access", false),
+    );
+    let with_request = input(chat_scope("alice"), request(OBSERVATION, 8000))
+        .with_provider_options(&name, ProviderOptions::new().with("search", "keyword"));
+
+    let h = hydrate(&base, &with_request).await.unwrap();
+    let semantic = h
+        .sources
+        .iter()
+        .find(|s| s.kind == SourceKind::Semantic)
+        .unwrap();
+    assert_eq!(semantic.search.as_deref(), Some("keyword"));
+    assert_eq!(
+        semantic.options.origin("search"),
+        Some(OptionOrigin::Request)
+    );
+    assert_eq!(
+        semantic.options.origin("record_access"),
+        Some(OptionOrigin::AppState)
+    );
+    assert_eq!(
+        semantic.options.origin("user_knowledge"),
+        Some(OptionOrigin::Default)
+    );
+
+    let mut runtime = base.clone();
+    runtime.providers = vec![
+        memory_provider(Arc::clone(&backend), Some(embedder()))
+            .with_options(ProviderOptions::new().with("search", "hybrid")),
+    ];
+    let h = hydrate(&runtime, &with_request).await.unwrap();
+    let semantic = h
+        .sources
+        .iter()
+        .find(|s| s.kind == SourceKind::Semantic)
+        .unwrap();
+    assert_eq!(semantic.search.as_deref(), Some("hybrid"));
+    assert_eq!(
+        semantic.options.origin("search"),
+        Some(OptionOrigin::Runtime)
+    );
+}
+
+/// A bad option value does not fail the request: that provider's branches are reported.
+#[tokio::test]
+async fn bad_options_are_reported_per_branch() {
+    let backend = alice().await;
+    let name = memory_provider(Arc::clone(&backend), None)
+        .name()
+        .to_owned();
+    let cfg = config(Arc::clone(&backend), Some(embedder()))
+        .with_app_options(&name, ProviderOptions::new().with("search", json!(3)));
+    let h = hydrate(
+        &cfg,
+        &input(chat_scope("alice"), request(OBSERVATION, 8000)),
+    )
+    .await
+    .unwrap();
+    assert!(h.sources.iter().all(|s| s.status == SourceStatus::Failed));
+    let d = h
+        .degradations
+        .iter()
+        .find(|d| d.kind == DegradationKind::ProviderFailed)
+        .unwrap();
+    assert!(
+        d.message
+            .contains("option `search` is 3, expected a string"),
+        "{d}"
+    );
+}
+
+/// A provider configured for another owner is never used for this scope.
+#[tokio::test]
+async fn identity_must_admit_the_scope() {
+    let backend = alice().await;
+    let bob_only = ProviderConfig {
+        identity: ProviderIdentity {
+            owner: Some("bob".into()),
+            ..ProviderIdentity::default()
+        },
+        ..ProviderConfig::default()
+    };
+    assert!(bob_only.identity.admits(&chat_scope("bob")));
+    assert!(!bob_only.identity.admits(&chat_scope("alice")));
+    assert!(ProviderIdentity::of_scope(&chat_scope("alice")).admits(&chat_scope("alice")));
+    let mut cfg = config(Arc::clone(&backend), Some(embedder()));
+    cfg.providers = vec![memory_provider(Arc::clone(&backend), None).with_config(bob_only)];
+    let h = hydrate(
+        &cfg,
+        &input(chat_scope("alice"), request(OBSERVATION, 8000)),
+    )
+    .await
+    .unwrap();
+    assert!(
+        h.ir.sections()
+            .iter()
+            .all(|s| !s.id().contains(':') || s.id().starts_with("state:"))
+    );
+    assert_eq!(
+        h.degradations
+            .iter()
+            .filter(|d| d.kind == DegradationKind::IdentityMismatch)
+            .count(),
+        3
+    );
+}
+
+#[test]
+fn auth_is_redacted_everywhere_it_can_be_printed() {
+    let mut opaque = BTreeMap::new();
+    opaque.insert("api_key".to_owned(), Secret::new("sk-live-SECRET-123"));
+    for auth in [
+        Auth::Env("SECRET_VAR_NAME_XYZ".into()),
+        Auth::IdentityKey("vault/SECRET-key-path".into()),
+        Auth::Opaque(opaque),
+    ] {
+        let cfg = ProviderConfig {
+            auth,
+            ..ProviderConfig::default()
+        };
+        let p = SourceProvider::new("web", ProviderCapabilities::new([SourceKind::Web]))
+            .with_config(cfg.clone());
+        let hc = hydrate::HydrationConfig::new("sys", common::tokenizer()).with_provider(p.clone());
+        for text in [
+            format!("{cfg:?}"),
+            format!("{cfg:#?}"),
+            format!("{p:?}"),
+            format!("{hc:?}"),
+        ] {
+            assert!(!text.contains("SECRET"), "{text}");
+            assert!(text.contains("redacted"), "{text}");
+        }
+    }
+    assert_eq!(
+        format!("{:?}", Secret::new("hunter2")),
+        "Secret(<redacted>)"
+    );
+}
+
+#[test]
+fn env_auth_reads_the_variable_and_names_it_when_missing() {
+    let err = Auth::Env("AVA_HYDRATE_TEST_UNSET_VARIABLE".into())
+        .env_secret()
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("AVA_HYDRATE_TEST_UNSET_VARIABLE"),
+        "{err}"
+    );
+    assert!(Auth::None.env_secret().unwrap().is_none());
+    let path = Auth::Env("PATH".into()).env_secret().unwrap().unwrap();
+    assert!(!path.expose().is_empty());
+}

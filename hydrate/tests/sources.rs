@@ -1,0 +1,212 @@
+//! How hydrate treats what sources return: parameters a source does not honour are applied
+//! for it, memories are de-duplicated across kinds (the recent conversation is not repeated
+//! as related messages), failures and rerankers are reported, never fatal.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use common::{chat_scope, config, embedder, input, request, seed_alice};
+use hydrate::{
+    ContextSource, DegradationKind, Reranker, SourceItem, SourceKind, SourceOutput, SourceQuery,
+    SourceStatus, hydrate,
+};
+use memory_core::MemoryBackend;
+use memory_inmem::InMemoryBackend;
+use prompt_ir::Relevance;
+
+async fn alice() -> Arc<dyn MemoryBackend> {
+    let backend: Arc<dyn MemoryBackend> = Arc::new(InMemoryBackend::new(Some(embedder())));
+    seed_alice(backend.as_ref()).await;
+    backend
+}
+
+/// A vector-store stand-in that honours nothing: ten passages with falling similarity, one
+/// of them twice.
+#[derive(Debug)]
+struct Careless;
+
+#[async_trait]
+impl ContextSource for Careless {
+    fn name(&self) -> &str {
+        "careless"
+    }
+
+    async fn fetch(&self, _q: &SourceQuery<'_>, out: &mut SourceOutput) -> hydrate::Result<()> {
+        for i in 0..10u8 {
+            let item = SourceItem::text(
+                format!("p{i}"),
+                format!("Passage {i}. ").repeat(usize::from(i) * 40 + 1),
+            );
+            out.push(item.with_similarity(1.0 - f32::from(i) / 10.0));
+        }
+        out.push(SourceItem::text("p0", "Passage 0 again.").with_similarity(1.0));
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn unhonoured_parameters_are_applied_by_hydrate() {
+    let backend = alice().await;
+    let mut cfg = config(Arc::clone(&backend), Some(embedder()))
+        .with_source(SourceKind::Vector, Arc::new(Careless));
+    cfg.extra_limit = 4;
+    cfg.source_token_share = 0.2;
+    let mut req = request("passages", 2000);
+    req.strategy.semantic_threshold = Relevance::new(0.45).unwrap();
+    let h = hydrate(&cfg, &input(chat_scope("alice"), req))
+        .await
+        .unwrap();
+    let r = h
+        .sources
+        .iter()
+        .find(|s| s.kind == SourceKind::Vector)
+        .unwrap();
+    assert_eq!(r.returned, 11);
+    assert_eq!(r.duplicates, 1, "p0 twice");
+    // Threshold 0.45 leaves p0..p5 (4 cut); within 400 tokens only p0 and p1 fit (4 cut).
+    assert_eq!((r.kept, r.over_limits), (2, 8), "{r:?}");
+    assert!(r.tokens <= 400, "{r:?}");
+    let ids: Vec<_> =
+        h.ir.sections()
+            .iter()
+            .map(|s| s.id())
+            .filter(|id| id.starts_with("vector:"))
+            .collect();
+    assert_eq!(ids, ["vector:p0", "vector:p1"], "best first");
+}
+
+#[tokio::test]
+async fn related_messages_do_not_repeat_the_recent_conversation() {
+    let backend = alice().await;
+    let cfg = config(Arc::clone(&backend), Some(embedder()));
+    let mut req = request("something warm to eat, a soup or porridge?", 8000);
+    req.strategy.semantic_threshold = Relevance::ZERO;
+    let h = hydrate(&cfg, &input(chat_scope("alice"), req))
+        .await
+        .unwrap();
+    let semantic = h
+        .sources
+        .iter()
+        .find(|s| s.kind == SourceKind::Semantic)
+        .unwrap();
+    assert!(semantic.duplicates >= 2, "{semantic:?}");
+    let ids: Vec<_> = h.sections.values().filter_map(|i| i.memory_id).collect();
+    let mut unique = ids.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(ids.len(), unique.len(), "a memory appears once");
+    let related =
+        h.ir.sections()
+            .iter()
+            .filter(|s| s.id().starts_with("semantic:"))
+            .count();
+    assert!((1..=3).contains(&related), "{related}");
+}
+
+#[derive(Debug)]
+struct Broken;
+
+#[async_trait]
+impl ContextSource for Broken {
+    fn name(&self) -> &str {
+        "broken"
+    }
+
+    async fn fetch(&self, _q: &SourceQuery<'_>, out: &mut SourceOutput) -> hydrate::Result<()> {
+        out.push(SourceItem::text(
+            "w1",
+            "A result that arrived before the failure.",
+        ));
+        Err(hydrate::Error::source_failed("broken", "connection reset"))
+    }
+}
+
+#[derive(Debug)]
+struct FailingReranker;
+
+#[async_trait]
+impl Reranker for FailingReranker {
+    fn name(&self) -> &str {
+        "failing"
+    }
+
+    async fn rerank(
+        &self,
+        _q: &SourceQuery<'_>,
+        _items: Vec<SourceItem>,
+    ) -> hydrate::Result<Vec<SourceItem>> {
+        Err(hydrate::Error::source_failed("failing", "model not loaded"))
+    }
+}
+
+#[tokio::test]
+async fn failures_degrade_instead_of_failing_the_request() {
+    let backend = alice().await;
+    let mut cfg = config(Arc::clone(&backend), Some(embedder()))
+        .with_source(SourceKind::Web, Arc::new(Broken));
+    cfg.reranker = Arc::new(FailingReranker);
+    let h = hydrate(
+        &cfg,
+        &input(chat_scope("alice"), request(common::OBSERVATION, 8000)),
+    )
+    .await
+    .unwrap();
+    let web = h
+        .sources
+        .iter()
+        .find(|s| s.kind == SourceKind::Web)
+        .unwrap();
+    assert_eq!((web.status, web.kept), (SourceStatus::Partial, 1));
+    assert!(h.partial.contains(&SourceKind::Web));
+    let kinds: Vec<_> = h.degradations.iter().map(|d| d.kind).collect();
+    assert!(kinds.contains(&DegradationKind::SourceFailed), "{kinds:?}");
+    assert!(kinds.contains(&DegradationKind::RerankFailed), "{kinds:?}");
+    assert!(
+        h.degradations
+            .iter()
+            .any(|d| d.message.contains("connection reset"))
+    );
+}
+
+#[tokio::test]
+async fn the_strategy_can_turn_kinds_off() {
+    let backend = alice().await;
+    let cfg = config(Arc::clone(&backend), Some(embedder()));
+    let mut req = request(common::OBSERVATION, 8000);
+    req.strategy.include_knowledge = false;
+    req.strategy.semantic_limit = 0;
+    let h = hydrate(&cfg, &input(chat_scope("alice"), req))
+        .await
+        .unwrap();
+    let status: Vec<_> = h.sources.iter().map(|s| (s.kind, s.status)).collect();
+    assert_eq!(
+        status,
+        [
+            (SourceKind::Temporal, SourceStatus::Complete),
+            (SourceKind::Knowledge, SourceStatus::Skipped),
+            (SourceKind::Semantic, SourceStatus::Skipped),
+        ]
+    );
+    assert!(h.degradations.is_empty());
+}
+
+/// Hydration is `Send`: it can run on a spawned task of a multi-threaded runtime, as a bot
+/// serving many chats does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hydrate_runs_on_a_spawned_task() {
+    let backend = alice().await;
+    let cfg = Arc::new(config(Arc::clone(&backend), Some(embedder())));
+    let req = input(chat_scope("alice"), request(common::OBSERVATION, 8000));
+    let task_cfg = Arc::clone(&cfg);
+    let hydrated = tokio::spawn(async move { hydrate(&task_cfg, &req).await })
+        .await
+        .unwrap()
+        .unwrap();
+    let prompt = hydrate::compile(&cfg, &hydrated).unwrap();
+    assert!(prompt.report.fits);
+    assert_eq!(prompt.messages.len(), prompt.layout.len());
+}
