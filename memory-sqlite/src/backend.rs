@@ -350,6 +350,7 @@ impl MemoryBackend for SqliteBackend {
             _ => None,
         };
         let content_changed = patch.content.is_some();
+        let reindex = content_changed || patch.context.is_some();
         let tags_changed = patch.tags.is_some();
         patch.apply(&mut entry);
         if content_changed {
@@ -387,9 +388,12 @@ impl MemoryBackend for SqliteBackend {
                         tx.execute("DELETE FROM memory_tags WHERE memory = ?1", [pk]).map_err(|e| sql_error(&path, e))?;
                         sql.insert_tags(pk, e.tags.iter())?;
                     }
+                    if reindex {
+                        tx.execute("DELETE FROM memory_fts WHERE rowid = ?1", [pk])
+                            .map_err(|e| sql_error(&path, e))?;
+                        sql.insert_fts(pk, scope_id, &e.content, e.context.as_deref())?;
+                    }
                     if content_changed {
-                        tx.execute("DELETE FROM memory_fts WHERE rowid = ?1", [pk]).map_err(|e| sql_error(&path, e))?;
-                        sql.insert_fts(pk, scope_id, &e.content)?;
                         if vec_table {
                             tx.execute("DELETE FROM memory_vec WHERE rowid = ?1", [pk]).map_err(|e| sql_error(&path, e))?;
                         }

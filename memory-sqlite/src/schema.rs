@@ -66,8 +66,9 @@ CREATE TABLE memory_tags (
 CREATE INDEX memory_tags_by_tag ON memory_tags (tag, memory);
 
 -- `scope` holds one token per scope (`s<scope id>`) so a keyword query is narrowed to its
--- scope by the full-text index itself; bm25() weighs that column 0.
-CREATE VIRTUAL TABLE memory_fts USING fts5(scope, content, tokenize = 'unicode61 remove_diacritics 2');
+-- scope by the full-text index itself; bm25() weighs that column 0. `context` (how the
+-- memory was learned, e.g. the message it answered) counts for less than `content`.
+CREATE VIRTUAL TABLE memory_fts USING fts5(scope, content, context, tokenize = 'porter unicode61 remove_diacritics 2');
 ";
 
 /// Vectors per sqlite-vec chunk. vec0 allocates a whole chunk per partition (scope), so the

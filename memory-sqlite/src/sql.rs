@@ -219,7 +219,7 @@ impl Sql<'_> {
         .map_err(|e| self.err(e))?;
         let pk = self.conn.last_insert_rowid();
         self.insert_tags(pk, e.tags.iter())?;
-        self.insert_fts(pk, scope_id, &e.content)?;
+        self.insert_fts(pk, scope_id, &e.content, e.context.as_deref())?;
         if let Some(v) = vector {
             self.insert_vec(pk, scope_id, v)?;
         }
@@ -238,10 +238,18 @@ impl Sql<'_> {
         Ok(())
     }
 
-    pub(crate) fn insert_fts(&self, pk: i64, scope_id: i64, content: &str) -> R<()> {
+    pub(crate) fn insert_fts(
+        &self,
+        pk: i64,
+        scope_id: i64,
+        content: &str,
+        context: Option<&str>,
+    ) -> R<()> {
         self.conn
-            .prepare_cached("INSERT INTO memory_fts (rowid, scope, content) VALUES (?1, ?2, ?3)")
-            .and_then(|mut s| s.execute(params![pk, format!("s{scope_id}"), content]))
+            .prepare_cached(
+                "INSERT INTO memory_fts (rowid, scope, content, context) VALUES (?1, ?2, ?3, ?4)",
+            )
+            .and_then(|mut s| s.execute(params![pk, format!("s{scope_id}"), content, context]))
             .map(drop)
             .map_err(|e| self.err(e))
     }
@@ -571,7 +579,7 @@ impl Sql<'_> {
             return Ok(Vec::new());
         };
         let mut sql = String::from(
-            "SELECT m.pk, m.id, -bm25(memory_fts, 0.0, 1.0) AS score FROM memory_fts \
+            "SELECT m.pk, m.id, -bm25(memory_fts, 0.0, 1.0, 0.3) AS score FROM memory_fts \
              JOIN memories m ON m.pk = memory_fts.rowid \
              WHERE memory_fts MATCH ? AND m.scope_id = ?",
         );

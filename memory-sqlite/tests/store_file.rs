@@ -330,3 +330,55 @@ async fn a_second_connection_sees_the_other_ones_writes() {
         "A no longer returns what B deleted"
     );
 }
+
+#[tokio::test]
+async fn keyword_search_stems_words_and_reads_what_a_reply_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("m.db"), None).await.unwrap();
+    let s = scope();
+    let reply = store
+        .store(
+            &s,
+            NewMemory::new("Yes! I went yesterday, it was lovely.")
+                .with_context("in reply to: Did you go to the pottery workshop?"),
+        )
+        .await
+        .unwrap();
+    let direct = store
+        .store(&s, NewMemory::new("The pottery workshop opens in May."))
+        .await
+        .unwrap();
+    let painted = store
+        .store(&s, NewMemory::new("Melanie painted a sunrise last year."))
+        .await
+        .unwrap();
+
+    // The reply shares no word with the question; its context does. A memory whose own
+    // text matches still ranks first, since context counts for less.
+    let hits = store
+        .search(&s, &SearchRequest::keyword("pottery workshop"))
+        .await
+        .unwrap();
+    let ids: Vec<_> = hits.iter().map(|h| h.entry.id).collect();
+    assert_eq!(ids, vec![direct.id, reply.id], "{hits:#?}");
+    // Porter stemming: "paintings" and "paint" meet at the same stem.
+    let hits = store
+        .search(&s, &SearchRequest::keyword("paintings"))
+        .await
+        .unwrap();
+    assert_eq!(hits[0].entry.id, painted.id);
+    // Changing the context re-indexes it.
+    let patch = memory_core::MemoryPatch {
+        context: Some(None),
+        ..Default::default()
+    };
+    store.update(&s, reply.id, patch).await.unwrap();
+    let hits = store
+        .search(&s, &SearchRequest::keyword("pottery workshop"))
+        .await
+        .unwrap();
+    assert_eq!(
+        hits.iter().map(|h| h.entry.id).collect::<Vec<_>>(),
+        vec![direct.id]
+    );
+}

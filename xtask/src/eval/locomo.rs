@@ -38,6 +38,10 @@ pub(crate) struct Args {
     /// Semantic weight of hybrid fusion (keyword weight is 1 minus this).
     #[arg(long, default_value_t = 0.5)]
     semantic_weight: f32,
+    /// Store each turn with the turn it answers as its context (as the bot stores a chat),
+    /// so keyword search also sees what a reply was about.
+    #[arg(long)]
+    reply_context: bool,
     /// Print the results as JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -55,6 +59,8 @@ const CATEGORIES: [(u64, &str); 5] = [
 struct Turn {
     dia_id: String,
     content: String,
+    /// The previous turn of the same session, if any.
+    previous: Option<String>,
     at: Timestamp,
 }
 
@@ -152,9 +158,12 @@ fn parse_samples(data: &Value) -> anyhow::Result<(Vec<Sample>, Vec<String>)> {
                     content.push_str(&format!(" [shares {caption}]"));
                 }
                 let at = start.plus(Duration::from_secs(j as u64 * 30));
+                // The turn this one answers: the previous turn of the same session.
+                let previous = (j > 0).then(|| turns.last().map(|t: &Turn| t.content.clone())).flatten();
                 turns.push(Turn {
                     dia_id,
                     content,
+                    previous,
                     at,
                 });
             }
@@ -306,10 +315,14 @@ async fn evaluate(args: &Args, samples: &[Sample]) -> anyhow::Result<()> {
             let batch = chunk
                 .iter()
                 .map(|t| {
-                    NewMemory::new(&t.content)
+                    let m = NewMemory::new(&t.content)
                         .with_role(Role::User)
                         .with_source(&t.dia_id)
-                        .at(t.at)
+                        .at(t.at);
+                    match (&t.previous, args.reply_context) {
+                        (Some(p), true) => m.with_context(format!("in reply to: {p}")),
+                        _ => m,
+                    }
                 })
                 .collect();
             let stored = backend.store_batch(&scope, batch).await?;
