@@ -39,7 +39,8 @@ pub const OPT_USER_KNOWLEDGE: &str = "user_knowledge";
 /// Option key: whether searches count their hits as recalled (default `true`; this is what
 /// makes access frequency mean something).
 pub const OPT_RECORD_ACCESS: &str = "record_access";
-/// Option key: the semantic share of hybrid search, from 0 to 1 (default 0.5).
+/// Option key: the semantic share of hybrid search, from 0 to 1 (default: that of
+/// `HybridWeights::default()`, 0.25).
 pub const OPT_SEMANTIC_WEIGHT: &str = "semantic_weight";
 
 /// How a memory source prefers to search.
@@ -85,7 +86,10 @@ impl MemoryOptions {
             .with(OPT_SEARCH, "hybrid")
             .with(OPT_USER_KNOWLEDGE, true)
             .with(OPT_RECORD_ACCESS, true)
-            .with(OPT_SEMANTIC_WEIGHT, 0.5)
+            .with(
+                OPT_SEMANTIC_WEIGHT,
+                f64::from(HybridWeights::default().semantic()),
+            )
     }
 
     /// Reads settings from resolved options; unknown keys are ignored, missing ones take

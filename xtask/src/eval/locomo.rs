@@ -35,13 +35,14 @@ pub(crate) struct Args {
     /// Embedder for semantic and hybrid modes.
     #[arg(long, value_enum, default_value_t = Embedder::Local)]
     embedder: Embedder,
-    /// Semantic weight of hybrid fusion (keyword weight is 1 minus this).
-    #[arg(long, default_value_t = 0.5)]
-    semantic_weight: f32,
-    /// Store each turn with the turn it answers as its context (as the bot stores a chat),
-    /// so keyword search also sees what a reply was about.
+    /// Semantic weight of hybrid fusion (keyword weight is 1 minus this) [default: the
+    /// product's, `HybridWeights::default()`].
     #[arg(long)]
-    reply_context: bool,
+    semantic_weight: Option<f32>,
+    /// Store turns without the turn they answer as context (the bot stores a chat with it;
+    /// this shows what that is worth).
+    #[arg(long)]
+    no_reply_context: bool,
     /// Print the results as JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -159,7 +160,9 @@ fn parse_samples(data: &Value) -> anyhow::Result<(Vec<Sample>, Vec<String>)> {
                 }
                 let at = start.plus(Duration::from_secs(j as u64 * 30));
                 // The turn this one answers: the previous turn of the same session.
-                let previous = (j > 0).then(|| turns.last().map(|t: &Turn| t.content.clone())).flatten();
+                let previous = (j > 0)
+                    .then(|| turns.last().map(|t: &Turn| t.content.clone()))
+                    .flatten();
                 turns.push(Turn {
                     dia_id,
                     content,
@@ -288,6 +291,9 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
 }
 
 async fn evaluate(args: &Args, samples: &[Sample]) -> anyhow::Result<()> {
+    let semantic_weight = args
+        .semantic_weight
+        .unwrap_or_else(|| HybridWeights::default().semantic());
     let dir = tempfile::tempdir()?;
     let mut cache = None;
     let (backend, space) = make_backend(args, &dir, &mut cache).await?;
@@ -295,10 +301,9 @@ async fn evaluate(args: &Args, samples: &[Sample]) -> anyhow::Result<()> {
     let mode = match args.mode {
         Mode::Keyword => SearchMode::Keyword,
         Mode::Semantic => SearchMode::Semantic,
-        Mode::Hybrid => SearchMode::Hybrid(HybridWeights::new(
-            args.semantic_weight,
-            1.0 - args.semantic_weight,
-        )?),
+        Mode::Hybrid => {
+            SearchMode::Hybrid(HybridWeights::new(semantic_weight, 1.0 - semantic_weight)?)
+        }
     };
     let turns: usize = samples.iter().map(|s| s.turns.len()).sum();
     let questions: usize = samples.iter().map(|s| s.questions.len()).sum();
@@ -319,7 +324,7 @@ async fn evaluate(args: &Args, samples: &[Sample]) -> anyhow::Result<()> {
                         .with_role(Role::User)
                         .with_source(&t.dia_id)
                         .at(t.at);
-                    match (&t.previous, args.reply_context) {
+                    match (&t.previous, !args.no_reply_context) {
                         (Some(p), true) => m.with_context(format!("in reply to: {p}")),
                         _ => m,
                     }
@@ -407,7 +412,8 @@ async fn evaluate(args: &Args, samples: &[Sample]) -> anyhow::Result<()> {
             "backend": backend_name,
             "mode": mode_name,
             "embedding_space": space,
-            "semantic_weight": args.semantic_weight,
+            "semantic_weight": semantic_weight,
+            "reply_context": !args.no_reply_context,
             "samples": samples.len(),
             "memories": turns,
             "questions": overall.questions,
@@ -422,13 +428,14 @@ async fn evaluate(args: &Args, samples: &[Sample]) -> anyhow::Result<()> {
     }
     println!("LoCoMo retrieval eval: {}", args.file.display());
     println!(
-        "backend {backend_name}, mode {mode_name}{}, embedder {}",
+        "backend {backend_name}, mode {mode_name}{}, embedder {}, reply context {}",
         if args.mode == Mode::Hybrid {
-            format!(" (semantic weight {})", args.semantic_weight)
+            format!(" (semantic weight {semantic_weight})")
         } else {
             String::new()
         },
-        space.as_deref().unwrap_or("none")
+        space.as_deref().unwrap_or("none"),
+        if args.no_reply_context { "off" } else { "on" }
     );
     println!(
         "{} conversations, {turns} memories, {} questions ({unusable} without usable evidence left out)\n",
