@@ -39,6 +39,11 @@ impl Secret {
         Self(std::env::var(var).ok().filter(|v| !v.trim().is_empty()))
     }
 
+    #[cfg(test)]
+    pub(crate) fn for_tests(value: &str) -> Self {
+        Self(Some(value.to_owned()))
+    }
+
     pub(crate) fn expose(&self) -> Option<&str> {
         self.0.as_deref()
     }

@@ -1,7 +1,10 @@
 //! `ava`: the command line of the Ava reference app.
 
+mod agent;
+mod bot;
 mod commands;
 mod config;
+mod llm;
 
 use clap::{Parser, Subcommand};
 
@@ -33,6 +36,12 @@ enum Command {
     Forget(commands::forget::Args),
     /// Import a Telegram Desktop chat export (result.json) as a user's memories.
     Import(commands::import::Args),
+    /// Print the prompt the LLM would get for a message, without calling it.
+    Context(commands::context::Args),
+    /// Talk to Ava in the terminal (the bot's pipeline; one message a line on stdin).
+    Chat(commands::chat::Args),
+    /// Run the Telegram bot (long polling) until Ctrl-C.
+    Run(commands::run::Args),
     /// Show what the store holds.
     Stats(commands::stats::Args),
     /// Re-embed every memory with the configured embedder (after changing models).
@@ -48,14 +57,30 @@ async fn main() -> anyhow::Result<()> {
         eprintln!("warning: ignoring .env: {e}");
     }
     let cli = Cli::parse();
+    init_tracing();
     let out = &mut std::io::stdout().lock();
     match cli.command {
-        Command::Demo(args) => commands::demo::run(&args, out).await,
+        Command::Demo(args) => commands::demo::run(&cli.settings, &args, out).await,
         Command::Remember(args) => commands::remember::run(&cli.settings, &args, out).await,
         Command::Recall(args) => commands::recall::run(&cli.settings, &args, out).await,
         Command::Forget(args) => commands::forget::run(&cli.settings, &args, out).await,
         Command::Import(args) => commands::import::run(&cli.settings, &args, out).await,
+        Command::Context(args) => commands::context::run(&cli.settings, &args, out).await,
+        Command::Chat(args) => commands::chat::run(&cli.settings, &args, out).await,
+        Command::Run(args) => commands::run::run(&cli.settings, &args, out).await,
         Command::Stats(args) => commands::stats::run(&cli.settings, &args, out).await,
         Command::Reembed => commands::stats::reembed(&cli.settings, out).await,
     }
+}
+
+/// Logs to stderr; `RUST_LOG` overrides the default (warnings, and the bot's own info lines).
+fn init_tracing() {
+    use tracing_subscriber::EnvFilter;
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn,ava=info"));
+    // A second subscriber (never in this binary) is the only failure: ignore it.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }

@@ -2,8 +2,13 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::{Value, json};
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
 
 /// `ava` with a private store, the hashing embedder (deterministic, no model needed), and no
 /// `.env` or settings leaking in from the environment.
@@ -13,6 +18,12 @@ fn ava(db: &Path, args: &[&str]) -> Output {
         .env("AVA_DB", db)
         .env("AVA_EMBEDDER", "hash")
         .env_remove("AVA_MODEL_DIR")
+        .env_remove("TELOXIDE_TOKEN")
+        .env_remove("AVA_LLM")
+        .env_remove("AVA_LLM_URL")
+        .env_remove("AVA_LLM_MODEL")
+        .env_remove("AVA_ALLOW_USERS")
+        .env_remove("OPENAI_API_KEY")
         .current_dir(env!("CARGO_TARGET_TMPDIR"))
         .output()
         .expect("run ava")
@@ -63,6 +74,39 @@ fn demo_recalls_the_right_memories_and_keeps_scopes_apart() {
         out.contains("not a language model"),
         "the demo is honest about its embedder"
     );
+    // The compiled prompt and its explain report: the pinned facts go in, the tight budget
+    // leaves some of the conversation out.
+    assert!(out.contains("The prompt an LLM would get"), "{out}");
+    assert!(out.contains("| --- message 1 (system) ---"), "{out}");
+    assert_eq!(out.matches("Explain report").count(), 4, "{out}");
+    assert!(
+        out.contains("[knowledge] \"Maya's cat is called Pixel.\""),
+        "{out}"
+    );
+    assert!(out.contains("memories dropped: "), "{out}");
+    assert!(!out.contains("memories dropped: 0"), "{out}");
+}
+
+#[test]
+fn demo_works_on_a_fresh_machine_with_nothing_configured() {
+    let empty = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ava"))
+        .arg("demo")
+        .env_remove("AVA_DB")
+        .env_remove("AVA_EMBEDDER")
+        .env("AVA_MODEL_DIR", empty.path())
+        .env("HOME", empty.path())
+        .env_remove("XDG_DATA_HOME")
+        .current_dir(empty.path())
+        .output()
+        .unwrap();
+    let text = ok(out);
+    assert!(
+        text.contains("embedder hash/"),
+        "falls back to hashing: {text}"
+    );
+    assert!(text.contains("not a language model"), "{text}");
+    assert!(text.contains("Stored 10 memories"), "{text}");
 }
 
 #[test]
@@ -287,5 +331,260 @@ fn unknown_subcommand_fails_with_usage() {
     assert!(
         err.contains("unrecognized subcommand") && err.contains("Usage"),
         "{err}"
+    );
+}
+
+#[test]
+fn context_prints_the_prompt_and_explains_it() {
+    let (_dir, db) = store();
+    let id = ok(ava(
+        &db,
+        &[
+            "remember",
+            "--user",
+            "42",
+            "--chat",
+            "7",
+            "My cat is called Pixel",
+        ],
+    ));
+    let id = id.trim();
+    ok(ava(
+        &db,
+        &[
+            "remember",
+            "--user",
+            "43",
+            "--chat",
+            "7",
+            "My dog is called Rex",
+        ],
+    ));
+    let out = ok(ava(
+        &db,
+        &[
+            "context",
+            "--user",
+            "42",
+            "--chat",
+            "7",
+            "--explain",
+            "What is my cat called?",
+        ],
+    ));
+    assert!(out.contains("My cat is called Pixel"), "{out}");
+    assert!(!out.contains("Rex"), "another user's memory: {out}");
+    assert!(out.contains("What is my cat called?"), "{out}");
+    assert!(
+        out.contains("--- tools: remember, recall, forget ---"),
+        "{out}"
+    );
+    assert!(out.contains("memories in the prompt: 1"), "{out}");
+    assert!(out.contains(id), "the report names the memory: {out}");
+
+    // Without --explain, no report; with --json, machine-readable.
+    let plain = ok(ava(
+        &db,
+        &["context", "--user", "42", "--chat", "7", "cat?"],
+    ));
+    assert!(!plain.contains("memories in the prompt"), "{plain}");
+    let json: Value = serde_json::from_str(&ok(ava(
+        &db,
+        &[
+            "context",
+            "--user",
+            "42",
+            "--chat",
+            "7",
+            "--json",
+            "--explain",
+            "--budget",
+            "2000",
+            "cat?",
+        ],
+    )))
+    .unwrap();
+    assert_eq!(json["report"]["budget"]["total"], 2000);
+    assert_eq!(json["messages"][0]["role"], "system");
+    assert_eq!(json["tools"].as_array().unwrap().len(), 3);
+
+    // Nothing was stored by the dry run.
+    let stats = ok(ava(&db, &["stats"]));
+    assert!(stats.contains("memories: 2"), "{stats}");
+}
+
+#[test]
+fn context_rejects_bad_input() {
+    let (dir, db) = store();
+    for (args, expect) in [
+        (vec!["   "], "empty"),
+        (vec!["--budget", "0", "hi"], "budget"),
+    ] {
+        let mut all = vec!["context", "--user", "1", "--chat", "1"];
+        all.extend(args);
+        let o = ava(&db, &all);
+        assert!(
+            !o.status.success() && stderr(&o).contains(expect),
+            "{}",
+            stderr(&o)
+        );
+    }
+    let big = "x".repeat(100 * 1024);
+    let o = ava(&db, &["context", "--user", "1", "--chat", "1", &big]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("at most 65536 bytes"),
+        "{}",
+        stderr(&o)
+    );
+    let missing = dir.path().join("no/such/dir/m.db");
+    let o = ava(&missing, &["context", "--user", "1", "--chat", "1", "hi"]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("does not exist"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// Runs `ava chat` against `llm` with `input` on stdin.
+fn chat(db: &Path, llm: &str, input: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ava"))
+        .args(["chat", "--user", "42", "--chat", "7", "--llm", "ollama"])
+        .args([
+            "--llm-url",
+            llm,
+            "--llm-model",
+            "fake",
+            "--llm-timeout",
+            "30",
+        ])
+        .env("AVA_DB", db)
+        .env("AVA_EMBEDDER", "hash")
+        .env_remove("AVA_MODEL_DIR")
+        .current_dir(env!("CARGO_TARGET_TMPDIR"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run ava chat");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn ollama_answer(text: &str) -> Value {
+    json!({"model": "fake", "created_at": "2026-03-10T09:30:00Z",
+        "message": {"role": "assistant", "content": text}, "done": true})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_answers_from_stdin_and_stores_both_turns() {
+    let llm = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/api/chat"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(ollama_answer("Hello, Maya!")))
+        .mount(&llm)
+        .await;
+    let (_dir, db) = store();
+    let uri = llm.uri();
+    let db2 = db.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        chat(&db2, &uri, "I am Maya and I live in Porto.\n\n/context\n")
+    })
+    .await
+    .unwrap();
+    let text = ok(out);
+    assert!(text.contains("ava> Hello, Maya!"), "{text}");
+    assert!(
+        text.contains("tokens:"),
+        "/context prints the report: {text}"
+    );
+
+    let sent = llm.received_requests().await.unwrap();
+    assert_eq!(
+        sent.len(),
+        1,
+        "one model call; blank lines and /context are not sent"
+    );
+    let body = String::from_utf8_lossy(&sent[0].body);
+    assert!(body.contains("I live in Porto"), "{body}");
+
+    let db3 = db.clone();
+    let recalled = tokio::task::spawn_blocking(move || {
+        ok(ava(
+            &db3,
+            &["recall", "--user", "42", "--chat", "7", "Porto Maya"],
+        ))
+    })
+    .await
+    .unwrap();
+    assert!(recalled.contains("I live in Porto"), "{recalled}");
+    assert!(
+        recalled.contains("Hello, Maya!"),
+        "the answer is stored: {recalled}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_apologises_when_the_model_fails() {
+    let llm = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/api/chat"))
+        .respond_with(ResponseTemplate::new(500).set_body_string("{\"error\":\"boom\"}"))
+        .mount(&llm)
+        .await;
+    let (_dir, db) = store();
+    let uri = llm.uri();
+    let out = tokio::task::spawn_blocking(move || chat(&db, &uri, "hello\n"))
+        .await
+        .unwrap();
+    let text = ok(out);
+    assert!(text.contains("ava> Sorry"), "{text}");
+}
+
+#[test]
+fn run_refuses_to_start_without_what_it_needs() {
+    let (_dir, db) = store();
+    let o = ava(&db, &["run"]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("TELOXIDE_TOKEN"),
+        "{}",
+        stderr(&o)
+    );
+    let with_token = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_ava"))
+            .args(args)
+            .env("AVA_DB", &db)
+            .env("AVA_EMBEDDER", "hash")
+            .env("TELOXIDE_TOKEN", "123:secret-token-value")
+            .env_remove("AVA_ALLOW_USERS")
+            .current_dir(env!("CARGO_TARGET_TMPDIR"))
+            .output()
+            .unwrap()
+    };
+    let o = with_token(&["run", "--allow-users", "12,bob"]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("`bob` is not a Telegram user id"),
+        "{}",
+        stderr(&o)
+    );
+    let o = with_token(&["run", "--llm-url", "localhost:11434"]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("not an http(s) URL"),
+        "{}",
+        stderr(&o)
+    );
+    let o = with_token(&["run", "--telegram-api-url", "not a url"]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("Telegram API URL"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        !stderr(&o).contains("secret-token-value"),
+        "the token is never printed"
     );
 }

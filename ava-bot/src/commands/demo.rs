@@ -1,4 +1,6 @@
-//! `ava demo`: a self-contained tour of storing and recalling memories.
+//! `ava demo`: a self-contained tour: a fresh SQLite store in a temporary directory, a short
+//! conversation stored in it, then recall and the compiled prompt (with its explain report)
+//! for a few questions, on the best embedder available.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -8,7 +10,10 @@ use memory_core::{
     EmbeddingProvider, HashingEmbedder, MemoryBackend, MemoryKind, NewMemory, Role, Scope,
     SearchRequest, Timestamp, tags,
 };
-use memory_inmem::InMemoryBackend;
+use memory_sqlite::{SqliteBackend, SqliteConfig};
+
+use crate::agent::{Agent, render_messages};
+use crate::config::{EmbedderChoice, Settings};
 
 /// A short conversation written for this demo: (day, role, text).
 const CONVERSATION: &[(u32, Role, &str)] = &[
@@ -67,24 +72,64 @@ const QUESTIONS: &[&str] = &[
     "When am I going to Kyoto, and with whom?",
 ];
 
+/// Small enough that some of the conversation has to be left out.
+const DEMO_BUDGET: u32 = 600;
+
 #[derive(Debug, clap::Args)]
-pub(crate) struct Args {}
+pub(crate) struct Args {
+    /// Also print the full compiled prompt for every question (default: the first only).
+    #[arg(long)]
+    all_prompts: bool,
+}
+
+/// The embedder the demo uses: the configured one, or with `auto`, the local model if it is
+/// installed and otherwise the hashing embedder (never nothing: the demo shows vectors).
+async fn embedder(
+    settings: &Settings,
+) -> anyhow::Result<(Option<Arc<dyn EmbeddingProvider>>, String)> {
+    let (found, note) = settings.embedder().await?;
+    if found.is_some() || settings.embedder != EmbedderChoice::Auto {
+        return Ok((found, note));
+    }
+    let hash = HashingEmbedder::new(384).context("create the hashing embedder")?;
+    let note = format!("embedder {} ({note})", hash.space());
+    Ok((Some(Arc::new(hash)), note))
+}
 
 /// Runs the demo, writing its report to `out`.
-pub(crate) async fn run(_args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
-    let embedder = Arc::new(HashingEmbedder::new(256).context("create the hashing embedder")?);
-    let space = embedder.space();
-    let backend: Arc<dyn MemoryBackend> = Arc::new(InMemoryBackend::new(Some(embedder)));
+pub(crate) async fn run(
+    settings: &Settings,
+    args: &Args,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let (embedder, note) = embedder(settings).await?;
+    let dir = tempfile::tempdir().context("create a temporary directory for the demo store")?;
+    let path = dir.path().join("demo.db");
+    let store = SqliteBackend::open(&path, embedder.clone(), SqliteConfig::default())
+        .await
+        .with_context(|| format!("create the demo store {}", path.display()))?;
+    let backend: Arc<dyn MemoryBackend> = Arc::new(store);
     let scope = Scope::for_user("maya")?.in_chat("demo")?;
 
     writeln!(out, "Ava demo")?;
     writeln!(out, "========")?;
     writeln!(
         out,
-        "store: {} (in memory, gone when the demo ends)\nembedder: {space} -- a word-hashing \
-         stand-in, not a language model: it matches shared words, not meanings",
-        backend.info().name
+        "store: {} in {} (a fresh SQLite file, deleted when the demo ends)",
+        backend.info().name,
+        path.display()
     )?;
+    writeln!(out, "{note}")?;
+    if embedder
+        .as_ref()
+        .is_some_and(|e| e.space().provider == "hash")
+    {
+        writeln!(
+            out,
+            "note: the hashing embedder is a stand-in, not a language model: it matches shared \
+             words, not meanings. `cargo xtask fetch-model` installs the local model."
+        )?;
+    }
     writeln!(out, "scope: {scope}\n")?;
 
     let start = Timestamp::parse_rfc3339("2026-03-02T09:00:00Z")?;
@@ -120,10 +165,12 @@ pub(crate) async fn run(_args: &Args, out: &mut impl Write) -> anyhow::Result<()
         FACTS.len()
     )?;
 
-    for question in QUESTIONS {
+    let agent = Agent::new(Arc::clone(&backend), DEMO_BUDGET)?;
+    for (i, question) in QUESTIONS.iter().enumerate() {
         writeln!(out, "Q: {question}")?;
+        let req = super::best_search(backend.as_ref(), question, 3);
         let hits = backend
-            .search(&scope, &SearchRequest::hybrid(*question).limit(3))
+            .search(&scope, &req)
             .await
             .with_context(|| format!("search for {question:?}"))?;
         if hits.is_empty() {
@@ -142,6 +189,20 @@ pub(crate) async fn run(_args: &Args, out: &mut impl Write) -> anyhow::Result<()
                 hit.entry.kind.as_str(),
                 hit.entry.created_at,
             )?;
+        }
+        let prompt = agent.prepare(&scope, question).await?;
+        if i == 0 || args.all_prompts {
+            writeln!(out, "\n   The prompt an LLM would get (`ava context`):")?;
+            for line in render_messages(&prompt).lines() {
+                writeln!(out, "   | {line}")?;
+            }
+        }
+        writeln!(
+            out,
+            "\n   Explain report ({DEMO_BUDGET}-token budget, tight on purpose):"
+        )?;
+        for line in agent.explain(&scope, &prompt.report).await.lines() {
+            writeln!(out, "   {line}")?;
         }
         writeln!(out)?;
     }

@@ -1,10 +1,13 @@
 //! One module per `ava` subcommand.
 
+pub(crate) mod chat;
+pub(crate) mod context;
 pub(crate) mod demo;
 pub(crate) mod forget;
 pub(crate) mod import;
 pub(crate) mod recall;
 pub(crate) mod remember;
+pub(crate) mod run;
 pub(crate) mod stats;
 
 use memory_core::{Capability, MemoryBackend, SearchRequest};

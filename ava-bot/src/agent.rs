@@ -1,0 +1,278 @@
+//! The conversation pipeline `ava chat` and `ava run` share: hydrate + compile a prompt for a
+//! message, let the model answer (running its memory tool calls), store both turns; and the
+//! dry run `ava context` prints.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use anyhow::Context;
+use hydrate::{
+    ChatModel, CompiledPrompt, ExplainReport, HydrateInput, HydrationConfig, Inference, Ops,
+    memory_provider,
+};
+use memory_core::{Filter, MemoryBackend, MemoryId, MemoryKind, NewMemory, Role, Scope, Timestamp};
+use prompt_ir::{Action, ContextRequest, TiktokenTokenizer, TokenBudget};
+
+/// The system prompt of every conversation (the stable prefix; no secrets, no user data).
+pub(crate) const SYSTEM_PROMPT: &str = "You are Ava, a friendly assistant with long-term \
+memory. Use what you recall about the user when it helps, say so when you do not know, and \
+answer briefly. Use the remember tool for durable facts the user tells you, recall to look \
+something up, and forget when the user asks you to.";
+
+/// Default token budget of one prompt.
+pub(crate) const DEFAULT_BUDGET: u32 = 4000;
+
+/// A store, a hydration config over it, and (for answering) a chat model.
+#[derive(Debug, Clone)]
+pub(crate) struct Agent {
+    store: Arc<dyn MemoryBackend>,
+    config: Arc<HydrationConfig>,
+    budget: TokenBudget,
+}
+
+impl Agent {
+    /// An agent over `store` whose prompts take at most `budget` tokens.
+    pub(crate) fn new(store: Arc<dyn MemoryBackend>, budget: u32) -> anyhow::Result<Self> {
+        let budget = TokenBudget::new(budget)
+            .with_context(|| format!("token budget {budget}: expected at least 1"))?;
+        let tokenizer = TiktokenTokenizer::for_model("gpt-4o").context("load the tokenizer")?;
+        // The backend embeds the observation itself (it holds the embedder of its space).
+        let config = HydrationConfig::new(SYSTEM_PROMPT, Arc::new(tokenizer))
+            .with_provider(memory_provider(Arc::clone(&store), None));
+        Ok(Self {
+            store,
+            config: Arc::new(config),
+            budget,
+        })
+    }
+
+    pub(crate) fn store(&self) -> &Arc<dyn MemoryBackend> {
+        &self.store
+    }
+
+    /// The memory operations for one user in one chat.
+    pub(crate) fn ops(&self, scope: Scope) -> Ops {
+        Ops::new(Arc::clone(&self.config), Arc::clone(&self.store), scope)
+    }
+
+    fn request(&self, message: &str) -> anyhow::Result<ContextRequest> {
+        if message.trim().is_empty() {
+            anyhow::bail!("the message is empty; say something");
+        }
+        // Checked before the model is asked: the message has to fit in the store afterwards.
+        let max = self.store.info().limits.max_content_bytes;
+        if message.len() > max {
+            anyhow::bail!(
+                "the message is {} bytes long; at most {max} bytes are accepted",
+                message.len()
+            );
+        }
+        Ok(ContextRequest::new(message, self.budget.clone()))
+    }
+
+    /// The prompt the model would get for `message` (nothing stored, no model called).
+    pub(crate) async fn prepare(
+        &self,
+        scope: &Scope,
+        message: &str,
+    ) -> anyhow::Result<CompiledPrompt> {
+        let input = HydrateInput::new(scope.clone(), self.request(message)?);
+        self.ops(scope.clone())
+            .prepare(&input)
+            .await
+            .context("hydrate and compile the prompt")
+    }
+
+    /// Answers `message` in `scope` with `model`, then stores the message and (if there is
+    /// one) the answer.
+    ///
+    /// The message is stored after the prompt is built, at the time it arrived, so the
+    /// prompt shows it once (as the observation) rather than also as recent conversation;
+    /// it is stored even when the model fails, so nothing the user said is lost.
+    pub(crate) async fn answer(
+        &self,
+        model: &dyn ChatModel,
+        scope: &Scope,
+        message: &str,
+        source: &str,
+    ) -> anyhow::Result<Inference> {
+        let request = self.request(message)?;
+        let received = Timestamp::now();
+        // The turn this message answers (usually Ava's last reply), kept as its context so
+        // keyword search also finds a reply by what it was about.
+        let messages_only = Filter {
+            kinds: vec![MemoryKind::Message],
+            ..Filter::default()
+        };
+        let previous = self
+            .store
+            .recent(scope, 1, &messages_only)
+            .await
+            .context("read the previous message")?
+            .pop();
+        let result = self.ops(scope.clone()).infer(model, request).await;
+        let mut user_turn = NewMemory::new(message)
+            .with_role(Role::User)
+            .with_source(source)
+            .at(received);
+        if let Some(previous) = previous {
+            user_turn = user_turn.with_context(in_reply_to(&previous.content));
+        }
+        self.store
+            .store(scope, user_turn)
+            .await
+            .context("store the message")?;
+        let inference = result.context("ask the model")?;
+        if !inference.reply.trim().is_empty() {
+            let reply = NewMemory::new(inference.reply.as_str())
+                .with_role(Role::Assistant)
+                .with_source(source)
+                .with_context(in_reply_to(message));
+            self.store
+                .store(scope, reply)
+                .await
+                .context("store the answer")?;
+        }
+        Ok(inference)
+    }
+}
+
+impl Agent {
+    /// [`render_report`] with a preview of each memory's text (looked up in `scope`).
+    pub(crate) async fn explain(&self, scope: &Scope, report: &ExplainReport) -> String {
+        let mut previews = HashMap::new();
+        for id in report.sections.iter().filter_map(|s| s.memory_id) {
+            // A memory deleted since (or of the user-wide scope) just shows without text.
+            if let Ok(m) = self.store.get(scope, id).await {
+                previews.insert(id, preview(&m.content, 70));
+            }
+        }
+        render_report(report, &previews)
+    }
+}
+
+fn preview(text: &str, max_chars: usize) -> String {
+    let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match one_line.char_indices().nth(max_chars) {
+        Some((i, _)) => format!("{}...", &one_line[..i]),
+        None => one_line,
+    }
+}
+
+/// The explain report for people: budget, sources, what went in (with `previews` of their
+/// text where known) and what was left out.
+fn render_report(report: &ExplainReport, previews: &HashMap<MemoryId, String>) -> String {
+    let mut out = String::new();
+    let b = &report.budget;
+    let _ = writeln!(
+        out,
+        "tokens: {} of {} available ({} budget, {} reserved){}",
+        report.estimated_prompt_tokens,
+        b.available,
+        b.total,
+        b.reserved,
+        if report.fits { "" } else { " -- DOES NOT FIT" }
+    );
+    let _ = writeln!(
+        out,
+        "sections: {} tokens before compression, {} after",
+        report.tokens_before, report.tokens_after
+    );
+    let _ = writeln!(out, "sources:");
+    for s in &report.sources {
+        let _ = writeln!(
+            out,
+            "  {:<10} {:?}{} returned {}, kept {}, duplicates {}, over limits {}",
+            s.kind.as_str(),
+            s.status,
+            s.search
+                .as_deref()
+                .map(|m| format!(" ({m})"))
+                .unwrap_or_default(),
+            s.returned,
+            s.kept,
+            s.duplicates,
+            s.over_limits,
+        );
+    }
+    let mut went_in = Vec::new();
+    let mut left_out = Vec::new();
+    for s in report.sections.iter().filter(|s| s.memory_id.is_some()) {
+        let score = s
+            .scores
+            .as_ref()
+            .map(|x| format!(", score {:.2}", x.score))
+            .unwrap_or_default();
+        let id = s.memory_id.map(|i| i.to_string()).unwrap_or_default();
+        let what = s
+            .memory_id
+            .and_then(|i| previews.get(&i))
+            .map_or_else(|| s.label.clone(), |p| format!("\"{p}\""));
+        match s.action {
+            Action::Kept { tokens } => went_in.push(format!(
+                "  + [{}] {what} ({tokens} tokens{score}, id {id})",
+                s.block
+            )),
+            Action::Truncated { from, to } => went_in.push(format!(
+                "  ~ [{}] {what} (cut {from} -> {to} tokens{score}, id {id})",
+                s.block
+            )),
+            Action::Dropped { tokens } => left_out.push(format!(
+                "  - [{}] {what} ({tokens} tokens{score}, id {id}): {}",
+                s.block, s.reason
+            )),
+        }
+    }
+    let _ = writeln!(out, "memories in the prompt: {}", went_in.len());
+    for line in &went_in {
+        let _ = writeln!(out, "{line}");
+    }
+    let _ = writeln!(out, "memories dropped: {}", left_out.len());
+    for line in &left_out {
+        let _ = writeln!(out, "{line}");
+    }
+    if !report.degradations.is_empty() {
+        let _ = writeln!(out, "degradations:");
+        for d in &report.degradations {
+            let _ = writeln!(out, "  ! {d}");
+        }
+    }
+    out
+}
+
+/// The compiled messages for people, one block per message.
+pub(crate) fn render_messages(prompt: &CompiledPrompt) -> String {
+    let mut out = String::new();
+    for (i, m) in prompt.messages.iter().enumerate() {
+        let role = serde_json::to_value(m.role)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let _ = writeln!(out, "--- message {} ({role}) ---\n{}", i + 1, m.content);
+    }
+    let names: Vec<&str> = prompt.tools.iter().map(|t| t.name.as_str()).collect();
+    let _ = writeln!(out, "--- tools: {} ---", names.join(", "));
+    out
+}
+
+/// The context recorded for a chat turn: the message it answers, cut to 500 characters.
+fn in_reply_to(text: &str) -> String {
+    let cut: String = text.chars().take(500).collect();
+    let more = if cut.len() < text.len() { "…" } else { "" };
+    format!("in reply to: {cut}{more}")
+}
+
+#[cfg(test)]
+mod reply_context_tests {
+    use super::in_reply_to;
+
+    #[test]
+    fn reply_context_names_the_message_and_stays_short() {
+        assert_eq!(in_reply_to("Did you go?"), "in reply to: Did you go?");
+        let long = "é".repeat(800);
+        let ctx = in_reply_to(&long);
+        assert_eq!(ctx.chars().count(), "in reply to: ".len() + 500 + 1);
+        assert!(ctx.ends_with('…'));
+    }
+}

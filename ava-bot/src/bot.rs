@@ -1,0 +1,440 @@
+//! The Telegram bot: long polling with teloxide, one memory scope per (user, chat), the
+//! conversation pipeline of [`crate::agent`] for text, and the slash commands.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use hydrate::{ChatModel, ExplainReport};
+use memory_core::{DEFAULT_TENANT, MemoryError, MemoryId, Scope};
+use teloxide::adaptors::Throttle;
+use teloxide::adaptors::throttle::Limits;
+use teloxide::dispatching::{Dispatcher, HandlerExt, UpdateFilterExt, UpdateHandler};
+use teloxide::error_handlers::LoggingErrorHandler;
+use teloxide::prelude::*;
+use teloxide::types::Me;
+use teloxide::update_listeners;
+use teloxide::utils::command::BotCommands;
+
+use crate::agent::Agent;
+
+/// The bot as handlers see it: rate-limited, retrying on 429 `retry_after`.
+pub(crate) type AvaBot = Throttle<Bot>;
+
+/// Telegram's limit on the text of one message (in UTF-16 code units).
+pub(crate) const MAX_MESSAGE: usize = 4096;
+
+/// How long a `/wipe` waits for its confirmation.
+const WIPE_WINDOW: Duration = Duration::from_secs(120);
+
+const APOLOGY: &str = "Sorry, I could not come up with an answer just now (my language model \
+did not respond). Your message is saved; please try again in a moment.";
+
+const HELP: &str = "I am Ava, an assistant that remembers. Just talk to me; what you tell me \
+here stays in this chat and is yours alone.\n\nCommands:";
+
+/// The commands the bot understands.
+#[derive(BotCommands, Clone, Debug, PartialEq, Eq)]
+#[command(rename_rule = "lowercase")]
+pub(crate) enum Command {
+    /// start a conversation.
+    Start,
+    /// show this help.
+    Help,
+    /// remember a fact: /remember my cat is called Pixel.
+    Remember(String),
+    /// search your memories: /recall cat.
+    Recall(String),
+    /// forget a memory by the id /recall shows.
+    Forget(String),
+    /// explain the last prompt: which memories went in, which were dropped, tokens.
+    Context,
+    /// how much I remember about you.
+    Stats,
+    /// delete all your memories in this chat (asks for confirmation).
+    Wipe(String),
+}
+
+/// Everything the handlers share.
+#[derive(Debug)]
+pub(crate) struct BotState {
+    agent: Agent,
+    model: Arc<dyn ChatModel>,
+    allow: Option<BTreeSet<u64>>,
+    /// The explain report of the last prompt per (user, chat).
+    reports: Mutex<HashMap<(u64, i64), ExplainReport>>,
+    /// Wipes waiting for confirmation, per (user, chat).
+    wipes: Mutex<HashMap<(u64, i64), Instant>>,
+}
+
+impl BotState {
+    pub(crate) fn new(
+        agent: Agent,
+        model: Arc<dyn ChatModel>,
+        allow: Option<BTreeSet<u64>>,
+    ) -> Self {
+        Self {
+            agent,
+            model,
+            allow,
+            reports: Mutex::new(HashMap::new()),
+            wipes: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+/// Who wrote a message, as a memory scope and a key.
+struct Who {
+    key: (u64, i64),
+    scope: Scope,
+}
+
+fn who(msg: &Message) -> Option<Who> {
+    let user = msg.from.as_ref()?.id.0;
+    let chat = msg.chat.id.0;
+    let scope = Scope::for_user(user.to_string())
+        .and_then(|s| s.in_chat(chat.to_string()))
+        .ok()?;
+    Some(Who {
+        key: (user, chat),
+        scope,
+    })
+}
+
+/// The bot with its API address, rate limits and retries.
+pub(crate) fn make_bot(
+    token: &str,
+    api_url: Option<&str>,
+    limits: Limits,
+) -> anyhow::Result<AvaBot> {
+    let mut bot = Bot::new(token);
+    if let Some(url) = api_url {
+        let url = reqwest_url(url)?;
+        bot = bot.set_api_url(url);
+    }
+    Ok(bot.throttle(limits))
+}
+
+fn reqwest_url(url: &str) -> anyhow::Result<url::Url> {
+    url::Url::parse(url).with_context(|| {
+        format!("Telegram API URL `{url}` is not a URL; expected e.g. https://api.telegram.org")
+    })
+}
+
+/// The update handler tree.
+pub(crate) fn schema() -> UpdateHandler<anyhow::Error> {
+    let messages = Update::filter_message()
+        .branch(
+            dptree::filter(|msg: Message, state: Arc<BotState>| !allowed(&msg, &state))
+                .endpoint(refuse),
+        )
+        .branch(
+            dptree::entry()
+                .filter_command::<Command>()
+                .endpoint(on_command),
+        )
+        .branch(
+            dptree::filter(|msg: Message| msg.text().is_some_and(|t| t.starts_with('/')))
+                .endpoint(unknown_command),
+        )
+        .branch(dptree::filter(|msg: Message| msg.text().is_some()).endpoint(on_text))
+        .endpoint(not_text);
+    dptree::entry().branch(messages)
+}
+
+/// Builds the dispatcher (with the Ctrl-C handler: in-flight updates finish first).
+pub(crate) fn dispatcher(
+    bot: AvaBot,
+    state: Arc<BotState>,
+) -> Dispatcher<AvaBot, anyhow::Error, teloxide::dispatching::DefaultKey> {
+    Dispatcher::builder(bot, schema())
+        .dependencies(dptree::deps![state])
+        .default_handler(|update| async move {
+            tracing::debug!(update_id = update.id.0, "ignored an update of no interest");
+        })
+        .error_handler(LoggingErrorHandler::with_custom_text(
+            "an update handler failed",
+        ))
+        .enable_ctrlc_handler()
+        .build()
+}
+
+/// Polls until Ctrl-C (or the shutdown token); fails only if the bot cannot start (a bad
+/// token, no API).
+pub(crate) async fn run(bot: AvaBot, state: Arc<BotState>) -> anyhow::Result<()> {
+    let mut dispatcher = dispatcher(bot.clone(), state);
+    serve(&mut dispatcher, bot).await
+}
+
+/// Long-polls for `dispatcher` until it is shut down.
+pub(crate) async fn serve(
+    dispatcher: &mut Dispatcher<AvaBot, anyhow::Error, teloxide::dispatching::DefaultKey>,
+    bot: AvaBot,
+) -> anyhow::Result<()> {
+    let listener = update_listeners::polling_default(bot).await;
+    dispatcher
+        .try_dispatch_with_listener(
+            listener,
+            LoggingErrorHandler::with_custom_text("polling Telegram failed"),
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .context("start the bot (getMe failed: is TELOXIDE_TOKEN right?)")
+}
+
+fn allowed(msg: &Message, state: &BotState) -> bool {
+    match (&state.allow, &msg.from) {
+        (None, _) => true,
+        (Some(ids), Some(user)) => ids.contains(&user.id.0),
+        (Some(_), None) => false,
+    }
+}
+
+async fn refuse(bot: AvaBot, msg: Message) -> anyhow::Result<()> {
+    let user = msg.from.as_ref().map(|u| u.id.0);
+    tracing::info!(
+        ?user,
+        chat = msg.chat.id.0,
+        "refused a user not on the allow-list"
+    );
+    send(&bot, msg.chat.id, "Sorry, this bot is private.").await
+}
+
+async fn not_text(msg: Message) -> anyhow::Result<()> {
+    tracing::debug!(chat = msg.chat.id.0, "skipped a message without text");
+    Ok(())
+}
+
+async fn unknown_command(bot: AvaBot, msg: Message) -> anyhow::Result<()> {
+    send(
+        &bot,
+        msg.chat.id,
+        "I do not know that command; /help lists the ones I do.",
+    )
+    .await
+}
+
+async fn on_text(bot: AvaBot, msg: Message, state: Arc<BotState>) -> anyhow::Result<()> {
+    let (Some(text), Some(who)) = (msg.text(), who(&msg)) else {
+        return Ok(());
+    };
+    let reply = match state
+        .agent
+        .answer(state.model.as_ref(), &who.scope, text, "telegram")
+        .await
+    {
+        Ok(inference) => {
+            lock(&state.reports).insert(who.key, inference.prompt.report);
+            if inference.reply.trim().is_empty() {
+                "(I have nothing to add.)".to_owned()
+            } else {
+                inference.reply
+            }
+        }
+        Err(e) => {
+            tracing::error!(
+                chat = msg.chat.id.0,
+                error = format!("{e:#}"),
+                "could not answer a message"
+            );
+            APOLOGY.to_owned()
+        }
+    };
+    send(&bot, msg.chat.id, &reply).await
+}
+
+async fn on_command(
+    bot: AvaBot,
+    msg: Message,
+    me: Me,
+    cmd: Command,
+    state: Arc<BotState>,
+) -> anyhow::Result<()> {
+    let Some(who) = who(&msg) else {
+        return Ok(());
+    };
+    let reply = match command_reply(&me, cmd, &who, &state).await {
+        Ok(text) => text,
+        Err(e) => {
+            tracing::error!(
+                chat = msg.chat.id.0,
+                error = format!("{e:#}"),
+                "a command failed"
+            );
+            format!(
+                "Sorry, that did not work: {}",
+                first_line(&format!("{e:#}"))
+            )
+        }
+    };
+    send(&bot, msg.chat.id, &reply).await
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or_default()
+}
+
+async fn command_reply(
+    me: &Me,
+    cmd: Command,
+    who: &Who,
+    state: &BotState,
+) -> anyhow::Result<String> {
+    let ops = state.agent.ops(who.scope.clone());
+    Ok(match cmd {
+        Command::Start => format!(
+            "Hi! I am {}. Talk to me and I will remember what matters. /help shows what else I can do.",
+            me.user.first_name
+        ),
+        Command::Help => format!("{HELP}\n{}", Command::descriptions()),
+        Command::Remember(text) if text.trim().is_empty() => {
+            "Tell me what to remember: /remember my cat is called Pixel".into()
+        }
+        Command::Remember(text) => {
+            let id = ops
+                .remember(text.trim(), Some("told with /remember in Telegram"), &[])
+                .await
+                .context("store the memory")?;
+            format!("Remembered. (id {id})")
+        }
+        Command::Recall(query) if query.trim().is_empty() => {
+            "Tell me what to look for: /recall cat".into()
+        }
+        Command::Recall(query) => {
+            let found = ops
+                .recall(query.trim(), 5)
+                .await
+                .context("search memories")?;
+            if found.is_empty() {
+                "I remember nothing about that.".into()
+            } else {
+                let mut out = String::from("What I remember:");
+                for m in found {
+                    out.push_str(&format!("\n• {} (id {})", m.content, m.id));
+                }
+                out
+            }
+        }
+        Command::Forget(id) => match id.trim().parse::<MemoryId>() {
+            Err(_) => "Give me the id /recall shows: /forget <id>".into(),
+            Ok(id) => match ops.forget(id).await {
+                Ok(()) => "Forgotten.".into(),
+                Err(hydrate::Error::Memory(MemoryError::NotFound { .. })) => {
+                    "You have no memory with that id in this chat.".into()
+                }
+                Err(e) => return Err(e).context("forget the memory"),
+            },
+        },
+        Command::Context => {
+            let report = lock(&state.reports).get(&who.key).cloned();
+            match report {
+                Some(report) => format!(
+                    "The last prompt I built for you:\n{}",
+                    state.agent.explain(&who.scope, &report).await
+                ),
+                None => "I have not built a prompt for you in this chat yet; say something first."
+                    .into(),
+            }
+        }
+        Command::Stats => {
+            let store = state.agent.store();
+            let here = store.count(&who.scope).await.context("count memories")?;
+            let chats = store
+                .user_scopes(DEFAULT_TENANT, &who.key.0.to_string())
+                .await
+                .context("list your chats")?;
+            let mut everywhere = 0;
+            for scope in &chats {
+                everywhere += store.count(scope).await.context("count memories")?;
+            }
+            format!(
+                "Memories of yours: {here} in this chat, {everywhere} in all your chats ({}).",
+                chats.len()
+            )
+        }
+        Command::Wipe(arg) => wipe(arg.trim(), who, state).await?,
+    })
+}
+
+async fn wipe(arg: &str, who: &Who, state: &BotState) -> anyhow::Result<String> {
+    let store = state.agent.store();
+    if arg.eq_ignore_ascii_case("yes") {
+        let pending = lock(&state.wipes).remove(&who.key);
+        if pending.is_none_or(|at| at.elapsed() > WIPE_WINDOW) {
+            return Ok("Nothing to confirm: send /wipe first.".into());
+        }
+        let n = store
+            .delete_scope(&who.scope)
+            .await
+            .context("delete your memories")?;
+        lock(&state.reports).remove(&who.key);
+        tracing::info!(
+            chat = who.key.1,
+            deleted = n,
+            "wiped a user's memories in a chat"
+        );
+        return Ok(format!(
+            "Done: I deleted {n} memories of yours in this chat."
+        ));
+    }
+    let n = store.count(&who.scope).await.context("count memories")?;
+    lock(&state.wipes).insert(who.key, Instant::now());
+    Ok(format!(
+        "This deletes all {n} of your memories in this chat (other people's stay). Send /wipe yes \
+         within {} minutes to confirm.",
+        WIPE_WINDOW.as_secs() / 60
+    ))
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // The maps hold plain data; a panicked holder leaves nothing half-written worth refusing.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Sends `text`, split into Telegram-sized messages.
+async fn send(bot: &AvaBot, chat: ChatId, text: &str) -> anyhow::Result<()> {
+    for part in split_message(text, MAX_MESSAGE) {
+        bot.send_message(chat, part)
+            .await
+            .context("send a reply to Telegram")?;
+    }
+    Ok(())
+}
+
+/// Splits `text` into parts of at most `max` UTF-16 code units (how Telegram counts),
+/// preferring line breaks, then spaces, never splitting a character.
+pub(crate) fn split_message(text: &str, max: usize) -> Vec<String> {
+    let mut parts = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let mut units = 0;
+        let mut end = rest.len();
+        for (i, c) in rest.char_indices() {
+            units += c.len_utf16();
+            if units > max {
+                end = i;
+                break;
+            }
+        }
+        if end == rest.len() {
+            parts.push(rest.to_owned());
+            break;
+        }
+        let head = &rest[..end];
+        let cut = head
+            .rfind('\n')
+            .or_else(|| head.rfind(' '))
+            .filter(|&i| i > 0)
+            .map_or(end, |i| i + 1);
+        let part = rest[..cut].trim_end();
+        if !part.is_empty() {
+            parts.push(part.to_owned());
+        }
+        rest = &rest[cut..];
+    }
+    parts
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,489 @@
+//! End to end: a real teloxide `Dispatcher` long-polling a loopback fake Bot API, with a
+//! loopback fake Ollama server as the model and a real SQLite store.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use memory_core::{HashingEmbedder, MemoryBackend, Scope};
+use memory_sqlite::{SqliteBackend, SqliteConfig};
+use serde_json::{Value, json};
+use teloxide::adaptors::throttle::Limits;
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+use super::{APOLOGY, BotState, MAX_MESSAGE, dispatcher, make_bot, serve, split_message};
+use crate::agent::Agent;
+use crate::llm::OllamaChat;
+use crate::llm::tests::{ollama_answer, ollama_tool_call};
+
+const TOKEN: &str = "123456:TEST-token";
+/// Upper bound on any wait in these tests; they normally finish far sooner.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+fn api(method_name: &str) -> String {
+    format!("/bot{TOKEN}/{method_name}")
+}
+
+fn ok(result: Value) -> ResponseTemplate {
+    ResponseTemplate::new(200).set_body_json(json!({"ok": true, "result": result}))
+}
+
+/// A text message update from `user` in `chat`.
+fn text_update(id: i64, user: u64, chat: i64, text: &str) -> Value {
+    let mut message = json!({
+        "message_id": id,
+        "date": 1_773_000_000 + id,
+        "chat": {"id": chat, "type": "private", "first_name": format!("user{user}")},
+        "from": {"id": user, "is_bot": false, "first_name": format!("user{user}")},
+        "text": text,
+    });
+    if text.starts_with('/') {
+        let len = text.split_whitespace().next().unwrap_or_default().len();
+        message["entities"] = json!([{"type": "bot_command", "offset": 0, "length": len}]);
+    }
+    json!({"update_id": id, "message": message})
+}
+
+/// Answers SendMessage with the message Telegram would return.
+struct Echo;
+
+impl Respond for Echo {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let body = sent_body(request);
+        ok(json!({
+            "message_id": 9000,
+            "date": 1_773_000_000,
+            "chat": {"id": body["chat_id"], "type": "private", "first_name": "someone"},
+            "from": {"id": 1, "is_bot": true, "first_name": "Ava", "username": "ava_test_bot"},
+            "text": body["text"],
+        }))
+    }
+}
+
+/// A request's parameters, JSON or form-encoded.
+fn sent_body(request: &Request) -> Value {
+    serde_json::from_slice(&request.body).unwrap_or_else(|_| {
+        let form: std::collections::BTreeMap<String, String> =
+            url::form_urlencoded::parse(&request.body)
+                .into_owned()
+                .collect();
+        let mut v = json!(form);
+        if let Some(id) = form.get("chat_id").and_then(|s| s.parse::<i64>().ok()) {
+            v["chat_id"] = json!(id);
+        }
+        v
+    })
+}
+
+/// A fake Bot API that hands out `updates` once, then nothing.
+async fn fake_telegram(updates: Vec<Value>) -> MockServer {
+    let server = MockServer::start().await;
+    let me = json!({"id": 1, "is_bot": true, "first_name": "Ava", "username": "ava_test_bot",
+        "can_join_groups": true, "can_read_all_group_messages": false, "supports_inline_queries": false,
+        "can_connect_to_business": false, "has_main_web_app": false});
+    Mock::given(method("POST"))
+        .and(path(api("GetMe")))
+        .respond_with(ok(me))
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path(api("GetWebhookInfo")))
+        .respond_with(ok(
+            json!({"url": "", "has_custom_certificate": false, "pending_update_count": 0}),
+        ))
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path(api("DeleteWebhook")))
+        .respond_with(ok(json!(true)))
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path(api("GetUpdates")))
+        .respond_with(ok(json!(updates)))
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(&server)
+        .await;
+    // Long polling with nothing new: a short pause so the loop does not spin.
+    Mock::given(method("POST"))
+        .and(path(api("GetUpdates")))
+        .respond_with(ok(json!([])).set_delay(Duration::from_millis(50)))
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path(api("SendMessage")))
+        .respond_with(Echo)
+        .mount(&server)
+        .await;
+    server
+}
+
+/// A fake Ollama whose every answer is `response`.
+async fn fake_ollama(response: ResponseTemplate) -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/api/chat"))
+        .respond_with(response)
+        .mount(&server)
+        .await;
+    server
+}
+
+struct Harness {
+    _dir: tempfile::TempDir,
+    store: Arc<SqliteBackend>,
+    telegram: MockServer,
+}
+
+impl Harness {
+    async fn new(telegram: MockServer) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let embedder = Arc::new(HashingEmbedder::new(256).unwrap());
+        let store = SqliteBackend::open(
+            &dir.path().join("bot.db"),
+            Some(embedder),
+            SqliteConfig::default(),
+        )
+        .await
+        .unwrap();
+        Self {
+            _dir: dir,
+            store: Arc::new(store),
+            telegram,
+        }
+    }
+
+    /// Runs the bot until `replies` messages were sent (or PATIENCE runs out), shuts it down
+    /// and returns the texts sent, in order.
+    async fn run(
+        &self,
+        llm: &MockServer,
+        llm_timeout: Duration,
+        allow: Option<BTreeSet<u64>>,
+        replies: usize,
+    ) -> Vec<(i64, String)> {
+        let agent = Agent::new(Arc::clone(&self.store) as Arc<dyn MemoryBackend>, 4000).unwrap();
+        let model = Arc::new(OllamaChat::new(&llm.uri(), "llama-test", llm_timeout).unwrap());
+        let state = Arc::new(BotState::new(agent, model, allow));
+        // Generous limits: the test chats send faster than Telegram's one message a second.
+        let limits = Limits {
+            messages_per_sec_chat: 1000,
+            messages_per_min_chat: 10_000,
+            messages_per_min_channel_or_supergroup: 10_000,
+            messages_per_sec_overall: 1000,
+        };
+        let bot = make_bot(TOKEN, Some(&self.telegram.uri()), limits).unwrap();
+        let mut dispatcher = dispatcher(bot.clone(), state);
+        let shutdown = dispatcher.shutdown_token();
+        let running = tokio::spawn(async move { serve(&mut dispatcher, bot).await });
+
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        let mut sent = self.sent().await;
+        while sent.len() < replies && tokio::time::Instant::now() < deadline {
+            assert!(
+                !running.is_finished(),
+                "the bot stopped early: {:?}",
+                running.await
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            sent = self.sent().await;
+        }
+        // Shutting down waits for in-flight handlers.
+        loop {
+            match shutdown.shutdown() {
+                Ok(done) => {
+                    done.await;
+                    break;
+                }
+                // Still starting up: try again shortly.
+                Err(_) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => panic!("could not stop the dispatcher: {e:?}"),
+            }
+        }
+        running.await.unwrap().unwrap();
+        let sent = self.sent().await;
+        assert!(
+            sent.len() >= replies,
+            "expected {replies} replies, got {sent:?}"
+        );
+        sent
+    }
+
+    /// (chat id, text) of every SendMessage that succeeded or was attempted.
+    async fn sent(&self) -> Vec<(i64, String)> {
+        self.telegram
+            .received_requests()
+            .await
+            .unwrap_or_default()
+            .iter()
+            .filter(|r| r.url.path() == api("SendMessage"))
+            .map(|r| {
+                let b = sent_body(r);
+                (
+                    b["chat_id"].as_i64().unwrap(),
+                    b["text"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    }
+}
+
+fn llm_bodies(requests: &[Request]) -> Vec<String> {
+    requests
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.body).into_owned())
+        .collect()
+}
+
+fn reply_in(sent: &[(i64, String)], chat: i64, needle: &str) -> String {
+    sent.iter()
+        .find(|(c, t)| *c == chat && t.contains(needle))
+        .map(|(_, t)| t.clone())
+        .unwrap_or_else(|| panic!("no reply in chat {chat} containing {needle:?}: {sent:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remembered_facts_reach_the_prompt_and_users_stay_apart() {
+    let (alice, alice_chat, bob, bob_chat) = (111_u64, 1001_i64, 222_u64, 2002_i64);
+    let telegram = fake_telegram(vec![
+        text_update(1, alice, alice_chat, "/remember My cat is called Pixel"),
+        text_update(2, bob, bob_chat, "/remember My dog is called Rex"),
+        text_update(3, alice, alice_chat, "What is my pet called?"),
+        text_update(4, bob, bob_chat, "Tell me the name of my pet?"),
+        text_update(5, alice, alice_chat, "/context"),
+    ])
+    .await;
+    let llm = fake_ollama(ResponseTemplate::new(200).set_body_json(ollama_answer("Fine."))).await;
+    let h = Harness::new(telegram).await;
+    let sent = h.run(&llm, PATIENCE, None, 5).await;
+
+    let remembered = reply_in(&sent, alice_chat, "Remembered");
+    reply_in(&sent, bob_chat, "Remembered");
+    assert_eq!(
+        sent.iter().filter(|(_, t)| t == "Fine.").count(),
+        2,
+        "{sent:?}"
+    );
+
+    let bodies = llm_bodies(&llm.received_requests().await.unwrap());
+    assert_eq!(bodies.len(), 2, "one model call per question");
+    let to_alice = bodies
+        .iter()
+        .find(|b| b.contains("What is my pet called?"))
+        .unwrap();
+    let to_bob = bodies
+        .iter()
+        .find(|b| b.contains("Tell me the name of my pet?"))
+        .unwrap();
+    assert!(to_alice.contains("My cat is called Pixel"), "{to_alice}");
+    assert!(to_bob.contains("My dog is called Rex"), "{to_bob}");
+    for leak in ["Rex", "Tell me the name"] {
+        assert!(
+            !to_alice.contains(leak),
+            "Bob's data reached Alice's prompt: {leak}"
+        );
+    }
+    for leak in ["Pixel", "What is my pet"] {
+        assert!(
+            !to_bob.contains(leak),
+            "Alice's data reached Bob's prompt: {leak}"
+        );
+    }
+
+    // /context explains Alice's last prompt, with the remembered fact in it.
+    let id = remembered
+        .split("(id ")
+        .nth(1)
+        .unwrap()
+        .trim_end_matches(')')
+        .to_owned();
+    let context = reply_in(&sent, alice_chat, "The last prompt");
+    assert!(context.contains("memories in the prompt: 1"), "{context}");
+    assert!(context.contains(&id), "{context}");
+    assert!(context.contains("\"My cat is called Pixel\""), "{context}");
+    assert!(!context.contains("Rex"), "{context}");
+
+    // Everything was stored in the right scope: the fact, the question and the answer.
+    let scope = Scope::for_user(alice.to_string())
+        .unwrap()
+        .in_chat(alice_chat.to_string())
+        .unwrap();
+    assert_eq!(h.store.count(&scope).await.unwrap(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_model_can_remember_through_its_tools() {
+    let telegram = fake_telegram(vec![text_update(1, 7, 70, "Remember that I like tea.")]).await;
+    let llm = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/api/chat"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(ollama_tool_call(
+            "remember",
+            json!({"content": "The user likes tea."}),
+        )))
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(&llm)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/api/chat"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(ollama_answer("Tea it is.")))
+        .mount(&llm)
+        .await;
+    let h = Harness::new(telegram).await;
+    let sent = h.run(&llm, PATIENCE, None, 1).await;
+    assert_eq!(sent, vec![(70, "Tea it is.".to_owned())]);
+    let scope = Scope::for_user("7").unwrap().in_chat("70").unwrap();
+    let facts = crate::agent::Agent::new(Arc::clone(&h.store) as Arc<dyn MemoryBackend>, 4000)
+        .unwrap()
+        .ops(scope)
+        .recall("tea", 5)
+        .await
+        .unwrap();
+    assert!(
+        facts.iter().any(|m| m.content == "The user likes tea."),
+        "{facts:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_or_slow_model_gets_an_apology_and_the_message_is_kept() {
+    for (llm, timeout) in [
+        (
+            fake_ollama(ResponseTemplate::new(500).set_body_string("{\"error\":\"boom\"}")).await,
+            PATIENCE,
+        ),
+        (
+            fake_ollama(
+                ResponseTemplate::new(200)
+                    .set_body_json(ollama_answer("late"))
+                    .set_delay(Duration::from_secs(60)),
+            )
+            .await,
+            Duration::from_millis(300),
+        ),
+    ] {
+        let telegram = fake_telegram(vec![text_update(1, 5, 50, "Are you there?")]).await;
+        let h = Harness::new(telegram).await;
+        let sent = h.run(&llm, timeout, None, 1).await;
+        assert_eq!(sent, vec![(50, APOLOGY.to_owned())]);
+        let scope = Scope::for_user("5").unwrap().in_chat("50").unwrap();
+        assert_eq!(
+            h.store.count(&scope).await.unwrap(),
+            1,
+            "the message is kept"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_from_telegram_is_retried() {
+    let telegram = fake_telegram(vec![text_update(1, 5, 50, "/start")]).await;
+    Mock::given(method("POST"))
+        .and(path(api("SendMessage")))
+        .respond_with(ResponseTemplate::new(429).set_body_json(json!({
+            "ok": false, "error_code": 429,
+            "description": "Too Many Requests: retry after 1",
+            "parameters": {"retry_after": 1}
+        })))
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(&telegram)
+        .await;
+    let llm = fake_ollama(ResponseTemplate::new(500)).await;
+    let h = Harness::new(telegram).await;
+    let sent = h.run(&llm, PATIENCE, None, 2).await;
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert_eq!(sent[0], sent[1], "the same reply, sent again");
+    assert!(sent[0].1.contains("Hi! I am Ava"), "{sent:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_update_is_skipped_and_the_bot_goes_on() {
+    let telegram = fake_telegram(vec![
+        json!({"update_id": 1, "message": {"this is": "not a message"}}),
+        text_update(2, 5, 50, "/help"),
+    ])
+    .await;
+    let llm = fake_ollama(ResponseTemplate::new(500)).await;
+    let h = Harness::new(telegram).await;
+    let sent = h.run(&llm, PATIENCE, None, 1).await;
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert!(sent[0].1.contains("/remember"), "{sent:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_recall_forget_stats_wipe_and_the_allow_list() {
+    let (me, chat) = (5_u64, 50_i64);
+    let telegram = fake_telegram(vec![
+        text_update(1, me, chat, "/remember I live in Porto"),
+        text_update(2, me, chat, "/recall Porto"),
+        text_update(3, me, chat, "/stats"),
+        text_update(4, me, chat, "/forget not-an-id"),
+        text_update(5, me, chat, "/wipe yes"),
+        text_update(6, me, chat, "/wipe"),
+        text_update(7, me, chat, "/wipe yes"),
+        text_update(8, me, chat, "/recall Porto"),
+        text_update(9, me, chat, "/frobnicate"),
+        text_update(10, 666, 60, "let me in"),
+    ])
+    .await;
+    let llm = fake_ollama(ResponseTemplate::new(500)).await;
+    let h = Harness::new(telegram).await;
+    let allow = Some(BTreeSet::from([me]));
+    let sent = h.run(&llm, PATIENCE, allow, 10).await;
+    let mine: Vec<&str> = sent
+        .iter()
+        .filter(|(c, _)| *c == chat)
+        .map(|(_, t)| t.as_str())
+        .collect();
+    assert!(mine[0].starts_with("Remembered."), "{mine:?}");
+    assert!(mine[1].contains("I live in Porto (id "), "{mine:?}");
+    assert!(
+        mine[2].contains("1 in this chat, 1 in all your chats (1)"),
+        "{mine:?}"
+    );
+    assert!(mine[3].contains("/forget <id>"), "{mine:?}");
+    assert!(mine[4].contains("Nothing to confirm"), "{mine:?}");
+    assert!(
+        mine[5].contains("deletes all 1 of your memories"),
+        "{mine:?}"
+    );
+    assert!(mine[6].contains("deleted 1 memories"), "{mine:?}");
+    assert!(mine[7].contains("remember nothing"), "{mine:?}");
+    assert!(mine[8].contains("do not know that command"), "{mine:?}");
+    assert_eq!(
+        reply_in(&sent, 60, "private"),
+        "Sorry, this bot is private."
+    );
+    assert!(
+        llm.received_requests().await.unwrap().is_empty(),
+        "no model call for commands or strangers"
+    );
+}
+
+#[test]
+fn long_replies_are_split_at_telegrams_limit() {
+    let words = "lorem ipsum ".repeat(1000); // 12 000 chars
+    let parts = split_message(&words, MAX_MESSAGE);
+    assert_eq!(parts.len(), 3);
+    assert!(
+        parts
+            .iter()
+            .all(|p| p.encode_utf16().count() <= MAX_MESSAGE)
+    );
+    assert_eq!(parts.concat().replace(' ', ""), words.replace(' ', ""));
+    // Characters outside the BMP count twice, and are never cut in half.
+    let emoji = "😀".repeat(3000);
+    let parts = split_message(&emoji, MAX_MESSAGE);
+    assert_eq!(parts[0].chars().count(), 2048);
+    assert_eq!(parts.concat(), emoji);
+    assert_eq!(split_message("short", MAX_MESSAGE), vec!["short"]);
+    assert!(split_message("", MAX_MESSAGE).is_empty());
+}

@@ -1,0 +1,74 @@
+//! `ava chat`: the bot's conversation pipeline in the terminal, one message a line on stdin.
+
+use std::io::{IsTerminal, Write};
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use crate::agent::{Agent, DEFAULT_BUDGET};
+use crate::config::{Identity, Settings};
+use crate::llm::LlmSettings;
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    #[command(flatten)]
+    who: Identity,
+    #[command(flatten)]
+    llm: LlmSettings,
+    /// Token budget of each prompt.
+    #[arg(long, default_value_t = DEFAULT_BUDGET)]
+    budget: u32,
+}
+
+pub(crate) async fn run(
+    settings: &Settings,
+    args: &Args,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let scope = args.who.scope()?;
+    let model = args.llm.build(settings)?;
+    let opened = settings.open().await?;
+    let agent = Agent::new(opened.store, args.budget)?;
+    let interactive = std::io::stdin().is_terminal();
+    if interactive {
+        eprintln!(
+            "{}; model {} ({:?}). One message a line; /context explains the last prompt; \
+             Ctrl-D ends.",
+            opened.embedder_note,
+            model.name(),
+            args.llm.llm
+        );
+    }
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    let mut last_report = None;
+    loop {
+        if interactive {
+            eprint!("you> ");
+        }
+        let Some(line) = lines.next_line().await? else {
+            break;
+        };
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        if line == "/context" {
+            match &last_report {
+                Some(report) => write!(out, "{}", agent.explain(&scope, report).await)?,
+                None => writeln!(out, "no prompt yet; say something first")?,
+            }
+            continue;
+        }
+        match agent.answer(model.as_ref(), &scope, line, "cli").await {
+            Ok(inference) => {
+                writeln!(out, "ava> {}", inference.reply)?;
+                last_report = Some(inference.prompt.report);
+            }
+            Err(e) => {
+                tracing::error!(error = format!("{e:#}"), "could not answer");
+                writeln!(out, "ava> Sorry, I could not answer that: {e:#}")?;
+            }
+        }
+        out.flush()?;
+    }
+    Ok(())
+}

@@ -1,0 +1,68 @@
+//! `ava run`: the Telegram bot (long polling) until Ctrl-C.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use teloxide::adaptors::throttle::Limits;
+
+use crate::agent::{Agent, DEFAULT_BUDGET};
+use crate::bot::{BotState, make_bot};
+use crate::config::{Secret, Settings};
+use crate::llm::LlmSettings;
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    #[command(flatten)]
+    llm: LlmSettings,
+    /// Token budget of each prompt.
+    #[arg(long, default_value_t = DEFAULT_BUDGET)]
+    budget: u32,
+    /// Only these Telegram user ids may use the bot (comma-separated) [default: everyone].
+    #[arg(long, env = "AVA_ALLOW_USERS", value_delimiter = ',')]
+    allow_users: Vec<String>,
+    /// The Bot API's address (for a local Bot API server or tests).
+    #[arg(long, env = "AVA_TELEGRAM_API_URL")]
+    telegram_api_url: Option<String>,
+}
+
+pub(crate) async fn run(
+    settings: &Settings,
+    args: &Args,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let token = Secret::from_env("TELOXIDE_TOKEN");
+    let Some(token) = token.expose() else {
+        bail!("no bot token: set TELOXIDE_TOKEN (from @BotFather) in the environment or .env");
+    };
+    let allow = parse_allow(&args.allow_users)?;
+    let model = args.llm.build(settings)?;
+    let opened = settings.open().await?;
+    let agent = Agent::new(opened.store, args.budget)?;
+    let bot = make_bot(token, args.telegram_api_url.as_deref(), Limits::default())?;
+    tracing::info!(
+        embedder = %opened.embedder_note,
+        model = model.name(),
+        allow_list = allow.as_ref().map(BTreeSet::len),
+        "starting the bot; Ctrl-C stops it"
+    );
+    let state = Arc::new(BotState::new(agent, model, allow));
+    crate::bot::run(bot, state).await?;
+    writeln!(out, "stopped")?;
+    Ok(())
+}
+
+fn parse_allow(ids: &[String]) -> anyhow::Result<Option<BTreeSet<u64>>> {
+    let ids: BTreeSet<u64> = ids
+        .iter()
+        .map(|s| s.trim())
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse::<u64>().with_context(|| {
+                format!("AVA_ALLOW_USERS: `{s}` is not a Telegram user id (a number)")
+            })
+        })
+        .collect::<anyhow::Result<_>>()?;
+    Ok((!ids.is_empty()).then_some(ids))
+}

@@ -1,0 +1,387 @@
+//! LLM clients: [`hydrate::ChatModel`] over an Ollama server (ollama-rs) and an
+//! OpenAI-compatible server (async-openai), chosen by `--llm`, each bounded by a timeout.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use async_openai::Client;
+use async_openai::config::OpenAIConfig;
+use async_openai::types::chat::{
+    ChatCompletionMessageToolCall, ChatCompletionMessageToolCalls,
+    ChatCompletionRequestAssistantMessage, ChatCompletionRequestAssistantMessageContent,
+    ChatCompletionRequestMessage, ChatCompletionRequestSystemMessage,
+    ChatCompletionRequestToolMessage, ChatCompletionRequestUserMessage, ChatCompletionTool,
+    ChatCompletionTools, CreateChatCompletionRequest, FunctionCall, FunctionObject,
+};
+use async_trait::async_trait;
+use clap::ValueEnum;
+use hydrate::{ChatMessage, ChatModel, ChatResponse, ChatRole, ToolCall, ToolSpec};
+use ollama_rs::Ollama;
+use ollama_rs::generation::chat::request::ChatMessageRequest;
+use ollama_rs::generation::chat::{ChatMessage as OllamaMessage, MessageRole};
+use ollama_rs::generation::tools::{ToolCall as OllamaToolCall, ToolCallFunction, ToolInfo};
+use serde_json::{Value, json};
+
+use crate::config::{Secret, Settings};
+
+/// Which kind of server answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum LlmChoice {
+    /// An Ollama server (`/api/chat`).
+    Ollama,
+    /// An OpenAI-compatible server (`/chat/completions`).
+    Openai,
+}
+
+/// How to reach the chat model (for `ava chat` and `ava run`).
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct LlmSettings {
+    /// Which chat model server to use.
+    #[arg(long, env = "AVA_LLM", value_enum, default_value_t = LlmChoice::Ollama)]
+    pub(crate) llm: LlmChoice,
+    /// The chat model [default: llama3.1 for ollama, gpt-4o-mini for openai].
+    #[arg(long, env = "AVA_LLM_MODEL")]
+    pub(crate) llm_model: Option<String>,
+    /// The chat server's address [default: --ollama-url or --openai-url].
+    #[arg(long, env = "AVA_LLM_URL")]
+    pub(crate) llm_url: Option<String>,
+    /// Seconds to wait for one answer of the model.
+    #[arg(long, env = "AVA_LLM_TIMEOUT", default_value_t = 120)]
+    pub(crate) llm_timeout: u64,
+}
+
+impl LlmSettings {
+    /// The configured client. The OpenAI key comes from `OPENAI_API_KEY` only.
+    pub(crate) fn build(&self, settings: &Settings) -> anyhow::Result<Arc<dyn ChatModel>> {
+        if self.llm_timeout == 0 {
+            bail!("--llm-timeout is 0; give the model at least one second");
+        }
+        let timeout = Duration::from_secs(self.llm_timeout);
+        Ok(match self.llm {
+            LlmChoice::Ollama => Arc::new(OllamaChat::new(
+                self.llm_url.as_deref().unwrap_or(&settings.ollama_url),
+                self.llm_model.as_deref().unwrap_or("llama3.1"),
+                timeout,
+            )?),
+            LlmChoice::Openai => Arc::new(OpenAiChat::new(
+                self.llm_url.as_deref().unwrap_or(&settings.openai_url),
+                self.llm_model.as_deref().unwrap_or("gpt-4o-mini"),
+                &Secret::from_env("OPENAI_API_KEY"),
+                timeout,
+            )?),
+        })
+    }
+}
+
+fn check_url(url: &str) -> anyhow::Result<String> {
+    let url = url.trim();
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        bail!("LLM address `{url}` is not an http(s) URL; expected e.g. http://localhost:11434");
+    }
+    Ok(url.to_owned())
+}
+
+/// Runs `call` under `timeout`, turning a miss into a model error.
+async fn bounded<T>(
+    model: &str,
+    timeout: Duration,
+    call: impl Future<Output = hydrate::Result<T>>,
+) -> hydrate::Result<T> {
+    tokio::time::timeout(timeout, call)
+        .await
+        .unwrap_or_else(|_| {
+            Err(hydrate::Error::Model {
+                model: model.to_owned(),
+                message: format!("no answer within {} s", timeout.as_secs()),
+                source: None,
+            })
+        })
+}
+
+/// A chat model on an Ollama server.
+pub(crate) struct OllamaChat {
+    client: Ollama,
+    model: String,
+    timeout: Duration,
+}
+
+impl fmt::Debug for OllamaChat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OllamaChat")
+            .field("url", &self.client.url_str())
+            .field("model", &self.model)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+impl OllamaChat {
+    pub(crate) fn new(url: &str, model: &str, timeout: Duration) -> anyhow::Result<Self> {
+        let mut url = check_url(url)?;
+        // ollama-rs appends `api/chat` to the URL as given.
+        if !url.ends_with('/') {
+            url.push('/');
+        }
+        let client =
+            Ollama::try_new(url.as_str()).with_context(|| format!("parse Ollama URL `{url}`"))?;
+        Ok(Self {
+            client,
+            model: model.to_owned(),
+            timeout,
+        })
+    }
+
+    fn to_ollama(m: &ChatMessage) -> OllamaMessage {
+        let role = match m.role {
+            ChatRole::System => MessageRole::System,
+            ChatRole::User => MessageRole::User,
+            ChatRole::Assistant => MessageRole::Assistant,
+            ChatRole::Tool => MessageRole::Tool,
+        };
+        let mut out = OllamaMessage::new(role, m.content.clone());
+        out.tool_calls = m
+            .tool_calls
+            .iter()
+            .map(|c| OllamaToolCall {
+                function: ToolCallFunction {
+                    name: c.name.clone(),
+                    arguments: c.arguments.clone(),
+                },
+            })
+            .collect();
+        out
+    }
+
+    fn tool_info(t: &ToolSpec) -> hydrate::Result<ToolInfo> {
+        // ToolInfo holds a schemars `Schema`; going through JSON keeps our schema as is.
+        serde_json::from_value(json!({
+            "type": "function",
+            "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+        }))
+        .map_err(|e| hydrate::Error::invalid("tool spec", format!("`{}`: {e}", t.name)))
+    }
+}
+
+#[async_trait]
+impl ChatModel for OllamaChat {
+    fn name(&self) -> &str {
+        &self.model
+    }
+
+    async fn chat(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+    ) -> hydrate::Result<ChatResponse> {
+        let request = ChatMessageRequest::new(
+            self.model.clone(),
+            messages.iter().map(Self::to_ollama).collect(),
+        )
+        .tools(
+            tools
+                .iter()
+                .map(Self::tool_info)
+                .collect::<hydrate::Result<_>>()?,
+        );
+        let response = bounded(&self.model, self.timeout, async {
+            self.client
+                .send_chat_messages(request)
+                .await
+                .map_err(|e| hydrate::Error::model(&self.model, error_chain(&e), e))
+        })
+        .await?;
+        let tool_calls = response
+            .message
+            .tool_calls
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| ToolCall {
+                // Ollama's calls carry no ids; results are matched by order.
+                id: format!("call_{i}"),
+                name: c.function.name,
+                arguments: c.function.arguments,
+            })
+            .collect();
+        let content = Some(response.message.content).filter(|c| !c.trim().is_empty());
+        Ok(ChatResponse {
+            model: response.model,
+            content,
+            tool_calls,
+        })
+    }
+}
+
+/// A chat model on an OpenAI-compatible server.
+pub(crate) struct OpenAiChat {
+    client: Client<OpenAIConfig>,
+    base: String,
+    model: String,
+    timeout: Duration,
+}
+
+impl fmt::Debug for OpenAiChat {
+    // The client's config holds the key: only the address and model are shown.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpenAiChat")
+            .field("url", &self.base)
+            .field("model", &self.model)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+impl OpenAiChat {
+    pub(crate) fn new(
+        url: &str,
+        model: &str,
+        api_key: &Secret,
+        timeout: Duration,
+    ) -> anyhow::Result<Self> {
+        let base = check_url(url)?.trim_end_matches('/').to_owned();
+        // Every field set: async-openai's defaults would read OPENAI_* variables themselves.
+        let config = OpenAIConfig::new()
+            .with_api_base(&base)
+            .with_api_key(api_key.expose().unwrap_or_default())
+            .with_org_id("")
+            .with_project_id("");
+        Ok(Self {
+            client: Client::with_config(config),
+            base,
+            model: model.to_owned(),
+            timeout,
+        })
+    }
+
+    #[allow(deprecated)] // `function_call` is deprecated but has to be spelled out.
+    fn to_openai(m: &ChatMessage) -> ChatCompletionRequestMessage {
+        match m.role {
+            ChatRole::System => ChatCompletionRequestSystemMessage::from(m.content.as_str()).into(),
+            ChatRole::User => ChatCompletionRequestUserMessage::from(
+                async_openai::types::chat::ChatCompletionRequestUserMessageContent::from(
+                    m.content.as_str(),
+                ),
+            )
+            .into(),
+            ChatRole::Assistant => ChatCompletionRequestAssistantMessage {
+                content: (!m.content.is_empty())
+                    .then(|| ChatCompletionRequestAssistantMessageContent::Text(m.content.clone())),
+                tool_calls: (!m.tool_calls.is_empty()).then(|| {
+                    m.tool_calls
+                        .iter()
+                        .map(|c| {
+                            ChatCompletionMessageToolCalls::Function(
+                                ChatCompletionMessageToolCall {
+                                    id: c.id.clone(),
+                                    function: FunctionCall {
+                                        name: c.name.clone(),
+                                        arguments: match &c.arguments {
+                                            Value::String(s) => s.clone(),
+                                            other => other.to_string(),
+                                        },
+                                    },
+                                },
+                            )
+                        })
+                        .collect()
+                }),
+                ..Default::default()
+            }
+            .into(),
+            ChatRole::Tool => ChatCompletionRequestToolMessage {
+                content: m.content.as_str().into(),
+                tool_call_id: m.tool_call_id.clone().unwrap_or_default(),
+            }
+            .into(),
+        }
+    }
+}
+
+#[async_trait]
+impl ChatModel for OpenAiChat {
+    fn name(&self) -> &str {
+        &self.model
+    }
+
+    async fn chat(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+    ) -> hydrate::Result<ChatResponse> {
+        let tools: Vec<ChatCompletionTools> = tools
+            .iter()
+            .map(|t| {
+                ChatCompletionTools::Function(ChatCompletionTool {
+                    function: FunctionObject {
+                        name: t.name.clone(),
+                        description: Some(t.description.clone()),
+                        parameters: Some(t.parameters.clone()),
+                        strict: None,
+                    },
+                })
+            })
+            .collect();
+        let request = CreateChatCompletionRequest {
+            model: self.model.clone(),
+            messages: messages.iter().map(Self::to_openai).collect(),
+            tools: (!tools.is_empty()).then_some(tools),
+            ..Default::default()
+        };
+        let response = bounded(&self.model, self.timeout, async {
+            self.client
+                .chat()
+                .create(request)
+                .await
+                .map_err(|e| hydrate::Error::model(&self.model, error_chain(&e), e))
+        })
+        .await?;
+        let Some(choice) = response.choices.into_iter().next() else {
+            return Err(hydrate::Error::Model {
+                model: self.model.clone(),
+                message: "the response has no choices".into(),
+                source: None,
+            });
+        };
+        let tool_calls = choice
+            .message
+            .tool_calls
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|c| match c {
+                ChatCompletionMessageToolCalls::Function(f) => Some(ToolCall {
+                    id: f.id,
+                    name: f.function.name,
+                    // Arguments arrive as a JSON string; kept as one if it is not JSON, so
+                    // the tool reports the bad arguments to the model.
+                    arguments: serde_json::from_str(&f.function.arguments)
+                        .unwrap_or(Value::String(f.function.arguments)),
+                }),
+                ChatCompletionMessageToolCalls::Custom(_) => None,
+            })
+            .collect();
+        Ok(ChatResponse {
+            model: response.model,
+            content: choice.message.content.filter(|c| !c.trim().is_empty()),
+            tool_calls,
+        })
+    }
+}
+
+/// An error and its sources on one line (the clients' top-level messages are terse).
+pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        let s_text = s.to_string();
+        if !out.contains(&s_text) {
+            out.push_str(": ");
+            out.push_str(&s_text);
+        }
+        next = s.source();
+    }
+    out
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

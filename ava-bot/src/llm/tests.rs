@@ -1,0 +1,269 @@
+//! The LLM clients against loopback servers speaking the Ollama and OpenAI HTTP APIs.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hydrate::{ChatMessage, ChatModel, ToolSpec};
+use memory_core::{HashingEmbedder, MemoryBackend, Scope};
+use memory_inmem::InMemoryBackend;
+use serde_json::{Value, json};
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+use super::{OllamaChat, OpenAiChat};
+use crate::agent::Agent;
+use crate::config::Secret;
+
+const LONG: Duration = Duration::from_secs(30);
+
+fn tools() -> Vec<ToolSpec> {
+    hydrate::memory_tools()
+        .unwrap()
+        .iter()
+        .map(ToolSpec::from)
+        .collect()
+}
+
+pub(crate) fn ollama_answer(text: &str) -> Value {
+    json!({
+        "model": "llama-test",
+        "created_at": "2026-03-10T09:30:00Z",
+        "message": {"role": "assistant", "content": text},
+        "done": true
+    })
+}
+
+pub(crate) fn ollama_tool_call(name: &str, arguments: Value) -> Value {
+    json!({
+        "model": "llama-test",
+        "created_at": "2026-03-10T09:30:00Z",
+        "message": {"role": "assistant", "content": "",
+            "tool_calls": [{"function": {"name": name, "arguments": arguments}}]},
+        "done": true
+    })
+}
+
+fn openai_response(message: Value) -> Value {
+    json!({
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1_773_000_000,
+        "model": "gpt-test",
+        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    })
+}
+
+fn bodies(requests: &[wiremock::Request]) -> Vec<Value> {
+    requests
+        .iter()
+        .map(|r| serde_json::from_slice(&r.body).unwrap())
+        .collect()
+}
+
+fn agent() -> Agent {
+    let backend: Arc<dyn MemoryBackend> = Arc::new(InMemoryBackend::new(Some(Arc::new(
+        HashingEmbedder::new(64).unwrap(),
+    ))));
+    Agent::new(backend, 4000).unwrap()
+}
+
+#[tokio::test]
+async fn ollama_runs_a_tool_call_then_answers() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/api/chat"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(ollama_tool_call(
+            "remember",
+            json!({"content": "The user's cat is called Pixel."}),
+        )))
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/api/chat"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(ollama_answer("Noted: Pixel.")))
+        .mount(&server)
+        .await;
+    let model = OllamaChat::new(&server.uri(), "llama-test", LONG).unwrap();
+    let agent = agent();
+    let scope = Scope::for_user("1").unwrap().in_chat("2").unwrap();
+
+    let done = agent
+        .answer(&model, &scope, "My cat is called Pixel.", "test")
+        .await
+        .unwrap();
+    assert_eq!(done.reply, "Noted: Pixel.");
+    assert_eq!(done.steps, 2);
+    assert!(done.tool_runs[0].ok, "{:?}", done.tool_runs);
+
+    let sent = bodies(&server.received_requests().await.unwrap());
+    assert_eq!(sent.len(), 2);
+    assert_eq!(sent[0]["model"], "llama-test");
+    assert_eq!(sent[0]["stream"], false);
+    let names: Vec<&str> = sent[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["remember", "recall", "forget"]);
+    // The second call carries the assistant's call and the tool's result.
+    let second = sent[1]["messages"].as_array().unwrap();
+    let n = second.len();
+    assert_eq!(second[n - 2]["role"], "assistant");
+    assert_eq!(
+        second[n - 2]["tool_calls"][0]["function"]["name"],
+        "remember"
+    );
+    assert_eq!(second[n - 1]["role"], "tool");
+    assert!(
+        second[n - 1]["content"]
+            .as_str()
+            .unwrap()
+            .contains("stored"),
+        "{}",
+        second[n - 1]
+    );
+    // The fact, the message and the answer are stored in the scope.
+    let store = agent.store();
+    assert_eq!(store.count(&scope).await.unwrap(), 3);
+}
+
+#[tokio::test]
+async fn openai_runs_a_tool_call_then_answers() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(openai_response(json!({
+                "role": "assistant",
+                "content": null,
+                "tool_calls": [{"id": "call_7", "type": "function",
+                    "function": {"name": "recall", "arguments": "{\"query\":\"cat\"}"}}]
+            }))),
+        )
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(openai_response(
+            json!({"role": "assistant", "content": "I don't know your cat yet."}),
+        )))
+        .mount(&server)
+        .await;
+    let key = Secret::for_tests("sk-test-key");
+    let model = OpenAiChat::new(&format!("{}/v1", server.uri()), "gpt-test", &key, LONG).unwrap();
+    assert!(!format!("{model:?}").contains("sk-test-key"));
+    let scope = Scope::for_user("1").unwrap().in_chat("2").unwrap();
+
+    let done = agent()
+        .answer(&model, &scope, "What is my cat called?", "test")
+        .await
+        .unwrap();
+    assert_eq!(done.reply, "I don't know your cat yet.");
+    assert_eq!(done.tool_runs.len(), 1);
+    assert_eq!(done.tool_runs[0].name, "recall");
+
+    let requests = server.received_requests().await.unwrap();
+    assert_eq!(
+        requests[0].headers.get("authorization").unwrap(),
+        "Bearer sk-test-key"
+    );
+    let sent = bodies(&requests);
+    assert_eq!(sent[0]["model"], "gpt-test");
+    assert_eq!(sent[0]["tools"][0]["type"], "function");
+    assert_eq!(sent[0]["tools"][1]["function"]["name"], "recall");
+    let second = sent[1]["messages"].as_array().unwrap();
+    let n = second.len();
+    assert_eq!(second[n - 2]["tool_calls"][0]["id"], "call_7");
+    assert_eq!(second[n - 1]["role"], "tool");
+    assert_eq!(second[n - 1]["tool_call_id"], "call_7");
+}
+
+async fn failing_server(route: &str, response: ResponseTemplate) -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path(route))
+        .respond_with(response)
+        .mount(&server)
+        .await;
+    server
+}
+
+fn models(server: &MockServer, timeout: Duration) -> Vec<Box<dyn ChatModel>> {
+    vec![
+        Box::new(OllamaChat::new(&server.uri(), "llama-test", timeout).unwrap()),
+        Box::new(OpenAiChat::new(&server.uri(), "gpt-test", &Secret::default(), timeout).unwrap()),
+    ]
+}
+
+/// Each failure is an error naming the model, for both clients.
+async fn assert_fails(response: ResponseTemplate, timeout: Duration, expect: &str) {
+    for route in ["/api/chat", "/chat/completions"] {
+        let server = failing_server(route, response.clone()).await;
+        let model = models(&server, timeout)
+            .into_iter()
+            .find(|m| (m.name() == "llama-test") == (route == "/api/chat"))
+            .unwrap();
+        let err = model
+            .chat(&[ChatMessage::user("hello")], &tools())
+            .await
+            .unwrap_err();
+        let text = format!("{err}");
+        assert!(text.contains(model.name()), "{text}");
+        assert!(
+            text.to_lowercase().contains(expect),
+            "{route}: expected `{expect}` in: {text}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_server_error_is_a_model_error() {
+    assert_fails(
+        ResponseTemplate::new(500).set_body_string(
+            "{\"error\":{\"message\":\"model exploded\",\"type\":\"server_error\",\"param\":null,\"code\":null}}",
+        ),
+        LONG,
+        "model exploded",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_slow_server_times_out() {
+    assert_fails(
+        ResponseTemplate::new(200)
+            .set_body_json(ollama_answer("too late"))
+            .set_delay(Duration::from_secs(30)),
+        Duration::from_millis(200),
+        "no answer within",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn malformed_json_is_a_model_error() {
+    assert_fails(
+        ResponseTemplate::new(200)
+            .insert_header("content-type", "application/json")
+            .set_body_string("{\"model\": \"x\", \"message\": "),
+        LONG,
+        "",
+    )
+    .await;
+}
+
+#[test]
+fn bad_urls_and_timeouts_are_refused() {
+    let e = OllamaChat::new("localhost:11434", "m", LONG).unwrap_err();
+    assert!(e.to_string().contains("not an http(s) URL"), "{e}");
+    let e = OpenAiChat::new("ftp://x", "m", &Secret::default(), LONG).unwrap_err();
+    assert!(e.to_string().contains("not an http(s) URL"), "{e}");
+}
