@@ -66,6 +66,14 @@ fn demo_recalls_the_right_memories_and_keeps_scopes_apart() {
         after.lines().nth(1).unwrap_or_default().to_owned()
     };
     assert!(first_hit("name of my cat").contains("Pixel"), "{out}");
+    // Under the demo's tight budget the conversation loses its oldest turns, never its
+    // newest (the conversation is months old, which once made every turn tie at value 0).
+    let dropped = |text: &str| {
+        out.lines()
+            .any(|l| l.contains("[temporal]") && l.contains(text) && l.contains("dropped"))
+    };
+    assert!(dropped("Hi! I'm Maya"), "{out}");
+    assert!(!dropped("Tomás asked me to present"), "{out}");
     assert!(first_hit("allergic to?").contains("peanuts"), "{out}");
     assert!(first_hit("my manager").contains("Tomás"), "{out}");
     assert!(first_hit("going to Kyoto").contains("Kyoto"), "{out}");

@@ -796,7 +796,7 @@ impl Gathered {
                 over_limits += 1;
                 continue;
             }
-            let mut section = item_section(kind, &item)?;
+            let mut section = item_section(kind, &item, report.kept, params.max_items)?;
             let tokens = section.count_tokens(config.tokenizer.as_ref());
             if report.tokens.saturating_add(tokens) > params.max_tokens {
                 over_limits += 1;
@@ -873,8 +873,23 @@ fn rank(kind: SourceKind, items: &mut [SourceItem]) {
     }
 }
 
-fn item_section(kind: SourceKind, item: &SourceItem) -> Result<Section> {
-    let relevance = Relevance::clamped(f64::from(item.score));
+/// The section for one kept item; `position` is how many items of its source were kept
+/// before it (for the conversation: 0 is the newest message) out of at most `max_items`.
+fn item_section(
+    kind: SourceKind,
+    item: &SourceItem,
+    position: usize,
+    max_items: usize,
+) -> Result<Section> {
+    let relevance = if kind == SourceKind::Temporal {
+        // The conversation ranks by time, not by retrieval score: a message that searches
+        // recalled often must not outlive newer ones when the budget is tight. Newest 1.0,
+        // down to 0.5 for the oldest the window holds.
+        let span = max_items.saturating_sub(1).max(1) as f64;
+        Relevance::clamped(1.0 - 0.5 * (position.min(max_items) as f64 / span))
+    } else {
+        Relevance::clamped(f64::from(item.score))
+    };
     let line = render::item_line(item);
     let long = line.len() > SHRINKABLE_BYTES;
     let mut s = Section::new(
@@ -884,14 +899,10 @@ fn item_section(kind: SourceKind, item: &SourceItem) -> Result<Section> {
         line,
     )?
     .with_relevance(relevance);
-    // Only the conversation is dated for compression. Other items' scores already hold the
-    // strategy's decay (and pinned memories' exemption from it); decaying them again would
-    // always sacrifice an old but exact match to small talk.
-    if kind == SourceKind::Temporal
-        && let Some(at) = item.created_at
-    {
-        s = s.with_recency(at.to_datetime());
-    }
+    // No item is dated for compression: retrieval scores already hold the strategy's decay
+    // (and pinned memories' exemption), and the conversation's order is in its relevance
+    // above. Dating them again would collapse the values of an old conversation towards 0,
+    // where ties would decide what is dropped.
     if item.pinned && kind == SourceKind::Knowledge {
         s = s.with_priority(Priority::High);
     }
