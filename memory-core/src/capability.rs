@@ -86,6 +86,23 @@ impl Capabilities {
         Self::default()
     }
 
+    /// What a complete store offers: keyword search, tag and time filters, updates and every
+    /// prune policy, plus semantic and hybrid search when it has an embedder.
+    pub fn full_store(with_embedder: bool) -> Self {
+        let base = [
+            Capability::KeywordSearch,
+            Capability::TagFilter,
+            Capability::TimeFilter,
+            Capability::Update,
+            Capability::PruneTtl,
+            Capability::PruneMaxCount,
+            Capability::PruneDecay,
+        ];
+        let vectors = [Capability::SemanticSearch, Capability::HybridSearch];
+        let extra: &[Capability] = if with_embedder { &vectors } else { &[] };
+        base.iter().chain(extra).copied().collect()
+    }
+
     /// This set plus `cap`.
     pub fn with(mut self, cap: Capability) -> Self {
         self.0.insert(cap);

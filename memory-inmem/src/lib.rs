@@ -138,23 +138,7 @@ impl InMemoryBackend {
     }
 
     fn caps(&self) -> Capabilities {
-        let mut caps: Capabilities = [
-            Capability::KeywordSearch,
-            Capability::TagFilter,
-            Capability::TimeFilter,
-            Capability::Update,
-            Capability::PruneTtl,
-            Capability::PruneMaxCount,
-            Capability::PruneDecay,
-        ]
-        .into_iter()
-        .collect();
-        if self.embedder.is_some() {
-            caps = caps
-                .with(Capability::SemanticSearch)
-                .with(Capability::HybridSearch);
-        }
-        caps
+        Capabilities::full_store(self.embedder.is_some())
     }
 }
 

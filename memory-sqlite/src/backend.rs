@@ -20,24 +20,7 @@ use crate::sql::Sql;
 
 impl SqliteBackend {
     fn caps(&self) -> Capabilities {
-        let mut caps: Capabilities = [
-            Capability::KeywordSearch,
-            Capability::TagFilter,
-            Capability::TimeFilter,
-            Capability::Update,
-            Capability::PruneTtl,
-            Capability::PruneMaxCount,
-            Capability::PruneDecay,
-            Capability::Persistence,
-        ]
-        .into_iter()
-        .collect();
-        if self.embedder.is_some() {
-            caps = caps
-                .with(Capability::SemanticSearch)
-                .with(Capability::HybridSearch);
-        }
-        caps
+        Capabilities::full_store(self.embedder.is_some()).with(Capability::Persistence)
     }
 
     fn store_name(&self) -> String {
