@@ -6,6 +6,7 @@ use std::sync::Once;
 use std::time::Duration;
 
 use memory_core::EmbeddingSpace;
+use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
 use crate::error::{SqliteError, sql_error};
@@ -250,6 +251,16 @@ pub(crate) fn open_rw(path: &Path, p: &Pragmas, fresh: bool) -> Result<Connectio
     let conn = Connection::open(path).map_err(|e| classify_open(path, e))?;
     conn.busy_timeout(p.busy_timeout)
         .map_err(|e| sql_error(path, e))?;
+    // The query-planner stability guarantee: plans never depend on bound values. Without
+    // it, SQLite marks statements whose `LIMIT ?` or `col = ?` could sway the planner and
+    // re-prepares them on every new binding: sqlite-vec's per-insert "latest chunk" lookup
+    // was re-parsed for each row (about a tenth of ingest time), and so were our `LIMIT ?`
+    // searches. The store keeps no planner statistics, so no plan is lost.
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
+        .map_err(|e| sql_error(path, e))?;
+    // Searches prepare one statement per IN-list length (candidates, hits, tags); room for
+    // all of them keeps the hot ones from being evicted and re-parsed.
+    conn.set_prepared_statement_cache_capacity(256);
     if fresh {
         // Must precede WAL mode and the first table. Large pages keep sqlite-vec's chunk
         // blobs (1024 vectors each) on short overflow chains, which makes inserts cheaper.

@@ -330,7 +330,9 @@ impl Sql<'_> {
         params.extend(pks.iter().map(|p| Value::Integer(*p)));
         let mut by_pk: HashMap<i64, MemoryEntry> = self
             .entries(
-                &format!("WHERE m.scope_id = ? AND m.pk IN ({marks})"),
+                // `+m.scope_id`: look rows up by pk; the scope stays a check on each row. A
+                // plain `m.scope_id = ?` lets the planner walk the scope's whole index.
+                &format!("WHERE +m.scope_id = ? AND m.pk IN ({marks})"),
                 &params,
             )?
             .into_iter()
@@ -347,7 +349,7 @@ impl Sql<'_> {
             let marks = vec!["?"; chunk.len()].join(", ");
             let mut stmt = self
                 .conn
-                .prepare(&format!(
+                .prepare_cached(&format!(
                     "SELECT memory, tag FROM memory_tags WHERE memory IN ({marks})"
                 ))
                 .map_err(|e| self.err(e))?;
@@ -548,7 +550,14 @@ impl Sql<'_> {
         candidates: Option<&[(i64, f32)]>,
         filter: &Filter,
     ) -> R<HashMap<i64, MemoryId>> {
-        let mut sql = String::from("SELECT m.pk, m.id FROM memories m WHERE m.scope_id = ?");
+        // With candidates, `+m.scope_id` keeps the scope a per-row check so the rows are
+        // found by pk, not by walking the scope's index (see `entries_by_pk`).
+        let scope_term = if candidates.is_some() {
+            "+m.scope_id"
+        } else {
+            "m.scope_id"
+        };
+        let mut sql = format!("SELECT m.pk, m.id FROM memories m WHERE {scope_term} = ?");
         let mut params = vec![Value::Integer(scope_id)];
         if let Some(c) = candidates {
             sql.push_str(&format!(" AND m.pk IN ({})", vec!["?"; c.len()].join(", ")));
