@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod eval;
 mod fetch_model;
+mod snapshots;
 
 /// Project automation for Ava.
 #[derive(Debug, Parser)]
@@ -23,11 +24,14 @@ enum Command {
     FetchModel(fetch_model::Args),
     /// Evaluate retrieval quality on a dataset (recall@k).
     Eval(eval::Args),
+    /// Run the insta snapshot tests and check, review or accept their snapshots.
+    Snapshots(snapshots::Args),
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::FetchModel(args) => fetch_model::run(&args),
         Command::Eval(args) => eval::run(&args),
+        Command::Snapshots(args) => snapshots::run(&args),
     }
 }
