@@ -5,7 +5,8 @@
 //! is precomputed, so no embedding call is timed.
 //!
 //! Criterion measures the whole call; a second pass times single calls and prints
-//! `percentiles: <name> p50=<ms> p95=<ms> n=<calls>` lines for BENCHMARKS.md. Two cases:
+//! `ava-bench: percentiles <name> p50=<ms> p95=<ms> n=<calls>` lines for `cargo xtask bench`.
+//! Two cases:
 //! `tracked` (the default: searches record access, one write per search) and `untracked`
 //! (`record_access = false`).
 
@@ -139,7 +140,7 @@ fn percentiles(name: &str, calls: usize, mut one: impl FnMut(usize)) {
         times[((times.len() as f64 * q) as usize).min(times.len() - 1)].as_secs_f64() * 1e3
     };
     println!(
-        "percentiles: {name} p50={:.3}ms p95={:.3}ms n={calls}",
+        "ava-bench: percentiles {name} p50={:.3}ms p95={:.3}ms n={calls}",
         at(0.50),
         at(0.95)
     );

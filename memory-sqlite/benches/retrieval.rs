@@ -4,7 +4,9 @@
 //! build, so not in the default set `ingest,10k,100k`).
 //!
 //! Criterion measures each case; a second pass times single queries and prints
-//! `percentiles: <name> p50=<ms> p95=<ms> n=<queries>` lines for BENCHMARKS.md.
+//! `ava-bench: percentiles <name> p50=<ms> p95=<ms> n=<queries>` lines, and the bytes a
+//! brute-force scan of the scope reads as `ava-bench: scanned <name> bytes=<n>`, which
+//! `cargo xtask bench` turns into the tables of BENCHMARKS.md.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -111,7 +113,7 @@ fn percentiles(name: &str, queries: usize, mut one: impl FnMut(usize)) {
         times[((times.len() as f64 * q) as usize).min(times.len() - 1)].as_secs_f64() * 1e3
     };
     println!(
-        "percentiles: {name} p50={:.3}ms p95={:.3}ms n={queries}",
+        "ava-bench: percentiles {name} p50={:.3}ms p95={:.3}ms n={queries}",
         at(0.50),
         at(0.95)
     );
@@ -198,6 +200,16 @@ fn bench_search(c: &mut Criterion, rt: &Runtime, n: usize, scopes: usize, label:
                 .without_access_tracking(),
         )
     };
+    // What a brute-force pass over the queried scope reads: its vectors, 4 bytes a float.
+    let scanned = (n / scopes * DIMS * 4) as u64;
+    for name in ["semantic", "hybrid", "semantic_tracked"] {
+        println!("ava-bench: scanned sqlite/search_top10/{label}/{name} bytes={scanned}");
+    }
+    if scanned > u64::from(SqliteConfig::default().vector_cache_mib) << 20 {
+        println!(
+            "ava-bench: note sqlite/search_top10/{label}/semantic the scope does not fit the vector cache: sqlite-vec KNN"
+        );
+    }
     let mut group = c.benchmark_group(format!("sqlite/search_top10/{label}"));
     group
         .sample_size(if n >= 1_000_000 { 10 } else { 30 })

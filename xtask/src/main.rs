@@ -5,6 +5,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod eval;
 mod fetch_model;
 mod snapshots;
@@ -24,6 +25,8 @@ enum Command {
     FetchModel(fetch_model::Args),
     /// Evaluate retrieval quality on a dataset (recall@k).
     Eval(eval::Args),
+    /// Run the criterion benches and write their tables into BENCHMARKS.md.
+    Bench(bench::Args),
     /// Run the insta snapshot tests and check, review or accept their snapshots.
     Snapshots(snapshots::Args),
 }
@@ -33,5 +36,6 @@ fn main() -> anyhow::Result<()> {
         Command::FetchModel(args) => fetch_model::run(&args),
         Command::Eval(args) => eval::run(&args),
         Command::Snapshots(args) => snapshots::run(&args),
+        Command::Bench(args) => bench::run(&args),
     }
 }
