@@ -130,15 +130,15 @@ impl MemoryBackend for SqliteBackend {
                         conn: &tx,
                         path: &path,
                     };
-                    for e in &entries {
-                        if sql.id_taken(e.id)? {
-                            return Err(MemoryError::Conflict { id: e.id });
-                        }
-                    }
                     if !entries.is_empty() {
                         scope_id = sql.ensure_scope_id(&scope)?;
                         for (e, v) in entries.iter().zip(&vectors) {
-                            inserted.push(sql.insert(scope_id, e, v.as_deref())?);
+                            // A taken id writes nothing; returning drops `tx`, which rolls
+                            // back the rows already written for this batch.
+                            let Some(pk) = sql.insert(scope_id, e, v.as_deref())? else {
+                                return Err(MemoryError::Conflict { id: e.id });
+                            };
+                            inserted.push(pk);
                         }
                     }
                 }

@@ -181,49 +181,54 @@ impl Sql<'_> {
         Ok(self.conn.last_insert_rowid())
     }
 
-    pub(crate) fn id_taken(&self, id: MemoryId) -> R<bool> {
-        self.conn
-            .prepare_cached("SELECT 1 FROM memories WHERE id = ?1")
-            .and_then(|mut s| s.exists([id.as_uuid().as_bytes().as_slice()]))
-            .map_err(|e| self.err(e))
-    }
-
-    /// Inserts a memory into the base, tag, FTS and (when given a vector) vec0 tables.
-    pub(crate) fn insert(&self, scope_id: i64, e: &MemoryEntry, vector: Option<&[f32]>) -> R<i64> {
+    /// Inserts a memory into the base, tag, FTS and (when given a vector) vec0 tables and
+    /// returns its pk; `None` (nothing written) when a memory with this id already exists.
+    /// The UNIQUE index on `id` is the check, so an insert costs no separate lookup.
+    pub(crate) fn insert(
+        &self,
+        scope_id: i64,
+        e: &MemoryEntry,
+        vector: Option<&[f32]>,
+    ) -> R<Option<i64>> {
         let mut stmt = self
             .conn
             .prepare_cached(
                 "INSERT INTO memories (id, scope_id, kind, content, context, role, source, importance, pinned, \
                  created_at, accessed_at, access_count, valid_from, valid_until, superseded_by, embedded) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16) \
+                 ON CONFLICT (id) DO NOTHING",
             )
             .map_err(|e| self.err(e))?;
-        stmt.execute(params![
-            e.id.as_uuid().as_bytes().as_slice(),
-            scope_id,
-            e.kind.as_str(),
-            e.content,
-            e.context,
-            e.role.map(Role::as_str),
-            e.source,
-            f64::from(e.importance.get()),
-            e.pinned,
-            e.created_at.as_millis(),
-            e.accessed_at.as_millis(),
-            i64::try_from(e.access_count).unwrap_or(i64::MAX),
-            e.valid_from.map(Timestamp::as_millis),
-            e.valid_until.map(Timestamp::as_millis),
-            e.superseded_by.map(|s| s.as_uuid().as_bytes().to_vec()),
-            vector.is_some(),
-        ])
-        .map_err(|e| self.err(e))?;
+        let written = stmt
+            .execute(params![
+                e.id.as_uuid().as_bytes().as_slice(),
+                scope_id,
+                e.kind.as_str(),
+                e.content,
+                e.context,
+                e.role.map(Role::as_str),
+                e.source,
+                f64::from(e.importance.get()),
+                e.pinned,
+                e.created_at.as_millis(),
+                e.accessed_at.as_millis(),
+                i64::try_from(e.access_count).unwrap_or(i64::MAX),
+                e.valid_from.map(Timestamp::as_millis),
+                e.valid_until.map(Timestamp::as_millis),
+                e.superseded_by.map(|s| s.as_uuid().as_bytes().to_vec()),
+                vector.is_some(),
+            ])
+            .map_err(|e| self.err(e))?;
+        if written == 0 {
+            return Ok(None);
+        }
         let pk = self.conn.last_insert_rowid();
         self.insert_tags(pk, e.tags.iter())?;
         self.insert_fts(pk, scope_id, &e.content, e.context.as_deref())?;
         if let Some(v) = vector {
             self.insert_vec(pk, scope_id, v)?;
         }
-        Ok(pk)
+        Ok(Some(pk))
     }
 
     pub(crate) fn insert_tags<'t>(&self, pk: i64, tags: impl Iterator<Item = &'t Tag>) -> R<()> {
