@@ -454,6 +454,8 @@ impl Sql<'_> {
         limit: usize,
         cache: Option<&mut VectorCache>,
     ) -> R<Vec<(i64, MemoryId, f32)>> {
+        // How many vectors the scope holds, counted at most once per search.
+        let mut counted = None;
         if let Some(cache) = cache {
             cache.sync(self.conn).map_err(|e| self.err(e))?;
             let count = match cache.loaded_len(scope_id) {
@@ -469,8 +471,12 @@ impl Sql<'_> {
             {
                 return self.filter_ranked(scope_id, all, filter, limit);
             }
+            counted = Some(count);
         }
-        let in_scope = self.vector_count(scope_id)?;
+        let in_scope = match counted {
+            Some(n) => n,
+            None => self.vector_count(scope_id)?,
+        };
         if in_scope == 0 {
             return Ok(Vec::new());
         }
