@@ -18,7 +18,7 @@ use criterion::{Criterion, Throughput};
 use memory_core::{
     Embedding, EmbeddingSpace, HashingEmbedder, MemoryBackend, NewMemory, Scope, SearchRequest,
 };
-use memory_sqlite::{SqliteBackend, SqliteConfig};
+use memory_sqlite::{Durability, SqliteBackend, SqliteConfig};
 use tokio::runtime::Runtime;
 
 const DIMS: usize = 384;
@@ -133,25 +133,39 @@ fn bench_ingest(c: &mut Criterion, rt: &Runtime) {
     group.throughput(Throughput::Elements(N as u64));
     let mut rng = Rng(1);
     let data: Vec<NewMemory> = memories(&mut rng, &space, N);
-    group.bench_function("10k_precomputed_384d_batches_of_1000", |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                let dir = tempfile::tempdir().unwrap();
-                let store = rt.block_on(open(dir.path()));
-                let batches: Vec<Vec<NewMemory>> =
-                    data.chunks(1000).map(<[NewMemory]>::to_vec).collect();
-                let t = Instant::now();
-                for (i, batch) in batches.into_iter().enumerate() {
-                    rt.block_on(store.store_batch(&scope(i % SCOPES), batch))
-                        .unwrap();
+    // `Normal` (the default: WAL + synchronous=NORMAL, a commit survives the process being
+    // killed) and `Full` (every commit fsynced: survives power loss too).
+    for (name, durability) in [
+        ("10k_precomputed_384d_batches_of_1000", Durability::Normal),
+        (
+            "10k_precomputed_384d_batches_of_1000_sync_full",
+            Durability::Full,
+        ),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let dir = tempfile::tempdir().unwrap();
+                    let config = SqliteConfig {
+                        durability,
+                        ..SqliteConfig::default()
+                    };
+                    let store = rt.block_on(open_with(dir.path(), config));
+                    let batches: Vec<Vec<NewMemory>> =
+                        data.chunks(1000).map(<[NewMemory]>::to_vec).collect();
+                    let t = Instant::now();
+                    for (i, batch) in batches.into_iter().enumerate() {
+                        rt.block_on(store.store_batch(&scope(i % SCOPES), batch))
+                            .unwrap();
+                    }
+                    total += t.elapsed();
+                    store.close();
                 }
-                total += t.elapsed();
-                store.close();
-            }
-            total
+                total
+            });
         });
-    });
+    }
     group.finish();
 }
 
