@@ -8,9 +8,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
-use candle_transformers::models::bert::{BertModel, Config as BertConfig};
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
+use super::bert::{BertConfig, BertModel};
 use super::into_embeddings;
 use super::model_dir::{DEFAULT_MODEL_NAME, ModelDir, resolve_model_dir};
 use crate::embedding::{Embedding, EmbeddingProvider, EmbeddingSpace, normalize};
@@ -121,8 +121,15 @@ impl LocalEmbedder {
             let p = path("config.json");
             let text = std::fs::read_to_string(&p)
                 .map_err(|e| failed(format!("cannot read {}", p.display()), e))?;
-            serde_json::from_str(&text)
-                .map_err(|e| failed(format!("{} is not a BERT config.json", p.display()), e))?
+            BertConfig::from_json(&text).map_err(|e| {
+                failed(
+                    format!(
+                        "{} is not a BERT config.json this encoder runs",
+                        p.display()
+                    ),
+                    e,
+                )
+            })?
         };
         let max_positions = bert_config.max_position_embeddings;
         if config.max_tokens < 2 || config.max_tokens > max_positions {
@@ -260,7 +267,7 @@ impl Model {
         let mask = Tensor::from_vec(mask, (rows, cols), &self.device)?;
         let type_ids = ids.zeros_like()?;
         // [rows, cols, hidden]
-        let hidden = self.bert.forward(&ids, &type_ids, Some(&mask))?;
+        let hidden = self.bert.forward(&ids, &type_ids, &mask)?;
         // Mean over real tokens only: padded positions get weight 0.
         let weights = mask.to_dtype(DType::F32)?.unsqueeze(2)?;
         let summed = hidden.broadcast_mul(&weights)?.sum(1)?;

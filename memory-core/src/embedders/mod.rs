@@ -28,6 +28,8 @@ mod model_dir;
 mod retry;
 
 #[cfg(feature = "local")]
+mod bert;
+#[cfg(feature = "local")]
 mod local;
 #[cfg(feature = "ollama")]
 mod ollama;
