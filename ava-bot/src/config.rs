@@ -10,7 +10,7 @@ use clap::ValueEnum;
 use memory_core::embedders::{
     ApiKey, OllamaConfig, OllamaEmbedder, OpenAiConfig, OpenAiEmbedder, resolve_model_dir,
 };
-use memory_core::{EmbeddingProvider, HashingEmbedder, Scope};
+use memory_core::{EmbeddingProvider, HashingEmbedder, MemoryBackend, Scope};
 use memory_sqlite::{SqliteBackend, SqliteConfig};
 
 /// Which embedder computes vectors.
@@ -62,8 +62,9 @@ impl fmt::Debug for Secret {
 /// Settings every subcommand shares.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Settings {
-    /// The memory store file [default: $XDG_DATA_HOME/ava/memories.db or
-    /// ~/.local/share/ava/memories.db]
+    /// The memory store: a SQLite file, or a `postgres://` URL (build with `--features
+    /// postgres`; `?schema=NAME` picks the Postgres schema, default `ava`) [default:
+    /// $XDG_DATA_HOME/ava/memories.db or ~/.local/share/ava/memories.db]
     #[arg(long, env = "AVA_DB", global = true)]
     pub(crate) db: Option<PathBuf>,
     /// Which embedder computes vectors.
@@ -110,14 +111,48 @@ impl Identity {
     }
 }
 
-/// What embedder a store was opened with, for people.
+/// An open store, and what embedder it was opened with, for people.
 pub(crate) struct Opened {
-    pub(crate) store: Arc<SqliteBackend>,
+    pub(crate) store: Arc<dyn MemoryBackend>,
+    /// The same store when it is a SQLite file (for `stats`, which reads its totals).
+    pub(crate) sqlite: Option<Arc<SqliteBackend>>,
     /// One line on the embedder in use, or why there is none.
     pub(crate) embedder_note: String,
 }
 
+/// Where `--db` points.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum DbTarget {
+    /// A SQLite store file.
+    Sqlite(PathBuf),
+    /// A Postgres server (`postgres://` or `postgresql://` URL, maybe with `?schema=`).
+    Postgres(String),
+}
+
+/// `url` with any password replaced by `***`.
+pub(crate) fn redact_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        Ok(u) => u.to_string(),
+        Err(_) => "<unparsable Postgres URL>".to_owned(),
+    }
+}
+
 impl Settings {
+    /// Where the store is: `--db`, `$AVA_DB`, or the per-user data directory (created).
+    pub(crate) fn db_target(&self) -> anyhow::Result<DbTarget> {
+        if let Some(p) = &self.db
+            && let Some(s) = p.to_str()
+            && (s.starts_with("postgres://") || s.starts_with("postgresql://"))
+        {
+            return Ok(DbTarget::Postgres(s.to_owned()));
+        }
+        self.db_path().map(DbTarget::Sqlite)
+    }
+
     /// The store path: `--db`, `$AVA_DB`, or the per-user data directory (created).
     pub(crate) fn db_path(&self) -> anyhow::Result<PathBuf> {
         if let Some(p) = &self.db {
@@ -194,7 +229,13 @@ impl Settings {
             if self.embedder == EmbedderChoice::Local {
                 bail!("{}", dir.notice());
             }
-            return Ok((None, dir.notice()));
+            return Ok((
+                None,
+                format!(
+                    "semantic search is off and memory search uses keywords only: {}",
+                    dir.notice()
+                ),
+            ));
         }
         let e = LocalEmbedder::load(&LocalConfig::in_dir(&dir.path))
             .context("load the local embedding model")?;
@@ -215,23 +256,116 @@ impl Settings {
         Ok((None, note))
     }
 
+    /// Why the local model is not in use, when it is not installed: what is missing where,
+    /// and how to fetch it.
+    pub(crate) fn local_model_notice(&self) -> anyhow::Result<String> {
+        Ok(resolve_model_dir(self.model_dir.as_deref())?.notice())
+    }
+
     /// Opens the store with the configured embedder.
     pub(crate) async fn open(&self) -> anyhow::Result<Opened> {
-        let path = self.db_path()?;
+        let target = self.db_target()?;
+        #[cfg(not(feature = "postgres"))]
+        if let DbTarget::Postgres(url) = &target {
+            return Err(no_postgres_support(url));
+        }
         let (embedder, embedder_note) = self.embedder().await?;
-        let store = SqliteBackend::open(&path, embedder, SqliteConfig::default())
-            .await
-            .with_context(|| format!("open memory store {}", path.display()))?;
-        Ok(Opened {
-            store: Arc::new(store),
-            embedder_note,
-        })
+        match target {
+            DbTarget::Sqlite(path) => {
+                let store = SqliteBackend::open(&path, embedder, SqliteConfig::default())
+                    .await
+                    .with_context(|| format!("open memory store {}", path.display()))?;
+                let store = Arc::new(store);
+                Ok(Opened {
+                    store: Arc::clone(&store) as Arc<dyn MemoryBackend>,
+                    sqlite: Some(store),
+                    embedder_note,
+                })
+            }
+            DbTarget::Postgres(url) => Ok(Opened {
+                store: open_postgres(&url, embedder).await?,
+                sqlite: None,
+                embedder_note,
+            }),
+        }
     }
+}
+
+/// What to do when this build cannot open a Postgres store.
+#[cfg(not(feature = "postgres"))]
+fn no_postgres_support(url: &str) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{} is a Postgres URL, but this build of ava has no Postgres support; rebuild it with \
+         `--features postgres` (e.g. `cargo install --path ava-bot --features postgres`)",
+        redact_url(url)
+    )
+}
+
+#[cfg(not(feature = "postgres"))]
+async fn open_postgres(
+    url: &str,
+    _: Option<Arc<dyn EmbeddingProvider>>,
+) -> anyhow::Result<Arc<dyn MemoryBackend>> {
+    Err(no_postgres_support(url))
+}
+
+#[cfg(feature = "postgres")]
+async fn open_postgres(
+    url: &str,
+    embedder: Option<Arc<dyn EmbeddingProvider>>,
+) -> anyhow::Result<Arc<dyn MemoryBackend>> {
+    let store = memory_postgres::PostgresBackend::connect(
+        url,
+        embedder,
+        memory_postgres::PostgresConfig::default(),
+    )
+    .await
+    .with_context(|| format!("open memory store {}", redact_url(url)))?;
+    Ok(Arc::new(store))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn postgres_urls_are_told_from_paths_and_redacted() {
+        let settings = |db: &str| Settings {
+            db: Some(PathBuf::from(db)),
+            embedder: EmbedderChoice::None,
+            model_dir: None,
+            embed_model: None,
+            ollama_url: String::new(),
+            openai_url: String::new(),
+        };
+        let url = "postgres://ava:s3cret@db.example:5432/mem?schema=bot";
+        let t = settings(url).db_target().unwrap();
+        assert_eq!(t, DbTarget::Postgres(url.to_owned()));
+        let shown = redact_url(url);
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("db.example:5432"), "{shown}");
+        assert_eq!(
+            settings("memories.db").db_target().unwrap(),
+            DbTarget::Sqlite(PathBuf::from("memories.db"))
+        );
+    }
+
+    #[cfg(not(feature = "postgres"))]
+    #[tokio::test]
+    async fn postgres_url_without_the_feature_says_how_to_rebuild() {
+        let settings = Settings {
+            db: Some(PathBuf::from("postgres://ava:s3cret@127.0.0.1:5432/mem")),
+            embedder: EmbedderChoice::None,
+            model_dir: None,
+            embed_model: None,
+            ollama_url: String::new(),
+            openai_url: String::new(),
+        };
+        let err = settings.open().await.err().expect("no postgres support");
+        let msg = format!("{err:#}");
+        assert!(msg.contains("--features postgres"), "{msg}");
+        assert!(!msg.contains("s3cret"), "{msg}");
+    }
 
     #[test]
     fn secrets_do_not_print() {

@@ -92,7 +92,11 @@ async fn embedder(
         return Ok((found, note));
     }
     let hash = HashingEmbedder::new(384).context("create the hashing embedder")?;
-    let note = format!("embedder {} ({note})", hash.space());
+    let note = format!(
+        "embedder {} in place of the local model ({})",
+        hash.space(),
+        settings.local_model_notice()?
+    );
     Ok((Some(Arc::new(hash)), note))
 }
 

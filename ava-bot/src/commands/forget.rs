@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use anyhow::{Context, bail};
-use memory_core::{DEFAULT_TENANT, MemoryBackend, MemoryError, MemoryId};
+use memory_core::{DEFAULT_TENANT, MemoryError, MemoryId};
 
 use crate::config::Settings;
 

@@ -3,7 +3,6 @@
 use std::io::Write;
 
 use anyhow::Context;
-use memory_core::MemoryBackend;
 
 use crate::config::{Identity, Settings};
 

@@ -6,7 +6,7 @@ use anyhow::Context;
 use memory_core::{DEFAULT_TENANT, MemoryBackend};
 use memory_sqlite::SqliteConfig;
 
-use crate::config::Settings;
+use crate::config::{DbTarget, Settings};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -21,8 +21,20 @@ pub(crate) async fn run(
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
     let opened = settings.open().await?;
-    let s = opened.store.stats().await?;
-    writeln!(out, "store: {}", opened.store.path().display())?;
+    let Some(sqlite) = &opened.sqlite else {
+        // Totals are read from SQLite's own bookkeeping; Postgres has no equivalent yet.
+        let info = opened.store.info();
+        writeln!(
+            out,
+            "store: {}",
+            info.location.as_deref().unwrap_or(&info.name)
+        )?;
+        writeln!(out, "totals: not supported on postgres yet")?;
+        writeln!(out, "{}", opened.embedder_note)?;
+        return list_user_scopes(&*opened.store, args, out).await;
+    };
+    let s = sqlite.stats().await?;
+    writeln!(out, "store: {}", sqlite.path().display())?;
     writeln!(
         out,
         "size: {:.1} MiB",
@@ -42,9 +54,17 @@ pub(crate) async fn run(
             .unwrap_or("none (keyword only)")
     )?;
     writeln!(out, "{}", opened.embedder_note)?;
+    list_user_scopes(&*opened.store, args, out).await
+}
+
+async fn list_user_scopes(
+    store: &dyn MemoryBackend,
+    args: &Args,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
     if let Some(user) = &args.user {
-        for scope in opened.store.user_scopes(DEFAULT_TENANT, user).await? {
-            let n = opened.store.count(&scope).await?;
+        for scope in store.user_scopes(DEFAULT_TENANT, user).await? {
+            let n = store.count(&scope).await?;
             writeln!(out, "  {scope}: {n}")?;
         }
     }
@@ -52,7 +72,13 @@ pub(crate) async fn run(
 }
 
 pub(crate) async fn reembed(settings: &Settings, out: &mut impl Write) -> anyhow::Result<()> {
-    let path = settings.db_path()?;
+    let path = match settings.db_target()? {
+        DbTarget::Sqlite(path) => path,
+        DbTarget::Postgres(_) => anyhow::bail!(
+            "ava reembed is not supported on postgres yet; connect to a new schema \
+             (`?schema=NAME`) with the new embedder and re-import instead"
+        ),
+    };
     let (embedder, note) = settings.embedder().await?;
     let embedder = embedder.with_context(|| format!("reembed needs an embedder: {note}"))?;
     let report = memory_sqlite::reembed(&path, embedder, SqliteConfig::default())

@@ -68,13 +68,13 @@ impl ModelDir {
         self.missing_files().is_empty()
     }
 
-    /// One line for people when the model is absent: what is missing, what still works,
-    /// and the command that fixes it.
+    /// One line for people when the model is absent: what is missing and the command that
+    /// fixes it (what still works depends on the caller, which says so).
     pub fn notice(&self) -> String {
         format!(
-            "local embedding model not found in {} ({}; missing {}): semantic search is off and \
-             memory search uses keywords only; run `{FETCH_MODEL_COMMAND}` to fetch it (or set \
-             {MODEL_DIR_ENV} to a directory holding {})",
+            "local embedding model not found in {} ({}; missing {}); run \
+             `{FETCH_MODEL_COMMAND}` to fetch it (or set {MODEL_DIR_ENV} to a directory \
+             holding {})",
             self.path.display(),
             self.source,
             self.missing_files().join(", "),
@@ -195,7 +195,7 @@ mod tests {
         assert_eq!(dir.missing_files(), MODEL_FILES.to_vec());
         let notice = dir.notice();
         assert!(
-            notice.contains(FETCH_MODEL_COMMAND) && notice.contains("keywords only"),
+            notice.contains(FETCH_MODEL_COMMAND) && notice.contains("/nonexistent/ava-model"),
             "{notice}"
         );
         let err = dir.require_complete().unwrap_err();

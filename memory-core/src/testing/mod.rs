@@ -26,7 +26,7 @@ use std::any::Any;
 use std::future::Future;
 use std::io::Write;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Once};
 
 use crate::{Capability, EmbeddingProvider, HashingEmbedder, MemoryBackend};
 
@@ -156,12 +156,68 @@ where
     });
 }
 
+/// Set to `1` (CI does) to make a missing service variable a test failure, not a skip.
+pub const REQUIRE_SERVICES_ENV: &str = "AVA_REQUIRE_SERVICES";
+
+/// The value of the environment variable `var` if it is set and not empty.
+///
+/// Otherwise returns `None` and writes one line, once per process, straight to stderr (past
+/// libtest's capture) saying that `who`'s tests needing it are skipped and what to set it
+/// to, so a run without the service says so instead of passing silently. With
+/// `AVA_REQUIRE_SERVICES=1` (set by `.ci/run`) it panics instead, so CI cannot pass by
+/// skipping.
+pub fn env_or_skip(var: &str, who: &str, set_to: &str) -> Option<String> {
+    static SKIP_NOTICE: Once = Once::new();
+    match std::env::var(var) {
+        Ok(v) if !v.trim().is_empty() => Some(v),
+        _ if std::env::var(REQUIRE_SERVICES_ENV).is_ok_and(|v| v == "1") => {
+            panic!(
+                "{who}: {var} is not set but {REQUIRE_SERVICES_ENV}=1 requires it; set it to {set_to}"
+            )
+        }
+        _ => {
+            SKIP_NOTICE.call_once(|| {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "{who}: SKIPPED: {var} is not set; set it to {set_to} to run these tests"
+                );
+            });
+            None
+        }
+    }
+}
+
 /// Generates the conformance suite for a backend: a `conformance` module with one
 /// `#[test]` per scenario. `$factory` is a path to an `async fn(Setup) -> TestBackend`.
+///
+/// For a backend that needs a live service, name the environment variable holding its
+/// address: `backend_conformance!(make, requires_env = "MEMORY_PG_URL", set_to = "a
+/// Postgres URL")`. Without it set, every scenario returns at once and one line per process
+/// on stderr says they were skipped (see [`env_or_skip`]).
 #[macro_export]
 macro_rules! backend_conformance {
     ($factory:path) => {
-        $crate::__conformance_tests!($factory;
+        $crate::__conformance_tests!(@suite $factory, ::core::option::Option::None);
+    };
+    ($factory:path, requires_env = $var:literal, set_to = $what:literal $(,)?) => {
+        $crate::__conformance_tests!(
+            @suite $factory,
+            ::core::option::Option::Some(($var, $what))
+        );
+    };
+    ($factory:path, requires_env = $var:literal $(,)?) => {
+        $crate::__conformance_tests!(
+            @suite $factory,
+            ::core::option::Option::Some(($var, "the service's address"))
+        );
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_tests {
+    (@suite $factory:path, $env:expr) => {
+        $crate::__conformance_tests!($factory, $env;
             store_get_round_trip,
             batch_store_preserves_order,
             batch_store_is_atomic,
@@ -193,18 +249,20 @@ macro_rules! backend_conformance {
             user_scopes_lists_only_that_user,
         );
     };
-}
-
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __conformance_tests {
-    ($factory:path; $($name:ident),* $(,)?) => {
+    ($factory:path, $env:expr; $($name:ident),* $(,)?) => {
         mod conformance {
             #[allow(unused_imports)]
             use super::*;
             $(
                 #[test]
                 fn $name() {
+                    let env: ::core::option::Option<(&str, &str)> = $env;
+                    if let ::core::option::Option::Some((var, set_to)) = env
+                        && $crate::testing::env_or_skip(var, env!("CARGO_PKG_NAME"), set_to)
+                            .is_none()
+                    {
+                        return;
+                    }
                     $crate::testing::run(
                         stringify!($name),
                         $factory,

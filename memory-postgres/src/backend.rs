@@ -1,0 +1,867 @@
+//! `MemoryBackend` for `PostgresBackend`: validation and embedding happen before any
+//! statement; writes are one transaction each; every statement names the scope.
+
+use std::collections::{HashMap, HashSet};
+
+use async_trait::async_trait;
+use deadpool_postgres::Object;
+use memory_core::{
+    BackendInfo, Capabilities, Capability, Embedding, Filter, MemoryBackend, MemoryEntry,
+    MemoryError, MemoryId, MemoryPatch, NewMemory, PrunePolicy, PruneReport, Result, Scope,
+    ScoreBreakdown, ScoredMemory, SearchMode, SearchRequest, Timestamp, check_limit, embed_all,
+    ensure_scope, fuse, plan_prune, validate_content,
+};
+use pgvector::Vector;
+use tokio_postgres::error::SqlState;
+use uuid::Uuid;
+
+use crate::PostgresBackend;
+use crate::error::{BACKEND, PostgresError};
+use crate::sql::{Query, entries, entry, entry_cols, push_filter, scored, tsquery};
+
+type Candidates = Vec<(i64, MemoryId, f32)>;
+
+impl PostgresBackend {
+    fn caps(&self) -> Capabilities {
+        Capabilities::full_store(self.embedder.is_some()).with(Capability::Persistence)
+    }
+
+    fn store_name(&self) -> String {
+        format!("store `{}` on {}", self.schema, self.server)
+    }
+
+    fn check_vector(&self, e: &Embedding) -> Result<()> {
+        match (&self.space, &self.embedder) {
+            (Some(space), Some(_)) => space.check(e, &self.store_name()),
+            _ => Err(MemoryError::Unsupported {
+                capability: Capability::SemanticSearch,
+                provider: format!("{BACKEND} (opened without an embedder, so it takes no vectors)"),
+            }),
+        }
+    }
+
+    async fn query_vector(&self, request: &SearchRequest) -> Result<Vec<f32>> {
+        if let Some(v) = &request.vector {
+            self.check_vector(v)?;
+            return Ok(v.vector().to_vec());
+        }
+        match (&self.embedder, request.query_text()) {
+            (Some(e), Some(text)) => Ok(e.embed(text).await?.into_vector()),
+            _ => Err(MemoryError::invalid(
+                "query",
+                "semantic search needs query text or a query vector",
+            )),
+        }
+    }
+
+    /// `(SELECT id FROM scopes WHERE key = $n)`, binding the scope's key.
+    fn scope_id_of(&self, q: &mut Query, scope: &Scope) -> String {
+        let p = q.bind(scope.key());
+        format!("(SELECT id FROM {} WHERE key = {p})", self.names.scopes)
+    }
+
+    /// The scope's id and, when `vectors` is set, how many vectors it holds (counted up to
+    /// just past `exact_scan_max`, which is all the choice of search path needs).
+    async fn scope_info(
+        &self,
+        c: &Object,
+        scope: &Scope,
+        vectors: bool,
+    ) -> std::result::Result<Option<(i64, usize)>, PostgresError> {
+        let key = scope.key();
+        let row = if vectors {
+            let cap = i64::try_from(self.config.exact_scan_max)
+                .unwrap_or(i64::MAX - 1)
+                .saturating_add(1);
+            let sql = format!(
+                "SELECT sc.id, (SELECT count(*) FROM (SELECT 1 FROM {m} m WHERE m.scope_id = sc.id \
+                 AND m.embedding IS NOT NULL LIMIT $2) x) FROM {s} sc WHERE sc.key = $1",
+                m = self.names.memories,
+                s = self.names.scopes
+            );
+            let stmt = c
+                .prepare_cached(&sql)
+                .await
+                .map_err(|e| self.query_err(e))?;
+            c.query_opt(&stmt, &[&key, &cap]).await
+        } else {
+            let sql = format!(
+                "SELECT id, 0::bigint FROM {} WHERE key = $1",
+                self.names.scopes
+            );
+            let stmt = c
+                .prepare_cached(&sql)
+                .await
+                .map_err(|e| self.query_err(e))?;
+            c.query_opt(&stmt, &[&key]).await
+        }
+        .map_err(|e| self.query_err(e))?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let id: i64 = row.try_get(0).map_err(|e| self.query_err(e))?;
+        let n: i64 = row.try_get(1).map_err(|e| self.query_err(e))?;
+        Ok(Some((id, usize::try_from(n).unwrap_or(0))))
+    }
+
+    /// Top-`limit` by cosine similarity among the scope's memories passing `filter`.
+    ///
+    /// A scope of at most `exact_scan_max` vectors is ranked exactly: the scope's rows come
+    /// through the scope index and every distance is computed (the materialized CTE keeps
+    /// the planner from using the HNSW index, which cannot filter by scope first). A larger
+    /// scope goes through the HNSW index with iterative scan, filtered by scope in the
+    /// same statement, and is approximate.
+    async fn semantic(
+        &self,
+        c: &Object,
+        scope_id: i64,
+        vectors: usize,
+        q: &[f32],
+        filter: &Filter,
+        limit: usize,
+    ) -> std::result::Result<Candidates, PostgresError> {
+        if vectors == 0 {
+            return Ok(Vec::new());
+        }
+        let (m, op) = (&self.names.memories, &self.names.cosine);
+        let mut query = Query::default();
+        let sid = query.bind(scope_id);
+        let qv = query.bind(Vector::from(q.to_vec()));
+        query.push(&format!(
+            "WITH c AS MATERIALIZED (SELECT m.pk, m.id, m.embedding {op} {qv} AS d FROM {m} m \
+             WHERE m.scope_id = {sid} AND m.embedding IS NOT NULL AND m.embedded"
+        ));
+        push_filter(&mut query, filter);
+        let lim = query.bind(i64::try_from(limit).unwrap_or(i64::MAX));
+        if vectors <= self.config.exact_scan_max {
+            query.push(&format!(
+                ") SELECT pk, id, 1 - d FROM c ORDER BY d, id LIMIT {lim}"
+            ));
+        } else {
+            query.push(&format!(
+                " ORDER BY m.embedding {op} {qv} LIMIT {lim}) SELECT pk, id, 1 - d FROM c ORDER BY d, id"
+            ));
+        }
+        let stmt = c
+            .prepare_cached(&query.sql)
+            .await
+            .map_err(|e| self.query_err(e))?;
+        let rows = c
+            .query(&stmt, &query.params())
+            .await
+            .map_err(|e| self.query_err(e))?;
+        scored(&rows, &self.schema)
+    }
+
+    /// Top-`limit` full-text matches (raw `ts_rank`, higher is better) in the scope.
+    async fn keyword(
+        &self,
+        c: &Object,
+        scope_id: i64,
+        text: &str,
+        filter: &Filter,
+        limit: usize,
+    ) -> std::result::Result<Candidates, PostgresError> {
+        let Some(tsq) = tsquery(text) else {
+            return Ok(Vec::new());
+        };
+        let mut query = Query::default();
+        let sid = query.bind(scope_id);
+        let tq = query.bind(tsq);
+        // Weights {D, C, B, A}: content is A, context B at 0.3 of it (as memory-sqlite's
+        // bm25 column weights); normalization 1 divides by 1 + log(document length).
+        query.push(&format!(
+            "SELECT m.pk, m.id, ts_rank('{{0, 0, 0.3, 1}}'::float4[], m.fts, q.q, 1)::float8 AS r \
+             FROM {m} m, to_tsquery('english', {tq}) AS q(q) \
+             WHERE m.scope_id = {sid} AND m.fts @@ q.q",
+            m = self.names.memories
+        ));
+        push_filter(&mut query, filter);
+        let lim = query.bind(i64::try_from(limit).unwrap_or(i64::MAX));
+        query.push(&format!(" ORDER BY r DESC, m.id LIMIT {lim}"));
+        let stmt = c
+            .prepare_cached(&query.sql)
+            .await
+            .map_err(|e| self.query_err(e))?;
+        let rows = c
+            .query(&stmt, &query.params())
+            .await
+            .map_err(|e| self.query_err(e))?;
+        scored(&rows, &self.schema)
+    }
+
+    /// Loads the entries of these pks in the scope, counting a recall if `bump`.
+    async fn load(
+        &self,
+        c: &Object,
+        scope_id: i64,
+        pks: Vec<i64>,
+        bump: bool,
+    ) -> std::result::Result<HashMap<i64, MemoryEntry>, PostgresError> {
+        if pks.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let (m, s, acc) = (&self.names.memories, &self.names.scopes, &self.names.access);
+        let rows = if bump {
+            // The new counts come back from the upsert; the rest of the row is unchanged.
+            let sql = format!(
+                "WITH b AS (INSERT INTO {acc} AS x (pk, accessed_at, access_count) \
+                 SELECT m.pk, $3, 1 FROM {m} m WHERE m.scope_id = $1 AND m.pk = ANY($2) \
+                 ON CONFLICT (pk) DO UPDATE SET access_count = x.access_count + 1, \
+                 accessed_at = GREATEST(x.accessed_at, excluded.accessed_at) \
+                 RETURNING pk, accessed_at, access_count) \
+                 SELECT {} FROM {m} m JOIN {s} sc ON sc.id = m.scope_id JOIN b ON b.pk = m.pk \
+                 WHERE m.scope_id = $1",
+                entry_cols("b")
+            );
+            let stmt = c
+                .prepare_cached(&sql)
+                .await
+                .map_err(|e| self.query_err(e))?;
+            let now = Timestamp::now().as_millis();
+            c.query(&stmt, &[&scope_id, &pks, &now]).await
+        } else {
+            let sql = self.select_entries("WHERE m.scope_id = $1 AND m.pk = ANY($2)");
+            let stmt = c
+                .prepare_cached(&sql)
+                .await
+                .map_err(|e| self.query_err(e))?;
+            c.query(&stmt, &[&scope_id, &pks]).await
+        }
+        .map_err(|e| self.query_err(e))?;
+        Ok(entries(&rows, &self.schema)?.into_iter().collect())
+    }
+
+    /// `SELECT <entry columns> FROM memories m JOIN scopes sc ... LEFT JOIN memory_access a`
+    /// followed by `tail`.
+    fn select_entries(&self, tail: &str) -> String {
+        format!(
+            "SELECT {} FROM {} m JOIN {} sc ON sc.id = m.scope_id \
+             LEFT JOIN {} a ON a.pk = m.pk {tail}",
+            entry_cols("a"),
+            self.names.memories,
+            self.names.scopes,
+            self.names.access
+        )
+    }
+
+    /// The id of `scope`, creating its row if needed.
+    async fn ensure_scope_id(
+        &self,
+        tx: &deadpool_postgres::Transaction<'_>,
+        scope: &Scope,
+    ) -> std::result::Result<i64, PostgresError> {
+        let key = scope.key();
+        let s = &self.names.scopes;
+        let find = tx
+            .prepare_cached(&format!("SELECT id FROM {s} WHERE key = $1"))
+            .await
+            .map_err(|e| self.query_err(e))?;
+        if let Some(r) = tx
+            .query_opt(&find, &[&key])
+            .await
+            .map_err(|e| self.query_err(e))?
+        {
+            return r.try_get(0).map_err(|e| self.query_err(e));
+        }
+        let insert = format!(
+            "INSERT INTO {s} (key, tenant, user_id, chat, thread) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (key) DO NOTHING RETURNING id"
+        );
+        let inserted = tx
+            .query_opt(
+                &insert,
+                &[
+                    &key,
+                    &scope.tenant(),
+                    &scope.user(),
+                    &scope.chat(),
+                    &scope.thread(),
+                ],
+            )
+            .await
+            .map_err(|e| self.query_err(e))?;
+        // Another process created it at the same moment: it is visible to a new statement.
+        let row = match inserted {
+            Some(r) => r,
+            None => tx
+                .query_one(&find, &[&key])
+                .await
+                .map_err(|e| self.query_err(e))?,
+        };
+        row.try_get(0).map_err(|e| self.query_err(e))
+    }
+
+    async fn insert_all(
+        &self,
+        client: &mut Object,
+        scope: &Scope,
+        entries: &[MemoryEntry],
+        vectors: Vec<Option<Vec<f32>>>,
+    ) -> std::result::Result<std::result::Result<(), MemoryId>, PostgresError> {
+        let tx = client.transaction().await.map_err(|e| self.query_err(e))?;
+        let m = &self.names.memories;
+        let ids: Vec<Uuid> = entries.iter().map(|e| *e.id.as_uuid()).collect();
+        let taken = tx
+            .query_opt(
+                &format!("SELECT id FROM {m} WHERE id = ANY($1) LIMIT 1"),
+                &[&ids],
+            )
+            .await
+            .map_err(|e| self.query_err(e))?;
+        if let Some(r) = taken {
+            let id: Uuid = r.try_get(0).map_err(|e| self.query_err(e))?;
+            return Ok(Err(MemoryId::from_uuid(id)));
+        }
+        let scope_id = self.ensure_scope_id(&tx, scope).await?;
+        let mut q = Query::default();
+        let sid = q.bind(scope_id);
+        let cols: [String; 16] = [
+            q.bind(ids),
+            q.bind(
+                entries
+                    .iter()
+                    .map(|e| e.kind.as_str().to_owned())
+                    .collect::<Vec<_>>(),
+            ),
+            q.bind(
+                entries
+                    .iter()
+                    .map(|e| e.content.clone())
+                    .collect::<Vec<_>>(),
+            ),
+            q.bind(
+                entries
+                    .iter()
+                    .map(|e| e.context.clone())
+                    .collect::<Vec<_>>(),
+            ),
+            q.bind(
+                entries
+                    .iter()
+                    .map(|e| e.role.map(|r| r.as_str().to_owned()))
+                    .collect::<Vec<_>>(),
+            ),
+            q.bind(entries.iter().map(|e| e.source.clone()).collect::<Vec<_>>()),
+            // Tags hold no whitespace, so one space-joined string per memory is lossless.
+            q.bind(
+                entries
+                    .iter()
+                    .map(|e| {
+                        e.tags
+                            .iter()
+                            .map(|t| t.as_str())
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    })
+                    .collect::<Vec<_>>(),
+            ),
+            q.bind(
+                entries
+                    .iter()
+                    .map(|e| e.importance.get())
+                    .collect::<Vec<f32>>(),
+            ),
+            q.bind(entries.iter().map(|e| e.pinned).collect::<Vec<_>>()),
+            q.bind(
+                entries
+                    .iter()
+                    .map(|e| e.created_at.as_millis())
+                    .collect::<Vec<_>>(),
+            ),
+            q.bind(
+                entries
+                    .iter()
+                    .map(|e| e.accessed_at.as_millis())
+                    .collect::<Vec<_>>(),
+            ),
+            q.bind(
+                entries
+                    .iter()
+                    .map(|e| i64::try_from(e.access_count).unwrap_or(i64::MAX))
+                    .collect::<Vec<_>>(),
+            ),
+            q.bind(
+                entries
+                    .iter()
+                    .map(|e| e.valid_from.map(Timestamp::as_millis))
+                    .collect::<Vec<_>>(),
+            ),
+            q.bind(
+                entries
+                    .iter()
+                    .map(|e| e.valid_until.map(Timestamp::as_millis))
+                    .collect::<Vec<_>>(),
+            ),
+            q.bind(
+                entries
+                    .iter()
+                    .map(|e| e.superseded_by.map(|s| *s.as_uuid()))
+                    .collect::<Vec<_>>(),
+            ),
+            q.bind(vectors.iter().map(Option::is_some).collect::<Vec<_>>()),
+        ];
+        let with_vectors = self.space.is_some();
+        let vec_col = if with_vectors {
+            let p = q.bind(
+                vectors
+                    .into_iter()
+                    .map(|v| v.map(Vector::from))
+                    .collect::<Vec<_>>(),
+            );
+            format!(", {p}::{}[]", self.names.vector)
+        } else {
+            String::new()
+        };
+        let [
+            id,
+            kind,
+            content,
+            context,
+            role,
+            source,
+            tags,
+            imp,
+            pinned,
+            ca,
+            aa,
+            ac,
+            vf,
+            vu,
+            sup,
+            emb,
+        ] = &cols;
+        q.push(&format!(
+            "INSERT INTO {m} (id, scope_id, kind, content, context, role, source, tags, importance, \
+             pinned, created_at, accessed_at, access_count, valid_from, valid_until, superseded_by, \
+             embedded{e}) \
+             SELECT u.id, {sid}, u.kind, u.content, u.context, u.role, u.source, \
+             string_to_array(u.tags, ' '), u.importance, u.pinned, u.created_at, u.accessed_at, \
+             u.access_count, u.valid_from, u.valid_until, u.superseded_by, u.embedded{ev} \
+             FROM unnest({id}::uuid[], {kind}::text[], {content}::text[], {context}::text[], \
+             {role}::text[], {source}::text[], {tags}::text[], {imp}::float4[], {pinned}::bool[], \
+             {ca}::int8[], {aa}::int8[], {ac}::int8[], {vf}::int8[], {vu}::int8[], {sup}::uuid[], \
+             {emb}::bool[]{vec_col}) AS u(id, kind, content, context, role, source, tags, importance, \
+             pinned, created_at, accessed_at, access_count, valid_from, valid_until, superseded_by, \
+             embedded{e})",
+            e = if with_vectors { ", embedding" } else { "" },
+            ev = if with_vectors { ", u.embedding" } else { "" },
+        ));
+        match tx.execute(&q.sql, &q.params()).await {
+            Ok(_) => {}
+            Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
+                // Another process took one of the ids after the check above.
+                return Ok(Err(entries[0].id));
+            }
+            Err(e) => return Err(self.query_err(e)),
+        }
+        tx.commit().await.map_err(|e| self.query_err(e))?;
+        Ok(Ok(()))
+    }
+}
+
+#[async_trait]
+impl MemoryBackend for PostgresBackend {
+    fn info(&self) -> BackendInfo {
+        BackendInfo {
+            name: BACKEND.to_owned(),
+            location: Some(format!("postgres {} schema {}", self.server, self.schema)),
+            embedding_space: self.embedder.as_ref().and(self.space.clone()),
+            limits: self.config.limits,
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.caps()
+    }
+
+    async fn store_batch(
+        &self,
+        scope: &Scope,
+        mut memories: Vec<NewMemory>,
+    ) -> Result<Vec<MemoryEntry>> {
+        let mut batch_ids = HashSet::new();
+        for m in &memories {
+            m.validate(self.config.limits.max_content_bytes)?;
+            if let Some(id) = m.id
+                && !batch_ids.insert(id)
+            {
+                return Err(MemoryError::Conflict { id });
+            }
+            if let Some(e) = &m.embedding {
+                self.check_vector(e)?;
+            }
+        }
+        if memories.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Embed what came without a vector, before taking a connection.
+        let mut vectors: Vec<Option<Vec<f32>>> = memories
+            .iter_mut()
+            .map(|m| m.embedding.take().map(Embedding::into_vector))
+            .collect();
+        if let Some(embedder) = &self.embedder {
+            let missing: Vec<usize> = (0..memories.len())
+                .filter(|i| vectors[*i].is_none())
+                .collect();
+            let texts: Vec<&str> = missing
+                .iter()
+                .map(|i| memories[*i].content.as_str())
+                .collect();
+            let computed = embed_all(embedder.as_ref(), &texts).await?;
+            for (i, e) in missing.into_iter().zip(computed) {
+                vectors[i] = Some(e.into_vector());
+            }
+        }
+        let now = Timestamp::now();
+        let entries: Vec<MemoryEntry> = memories
+            .into_iter()
+            .zip(&vectors)
+            .map(|(m, v)| m.into_entry(scope, now, v.is_some()))
+            .collect();
+        let mut client = self.client().await?;
+        match self
+            .insert_all(&mut client, scope, &entries, vectors)
+            .await?
+        {
+            Ok(()) => Ok(entries),
+            Err(id) => Err(MemoryError::Conflict { id }),
+        }
+    }
+
+    async fn get(&self, scope: &Scope, id: MemoryId) -> Result<MemoryEntry> {
+        let c = self.client().await?;
+        let sql = self.select_entries("WHERE m.id = $1 AND sc.key = $2");
+        let stmt = c
+            .prepare_cached(&sql)
+            .await
+            .map_err(|e| self.query_err(e))?;
+        let row = c
+            .query_opt(&stmt, &[id.as_uuid(), &scope.key()])
+            .await
+            .map_err(|e| self.query_err(e))?
+            .ok_or(MemoryError::NotFound { id })?;
+        let (_, entry) = entry(&row, &self.schema)?;
+        ensure_scope(BACKEND, scope, [&entry])?;
+        Ok(entry)
+    }
+
+    async fn search(&self, scope: &Scope, request: &SearchRequest) -> Result<Vec<ScoredMemory>> {
+        request.validate(&self.caps(), &self.config.limits, BACKEND)?;
+        let query_vec = match request.mode {
+            SearchMode::Semantic | SearchMode::Hybrid(_) => Some(self.query_vector(request).await?),
+            SearchMode::Keyword => None,
+        };
+        let c = self.client().await?;
+        let Some((scope_id, vectors)) = self.scope_info(&c, scope, query_vec.is_some()).await?
+        else {
+            return Ok(Vec::new());
+        };
+        let text = request.query_text().unwrap_or_default();
+        let f = &request.filter;
+        let q = query_vec.as_deref().unwrap_or_default();
+        let pool = (request.limit * self.config.hybrid_pool_factor).max(50);
+        let mut ranked: Vec<(i64, f32, ScoreBreakdown)> = match request.mode {
+            SearchMode::Semantic => self
+                .semantic(&c, scope_id, vectors, q, f, request.limit)
+                .await?
+                .into_iter()
+                .map(|(pk, _, s)| {
+                    let b = ScoreBreakdown {
+                        semantic: Some(s),
+                        ..Default::default()
+                    };
+                    (pk, s, b)
+                })
+                .collect(),
+            SearchMode::Keyword => {
+                let hits = self.keyword(&c, scope_id, text, f, request.limit).await?;
+                let best = hits.first().map_or(1.0, |h| h.2);
+                hits.into_iter()
+                    .map(|(pk, _, raw)| {
+                        let s = if best > 0.0 { raw / best } else { 0.0 };
+                        let b = ScoreBreakdown {
+                            keyword: Some(s),
+                            keyword_raw: Some(raw),
+                            ..Default::default()
+                        };
+                        (pk, s, b)
+                    })
+                    .collect()
+            }
+            SearchMode::Hybrid(weights) => {
+                // Both candidate queries go out on the connection at once (pipelined).
+                let (sem, kw) = futures_util::future::try_join(
+                    self.semantic(&c, scope_id, vectors, q, f, pool),
+                    self.keyword(&c, scope_id, text, f, pool),
+                )
+                .await?;
+                let pk_of: HashMap<MemoryId, i64> = sem
+                    .iter()
+                    .chain(&kw)
+                    .map(|(pk, id, _)| (*id, *pk))
+                    .collect();
+                let sem: Vec<(MemoryId, f32)> = sem.iter().map(|(_, id, s)| (*id, *s)).collect();
+                let kw: Vec<(MemoryId, f32)> = kw.iter().map(|(_, id, s)| (*id, *s)).collect();
+                fuse(&sem, &kw, weights)
+                    .into_iter()
+                    .filter_map(|f| {
+                        let b = ScoreBreakdown {
+                            semantic: f.semantic,
+                            keyword: f.keyword,
+                            keyword_raw: f.keyword_raw,
+                            ..Default::default()
+                        };
+                        pk_of.get(&f.id).map(|pk| (*pk, f.score, b))
+                    })
+                    .collect()
+            }
+        };
+        if let Some(t) = request.threshold {
+            ranked.retain(|(_, s, _)| *s >= t);
+        }
+        ranked.truncate(request.limit);
+        let pks: Vec<i64> = ranked.iter().map(|(pk, _, _)| *pk).collect();
+        let mut loaded = self.load(&c, scope_id, pks, request.record_access).await?;
+        // A memory deleted between ranking and loading is left out.
+        let hits: Vec<ScoredMemory> = ranked
+            .into_iter()
+            .filter_map(|(pk, score, breakdown)| {
+                loaded.remove(&pk).map(|entry| ScoredMemory {
+                    entry,
+                    score,
+                    breakdown,
+                })
+            })
+            .collect();
+        ensure_scope(BACKEND, scope, hits.iter().map(|h| &h.entry))?;
+        Ok(hits)
+    }
+
+    async fn recent(
+        &self,
+        scope: &Scope,
+        limit: usize,
+        filter: &Filter,
+    ) -> Result<Vec<MemoryEntry>> {
+        check_limit(limit, &self.config.limits)?;
+        filter.validate(&self.caps(), BACKEND)?;
+        let mut q = Query::default();
+        let key = q.bind(scope.key());
+        q.push(&self.select_entries(&format!("WHERE sc.key = {key}")));
+        push_filter(&mut q, filter);
+        let lim = q.bind(i64::try_from(limit).unwrap_or(i64::MAX));
+        q.push(&format!(
+            " ORDER BY m.created_at DESC, m.id DESC LIMIT {lim}"
+        ));
+        let c = self.client().await?;
+        let stmt = c
+            .prepare_cached(&q.sql)
+            .await
+            .map_err(|e| self.query_err(e))?;
+        let rows = c
+            .query(&stmt, &q.params())
+            .await
+            .map_err(|e| self.query_err(e))?;
+        let out: Vec<MemoryEntry> = entries(&rows, &self.schema)?
+            .into_iter()
+            .map(|(_, e)| e)
+            .collect();
+        ensure_scope(BACKEND, scope, &out)?;
+        Ok(out)
+    }
+
+    async fn update(&self, scope: &Scope, id: MemoryId, patch: MemoryPatch) -> Result<MemoryEntry> {
+        self.caps().require(Capability::Update, BACKEND)?;
+        if let Some(c) = &patch.content {
+            validate_content(c, self.config.limits.max_content_bytes)?;
+        }
+        let vector = match (&patch.content, &self.embedder) {
+            (Some(c), Some(e)) => Some(e.embed(c).await?.into_vector()),
+            _ => None,
+        };
+        let content_changed = patch.content.is_some();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(|e| self.query_err(e))?;
+        let sql = self.select_entries("WHERE m.id = $1 AND sc.key = $2 FOR UPDATE OF m");
+        let row = tx
+            .query_opt(&sql, &[id.as_uuid(), &scope.key()])
+            .await
+            .map_err(|e| self.query_err(e))?
+            .ok_or(MemoryError::NotFound { id })?;
+        let (pk, mut entry) = entry(&row, &self.schema)?;
+        ensure_scope(BACKEND, scope, [&entry])?;
+        patch.apply(&mut entry);
+        if content_changed {
+            // Without an embedder, changed content has no vector until a connection with
+            // one backfills it.
+            entry.embedded = vector.is_some();
+        }
+        let e = &entry;
+        let mut q = Query::default();
+        let sets = [
+            format!("kind = {}", q.bind(e.kind.as_str().to_owned())),
+            format!("content = {}", q.bind(e.content.clone())),
+            format!("context = {}", q.bind(e.context.clone())),
+            format!(
+                "tags = {}::text[]",
+                q.bind(
+                    e.tags
+                        .iter()
+                        .map(|t| t.as_str().to_owned())
+                        .collect::<Vec<_>>()
+                )
+            ),
+            format!("importance = {}", q.bind(e.importance.get())),
+            format!("pinned = {}", q.bind(e.pinned)),
+            format!(
+                "valid_until = {}",
+                q.bind(e.valid_until.map(Timestamp::as_millis))
+            ),
+            format!(
+                "superseded_by = {}",
+                q.bind(e.superseded_by.map(|s| *s.as_uuid()))
+            ),
+            format!("embedded = {}", q.bind(e.embedded)),
+        ];
+        let mut set = sets.join(", ");
+        if content_changed && self.space.is_some() {
+            let p = q.bind(vector.map(Vector::from));
+            set.push_str(&format!(", embedding = {p}::{}", self.names.vector));
+        }
+        let pkp = q.bind(pk);
+        q.push(&format!(
+            "UPDATE {} SET {set} WHERE pk = {pkp}",
+            self.names.memories
+        ));
+        tx.execute(&q.sql, &q.params())
+            .await
+            .map_err(|e| self.query_err(e))?;
+        tx.commit().await.map_err(|e| self.query_err(e))?;
+        Ok(entry)
+    }
+
+    async fn delete(&self, scope: &Scope, id: MemoryId) -> Result<()> {
+        let mut q = Query::default();
+        let idp = q.bind(*id.as_uuid());
+        let sid = self.scope_id_of(&mut q, scope);
+        q.push(&format!(
+            "DELETE FROM {} m WHERE m.id = {idp} AND m.scope_id = {sid}",
+            self.names.memories
+        ));
+        let c = self.client().await?;
+        let n = c
+            .execute(&q.sql, &q.params())
+            .await
+            .map_err(|e| self.query_err(e))?;
+        if n == 0 {
+            return Err(MemoryError::NotFound { id });
+        }
+        Ok(())
+    }
+
+    async fn delete_scope(&self, scope: &Scope) -> Result<u64> {
+        let mut q = Query::default();
+        let sid = self.scope_id_of(&mut q, scope);
+        q.push(&format!(
+            "DELETE FROM {} m WHERE m.scope_id = {sid}",
+            self.names.memories
+        ));
+        let c = self.client().await?;
+        // The scope's row stays: removing it would race with a concurrent store into it,
+        // and `user_scopes` lists only scopes that hold memories.
+        Ok(c.execute(&q.sql, &q.params())
+            .await
+            .map_err(|e| self.query_err(e))?)
+    }
+
+    async fn prune(&self, scope: &Scope, policy: &PrunePolicy) -> Result<PruneReport> {
+        policy.validate(&self.caps(), BACKEND)?;
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(|e| self.query_err(e))?;
+        let sql = self.select_entries("WHERE sc.key = $1 FOR UPDATE OF m");
+        let rows = tx
+            .query(&sql, &[&scope.key()])
+            .await
+            .map_err(|e| self.query_err(e))?;
+        let all = entries(&rows, &self.schema)?;
+        ensure_scope(BACKEND, scope, all.iter().map(|(_, e)| e))?;
+        let report = plan_prune(all.iter().map(|(_, e)| e), policy);
+        let gone: HashSet<MemoryId> = report.removed.iter().map(|(id, _)| *id).collect();
+        let pks: Vec<i64> = all
+            .iter()
+            .filter(|(_, e)| gone.contains(&e.id))
+            .map(|(pk, _)| *pk)
+            .collect();
+        if !pks.is_empty() {
+            let mut q = Query::default();
+            let p = q.bind(pks);
+            let sid = self.scope_id_of(&mut q, scope);
+            q.push(&format!(
+                "DELETE FROM {} m WHERE m.pk = ANY({p}) AND m.scope_id = {sid}",
+                self.names.memories
+            ));
+            tx.execute(&q.sql, &q.params())
+                .await
+                .map_err(|e| self.query_err(e))?;
+        }
+        tx.commit().await.map_err(|e| self.query_err(e))?;
+        Ok(report)
+    }
+
+    async fn count(&self, scope: &Scope) -> Result<u64> {
+        let c = self.client().await?;
+        let sql = format!(
+            "SELECT count(*) FROM {} m WHERE m.scope_id = (SELECT id FROM {} WHERE key = $1)",
+            self.names.memories, self.names.scopes
+        );
+        let stmt = c
+            .prepare_cached(&sql)
+            .await
+            .map_err(|e| self.query_err(e))?;
+        let n: i64 = c
+            .query_one(&stmt, &[&scope.key()])
+            .await
+            .and_then(|r| r.try_get(0))
+            .map_err(|e| self.query_err(e))?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    async fn user_scopes(&self, tenant: &str, user: &str) -> Result<Vec<Scope>> {
+        let c = self.client().await?;
+        let sql = format!(
+            "SELECT tenant, user_id, chat, thread FROM {s} sc WHERE tenant = $1 AND user_id = $2 \
+             AND EXISTS (SELECT 1 FROM {m} m WHERE m.scope_id = sc.id)",
+            s = self.names.scopes,
+            m = self.names.memories
+        );
+        let stmt = c
+            .prepare_cached(&sql)
+            .await
+            .map_err(|e| self.query_err(e))?;
+        let rows = c
+            .query(&stmt, &[&tenant, &user])
+            .await
+            .map_err(|e| self.query_err(e))?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let get = |i: usize| -> Result<Option<String>> {
+                r.try_get::<_, Option<String>>(i)
+                    .map_err(|e| self.query_err(e).into())
+            };
+            let (Some(tenant), Some(user)) = (get(0)?, get(1)?) else {
+                continue;
+            };
+            let mut s = Scope::for_user(user)?.in_tenant(tenant)?;
+            if let Some(c) = get(2)? {
+                s = s.in_chat(c)?;
+            }
+            if let Some(t) = get(3)? {
+                s = s.in_thread(t)?;
+            }
+            out.push(s);
+        }
+        out.sort();
+        Ok(out)
+    }
+}

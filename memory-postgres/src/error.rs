@@ -1,0 +1,208 @@
+//! `PostgresError`: what can go wrong connecting to or using a Postgres memory store.
+
+use memory_core::MemoryError;
+
+/// Errors specific to the Postgres store. They reach callers as the source of a
+/// [`MemoryError::Backend`], whose message is this error's text. Messages name the server
+/// (`host:port/database`) and the Postgres schema, never a password.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PostgresError {
+    /// The connection string could not be parsed.
+    #[error(
+        "invalid Postgres connection string: {reason}; expected e.g. \
+         postgres://user@127.0.0.1:5432/dbname (optionally ?schema=name)"
+    )]
+    BadUrl {
+        /// What was wrong (the string itself is not repeated: it may hold a password).
+        reason: String,
+    },
+
+    /// The configured schema name is not a plain identifier.
+    #[error(
+        "invalid Postgres schema name `{name}`: use 1 to 63 lowercase ASCII letters, digits and \
+         `_`, starting with a letter or `_`"
+    )]
+    BadSchemaName {
+        /// The name given.
+        name: String,
+    },
+
+    /// No server answered at the address.
+    #[error(
+        "cannot reach the Postgres server at {server}: the server is unreachable ({source}); \
+         check that it is running and accepting TCP connections there"
+    )]
+    Unreachable {
+        /// `host:port/database`.
+        server: String,
+        /// What the OS or driver said.
+        #[source]
+        source: tokio_postgres::Error,
+    },
+
+    /// Connecting took longer than the configured connect timeout.
+    #[error(
+        "timed out after {seconds:.1} s connecting to the Postgres server at {server}; the server \
+         is unreachable or overloaded"
+    )]
+    ConnectTimeout {
+        /// `host:port/database`.
+        server: String,
+        /// The timeout, in seconds.
+        seconds: f64,
+    },
+
+    /// The server answered but refused the session (authentication, unknown database, ...).
+    #[error("the Postgres server at {server} refused the connection: {source}")]
+    Refused {
+        /// `host:port/database`.
+        server: String,
+        /// What the server said.
+        #[source]
+        source: tokio_postgres::Error,
+    },
+
+    /// The pgvector extension is not installed on the server, or may not be created.
+    #[error(
+        "the pgvector extension (`vector`) is not available in {server}: {source}. Install \
+         pgvector on the server (https://github.com/pgvector/pgvector, version 0.5 or newer) \
+         and run `CREATE EXTENSION vector;` in that database as a role allowed to (a \
+         superuser or the database owner)"
+    )]
+    ExtensionMissing {
+        /// `host:port/database`.
+        server: String,
+        /// What the server said.
+        #[source]
+        source: tokio_postgres::Error,
+    },
+
+    /// The schema holds tables, but not an Ava store.
+    #[error(
+        "Postgres schema `{schema}` in {server} holds tables of something else ({tables}), not \
+         an Ava memory store; it was left untouched. Choose another schema"
+    )]
+    Foreign {
+        /// `host:port/database`.
+        server: String,
+        /// The schema.
+        schema: String,
+        /// Some of its table names.
+        tables: String,
+    },
+
+    /// The store was written by a newer version of Ava.
+    #[error(
+        "Postgres schema `{schema}` in {server} has store schema version {found}, newer than the \
+         {supported} this build of Ava understands; upgrade Ava to use it (it was left untouched)"
+    )]
+    NewerSchema {
+        /// `host:port/database`.
+        server: String,
+        /// The schema.
+        schema: String,
+        /// Its store schema version.
+        found: i64,
+        /// The newest version this build knows.
+        supported: i64,
+    },
+
+    /// The store holds vectors of another embedding space than the embedder offered.
+    #[error(
+        "memory store `{schema}` in {server} was created with embeddings from {stored}, but the \
+         embedder given is {given}; connect with {stored}, or use another schema"
+    )]
+    SpaceChanged {
+        /// `host:port/database`.
+        server: String,
+        /// The schema.
+        schema: String,
+        /// The space recorded in the store.
+        stored: String,
+        /// The embedder's space.
+        given: String,
+    },
+
+    /// The store's bookkeeping holds a value this build cannot read.
+    #[error("memory store `{schema}` holds an invalid value: {what}")]
+    InvalidData {
+        /// The schema.
+        schema: String,
+        /// What was wrong.
+        what: String,
+    },
+
+    /// No pooled connection became free in time.
+    #[error(
+        "timed out waiting for a free connection to {server} (pool of {size}); raise \
+         PostgresConfig::pool_size or lower the load"
+    )]
+    PoolTimeout {
+        /// `host:port/database`.
+        server: String,
+        /// The pool size.
+        size: usize,
+    },
+
+    /// A statement ran longer than the configured statement timeout.
+    #[error("a query on memory store `{schema}` was cancelled by the statement timeout ({source})")]
+    StatementTimeout {
+        /// The schema.
+        schema: String,
+        /// What the server said.
+        #[source]
+        source: tokio_postgres::Error,
+    },
+
+    /// Any other failure of a query or of the connection.
+    #[error("Postgres failed on memory store `{schema}`: {source}")]
+    Query {
+        /// The schema.
+        schema: String,
+        /// What the driver or server said.
+        #[source]
+        source: tokio_postgres::Error,
+    },
+}
+
+pub(crate) const BACKEND: &str = "memory-postgres";
+
+impl From<PostgresError> for MemoryError {
+    fn from(e: PostgresError) -> Self {
+        MemoryError::Backend {
+            backend: BACKEND.to_owned(),
+            message: e.to_string(),
+            source: Some(Box::new(e)),
+        }
+    }
+}
+
+/// Classifies an error from a query on `schema`.
+pub(crate) fn query_error(schema: &str, source: tokio_postgres::Error) -> PostgresError {
+    if source.code() == Some(&tokio_postgres::error::SqlState::QUERY_CANCELED) {
+        return PostgresError::StatementTimeout {
+            schema: schema.to_owned(),
+            source,
+        };
+    }
+    PostgresError::Query {
+        schema: schema.to_owned(),
+        source,
+    }
+}
+
+/// Classifies an error from opening a connection to `server`.
+pub(crate) fn connect_error(server: &str, source: tokio_postgres::Error) -> PostgresError {
+    if source.as_db_error().is_some() {
+        PostgresError::Refused {
+            server: server.to_owned(),
+            source,
+        }
+    } else {
+        PostgresError::Unreachable {
+            server: server.to_owned(),
+            source,
+        }
+    }
+}

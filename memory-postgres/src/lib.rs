@@ -1,0 +1,396 @@
+//! A memory backend on a Postgres server: many bot processes (replicas behind a webhook,
+//! agents sharing memory) read and write one store. pgvector holds the vectors (an exact
+//! per-scope scan for ordinary scopes, an HNSW index for very large ones), Postgres
+//! full-text search does keyword search, and hybrid search fuses both like every backend.
+//!
+//! ```no_run
+//! # async fn demo() -> memory_core::Result<()> {
+//! use std::sync::Arc;
+//! use memory_core::{HashingEmbedder, MemoryBackend, NewMemory, Scope, SearchRequest};
+//! use memory_postgres::{PostgresBackend, PostgresConfig};
+//!
+//! let embedder = Arc::new(HashingEmbedder::new(384)?);
+//! let store = PostgresBackend::connect(
+//!     "postgres://ava@127.0.0.1:5432/ava?schema=bot",
+//!     Some(embedder),
+//!     PostgresConfig::default(),
+//! )
+//! .await?;
+//! let scope = Scope::for_user("42")?.in_chat("7")?;
+//! store.store(&scope, NewMemory::new("Pixel is the cat's name")).await?;
+//! let hits = store.search(&scope, &SearchRequest::hybrid("cat name")).await?;
+//! # let _ = hits; Ok(()) }
+//! ```
+//!
+//! The store lives in one Postgres schema (`PostgresConfig::schema`, default `ava`, or the
+//! URL's `schema` query parameter), so one database can hold several stores. Connections
+//! are plain TCP or Unix sockets: TLS is not supported yet.
+
+mod backend;
+mod error;
+mod schema;
+mod sql;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
+use memory_core::{EmbeddingProvider, EmbeddingSpace, Limits, Result, embed_all};
+use tokio_postgres::NoTls;
+use tokio_postgres::config::Host;
+
+pub use error::PostgresError;
+
+use crate::error::{connect_error, query_error};
+use crate::schema::{Opened, Target, quote_ident, valid_schema_name};
+
+/// How a store is reached and searched. The defaults suit a few bot processes sharing one
+/// server.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PostgresConfig {
+    /// The Postgres schema holding the store (created if missing). A `schema` query
+    /// parameter in the connection URL takes precedence.
+    pub schema: String,
+    /// Connections in this process's pool.
+    pub pool_size: usize,
+    /// How long to wait for the server to accept a connection.
+    pub connect_timeout: Duration,
+    /// How long to wait for a free pooled connection.
+    pub acquire_timeout: Duration,
+    /// Longest a single statement may run before the server cancels it.
+    pub statement_timeout: Duration,
+    /// Size limits enforced on input.
+    pub limits: Limits,
+    /// Hybrid search fuses the top `hybrid_pool_factor × limit` (at least 50) candidates of
+    /// each signal.
+    pub hybrid_pool_factor: usize,
+    /// A scope with at most this many vectors is searched exactly (a scan of its rows
+    /// through the scope index); a larger one goes through the HNSW index with pgvector's
+    /// iterative scan, which is approximate.
+    pub exact_scan_max: usize,
+    /// `hnsw.ef_search` for searches that use the HNSW index.
+    pub hnsw_ef_search: u32,
+    /// Whether the vector column gets an HNSW index (cosine), built at connect when
+    /// missing. Keeping it up to date is most of the cost of a write (see BENCHMARKS.md);
+    /// without it, scopes larger than `exact_scan_max` are scanned exactly, only slower.
+    /// `false` never drops an existing index.
+    pub hnsw_index: bool,
+    /// `maintenance_work_mem` (MiB) for building that index at connect: a graph that fits
+    /// builds many times faster.
+    pub hnsw_build_mib: u32,
+}
+
+impl Default for PostgresConfig {
+    fn default() -> Self {
+        Self {
+            schema: "ava".to_owned(),
+            pool_size: 8,
+            connect_timeout: Duration::from_secs(5),
+            acquire_timeout: Duration::from_secs(10),
+            statement_timeout: Duration::from_secs(30),
+            limits: Limits::default(),
+            hybrid_pool_factor: 4,
+            exact_scan_max: 20_000,
+            hnsw_ef_search: 100,
+            hnsw_index: true,
+            hnsw_build_mib: 512,
+        }
+    }
+}
+
+/// Splits Ava's `schema` query parameter off a `postgres://` URL: returns the URL without
+/// it (what the driver understands) and the schema, if given. Other connection strings
+/// are returned unchanged.
+pub fn split_schema_param(url: &str) -> (String, Option<String>) {
+    let is_url = url.starts_with("postgres://") || url.starts_with("postgresql://");
+    let Some((base, query)) = url.split_once('?').filter(|_| is_url) else {
+        return (url.to_owned(), None);
+    };
+    let mut schema = None;
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|kv| match kv.strip_prefix("schema=") {
+            Some(v) => {
+                schema = Some(v.to_owned());
+                false
+            }
+            None => !kv.is_empty(),
+        })
+        .collect();
+    let url = if kept.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    (url, schema)
+}
+
+/// `host:port/database` of a connection config, for messages (never the password).
+fn server_name(pg: &tokio_postgres::Config) -> String {
+    let hosts: Vec<String> = pg
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let port = pg
+                .get_ports()
+                .get(i)
+                .or_else(|| pg.get_ports().first())
+                .copied()
+                .unwrap_or(5432);
+            match h {
+                Host::Tcp(name) => format!("{name}:{port}"),
+                Host::Unix(path) => format!("{}/.s.PGSQL.{port}", path.display()),
+            }
+        })
+        .collect();
+    let hosts = if hosts.is_empty() {
+        "localhost:5432".to_owned()
+    } else {
+        hosts.join(",")
+    };
+    let db = pg.get_dbname().or(pg.get_user()).unwrap_or("postgres");
+    format!("{hosts}/{db}")
+}
+
+/// A memory store in one schema of a Postgres database. See the crate docs.
+#[derive(Debug)]
+pub struct PostgresBackend {
+    pool: Pool,
+    /// `host:port/database`, for messages.
+    server: String,
+    /// The schema's bare name.
+    schema: String,
+    /// Schema-qualified SQL names.
+    names: Names,
+    embedder: Option<Arc<dyn EmbeddingProvider>>,
+    /// The space the store's vectors live in (recorded in the store), if any.
+    space: Option<Arc<EmbeddingSpace>>,
+    config: PostgresConfig,
+}
+
+/// Quoted, schema-qualified names used in statements.
+#[derive(Debug, Clone)]
+pub(crate) struct Names {
+    pub(crate) memories: String,
+    pub(crate) scopes: String,
+    /// Recall counts, apart from the wide memory rows.
+    pub(crate) access: String,
+    /// pgvector's cosine distance operator, qualified by the extension's schema.
+    pub(crate) cosine: String,
+    /// pgvector's `vector` type, qualified.
+    pub(crate) vector: String,
+}
+
+impl PostgresBackend {
+    /// Connects to the server at `url` (a `postgres://` URL or a `key=value` connection
+    /// string) and opens (or creates) the store in `config.schema`, or in the schema named
+    /// by the URL's `schema` query parameter.
+    ///
+    /// A schema that holds something other than an Ava store, or a store from a newer Ava,
+    /// is refused with a clear error and left unmodified. pgvector's `vector` extension is
+    /// created if it is missing (which needs a role allowed to). With an embedder, the
+    /// store's recorded embedding space must be the embedder's (a store without one adopts
+    /// it); memories stored while no embedder was given are embedded now.
+    pub async fn connect(
+        url: &str,
+        embedder: Option<Arc<dyn EmbeddingProvider>>,
+        mut config: PostgresConfig,
+    ) -> Result<Self> {
+        let (url, schema) = split_schema_param(url);
+        if let Some(schema) = schema {
+            config.schema = schema;
+        }
+        let pg: tokio_postgres::Config =
+            url.parse()
+                .map_err(|e: tokio_postgres::Error| PostgresError::BadUrl {
+                    reason: e.to_string(),
+                })?;
+        Self::connect_with(pg, embedder, config).await
+    }
+
+    /// Like [`connect`](Self::connect), with a driver config built by the caller.
+    pub async fn connect_with(
+        mut pg: tokio_postgres::Config,
+        embedder: Option<Arc<dyn EmbeddingProvider>>,
+        config: PostgresConfig,
+    ) -> Result<Self> {
+        if !valid_schema_name(&config.schema) {
+            return Err(PostgresError::BadSchemaName {
+                name: config.schema.clone(),
+            }
+            .into());
+        }
+        let server = server_name(&pg);
+        pg.connect_timeout(config.connect_timeout);
+        // Ours first, so the caller's own `options` win where they overlap.
+        let ours = format!(
+            "-c statement_timeout={} -c hnsw.ef_search={} -c hnsw.iterative_scan=relaxed_order",
+            config.statement_timeout.as_millis(),
+            config.hnsw_ef_search,
+        );
+        let options = match pg.get_options() {
+            Some(theirs) if !theirs.trim().is_empty() => format!("{ours} {theirs}"),
+            _ => ours,
+        };
+        pg.options(options);
+        if pg.get_application_name().is_none() {
+            pg.application_name("ava");
+        }
+        let manager = Manager::from_config(
+            pg,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(config.pool_size.max(1))
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(config.acquire_timeout))
+            .create_timeout(Some(config.connect_timeout + Duration::from_secs(1)))
+            .recycle_timeout(Some(config.connect_timeout))
+            .build()
+            .map_err(|e| PostgresError::BadUrl {
+                reason: format!("cannot build the connection pool: {e}"),
+            })?;
+        let given = embedder.as_ref().map(|e| e.space());
+        let mut backend = Self {
+            pool,
+            server,
+            schema: config.schema.clone(),
+            names: Names {
+                memories: String::new(),
+                scopes: String::new(),
+                access: String::new(),
+                cosine: String::new(),
+                vector: String::new(),
+            },
+            embedder,
+            space: None,
+            config,
+        };
+        let opened = {
+            let mut client = backend.client().await?;
+            let mut tx = client
+                .transaction()
+                .await
+                .map_err(|e| backend.query_err(e))?;
+            let target = Target {
+                server: &backend.server,
+                schema: &backend.schema,
+            };
+            let opened: Opened = schema::open(
+                &mut tx,
+                &target,
+                given.as_deref(),
+                backend
+                    .config
+                    .hnsw_index
+                    .then_some(backend.config.hnsw_build_mib),
+            )
+            .await?;
+            tx.commit().await.map_err(|e| backend.query_err(e))?;
+            opened
+        };
+        let s = quote_ident(&backend.schema);
+        backend.names = Names {
+            memories: format!("{s}.memories"),
+            scopes: format!("{s}.scopes"),
+            access: format!("{s}.memory_access"),
+            cosine: format!("OPERATOR({}.<=>)", opened.ext_schema),
+            vector: format!("{}.vector", opened.ext_schema),
+        };
+        backend.space = match (opened.space, given) {
+            (Some(_), Some(g)) => Some(g),
+            (Some(s), None) => Some(Arc::new(s)),
+            (None, _) => None,
+        };
+        if backend.embedder.is_some() {
+            backend.backfill_vectors().await?;
+        }
+        Ok(backend)
+    }
+
+    /// The Postgres schema holding the store.
+    pub fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    /// The server, as `host:port/database` (no credentials).
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// Closes the pool: later calls fail with a clear error.
+    pub fn close(&self) {
+        self.pool.close();
+    }
+
+    /// A pooled connection, with connection failures named clearly.
+    pub(crate) async fn client(
+        &self,
+    ) -> std::result::Result<deadpool_postgres::Object, PostgresError> {
+        self.pool.get().await.map_err(|e| match e {
+            PoolError::Backend(e) => connect_error(&self.server, e),
+            PoolError::Timeout(deadpool_postgres::TimeoutType::Wait) => {
+                PostgresError::PoolTimeout {
+                    server: self.server.clone(),
+                    size: self.config.pool_size,
+                }
+            }
+            PoolError::Timeout(_) => PostgresError::ConnectTimeout {
+                server: self.server.clone(),
+                seconds: self.config.connect_timeout.as_secs_f64(),
+            },
+            other => PostgresError::BadUrl {
+                reason: format!("the connection pool failed: {other}"),
+            },
+        })
+    }
+
+    pub(crate) fn query_err(&self, e: tokio_postgres::Error) -> PostgresError {
+        query_error(&self.schema, e)
+    }
+
+    /// Embeds memories stored while no embedder was available.
+    async fn backfill_vectors(&self) -> Result<()> {
+        let Some(embedder) = self.embedder.clone() else {
+            return Ok(());
+        };
+        let m = &self.names.memories;
+        let select =
+            format!("SELECT pk, content FROM {m} WHERE NOT embedded ORDER BY pk LIMIT 256");
+        let update = format!(
+            "UPDATE {m} SET embedding = u.v, embedded = true \
+             FROM unnest($1::bigint[], $2::{}[]) AS u(pk, v) WHERE {m}.pk = u.pk",
+            self.names.vector
+        );
+        loop {
+            let client = self.client().await?;
+            let rows = client
+                .query(&select, &[])
+                .await
+                .map_err(|e| self.query_err(e))?;
+            if rows.is_empty() {
+                return Ok(());
+            }
+            let mut pks = Vec::with_capacity(rows.len());
+            let mut texts = Vec::with_capacity(rows.len());
+            for r in &rows {
+                pks.push(r.try_get::<_, i64>(0).map_err(|e| self.query_err(e))?);
+                texts.push(r.try_get::<_, String>(1).map_err(|e| self.query_err(e))?);
+            }
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let vectors: Vec<pgvector::Vector> = embed_all(embedder.as_ref(), &refs)
+                .await?
+                .into_iter()
+                .map(|e| pgvector::Vector::from(e.into_vector()))
+                .collect();
+            client
+                .execute(&update, &[&pks, &vectors])
+                .await
+                .map_err(|e| self.query_err(e))?;
+        }
+    }
+}

@@ -1,0 +1,410 @@
+//! Opening a store safely: inspection of the Postgres schema before any write, the pgvector
+//! extension, schema creation and migrations (the `meta` table's `schema_version`), and the
+//! recorded embedding space. All of it runs in one transaction under an advisory lock, so
+//! two processes opening the same store at once do not race.
+
+use memory_core::EmbeddingSpace;
+use tokio_postgres::Transaction;
+
+use crate::error::{PostgresError, query_error};
+
+/// The schema version this build writes and understands.
+pub(crate) const SCHEMA_VERSION: i64 = 1;
+
+/// `meta.format` of Ava stores.
+pub(crate) const FORMAT: &str = "ava-memory-store";
+
+/// Advisory lock key taken while a store is opened (ASCII "AVAMEMPG").
+const SETUP_LOCK: i64 = 0x4156_414d_454d_5047;
+
+/// Migrations: entry `i` upgrades a store from version `i + 1` to `i + 2`; `{s}` stands for
+/// the quoted schema name. Version 1 is created directly by [`schema_v1`].
+const MIGRATIONS: &[&str] = &[];
+
+/// pgvector's HNSW index handles `vector` columns of at most this many dimensions.
+pub(crate) const HNSW_MAX_DIMS: usize = 2000;
+
+/// Schema version 1 in schema `s` (already quoted).
+fn schema_v1(s: &str) -> String {
+    format!(
+        "CREATE SCHEMA IF NOT EXISTS {s};
+
+CREATE TABLE {s}.meta (
+    key   text PRIMARY KEY,
+    value text NOT NULL
+);
+
+CREATE TABLE {s}.scopes (
+    id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    key     text NOT NULL UNIQUE,
+    tenant  text NOT NULL,
+    user_id text NOT NULL,
+    chat    text,
+    thread  text
+);
+CREATE INDEX scopes_by_user ON {s}.scopes (tenant, user_id);
+
+CREATE TABLE {s}.memories (
+    pk            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id            uuid NOT NULL UNIQUE,
+    scope_id      bigint NOT NULL REFERENCES {s}.scopes (id),
+    kind          text NOT NULL,
+    content       text NOT NULL,
+    context       text,
+    role          text,
+    source        text,
+    tags          text[] NOT NULL DEFAULT '{{}}',
+    importance    real NOT NULL,
+    pinned        boolean NOT NULL,
+    created_at    bigint NOT NULL,
+    accessed_at   bigint NOT NULL,
+    access_count  bigint NOT NULL,
+    valid_from    bigint,
+    valid_until   bigint,
+    superseded_by uuid,
+    embedded      boolean NOT NULL,
+    -- What keyword search matches: the content (weight A) and how the memory was learned
+    -- (its context, e.g. the message a reply answered; weight B, ranked at 0.3 of A).
+    fts tsvector GENERATED ALWAYS AS (
+        setweight(to_tsvector('english', content), 'A') ||
+        setweight(to_tsvector('english', coalesce(context, '')), 'B')
+    ) STORED
+);
+CREATE INDEX memories_by_scope_time ON {s}.memories (scope_id, created_at DESC, id DESC);
+CREATE INDEX memories_fts ON {s}.memories USING gin (fts);
+
+-- Recalls (search hits) are counted here, not in `memories`: updating a wide row with a
+-- vector is not a HOT update, so it would insert into every index, HNSW included.
+CREATE TABLE {s}.memory_access (
+    pk           bigint PRIMARY KEY REFERENCES {s}.memories (pk) ON DELETE CASCADE,
+    accessed_at  bigint NOT NULL,
+    access_count bigint NOT NULL
+);
+"
+    )
+}
+
+/// Quotes an identifier for SQL.
+pub(crate) fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// Whether `name` is a schema name Ava accepts: a plain lowercase identifier.
+pub(crate) fn valid_schema_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_lowercase() || c == '_')
+        && name.len() <= 63
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+/// What opening found and settled.
+pub(crate) struct Opened {
+    /// The schema pgvector lives in (quoted), for qualified type and operator names.
+    pub(crate) ext_schema: String,
+    /// The store's embedding space after opening (recorded, or adopted now).
+    pub(crate) space: Option<EmbeddingSpace>,
+}
+
+/// What a look at the schema found.
+enum Existing {
+    /// No schema, or an empty one: create the store.
+    Fresh,
+    /// An Ava store of this schema version or an older one.
+    Store { version: i64 },
+}
+
+/// Where errors say we are.
+pub(crate) struct Target<'a> {
+    pub(crate) server: &'a str,
+    pub(crate) schema: &'a str,
+}
+
+impl Target<'_> {
+    fn err(&self, e: tokio_postgres::Error) -> PostgresError {
+        query_error(self.schema, e)
+    }
+}
+
+/// Inspects, creates or migrates the store in `tx`, makes sure pgvector is there, settles
+/// the embedding space against `given`, and with `hnsw` (the build memory, MiB) makes sure
+/// the vector column has its HNSW index. The caller commits.
+pub(crate) async fn open(
+    tx: &mut Transaction<'_>,
+    t: &Target<'_>,
+    given: Option<&EmbeddingSpace>,
+    hnsw: Option<u32>,
+) -> Result<Opened, PostgresError> {
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SETUP_LOCK])
+        .await
+        .map_err(|e| t.err(e))?;
+    let s = quote_ident(t.schema);
+    // Nothing is written before this look says the schema is ours (or empty) and not newer.
+    let existing = inspect(tx, t, &s).await?;
+    let ext_schema = ensure_vector_extension(tx, t).await?;
+    match existing {
+        Existing::Fresh => {
+            tx.batch_execute(&schema_v1(&s))
+                .await
+                .map_err(|e| t.err(e))?;
+            let version = SCHEMA_VERSION.to_string();
+            for (k, v) in [("format", FORMAT), ("schema_version", version.as_str())] {
+                tx.execute(
+                    &format!("INSERT INTO {s}.meta (key, value) VALUES ($1, $2)"),
+                    &[&k, &v],
+                )
+                .await
+                .map_err(|e| t.err(e))?;
+            }
+        }
+        Existing::Store { version } => migrate(tx, t, &s, version).await?,
+    }
+    let stored = stored_space(tx, t, &s).await?;
+    let space = match (stored, given) {
+        (Some(stored), Some(given)) if stored != *given => {
+            return Err(PostgresError::SpaceChanged {
+                server: t.server.to_owned(),
+                schema: t.schema.to_owned(),
+                stored: stored.to_string(),
+                given: given.to_string(),
+            });
+        }
+        (Some(stored), _) => Some(stored),
+        (None, Some(given)) => {
+            adopt_space(tx, t, &s, &ext_schema, given).await?;
+            Some(given.clone())
+        }
+        (None, None) => None,
+    };
+    if let Some(build_mib) = hnsw
+        && let Some(space) = &space
+        && space.dims <= HNSW_MAX_DIMS
+    {
+        // Built in one go when missing (fast on a filled table, unlike row-by-row inserts);
+        // not bound by the statement timeout.
+        // A graph that fits in maintenance_work_mem builds many times faster.
+        tx.batch_execute(&format!(
+            "SET LOCAL statement_timeout = 0;
+             SET LOCAL maintenance_work_mem = '{build_mib}MB';
+             CREATE INDEX IF NOT EXISTS memories_embedding_hnsw ON {s}.memories \
+             USING hnsw (embedding {ext_schema}.vector_cosine_ops);"
+        ))
+        .await
+        .map_err(|e| t.err(e))?;
+    }
+    Ok(Opened { ext_schema, space })
+}
+
+async fn inspect(
+    tx: &mut Transaction<'_>,
+    t: &Target<'_>,
+    s: &str,
+) -> Result<Existing, PostgresError> {
+    let tables: Vec<String> = tx
+        .query(
+            "SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v', 'm', 'f') ORDER BY 1",
+            &[&t.schema],
+        )
+        .await
+        .map_err(|e| t.err(e))?
+        .iter()
+        .map(|r| r.try_get(0))
+        .collect::<Result<_, _>>()
+        .map_err(|e| t.err(e))?;
+    if tables.is_empty() {
+        return Ok(Existing::Fresh);
+    }
+    let foreign = || PostgresError::Foreign {
+        server: t.server.to_owned(),
+        schema: t.schema.to_owned(),
+        tables: tables
+            .iter()
+            .take(6)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", "),
+    };
+    if !tables.iter().any(|n| n == "meta") {
+        return Err(foreign());
+    }
+    // Another application's `meta` may have other columns: read it under a savepoint so a
+    // failed read leaves the transaction usable.
+    let sp = tx.savepoint("ava_inspect").await.map_err(|e| t.err(e))?;
+    let rows = sp
+        .query(
+            &format!(
+                "SELECT key::text, value::text FROM {s}.meta WHERE key IN ('format', 'schema_version')"
+            ),
+            &[],
+        )
+        .await;
+    let rows = match rows {
+        Ok(rows) => {
+            sp.commit().await.map_err(|e| t.err(e))?;
+            rows
+        }
+        Err(_) => {
+            sp.rollback().await.map_err(|e| t.err(e))?;
+            return Err(foreign());
+        }
+    };
+    let mut format = None;
+    let mut version = None;
+    for r in &rows {
+        let key: String = r.try_get(0).map_err(|e| t.err(e))?;
+        let value: String = r.try_get(1).map_err(|e| t.err(e))?;
+        match key.as_str() {
+            "format" => format = Some(value),
+            _ => version = Some(value),
+        }
+    }
+    if format.as_deref() != Some(FORMAT) {
+        return Err(foreign());
+    }
+    let version: i64 = version
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| PostgresError::InvalidData {
+            schema: t.schema.to_owned(),
+            what: format!("schema_version is {version:?}, not a number"),
+        })?;
+    if version > SCHEMA_VERSION {
+        return Err(PostgresError::NewerSchema {
+            server: t.server.to_owned(),
+            schema: t.schema.to_owned(),
+            found: version,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    Ok(Existing::Store { version })
+}
+
+/// Makes sure the `vector` extension exists in the database; returns its schema, quoted.
+async fn ensure_vector_extension(
+    tx: &mut Transaction<'_>,
+    t: &Target<'_>,
+) -> Result<String, PostgresError> {
+    let find = "SELECT n.nspname::text FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace \
+                WHERE e.extname = 'vector'";
+    if let Some(row) = tx.query_opt(find, &[]).await.map_err(|e| t.err(e))? {
+        let name: String = row.try_get(0).map_err(|e| t.err(e))?;
+        return Ok(quote_ident(&name));
+    }
+    // Under a savepoint, so the error can be reported cleanly.
+    let sp = tx.savepoint("ava_extension").await.map_err(|e| t.err(e))?;
+    if let Err(source) = sp
+        .batch_execute("CREATE EXTENSION IF NOT EXISTS vector")
+        .await
+    {
+        return Err(PostgresError::ExtensionMissing {
+            server: t.server.to_owned(),
+            source,
+        });
+    }
+    sp.commit().await.map_err(|e| t.err(e))?;
+    let row = tx.query_one(find, &[]).await.map_err(|e| t.err(e))?;
+    let name: String = row.try_get(0).map_err(|e| t.err(e))?;
+    Ok(quote_ident(&name))
+}
+
+/// Brings an older store up to [`SCHEMA_VERSION`], one version at a time.
+async fn migrate(
+    tx: &mut Transaction<'_>,
+    t: &Target<'_>,
+    s: &str,
+    from: i64,
+) -> Result<(), PostgresError> {
+    for version in from..SCHEMA_VERSION {
+        let idx = usize::try_from(version - 1).unwrap_or(usize::MAX);
+        let Some(sql) = MIGRATIONS.get(idx) else {
+            return Err(PostgresError::InvalidData {
+                schema: t.schema.to_owned(),
+                what: format!("no migration from schema version {version}"),
+            });
+        };
+        tx.batch_execute(&sql.replace("{s}", s))
+            .await
+            .map_err(|e| t.err(e))?;
+        let next = (version + 1).to_string();
+        tx.execute(
+            &format!("UPDATE {s}.meta SET value = $1 WHERE key = 'schema_version'"),
+            &[&next],
+        )
+        .await
+        .map_err(|e| t.err(e))?;
+    }
+    Ok(())
+}
+
+async fn stored_space(
+    tx: &mut Transaction<'_>,
+    t: &Target<'_>,
+    s: &str,
+) -> Result<Option<EmbeddingSpace>, PostgresError> {
+    let rows = tx
+        .query(
+            &format!("SELECT key, value FROM {s}.meta WHERE key LIKE 'embedding\\_%'"),
+            &[],
+        )
+        .await
+        .map_err(|e| t.err(e))?;
+    let (mut provider, mut model, mut dims) = (None, None, None);
+    for r in &rows {
+        let key: String = r.try_get(0).map_err(|e| t.err(e))?;
+        let value: String = r.try_get(1).map_err(|e| t.err(e))?;
+        match key.as_str() {
+            "embedding_provider" => provider = Some(value),
+            "embedding_model" => model = Some(value),
+            "embedding_dims" => dims = Some(value),
+            _ => {}
+        }
+    }
+    let (Some(provider), Some(model), Some(dims)) = (provider, model, dims) else {
+        return Ok(None);
+    };
+    let invalid = |what: String| PostgresError::InvalidData {
+        schema: t.schema.to_owned(),
+        what,
+    };
+    let dims: usize = dims
+        .parse()
+        .map_err(|_| invalid(format!("embedding_dims `{dims}` is not a number")))?;
+    EmbeddingSpace::new(provider, model, dims)
+        .map(Some)
+        .map_err(|e| invalid(e.to_string()))
+}
+
+/// Gives a store without vectors its embedding space: the vector column, its indexes, and
+/// the record in `meta`.
+async fn adopt_space(
+    tx: &mut Transaction<'_>,
+    t: &Target<'_>,
+    s: &str,
+    ext: &str,
+    space: &EmbeddingSpace,
+) -> Result<(), PostgresError> {
+    let dims = space.dims;
+    tx.batch_execute(&format!(
+        "ALTER TABLE {s}.memories ADD COLUMN embedding {ext}.vector({dims});
+         CREATE INDEX memories_embedded_by_scope ON {s}.memories (scope_id) WHERE embedding IS NOT NULL;"
+    ))
+    .await
+    .map_err(|e| t.err(e))?;
+    let dims = dims.to_string();
+    for (k, v) in [
+        ("embedding_provider", space.provider.as_str()),
+        ("embedding_model", space.model.as_str()),
+        ("embedding_dims", dims.as_str()),
+    ] {
+        tx.execute(
+            &format!(
+                "INSERT INTO {s}.meta (key, value) VALUES ($1, $2) \
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+            ),
+            &[&k, &v],
+        )
+        .await
+        .map_err(|e| t.err(e))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,197 @@
+//! The SQL behind the backend: statement text for one store (schema-qualified names),
+//! parameter lists built alongside, filters, and row mapping. Every statement that reads
+//! memories names the scope (`scope_id` or the scope key) in its WHERE clause.
+
+use memory_core::{
+    Filter, Importance, MemoryEntry, MemoryId, MemoryKind, Role, Scope, Tag, TagMatch, TagSet,
+    Timestamp,
+};
+use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
+use uuid::Uuid;
+
+use crate::error::{PostgresError, query_error};
+
+/// The columns every entry is read from (`m` is memories, `sc` is scopes, and `a` the
+/// memory's row in `memory_access`, if any): recalls are counted in that narrow table so
+/// that counting one never rewrites the wide memory row and its vector and text indexes.
+pub(crate) fn entry_cols(a: &str) -> String {
+    format!(
+        "m.pk, m.id, sc.tenant, sc.user_id, sc.chat, sc.thread, m.kind, m.content, m.context, \
+         m.role, m.source, m.tags, m.importance, m.pinned, m.created_at, \
+         GREATEST(m.accessed_at, {a}.accessed_at), m.access_count + coalesce({a}.access_count, 0), \
+         m.valid_from, m.valid_until, m.superseded_by, m.embedded"
+    )
+}
+
+/// A statement under construction with its parameters: `bind` appends a value and
+/// returns its placeholder.
+#[derive(Default)]
+pub(crate) struct Query {
+    pub(crate) sql: String,
+    params: Vec<Box<dyn ToSql + Sync + Send>>,
+}
+
+impl std::fmt::Debug for Query {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Query")
+            .field("sql", &self.sql)
+            .field("params", &self.params.len())
+            .finish()
+    }
+}
+
+impl Query {
+    /// Adds a parameter; returns its placeholder (`$n`).
+    pub(crate) fn bind(&mut self, value: impl ToSql + Sync + Send + 'static) -> String {
+        self.params.push(Box::new(value));
+        format!("${}", self.params.len())
+    }
+
+    /// Appends SQL text.
+    pub(crate) fn push(&mut self, sql: &str) -> &mut Self {
+        self.sql.push_str(sql);
+        self
+    }
+
+    pub(crate) fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        self.params
+            .iter()
+            .map(|p| p.as_ref() as &(dyn ToSql + Sync))
+            .collect()
+    }
+}
+
+/// Appends a filter's conditions (each starting with ` AND`) over alias `m`.
+pub(crate) fn push_filter(q: &mut Query, filter: &Filter) {
+    if let Some(t) = &filter.tags {
+        let tags: Vec<String> = t.tags.iter().map(|t| t.as_str().to_owned()).collect();
+        let p = q.bind(tags);
+        match t.mode {
+            TagMatch::Any => q.push(&format!(" AND m.tags && {p}::text[]")),
+            TagMatch::All => q.push(&format!(" AND m.tags @> {p}::text[]")),
+        };
+    }
+    if let Some(t) = filter.created_after {
+        let p = q.bind(t.as_millis());
+        q.push(&format!(" AND m.created_at >= {p}"));
+    }
+    if let Some(t) = filter.created_before {
+        let p = q.bind(t.as_millis());
+        q.push(&format!(" AND m.created_at < {p}"));
+    }
+    if !filter.kinds.is_empty() {
+        let kinds: Vec<String> = filter.kinds.iter().map(|k| k.as_str().to_owned()).collect();
+        let p = q.bind(kinds);
+        q.push(&format!(" AND m.kind = ANY({p}::text[])"));
+    }
+    if !filter.include_superseded {
+        q.push(" AND m.superseded_by IS NULL");
+    }
+    if let Some(at) = filter.valid_at {
+        let p = q.bind(at.as_millis());
+        q.push(&format!(
+            " AND (m.valid_from IS NULL OR m.valid_from <= {p}) AND (m.valid_until IS NULL OR {p} < m.valid_until)"
+        ));
+    }
+}
+
+/// The `to_tsquery` text for a keyword query: any of its words. `None` when the text has
+/// no searchable word. The shared tokenizer yields only alphanumeric words, so no word can
+/// carry tsquery syntax.
+pub(crate) fn tsquery(text: &str) -> Option<String> {
+    let mut words = memory_core::keyword::tokenize(text);
+    words.sort();
+    words.dedup();
+    if words.is_empty() {
+        return None;
+    }
+    Some(words.join(" | "))
+}
+
+/// Maps a row of [`entry_cols`] to `(pk, entry)`.
+pub(crate) fn entry(row: &Row, schema: &str) -> Result<(i64, MemoryEntry), PostgresError> {
+    let get_err = |e| query_error(schema, e);
+    let inv = |what: String| PostgresError::InvalidData {
+        schema: schema.to_owned(),
+        what,
+    };
+    let core = |e: memory_core::MemoryError| inv(e.to_string());
+    let ts = |ms: i64, what: &str| {
+        Timestamp::from_millis(ms).ok_or_else(|| inv(format!("{what} {ms} is out of range")))
+    };
+    let pk: i64 = row.try_get(0).map_err(get_err)?;
+    let id: Uuid = row.try_get(1).map_err(get_err)?;
+    let tenant: String = row.try_get(2).map_err(get_err)?;
+    let user: String = row.try_get(3).map_err(get_err)?;
+    let chat: Option<String> = row.try_get(4).map_err(get_err)?;
+    let thread: Option<String> = row.try_get(5).map_err(get_err)?;
+    let kind: String = row.try_get(6).map_err(get_err)?;
+    let role: Option<String> = row.try_get(9).map_err(get_err)?;
+    let tags: Vec<String> = row.try_get(11).map_err(get_err)?;
+    let importance: f32 = row.try_get(12).map_err(get_err)?;
+    let created_at: i64 = row.try_get(14).map_err(get_err)?;
+    let accessed_at: i64 = row.try_get(15).map_err(get_err)?;
+    let access_count: i64 = row.try_get(16).map_err(get_err)?;
+    let valid_from: Option<i64> = row.try_get(17).map_err(get_err)?;
+    let valid_until: Option<i64> = row.try_get(18).map_err(get_err)?;
+    let superseded_by: Option<Uuid> = row.try_get(19).map_err(get_err)?;
+
+    let mut scope = Scope::for_user(user)
+        .and_then(|s| s.in_tenant(tenant))
+        .map_err(core)?;
+    if let Some(c) = chat {
+        scope = scope.in_chat(c).map_err(core)?;
+    }
+    if let Some(t) = thread {
+        scope = scope.in_thread(t).map_err(core)?;
+    }
+    let tags: TagSet = tags
+        .iter()
+        .map(Tag::new)
+        .collect::<memory_core::Result<_>>()
+        .map_err(core)?;
+    let entry = MemoryEntry {
+        id: MemoryId::from_uuid(id),
+        scope,
+        kind: MemoryKind::parse(&kind).map_err(core)?,
+        content: row.try_get(7).map_err(get_err)?,
+        context: row.try_get(8).map_err(get_err)?,
+        tags,
+        role: role.as_deref().map(Role::parse).transpose().map_err(core)?,
+        source: row.try_get(10).map_err(get_err)?,
+        importance: Importance::new(importance).map_err(core)?,
+        pinned: row.try_get(13).map_err(get_err)?,
+        created_at: ts(created_at, "created_at")?,
+        accessed_at: ts(accessed_at, "accessed_at")?,
+        access_count: u64::try_from(access_count).unwrap_or(0),
+        valid_from: valid_from.map(|t| ts(t, "valid_from")).transpose()?,
+        valid_until: valid_until.map(|t| ts(t, "valid_until")).transpose()?,
+        superseded_by: superseded_by.map(MemoryId::from_uuid),
+        embedded: row.try_get(20).map_err(get_err)?,
+    };
+    Ok((pk, entry))
+}
+
+/// Maps rows of [`entry_cols`].
+pub(crate) fn entries(
+    rows: &[Row],
+    schema: &str,
+) -> Result<Vec<(i64, MemoryEntry)>, PostgresError> {
+    rows.iter().map(|r| entry(r, schema)).collect()
+}
+
+/// Maps `(pk, id, score)` rows.
+pub(crate) fn scored(
+    rows: &[Row],
+    schema: &str,
+) -> Result<Vec<(i64, MemoryId, f32)>, PostgresError> {
+    rows.iter()
+        .map(|r| {
+            let pk: i64 = r.try_get(0).map_err(|e| query_error(schema, e))?;
+            let id: Uuid = r.try_get(1).map_err(|e| query_error(schema, e))?;
+            let score: f64 = r.try_get(2).map_err(|e| query_error(schema, e))?;
+            Ok((pk, MemoryId::from_uuid(id), score as f32))
+        })
+        .collect()
+}

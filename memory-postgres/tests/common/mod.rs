@@ -1,0 +1,73 @@
+//! Helpers shared by the Postgres tests: the server address from `MEMORY_PG_URL` (with one
+//! skip line when it is unset), fresh schema names, and a guard that drops its schema.
+
+#![allow(dead_code, unreachable_pub, clippy::expect_used, clippy::unwrap_used)]
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The variable naming the test server.
+pub const URL_VAR: &str = "MEMORY_PG_URL";
+
+/// The server URL, or `None` (after one skip line per process) when it is not set.
+pub fn pg_url() -> Option<String> {
+    memory_core::testing::env_or_skip(
+        URL_VAR,
+        "memory-postgres",
+        "a Postgres URL whose server has pgvector (e.g. start one with .ci/postgres.sh start)",
+    )
+}
+
+/// A schema name no other test (or earlier run) uses.
+pub fn fresh_schema() -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "ava_test_{}_{}_{nanos}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Runs `sql` on a plain connection of its own (a thread with its own runtime, so it works
+/// from inside or outside a tokio runtime).
+pub fn run_sql(url: &str, sql: &str) -> Result<(), String> {
+    let (url, sql) = (url.to_owned(), sql.to_owned());
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        rt.block_on(async move {
+            let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .map_err(|e| e.to_string())?;
+            let task = tokio::spawn(conn);
+            let r = client.batch_execute(&sql).await.map_err(|e| e.to_string());
+            drop(client);
+            let _ = task.await;
+            r
+        })
+    })
+    .join()
+    .map_err(|_| "the SQL thread panicked".to_owned())?
+}
+
+/// Drops its schema (and everything in it) when dropped.
+#[derive(Debug)]
+pub struct DropSchema {
+    pub url: String,
+    pub schema: String,
+}
+
+impl Drop for DropSchema {
+    fn drop(&mut self) {
+        let _ = run_sql(
+            &self.url,
+            &format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.schema),
+        );
+    }
+}

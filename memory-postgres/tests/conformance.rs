@@ -1,0 +1,34 @@
+//! Runs the shared backend conformance suite against `PostgresBackend`, each scenario in a
+//! fresh Postgres schema that is dropped afterwards. Needs `MEMORY_PG_URL`; without it every
+//! scenario is skipped with one line on stderr.
+
+#![allow(clippy::expect_used)]
+
+mod common;
+
+use memory_core::testing::{Setup, TestBackend};
+use memory_postgres::{PostgresBackend, PostgresConfig};
+
+async fn make(setup: Setup) -> TestBackend {
+    let url = std::env::var(common::URL_VAR).expect("the suite checks MEMORY_PG_URL first");
+    let schema = common::fresh_schema();
+    let guard = common::DropSchema {
+        url: url.clone(),
+        schema: schema.clone(),
+    };
+    let config = PostgresConfig {
+        schema,
+        pool_size: 4,
+        ..PostgresConfig::default()
+    };
+    let store = PostgresBackend::connect(&url, setup.embedder, config)
+        .await
+        .expect("open a fresh store");
+    TestBackend::new(std::sync::Arc::new(store)).with_guard(guard)
+}
+
+memory_core::backend_conformance!(
+    make,
+    requires_env = "MEMORY_PG_URL",
+    set_to = "a Postgres URL whose server has pgvector (e.g. start one with .ci/postgres.sh start)"
+);

@@ -1,0 +1,415 @@
+//! Connecting and opening: a server that is down, bad connection strings, a schema of a
+//! newer Ava or of another application (refused and left untouched), another embedding
+//! space, and a database where pgvector cannot be created. The first three need no server;
+//! the rest need `MEMORY_PG_URL` and skip with one line on stderr without it.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::Arc;
+
+use memory_core::{
+    EmbeddingProvider, HashingEmbedder, MemoryBackend, MemoryError, NewMemory, Scope, SearchRequest,
+};
+use memory_postgres::{PostgresBackend, PostgresConfig, PostgresError, split_schema_param};
+
+fn embedder(dims: usize) -> Option<Arc<dyn EmbeddingProvider>> {
+    Some(Arc::new(HashingEmbedder::new(dims).unwrap()))
+}
+
+fn config(schema: &str) -> PostgresConfig {
+    PostgresConfig {
+        schema: schema.to_owned(),
+        pool_size: 2,
+        ..PostgresConfig::default()
+    }
+}
+
+/// The `PostgresError` behind a `MemoryError::Backend`.
+fn pg_error(e: &MemoryError) -> &PostgresError {
+    match e {
+        MemoryError::Backend {
+            source: Some(s), ..
+        } => s
+            .downcast_ref::<PostgresError>()
+            .unwrap_or_else(|| panic!("expected a PostgresError source, got {e:?}")),
+        other => panic!("expected MemoryError::Backend, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn unreachable_server_names_host_and_port() {
+    // A port that was just free: nothing listens there.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let url = format!("postgres://ava:hunter2@127.0.0.1:{port}/memories");
+    let err = PostgresBackend::connect(&url, embedder(8), PostgresConfig::default())
+        .await
+        .expect_err("nothing listens there");
+    let msg = err.to_string();
+    assert!(
+        matches!(pg_error(&err), PostgresError::Unreachable { .. }),
+        "{err:?}"
+    );
+    assert!(
+        msg.contains(&format!("127.0.0.1:{port}")),
+        "names host and port: {msg}"
+    );
+    assert!(msg.contains("unreachable"), "says unreachable: {msg}");
+    assert!(!msg.contains("hunter2"), "never shows the password: {msg}");
+}
+
+#[tokio::test]
+async fn bad_connection_strings_and_schema_names_are_clear_errors() {
+    let err = PostgresBackend::connect(
+        "postgres://ava:hunter2@127.0.0.1:notaport/db",
+        None,
+        PostgresConfig::default(),
+    )
+    .await
+    .expect_err("a bad port");
+    assert!(
+        matches!(pg_error(&err), PostgresError::BadUrl { .. }),
+        "{err:?}"
+    );
+    let msg = err.to_string();
+    assert!(msg.contains("invalid Postgres connection string"), "{msg}");
+    assert!(!msg.contains("hunter2"), "never shows the password: {msg}");
+
+    for bad in ["", "Ava", "1abc", "a-b", "a\"b", &"x".repeat(64)] {
+        let err = PostgresBackend::connect(
+            "postgres://127.0.0.1:1/db",
+            None,
+            PostgresConfig {
+                schema: bad.to_owned(),
+                ..PostgresConfig::default()
+            },
+        )
+        .await
+        .expect_err("a bad schema name");
+        assert!(
+            matches!(pg_error(&err), PostgresError::BadSchemaName { .. }),
+            "`{bad}`: {err:?}"
+        );
+    }
+}
+
+#[test]
+fn schema_query_parameter_is_split_off() {
+    assert_eq!(
+        split_schema_param("postgres://u@h:5/db?schema=bot&application_name=x"),
+        (
+            "postgres://u@h:5/db?application_name=x".to_owned(),
+            Some("bot".to_owned())
+        )
+    );
+    assert_eq!(
+        split_schema_param("postgresql://h/db?schema=s1"),
+        ("postgresql://h/db".to_owned(), Some("s1".to_owned()))
+    );
+    assert_eq!(
+        split_schema_param("host=h dbname=db"),
+        ("host=h dbname=db".to_owned(), None)
+    );
+    assert_eq!(
+        split_schema_param("postgres://h/db"),
+        ("postgres://h/db".to_owned(), None)
+    );
+}
+
+/// Tables, meta rows and memory count of a schema, to show it was not modified.
+async fn snapshot(url: &str, schema: &str) -> String {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let mut out = String::new();
+    for r in client
+        .query(
+            "SELECT table_name::text FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1",
+            &[&schema],
+        )
+        .await
+        .unwrap()
+    {
+        out.push_str(&r.get::<_, String>(0));
+        out.push(' ');
+    }
+    if out.contains("meta") {
+        for r in client
+            .query(
+                &format!("SELECT t::text FROM \"{schema}\".meta t ORDER BY 1"),
+                &[],
+            )
+            .await
+            .unwrap()
+        {
+            out.push_str(&r.get::<_, String>(0));
+            out.push(' ');
+        }
+    }
+    if out.contains("memories") {
+        let n: i64 = client
+            .query_one(&format!("SELECT count(*) FROM \"{schema}\".memories"), &[])
+            .await
+            .unwrap()
+            .get(0);
+        out.push_str(&format!("memories={n}"));
+    }
+    out
+}
+
+#[tokio::test]
+async fn newer_schema_is_refused_and_left_untouched() {
+    let Some(url) = common::pg_url() else { return };
+    let schema = common::fresh_schema();
+    let _guard = common::DropSchema {
+        url: url.clone(),
+        schema: schema.clone(),
+    };
+    let store = PostgresBackend::connect(&url, embedder(16), config(&schema))
+        .await
+        .unwrap();
+    let scope = Scope::for_user("u").unwrap();
+    store
+        .store(&scope, NewMemory::new("kept as it is"))
+        .await
+        .unwrap();
+    store.close();
+    common::run_sql(
+        &url,
+        &format!("UPDATE \"{schema}\".meta SET value = '99' WHERE key = 'schema_version'"),
+    )
+    .unwrap();
+    let before = snapshot(&url, &schema).await;
+    for e in [embedder(16), embedder(32), None] {
+        let err = PostgresBackend::connect(&url, e, config(&schema))
+            .await
+            .expect_err("a newer store");
+        let msg = err.to_string();
+        assert!(
+            matches!(
+                pg_error(&err),
+                PostgresError::NewerSchema {
+                    found: 99,
+                    supported: 1,
+                    ..
+                }
+            ),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("99") && msg.contains("upgrade Ava") && msg.contains(&schema),
+            "{msg}"
+        );
+    }
+    assert_eq!(snapshot(&url, &schema).await, before, "left untouched");
+}
+
+#[tokio::test]
+async fn foreign_schema_is_refused_and_left_untouched() {
+    let Some(url) = common::pg_url() else { return };
+    let schema = common::fresh_schema();
+    let _guard = common::DropSchema {
+        url: url.clone(),
+        schema: schema.clone(),
+    };
+    common::run_sql(
+        &url,
+        &format!(
+            "CREATE SCHEMA \"{schema}\"; CREATE TABLE \"{schema}\".orders (id int); \
+             CREATE TABLE \"{schema}\".meta (k int, v int);"
+        ),
+    )
+    .unwrap();
+    let before = snapshot(&url, &schema).await;
+    let err = PostgresBackend::connect(&url, embedder(16), config(&schema))
+        .await
+        .expect_err("another application's schema");
+    assert!(
+        matches!(pg_error(&err), PostgresError::Foreign { .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("orders"), "{err}");
+    assert_eq!(snapshot(&url, &schema).await, before, "left untouched");
+}
+
+#[tokio::test]
+async fn another_embedding_space_is_refused() {
+    let Some(url) = common::pg_url() else { return };
+    let schema = common::fresh_schema();
+    let _guard = common::DropSchema {
+        url: url.clone(),
+        schema: schema.clone(),
+    };
+    let store = PostgresBackend::connect(&url, embedder(64), config(&schema))
+        .await
+        .unwrap();
+    let scope = Scope::for_user("u").unwrap();
+    store
+        .store(&scope, NewMemory::new("stored with 64 dimensions"))
+        .await
+        .unwrap();
+    store.close();
+    let err = PostgresBackend::connect(&url, embedder(32), config(&schema))
+        .await
+        .expect_err("other dims");
+    assert!(
+        matches!(pg_error(&err), PostgresError::SpaceChanged { .. }),
+        "{err:?}"
+    );
+    let msg = err.to_string();
+    assert!(msg.contains("64") && msg.contains("32"), "{msg}");
+
+    // Without an embedder the store still opens, for keyword search.
+    let plain = PostgresBackend::connect(&url, None, config(&schema))
+        .await
+        .unwrap();
+    let hits = plain
+        .search(&scope, &SearchRequest::keyword("dimensions"))
+        .await
+        .unwrap();
+    assert_eq!(hits.len(), 1);
+    // Memories stored without an embedder are embedded by the next connection with one.
+    plain
+        .store(&scope, NewMemory::new("stored while keyword only"))
+        .await
+        .unwrap();
+    plain.close();
+    let again = PostgresBackend::connect(&url, embedder(64), config(&schema))
+        .await
+        .unwrap();
+    let hits = again
+        .search(
+            &scope,
+            &SearchRequest::semantic("stored while keyword only").threshold(0.99),
+        )
+        .await
+        .unwrap();
+    assert_eq!(hits.len(), 1, "backfilled: {hits:?}");
+    assert!(hits[0].entry.embedded);
+}
+
+#[tokio::test]
+async fn missing_pgvector_is_a_clear_error() {
+    let Some(url) = common::pg_url() else { return };
+    // A fresh database (no extension yet) and a role that may not create the extension:
+    // pgvector is not a trusted extension, so only a superuser can install it.
+    let tag = common::fresh_schema();
+    let (db, role) = (format!("{tag}_db"), format!("{tag}_role"));
+    let setup = common::run_sql(
+        &url,
+        &format!("CREATE ROLE \"{role}\" LOGIN; CREATE DATABASE \"{db}\" OWNER \"{role}\""),
+    );
+    if let Err(e) = setup {
+        // Needs a role allowed to create roles and databases (CI's server has one).
+        eprintln!(
+            "memory-postgres: SKIPPED missing_pgvector_is_a_clear_error: cannot create a test database and role ({e})"
+        );
+        return;
+    }
+    let mut pg: tokio_postgres::Config = url.parse().unwrap();
+    pg.dbname(&db).user(&role);
+    let result = PostgresBackend::connect_with(pg, embedder(8), config("ava")).await;
+    let _ = common::run_sql(
+        &url,
+        &format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE); DROP ROLE IF EXISTS \"{role}\""),
+    );
+    let err = result.expect_err("the role may not create pgvector");
+    assert!(
+        matches!(pg_error(&err), PostgresError::ExtensionMissing { .. }),
+        "{err:?}"
+    );
+    let msg = err.to_string();
+    assert!(
+        msg.contains("pgvector") && msg.contains("CREATE EXTENSION vector"),
+        "{msg}"
+    );
+    assert!(msg.contains(&db), "names the database: {msg}");
+}
+
+#[tokio::test]
+async fn large_scopes_use_the_hnsw_index_and_stay_in_scope() {
+    let Some(url) = common::pg_url() else { return };
+    let schema = common::fresh_schema();
+    let _guard = common::DropSchema {
+        url: url.clone(),
+        schema: schema.clone(),
+    };
+    // Every scope of more than 5 vectors takes the HNSW path.
+    let store = PostgresBackend::connect(
+        &url,
+        embedder(64),
+        PostgresConfig {
+            exact_scan_max: 5,
+            ..config(&schema)
+        },
+    )
+    .await
+    .unwrap();
+    let (mine, other) = (
+        Scope::for_user("u").unwrap().in_chat("1").unwrap(),
+        Scope::for_user("u").unwrap().in_chat("2").unwrap(),
+    );
+    let topics = ["garden", "violin", "harbour", "glacier", "orchard", "comet"];
+    for s in [&mine, &other] {
+        let batch = (0..40)
+            .map(|i| {
+                NewMemory::new(format!("note {i} about the {}", topics[i % topics.len()]))
+                    .with_tag(memory_core::Tag::new(format!("t{}", i % 2)).unwrap())
+            })
+            .collect();
+        store.store_batch(s, batch).await.unwrap();
+    }
+    let hits = store
+        .search(
+            &mine,
+            &SearchRequest::semantic("note 7 about the violin").limit(5),
+        )
+        .await
+        .unwrap();
+    assert_eq!(hits.len(), 5);
+    assert_eq!(hits[0].entry.content, "note 7 about the violin");
+    assert!(hits.iter().all(|h| h.entry.scope == mine), "{hits:?}");
+    let filtered = memory_core::Filter {
+        tags: Some(memory_core::TagQuery::any([
+            memory_core::Tag::new("t0").unwrap()
+        ])),
+        ..memory_core::Filter::default()
+    };
+    let hits = store
+        .search(
+            &mine,
+            &SearchRequest::hybrid("garden").filter(filtered).limit(40),
+        )
+        .await
+        .unwrap();
+    // Gardens are the notes 0, 6, 12, ... of 40, all tagged t0.
+    assert_eq!(hits.len(), 7, "{hits:?}");
+    assert!(
+        hits.iter().all(|h| h.entry.scope == mine
+            && h.entry.tags.contains(&memory_core::Tag::new("t0").unwrap())),
+        "{hits:?}"
+    );
+
+    // The index is there (built at connect), on the vector column.
+    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let def: String = client
+        .query_one(
+            "SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND indexname = 'memories_embedding_hnsw'",
+            &[&schema],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        def.contains("hnsw") && def.contains("vector_cosine_ops"),
+        "{def}"
+    );
+}
