@@ -410,7 +410,12 @@ fn render(
     s.push_str("| benchmark | p50 | p95 | criterion mean [95% CI] | throughput | brute-force bound | notes |\n");
     s.push_str("| --- | --- | --- | --- | --- | --- | --- |\n");
     let mut ids: Vec<&str> = results.iter().map(|m| m.id.as_str()).collect();
-    for id in printed.percentiles.keys().chain(printed.scanned.keys()) {
+    for id in printed
+        .percentiles
+        .keys()
+        .chain(printed.scanned.keys())
+        .chain(printed.notes.keys())
+    {
         if !ids.contains(&id.as_str()) {
             ids.push(id);
         }
