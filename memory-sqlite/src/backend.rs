@@ -16,7 +16,7 @@ use rusqlite::types::Value;
 use crate::SqliteBackend;
 use crate::cache::VectorCache;
 use crate::error::{BACKEND, sql_error};
-use crate::sql::Sql;
+use crate::sql::{Inserter, Sql};
 
 impl SqliteBackend {
     fn caps(&self) -> Capabilities {
@@ -132,10 +132,11 @@ impl MemoryBackend for SqliteBackend {
                     };
                     if !entries.is_empty() {
                         scope_id = sql.ensure_scope_id(&scope)?;
+                        let mut inserter = Inserter::new(&sql, scope_id)?;
                         for (e, v) in entries.iter().zip(&vectors) {
                             // A taken id writes nothing; returning drops `tx`, which rolls
                             // back the rows already written for this batch.
-                            let Some(pk) = sql.insert(scope_id, e, v.as_deref())? else {
+                            let Some(pk) = inserter.insert(e, v.as_deref())? else {
                                 return Err(MemoryError::Conflict { id: e.id });
                             };
                             inserted.push(pk);

@@ -21,6 +21,7 @@
 
 mod backend;
 mod cache;
+mod checkpointer;
 mod error;
 mod reembed;
 mod schema;
@@ -137,7 +138,7 @@ impl SqliteBackend {
         config: SqliteConfig,
     ) -> Result<Self> {
         let path = path.as_ref().to_owned();
-        let (conn, stored) = open_store(&path, &config)?;
+        let (worker, stored) = open_store(&path, &config)?;
         let given = embedder.as_ref().map(|e| e.space());
         let space = match (&stored, &given) {
             (Some(s), Some(g)) if **g != *s => {
@@ -152,7 +153,6 @@ impl SqliteBackend {
             (None, Some(g)) => Some(g.clone()),
             (None, None) => None,
         };
-        let worker = Worker::spawn(conn, &path)?;
         let cache = match &space {
             Some(s) if config.vector_cache_mib > 0 => {
                 let budget = usize::try_from(config.vector_cache_mib).unwrap_or(0) * 1024 * 1024;
@@ -288,11 +288,12 @@ impl SqliteBackend {
     }
 }
 
-/// Inspects, opens, creates or migrates the file, and reads its recorded space.
+/// Inspects, opens, creates or migrates the file, reads its recorded space, and starts the
+/// worker (with its checkpointer) on it.
 pub(crate) fn open_store(
     path: &Path,
     config: &SqliteConfig,
-) -> Result<(rusqlite::Connection, Option<EmbeddingSpace>), MemoryError> {
+) -> Result<(Worker, Option<EmbeddingSpace>), MemoryError> {
     let existing = schema::inspect(path)?;
     let pragmas = Pragmas {
         page_size: config.page_size,
@@ -308,5 +309,6 @@ pub(crate) fn open_store(
         Existing::Store { version } => schema::migrate(&mut conn, path, version)?,
     }
     let stored = schema::stored_space(&conn, path)?;
-    Ok((conn, stored))
+    let checkpoint = schema::open_checkpointer(path, &pragmas)?;
+    Ok((Worker::spawn(conn, checkpoint, path)?, stored))
 }

@@ -7,7 +7,6 @@ use memory_core::{EmbeddingProvider, Result, embed_all};
 
 use crate::error::sql_error;
 use crate::sql::Sql;
-use crate::worker::Worker;
 use crate::{SqliteConfig, open_store, schema};
 
 /// What [`reembed`] did.
@@ -32,8 +31,7 @@ pub async fn reembed(
     config: SqliteConfig,
 ) -> Result<ReembedReport> {
     let path = path.as_ref().to_owned();
-    let (conn, previous) = open_store(&path, &config)?;
-    let worker = Worker::spawn(conn, &path)?;
+    let (worker, previous) = open_store(&path, &config)?;
     let p = path.clone();
     let rows: Vec<(i64, i64, String)> = worker
         .call(move |conn| {

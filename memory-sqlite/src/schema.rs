@@ -15,13 +15,38 @@ use crate::error::{SqliteError, sql_error};
 pub(crate) const APPLICATION_ID: i32 = 0x4156_4131;
 
 /// The schema version this build writes and understands.
-pub(crate) const SCHEMA_VERSION: i64 = 1;
+///
+/// - 1: the first layout.
+/// - 2: the full-text index is contentless (`content = ''`, `contentless_delete = 1`): it
+///   keeps only the index and the per-row token counts bm25() needs, not a second copy of
+///   every memory's text (`memories` has it). Ingest writes one B-tree row less per memory.
+pub(crate) const SCHEMA_VERSION: i64 = 2;
 
-/// Migrations: entry `i` upgrades a store from version `i + 1` to `i + 2`. Version 1 is
-/// created directly by [`create_schema`].
-const MIGRATIONS: &[&str] = &[];
+/// The full-text table. `scope` holds one token per scope (`s<scope id>`) so a keyword
+/// query is narrowed to its scope by the full-text index itself; bm25() weighs that column
+/// 0. `context` (how the memory was learned, e.g. the message it answered) counts for less
+/// than `content`. Nothing is read back from it but rowids and scores.
+macro_rules! create_fts {
+    () => {
+        "CREATE VIRTUAL TABLE memory_fts USING fts5(scope, content, context, \
+         tokenize = 'porter unicode61 remove_diacritics 2', content = '', contentless_delete = 1);"
+    };
+}
 
-const SCHEMA_V1: &str = "
+/// Migrations: entry `i` upgrades a store from version `i + 1` to `i + 2`, in one
+/// transaction. The newest version is created directly by [`create_schema`].
+const MIGRATIONS: &[&str] = &[
+    // 1 -> 2: rebuild the full-text index as a contentless one.
+    concat!(
+        "DROP TABLE memory_fts;",
+        create_fts!(),
+        "INSERT INTO memory_fts (rowid, scope, content, context) \
+         SELECT pk, 's' || scope_id, content, context FROM memories;"
+    ),
+];
+
+/// Every table of the newest schema but the full-text one ([`create_fts`]).
+const SCHEMA: &str = "
 CREATE TABLE meta (
     key   TEXT PRIMARY KEY NOT NULL,
     value TEXT NOT NULL
@@ -65,11 +90,6 @@ CREATE TABLE memory_tags (
 ) STRICT, WITHOUT ROWID;
 
 CREATE INDEX memory_tags_by_tag ON memory_tags (tag, memory);
-
--- `scope` holds one token per scope (`s<scope id>`) so a keyword query is narrowed to its
--- scope by the full-text index itself; bm25() weighs that column 0. `context` (how the
--- memory was learned, e.g. the message it answered) counts for less than `content`.
-CREATE VIRTUAL TABLE memory_fts USING fts5(scope, content, context, tokenize = 'porter unicode61 remove_diacritics 2');
 ";
 
 /// Vectors per sqlite-vec chunk. vec0 allocates a whole chunk per partition (scope), so the
@@ -282,10 +302,27 @@ pub(crate) fn open_rw(path: &Path, p: &Pragmas, fresh: bool) -> Result<Connectio
     Ok(conn)
 }
 
-/// Creates schema version 1 in one transaction.
+/// Opens the second connection that checkpoints the writer's log (see `checkpointer`),
+/// with the writer's sync level, so a checkpoint syncs as SQLite's own would.
+pub(crate) fn open_checkpointer(path: &Path, p: &Pragmas) -> Result<Connection, SqliteError> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|e| sql_error(path, e))?;
+    conn.busy_timeout(p.busy_timeout)
+        .map_err(|e| sql_error(path, e))?;
+    let sync = if p.synchronous_full { "FULL" } else { "NORMAL" };
+    conn.execute_batch(&format!("PRAGMA synchronous = {sync};"))
+        .map_err(|e| sql_error(path, e))?;
+    Ok(conn)
+}
+
+/// Creates the newest schema in one transaction.
 pub(crate) fn create_schema(conn: &mut Connection, path: &Path) -> Result<(), SqliteError> {
     let tx = conn.transaction().map_err(|e| sql_error(path, e))?;
-    tx.execute_batch(SCHEMA_V1)
+    tx.execute_batch(SCHEMA).map_err(|e| sql_error(path, e))?;
+    tx.execute_batch(create_fts!())
         .map_err(|e| sql_error(path, e))?;
     tx.execute_batch(&format!(
         "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};"

@@ -8,7 +8,7 @@ use memory_core::{
     Filter, Importance, MemoryEntry, MemoryId, MemoryKind, Role, Scope, Tag, TagMatch, Timestamp,
 };
 use rusqlite::types::Value;
-use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
+use rusqlite::{CachedStatement, Connection, OptionalExtension, params, params_from_iter};
 use uuid::Uuid;
 
 use crate::cache::VectorCache;
@@ -80,6 +80,109 @@ fn raw_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawRow> {
 /// Encodes a vector as sqlite-vec's float32 blob (little-endian).
 pub(crate) fn vector_blob(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// Writes new memories of one scope into the base, tag, FTS and vec0 tables, with each
+/// statement looked up once per batch instead of once per row.
+pub(crate) struct Inserter<'c> {
+    path: &'c Path,
+    conn: &'c Connection,
+    scope_id: i64,
+    /// The FTS `scope` column's token for this scope.
+    scope_token: String,
+    memory: CachedStatement<'c>,
+    tag: CachedStatement<'c>,
+    fts: CachedStatement<'c>,
+    /// Prepared on the first vector: a store without an embedding space has no vec0 table.
+    vec: Option<CachedStatement<'c>>,
+    /// Reused encoding buffer for vectors.
+    blob: Vec<u8>,
+}
+
+impl<'c> Inserter<'c> {
+    pub(crate) fn new(sql: &Sql<'c>, scope_id: i64) -> R<Self> {
+        let (conn, path) = (sql.conn, sql.path);
+        let prep = |q: &str| conn.prepare_cached(q).map_err(|e| sql_error(path, e));
+        Ok(Self {
+            path,
+            conn,
+            scope_id,
+            scope_token: format!("s{scope_id}"),
+            memory: prep(
+                "INSERT INTO memories (id, scope_id, kind, content, context, role, source, importance, pinned, \
+                 created_at, accessed_at, access_count, valid_from, valid_until, superseded_by, embedded) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16) \
+                 ON CONFLICT (id) DO NOTHING",
+            )?,
+            tag: prep("INSERT INTO memory_tags (memory, tag) VALUES (?1, ?2)")?,
+            fts: prep(
+                "INSERT INTO memory_fts (rowid, scope, content, context) VALUES (?1, ?2, ?3, ?4)",
+            )?,
+            vec: None,
+            blob: Vec::new(),
+        })
+    }
+
+    fn err(&self, e: rusqlite::Error) -> SqliteError {
+        sql_error(self.path, e)
+    }
+
+    /// Inserts one memory and returns its pk; `None` (nothing written) when a memory with
+    /// this id already exists. The UNIQUE index on `id` is the check, so an insert costs no
+    /// separate lookup.
+    pub(crate) fn insert(&mut self, e: &MemoryEntry, vector: Option<&[f32]>) -> R<Option<i64>> {
+        let written = self
+            .memory
+            .execute(params![
+                e.id.as_uuid().as_bytes().as_slice(),
+                self.scope_id,
+                e.kind.as_str(),
+                e.content,
+                e.context,
+                e.role.map(Role::as_str),
+                e.source,
+                f64::from(e.importance.get()),
+                e.pinned,
+                e.created_at.as_millis(),
+                e.accessed_at.as_millis(),
+                i64::try_from(e.access_count).unwrap_or(i64::MAX),
+                e.valid_from.map(Timestamp::as_millis),
+                e.valid_until.map(Timestamp::as_millis),
+                e.superseded_by.map(|s| s.as_uuid().as_bytes().to_vec()),
+                vector.is_some(),
+            ])
+            .map_err(|e| self.err(e))?;
+        if written == 0 {
+            return Ok(None);
+        }
+        let pk = self.conn.last_insert_rowid();
+        for t in &e.tags {
+            self.tag
+                .execute(params![pk, t.as_str()])
+                .map_err(|e| self.err(e))?;
+        }
+        self.fts
+            .execute(params![pk, self.scope_token, e.content, e.context])
+            .map_err(|e| self.err(e))?;
+        if let Some(v) = vector {
+            if self.vec.is_none() {
+                let stmt = self
+                    .conn
+                    .prepare_cached(
+                        "INSERT INTO memory_vec (rowid, scope_id, embedding) VALUES (?1, ?2, ?3)",
+                    )
+                    .map_err(|e| self.err(e))?;
+                self.vec = Some(stmt);
+            }
+            self.blob.clear();
+            self.blob.extend(v.iter().flat_map(|x| x.to_le_bytes()));
+            if let Some(stmt) = &mut self.vec {
+                stmt.execute(params![pk, self.scope_id, self.blob.as_slice()])
+                    .map_err(|e| sql_error(self.path, e))?;
+            }
+        }
+        Ok(Some(pk))
+    }
 }
 
 /// Builds the FTS5 query for `text` in one scope: the scope token AND any of the words.
@@ -179,56 +282,6 @@ impl Sql<'_> {
             )
             .map_err(|e| self.err(e))?;
         Ok(self.conn.last_insert_rowid())
-    }
-
-    /// Inserts a memory into the base, tag, FTS and (when given a vector) vec0 tables and
-    /// returns its pk; `None` (nothing written) when a memory with this id already exists.
-    /// The UNIQUE index on `id` is the check, so an insert costs no separate lookup.
-    pub(crate) fn insert(
-        &self,
-        scope_id: i64,
-        e: &MemoryEntry,
-        vector: Option<&[f32]>,
-    ) -> R<Option<i64>> {
-        let mut stmt = self
-            .conn
-            .prepare_cached(
-                "INSERT INTO memories (id, scope_id, kind, content, context, role, source, importance, pinned, \
-                 created_at, accessed_at, access_count, valid_from, valid_until, superseded_by, embedded) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16) \
-                 ON CONFLICT (id) DO NOTHING",
-            )
-            .map_err(|e| self.err(e))?;
-        let written = stmt
-            .execute(params![
-                e.id.as_uuid().as_bytes().as_slice(),
-                scope_id,
-                e.kind.as_str(),
-                e.content,
-                e.context,
-                e.role.map(Role::as_str),
-                e.source,
-                f64::from(e.importance.get()),
-                e.pinned,
-                e.created_at.as_millis(),
-                e.accessed_at.as_millis(),
-                i64::try_from(e.access_count).unwrap_or(i64::MAX),
-                e.valid_from.map(Timestamp::as_millis),
-                e.valid_until.map(Timestamp::as_millis),
-                e.superseded_by.map(|s| s.as_uuid().as_bytes().to_vec()),
-                vector.is_some(),
-            ])
-            .map_err(|e| self.err(e))?;
-        if written == 0 {
-            return Ok(None);
-        }
-        let pk = self.conn.last_insert_rowid();
-        self.insert_tags(pk, e.tags.iter())?;
-        self.insert_fts(pk, scope_id, &e.content, e.context.as_deref())?;
-        if let Some(v) = vector {
-            self.insert_vec(pk, scope_id, v)?;
-        }
-        Ok(Some(pk))
     }
 
     pub(crate) fn insert_tags<'t>(&self, pk: i64, tags: impl Iterator<Item = &'t Tag>) -> R<()> {

@@ -9,6 +9,7 @@ use memory_core::{MemoryError, Result};
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
+use crate::checkpointer::Checkpointer;
 use crate::error::SqliteError;
 
 type Job = Box<dyn FnOnce(&mut Connection) + Send>;
@@ -19,10 +20,14 @@ pub(crate) struct Worker {
     path: PathBuf,
     tx: Mutex<Option<mpsc::Sender<Job>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    checkpointer: Checkpointer,
 }
 
 impl Worker {
-    pub(crate) fn spawn(mut conn: Connection, path: &Path) -> Result<Self> {
+    /// Starts the worker on `conn`, with `checkpoint` (a second connection to the same
+    /// file) copying its write-ahead log into the database in the background.
+    pub(crate) fn spawn(mut conn: Connection, checkpoint: Connection, path: &Path) -> Result<Self> {
+        let checkpointer = Checkpointer::attach(&mut conn, checkpoint, path)?;
         let (tx, rx) = mpsc::channel::<Job>();
         let thread = std::thread::Builder::new()
             .name("ava-sqlite".into())
@@ -30,8 +35,7 @@ impl Worker {
                 for job in rx {
                     job(&mut conn);
                 }
-                // Every sender is gone: close the connection here, on its own thread, so the
-                // WAL is checkpointed before `close` returns.
+                // Every sender is gone: close the connection here, on its own thread.
                 drop(conn);
             })
             .map_err(|e| {
@@ -41,6 +45,7 @@ impl Worker {
             path: path.to_owned(),
             tx: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
+            checkpointer,
         })
     }
 
@@ -78,7 +83,8 @@ impl Worker {
             .and_then(|r| r)
     }
 
-    /// Stops accepting work, lets queued work finish, and closes the connection.
+    /// Stops accepting work, lets queued work finish, and closes both connections (the
+    /// last one to close checkpoints the whole log and removes it).
     pub(crate) fn close(&self) {
         self.tx
             .lock()
@@ -93,6 +99,7 @@ impl Worker {
             // A panicking job already lost its reply; nothing more to report here.
             let _ = h.join();
         }
+        self.checkpointer.close();
     }
 }
 

@@ -382,3 +382,162 @@ async fn keyword_search_stems_words_and_reads_what_a_reply_answered() {
         vec![direct.id]
     );
 }
+
+/// `tests/fixtures/store-v1.db` was written by the schema-1 build (commit a873313): five
+/// memories with a 64-d hashing embedder, three for alice in chat 100 (one fact tagged
+/// `pets` and one with a context), two for bob (one a `pets` fact). Opening a copy upgrades
+/// it to the current schema, and every memory stays findable, by keyword and by meaning,
+/// in its own scope only.
+#[tokio::test]
+async fn a_schema_1_store_is_migrated_without_losing_a_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store-v1.db"),
+        &path,
+    )
+    .unwrap();
+    let version = |path: &Path| -> i64 {
+        rusqlite::Connection::open(path)
+            .unwrap()
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap()
+    };
+    assert_eq!(version(&path), 1);
+
+    let store = open(&path, hash(64)).await.unwrap();
+    let alice = Scope::for_user("alice").unwrap().in_chat("100").unwrap();
+    let bob = Scope::for_user("bob").unwrap();
+    let texts = |hits: Vec<memory_core::ScoredMemory>| -> Vec<String> {
+        hits.into_iter().map(|h| h.entry.content).collect()
+    };
+
+    // Keyword search reads the rebuilt index (stemmed: "cats" finds "cat's"), and the
+    // context column came along.
+    let cat = texts(
+        store
+            .search(&alice, &SearchRequest::keyword("cats"))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(cat, ["Pixel is the name of Alice's cat"]);
+    let lessons = texts(
+        store
+            .search(&alice, &SearchRequest::keyword("lessons"))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(lessons, ["Alice is learning to play the cello"]);
+    let dog = texts(
+        store
+            .search(&bob, &SearchRequest::keyword("dog"))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(dog, ["Bob's dog is called Rex"]);
+    // Scopes are still apart: alice's words are not found in bob's scope.
+    assert!(
+        store
+            .search(&bob, &SearchRequest::keyword("cello"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Vectors were untouched by the migration.
+    let tea = texts(
+        store
+            .search(
+                &alice,
+                &SearchRequest::semantic("Alice prefers green tea over coffee"),
+            )
+            .await
+            .unwrap(),
+    );
+    assert_eq!(tea[0], "Alice prefers green tea over coffee");
+    let all = Filter::default();
+    assert_eq!(store.recent(&alice, 10, &all).await.unwrap().len(), 3);
+    assert_eq!(store.recent(&bob, 10, &all).await.unwrap().len(), 2);
+    let pets = memory_core::TagQuery::any([memory_core::Tag::new("pets").unwrap()]);
+    let bob_pets = store.by_tags(&bob, &pets, 10).await.unwrap();
+    assert_eq!(bob_pets.len(), 1);
+    assert_eq!(bob_pets[0].content, "Bob's dog is called Rex");
+
+    // A memory stored and forgotten after the migration behaves as in a new store.
+    let added = store
+        .store(&bob, NewMemory::new("Bob's cat is called Tom"))
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .search(&bob, &SearchRequest::keyword("cat"))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    store.delete(&bob, added.id).await.unwrap();
+    assert!(
+        store
+            .search(&bob, &SearchRequest::keyword("tom"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    store.close();
+
+    assert_eq!(version(&path), 2);
+    let c = rusqlite::Connection::open(&path).unwrap();
+    let ok: String = c
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(ok, "ok");
+    let fts: i64 = c
+        .query_row("SELECT COUNT(*) FROM memory_fts", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(fts, 5);
+}
+
+/// Commits only append to the write-ahead log; the store's checkpointer copies the log into
+/// the database file in the background once it passes 1000 pages (16 MiB at the default
+/// page size). Ingesting about 25 MB of vectors must therefore reach the database file
+/// while the store is still open; had nothing checkpointed, the file would stay at its
+/// schema's few hundred KB until `close`.
+#[tokio::test]
+async fn the_log_is_checkpointed_into_the_file_while_the_store_is_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.db");
+    let embedder = HashingEmbedder::new(384).unwrap();
+    let space = embedder.space();
+    let store = open(&path, Some(Arc::new(embedder))).await.unwrap();
+    let mut seed = 1u32;
+    let mut unit = move || {
+        seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+        (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+    };
+    for batch in 0..16 {
+        let memories: Vec<NewMemory> = (0..1000)
+            .map(|i| {
+                let v: Vec<f32> = (0..384).map(|_| unit()).collect();
+                NewMemory::new(format!("memory {i} of batch {batch}"))
+                    .with_embedding(memory_core::Embedding::new(space.clone(), v).unwrap())
+            })
+            .collect();
+        store.store_batch(&scope(), memories).await.unwrap();
+    }
+    let file_len = || std::fs::metadata(&path).unwrap().len();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while file_len() < 16 << 20 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(
+        file_len() >= 16 << 20,
+        "database file is {} bytes after 24 MB of vectors",
+        file_len()
+    );
+    assert_eq!(store.count(&scope()).await.unwrap(), 16_000);
+    store.close();
+    // Closing checkpointed the rest and removed the log.
+    assert!(!dir.path().join("m.db-wal").exists());
+    let reopened = open(&path, hash(384)).await.unwrap();
+    assert_eq!(reopened.count(&scope()).await.unwrap(), 16_000);
+}
