@@ -2,50 +2,16 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+mod common;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+use common::{ava, command, ok, stderr};
 use serde_json::{Value, json};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
-
-/// `ava` with a private store, the hashing embedder (deterministic, no model needed), and no
-/// `.env` or settings leaking in from the environment.
-fn ava(db: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ava"))
-        .args(args)
-        .env("AVA_DB", db)
-        .env("AVA_EMBEDDER", "hash")
-        .env_remove("AVA_MODEL_DIR")
-        .env_remove("TELOXIDE_TOKEN")
-        .env_remove("AVA_LLM")
-        .env_remove("AVA_LLM_URL")
-        .env_remove("AVA_LLM_MODEL")
-        .env_remove("AVA_ALLOW_USERS")
-        .env_remove("OPENAI_API_KEY")
-        .current_dir(env!("CARGO_TARGET_TMPDIR"))
-        .output()
-        .expect("run ava")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn ok(o: Output) -> String {
-    assert!(
-        o.status.success(),
-        "ava failed: {}\n{}",
-        stderr(&o),
-        stdout(&o)
-    );
-    stdout(&o)
-}
 
 fn store() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
@@ -455,7 +421,7 @@ fn context_rejects_bad_input() {
 
 /// Runs `ava chat` against `llm` with `input` on stdin.
 fn chat(db: &Path, llm: &str, input: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ava"))
+    let mut child = command(db)
         .args(["chat", "--user", "42", "--chat", "7", "--llm", "ollama"])
         .args([
             "--llm-url",
@@ -465,10 +431,6 @@ fn chat(db: &Path, llm: &str, input: &str) -> Output {
             "--llm-timeout",
             "30",
         ])
-        .env("AVA_DB", db)
-        .env("AVA_EMBEDDER", "hash")
-        .env_remove("AVA_MODEL_DIR")
-        .current_dir(env!("CARGO_TARGET_TMPDIR"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -563,13 +525,9 @@ fn run_refuses_to_start_without_what_it_needs() {
         stderr(&o)
     );
     let with_token = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_ava"))
+        command(&db)
             .args(args)
-            .env("AVA_DB", &db)
-            .env("AVA_EMBEDDER", "hash")
             .env("TELOXIDE_TOKEN", "123:secret-token-value")
-            .env_remove("AVA_ALLOW_USERS")
-            .current_dir(env!("CARGO_TARGET_TMPDIR"))
             .output()
             .unwrap()
     };

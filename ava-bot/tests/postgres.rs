@@ -5,32 +5,11 @@
 #![cfg(feature = "postgres")]
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+mod common;
+
 use std::io::Write;
-use std::process::{Command, Output};
 
-fn ava(db: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ava"))
-        .args(args)
-        .env("AVA_DB", db)
-        .env("AVA_EMBEDDER", "hash")
-        .env_remove("AVA_MODEL_DIR")
-        .env_remove("TELOXIDE_TOKEN")
-        .env_remove("AVA_LLM")
-        .env_remove("OPENAI_API_KEY")
-        .current_dir(env!("CARGO_TARGET_TMPDIR"))
-        .output()
-        .expect("run ava")
-}
-
-fn ok(o: Output) -> String {
-    let out = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert!(
-        o.status.success(),
-        "ava failed: {}\n{out}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    out
-}
+use common::{ava, ok};
 
 /// Runs `sql` on the server (on a runtime of its own).
 fn run_sql(url: &str, sql: &str) {

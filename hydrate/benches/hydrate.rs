@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 
 use criterion::Criterion;
 use hydrate::{HydrateInput, HydrationConfig, ProviderOptions, compile, hydrate, memory_provider};
+use memory_core::testing::Rng;
+use memory_core::testing::bench::{percentiles, scope, words};
 use memory_core::{
     Embedding, HashingEmbedder, MemoryBackend, MemoryKind, NewMemory, Role, Scope, Timestamp,
 };
@@ -31,41 +33,12 @@ const PER_CHAT: usize = 980;
 const PER_USER: usize = 20;
 const VOCAB: usize = 3000;
 
-/// Deterministic data: splitmix64.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
-fn words(rng: &mut Rng, n: usize) -> String {
-    (0..n)
-        .map(|_| format!("w{}", rng.below(VOCAB)))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-fn chat(i: usize) -> Scope {
-    Scope::for_user(format!("user-{i}"))
-        .unwrap()
-        .in_chat("bench")
-        .unwrap()
-}
-
 fn now() -> Timestamp {
     Timestamp::parse_rfc3339("2026-03-10T09:30:00Z").unwrap()
 }
 
 fn memory(rng: &mut Rng, e: &HashingEmbedder, kind: MemoryKind, age_ms: u64) -> NewMemory {
-    let text = words(rng, 12);
+    let text = words(rng, 12, VOCAB);
     let m = NewMemory::new(text.clone())
         .with_kind(kind)
         .with_embedding(e.embed_sync(&text))
@@ -86,7 +59,7 @@ async fn build(path: &std::path::Path, e: &Arc<HashingEmbedder>) -> Arc<SqliteBa
     let store = SqliteBackend::open(path, Some(embedder), SqliteConfig::default())
         .await
         .unwrap();
-    let mut rng = Rng(7);
+    let mut rng = Rng::new(7);
     const NINETY_DAYS_MS: u64 = 90 * 24 * 3600 * 1000;
     for s in 0..SCOPES {
         let batch: Vec<NewMemory> = (0..PER_CHAT)
@@ -101,11 +74,11 @@ async fn build(path: &std::path::Path, e: &Arc<HashingEmbedder>) -> Arc<SqliteBa
                 memory(&mut rng, e, kind, age)
             })
             .collect();
-        store.store_batch(&chat(s), batch).await.unwrap();
+        store.store_batch(&scope(s), batch).await.unwrap();
         let user = Scope::for_user(format!("user-{s}")).unwrap();
         let facts: Vec<NewMemory> = (0..PER_USER)
             .map(|_| {
-                let age = rng.next() % NINETY_DAYS_MS;
+                let age = rng.next_u64() % NINETY_DAYS_MS;
                 memory(&mut rng, e, MemoryKind::Fact, age)
             })
             .collect();
@@ -115,7 +88,7 @@ async fn build(path: &std::path::Path, e: &Arc<HashingEmbedder>) -> Arc<SqliteBa
         {
             let mut total = 0;
             for s in 0..SCOPES {
-                total += store.count(&chat(s)).await.unwrap();
+                total += store.count(&scope(s)).await.unwrap();
                 total += store
                     .count(&Scope::for_user(format!("user-{s}")).unwrap())
                     .await
@@ -126,24 +99,6 @@ async fn build(path: &std::path::Path, e: &Arc<HashingEmbedder>) -> Arc<SqliteBa
         (SCOPES * (PER_CHAT + PER_USER)) as u64
     );
     Arc::new(store)
-}
-
-fn percentiles(name: &str, calls: usize, mut one: impl FnMut(usize)) {
-    let mut times: Vec<Duration> = Vec::with_capacity(calls);
-    for i in 0..calls {
-        let t = Instant::now();
-        one(i);
-        times.push(t.elapsed());
-    }
-    times.sort();
-    let at = |q: f64| {
-        times[((times.len() as f64 * q) as usize).min(times.len() - 1)].as_secs_f64() * 1e3
-    };
-    println!(
-        "ava-bench: percentiles {name} p50={:.3}ms p95={:.3}ms n={calls}",
-        at(0.50),
-        at(0.95)
-    );
 }
 
 fn main() {
@@ -180,16 +135,16 @@ fn main() {
             .with_options(ProviderOptions::new().with("record_access", false)),
     );
 
-    let mut rng = Rng(99);
+    let mut rng = Rng::new(99);
     let inputs: Vec<HydrateInput> = (0..256)
         .map(|_| {
-            let observation = words(&mut rng, 6);
+            let observation = words(&mut rng, 6, VOCAB);
             let vector: Embedding = embedder.embed_sync(&observation);
             let mut request = ContextRequest::new(observation, TokenBudget::new(8000).unwrap());
             // Random texts rarely reach the default 0.7; 0.3 lets related messages through,
             // so compile has them to count and place too.
             request.strategy.semantic_threshold = Relevance::new(0.3).unwrap();
-            HydrateInput::new(chat(rng.below(SCOPES)), request)
+            HydrateInput::new(scope(rng.below(SCOPES)), request)
                 .at(now())
                 .with_query_vector(vector)
         })

@@ -1,7 +1,7 @@
 //! What a memory is: ids, tags, kinds, the stored `MemoryEntry`, and the `NewMemory` and
 //! `MemoryPatch` inputs that create and change one.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::fmt;
 use std::str::FromStr;
 
@@ -446,6 +446,32 @@ impl NewMemory {
         Ok(())
     }
 
+    /// Checks a batch before a backend stores any of it: each memory
+    /// ([`NewMemory::validate`]), no caller-chosen id twice in the batch
+    /// ([`MemoryError::Conflict`] with that id), and each given vector with `check_vector`
+    /// (usually [`StoreVectors::check`](crate::StoreVectors::check)).
+    ///
+    /// Whether an id is already taken in the store is the backend's to check.
+    pub fn validate_batch(
+        memories: &[NewMemory],
+        max_content_bytes: usize,
+        mut check_vector: impl FnMut(&Embedding) -> Result<()>,
+    ) -> Result<()> {
+        let mut ids = HashSet::with_capacity(memories.len());
+        for m in memories {
+            m.validate(max_content_bytes)?;
+            if let Some(id) = m.id
+                && !ids.insert(id)
+            {
+                return Err(MemoryError::Conflict { id });
+            }
+            if let Some(e) = &m.embedding {
+                check_vector(e)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Turns the input into the entry a backend stores, stamping times and the id.
     pub fn into_entry(self, scope: &Scope, now: Timestamp, embedded: bool) -> MemoryEntry {
         let created_at = self.created_at.unwrap_or(now);
@@ -574,6 +600,53 @@ mod tests {
         );
         assert!(validate_content("a\0b", 10).is_err());
         assert!(validate_content("Zoë 北京 🎉", 100).is_ok());
+    }
+
+    #[test]
+    fn batches_refuse_repeated_ids_bad_content_and_refused_vectors() {
+        let id = MemoryId::new();
+        let ok = |_: &Embedding| Ok(());
+        let batch = [
+            NewMemory::new("a").with_id(id),
+            NewMemory::new("b"),
+            NewMemory::new("c").with_id(id),
+        ];
+        assert!(matches!(
+            NewMemory::validate_batch(&batch, 100, ok),
+            Err(MemoryError::Conflict { id: got }) if got == id
+        ));
+        let distinct = [
+            NewMemory::new("a").with_id(id),
+            NewMemory::new("b").with_id(MemoryId::new()),
+            NewMemory::new("c"),
+            NewMemory::new("d"),
+        ];
+        assert!(NewMemory::validate_batch(&distinct, 100, ok).is_ok());
+        let too_long = [NewMemory::new("a"), NewMemory::new("far too long")];
+        assert!(matches!(
+            NewMemory::validate_batch(&too_long, 5, ok),
+            Err(MemoryError::InvalidInput {
+                field: "content",
+                ..
+            })
+        ));
+
+        let space = std::sync::Arc::new(crate::EmbeddingSpace::new("p", "m", 2).unwrap());
+        let e = Embedding::new(space, vec![1.0, 0.0]).unwrap();
+        let with_vector = [NewMemory::new("a"), NewMemory::new("b").with_embedding(e)];
+        let mut checked = 0;
+        let refuse = |_: &Embedding| {
+            checked += 1;
+            Err(MemoryError::invalid("embedding", "refused"))
+        };
+        assert!(matches!(
+            NewMemory::validate_batch(&with_vector, 100, refuse),
+            Err(MemoryError::InvalidInput {
+                field: "embedding",
+                ..
+            })
+        ));
+        assert_eq!(checked, 1);
     }
 
     #[test]

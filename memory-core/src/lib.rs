@@ -27,6 +27,7 @@ pub mod keyword;
 mod prune;
 mod query;
 mod scope;
+mod store_vectors;
 mod time;
 
 #[cfg(feature = "testing")]
@@ -47,4 +48,5 @@ pub use query::{
     TagMatch, TagQuery, check_limit, fuse,
 };
 pub use scope::{DEFAULT_TENANT, MAX_SCOPE_KEY_BYTES, Scope};
+pub use store_vectors::StoreVectors;
 pub use time::Timestamp;

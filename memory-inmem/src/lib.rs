@@ -8,10 +8,10 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use async_trait::async_trait;
 use memory_core::keyword::{Bm25, tokenize};
 use memory_core::{
-    BackendInfo, Capabilities, Capability, Embedding, EmbeddingProvider, EmbeddingSpace, Filter,
-    Limits, MemoryBackend, MemoryEntry, MemoryError, MemoryId, MemoryPatch, NewMemory, PrunePolicy,
-    PruneReport, Result, Scope, ScoreBreakdown, ScoredMemory, SearchMode, SearchRequest, Timestamp,
-    check_limit, cosine, embed_all, ensure_scope, fuse, plan_prune, validate_content,
+    BackendInfo, Capabilities, Capability, EmbeddingProvider, EmbeddingSpace, Filter, Limits,
+    MemoryBackend, MemoryEntry, MemoryError, MemoryId, MemoryPatch, NewMemory, PrunePolicy,
+    PruneReport, Result, Scope, ScoreBreakdown, ScoredMemory, SearchMode, SearchRequest,
+    StoreVectors, Timestamp, check_limit, cosine, ensure_scope, fuse, plan_prune, validate_content,
 };
 
 const NAME: &str = "memory-inmem";
@@ -84,57 +84,13 @@ impl InMemoryBackend {
         self.state.write().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn check_vector(&self, e: &Embedding) -> Result<()> {
-        match &self.space {
-            Some(space) => space.check(e, "store `memory-inmem`"),
-            None => Err(MemoryError::Unsupported {
-                capability: Capability::SemanticSearch,
-                provider: format!("{NAME} (created without an embedder, so it keeps no vectors)"),
-            }),
+    fn vectors(&self) -> StoreVectors<'_> {
+        StoreVectors {
+            backend: NAME,
+            store: "store `memory-inmem`".into(),
+            embedder: self.embedder.as_deref(),
+            space: self.space.as_deref(),
         }
-    }
-
-    /// Vectors for `texts`: the given ones where present (checked), else computed.
-    async fn vectors_for(
-        &self,
-        texts: &[&str],
-        given: Vec<Option<Embedding>>,
-    ) -> Result<Vec<Option<Vec<f32>>>> {
-        for e in given.iter().flatten() {
-            self.check_vector(e)?;
-        }
-        let Some(embedder) = &self.embedder else {
-            return Ok(given.into_iter().map(|_| None).collect());
-        };
-        let missing: Vec<&str> = texts
-            .iter()
-            .zip(&given)
-            .filter(|(_, g)| g.is_none())
-            .map(|(t, _)| *t)
-            .collect();
-        let mut computed = embed_all(embedder.as_ref(), &missing).await?.into_iter();
-        let mut out = Vec::with_capacity(texts.len());
-        for g in given {
-            out.push(match g {
-                Some(e) => Some(e.into_vector()),
-                None => computed.next().map(Embedding::into_vector),
-            });
-        }
-        Ok(out)
-    }
-
-    async fn query_vector(&self, request: &SearchRequest) -> Result<Vec<f32>> {
-        if let Some(v) = &request.vector {
-            self.check_vector(v)?;
-            return Ok(v.vector().to_vec());
-        }
-        let (Some(embedder), Some(text)) = (&self.embedder, request.query_text()) else {
-            return Err(MemoryError::invalid(
-                "query",
-                "semantic search needs query text or a query vector",
-            ));
-        };
-        Ok(embedder.embed(text).await?.into_vector())
     }
 
     fn caps(&self) -> Capabilities {
@@ -164,29 +120,22 @@ impl MemoryBackend for InMemoryBackend {
     async fn store_batch(
         &self,
         scope: &Scope,
-        memories: Vec<NewMemory>,
+        mut memories: Vec<NewMemory>,
     ) -> Result<Vec<MemoryEntry>> {
-        let mut batch_ids = HashSet::new();
-        for m in &memories {
-            m.validate(self.limits.max_content_bytes)?;
-            if let Some(id) = m.id
-                && !batch_ids.insert(id)
+        NewMemory::validate_batch(&memories, self.limits.max_content_bytes, |e| {
+            self.vectors().check(e)
+        })?;
+        {
+            let state = self.read();
+            if let Some(id) = memories
+                .iter()
+                .filter_map(|m| m.id)
+                .find(|id| state.ids.contains(id))
             {
                 return Err(MemoryError::Conflict { id });
             }
         }
-        {
-            let state = self.read();
-            if let Some(id) = batch_ids.iter().find(|id| state.ids.contains(id)) {
-                return Err(MemoryError::Conflict { id: *id });
-            }
-        }
-        let texts: Vec<String> = memories.iter().map(|m| m.content.clone()).collect();
-        let text_refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        let mut memories = memories;
-        let given: Vec<Option<Embedding>> =
-            memories.iter_mut().map(|m| m.embedding.take()).collect();
-        let vectors = self.vectors_for(&text_refs, given).await?;
+        let vectors = self.vectors().embed_missing(&mut memories).await?;
 
         let now = Timestamp::now();
         let items: Vec<Item> = memories
@@ -224,7 +173,9 @@ impl MemoryBackend for InMemoryBackend {
     async fn search(&self, scope: &Scope, request: &SearchRequest) -> Result<Vec<ScoredMemory>> {
         request.validate(&self.caps(), &self.limits, NAME)?;
         let query_vec = match request.mode {
-            SearchMode::Semantic | SearchMode::Hybrid(_) => Some(self.query_vector(request).await?),
+            SearchMode::Semantic | SearchMode::Hybrid(_) => {
+                Some(self.vectors().query_vector(request).await?)
+            }
             SearchMode::Keyword => None,
         };
         let limit = request.limit;

@@ -17,62 +17,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use criterion::{Criterion, Throughput};
-use memory_core::{
-    Embedding, EmbeddingSpace, HashingEmbedder, MemoryBackend, NewMemory, Scope, SearchRequest,
-};
+use memory_core::testing::Rng;
+use memory_core::testing::bench::{Query, memories, percentiles, queries, scope};
+use memory_core::{HashingEmbedder, MemoryBackend, NewMemory, SearchRequest};
 use memory_postgres::{PostgresBackend, PostgresConfig};
 use tokio::runtime::Runtime;
 
 const DIMS: usize = 384;
 const SCOPES: usize = 100;
 
-/// Deterministic data: splitmix64 (the same generator and seeds as memory-sqlite's bench).
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn unit(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
 /// The bench store's space: vectors are random, so the embedder only supplies the identity.
+/// The data (`memory_core::testing::bench`) and seeds are the same as memory-sqlite's bench.
 fn embedder() -> Arc<HashingEmbedder> {
     Arc::new(HashingEmbedder::new(DIMS).unwrap())
-}
-
-fn vector(rng: &mut Rng, space: &Arc<EmbeddingSpace>) -> Embedding {
-    let mut v: Vec<f32> = (0..DIMS).map(|_| rng.unit()).collect();
-    memory_core::normalize(&mut v);
-    Embedding::new(Arc::clone(space), v).unwrap()
-}
-
-fn text(rng: &mut Rng) -> String {
-    (0..12)
-        .map(|_| format!("w{}", rng.below(5000)))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-fn scope(i: usize) -> Scope {
-    Scope::for_user(format!("user-{i}"))
-        .unwrap()
-        .in_chat("bench")
-        .unwrap()
-}
-
-fn memories(rng: &mut Rng, space: &Arc<EmbeddingSpace>, n: usize) -> Vec<NewMemory> {
-    (0..n)
-        .map(|_| NewMemory::new(text(rng)).with_embedding(vector(rng, space)))
-        .collect()
 }
 
 fn fresh_schema(label: &str) -> String {
@@ -118,7 +75,7 @@ async fn build(url: &str, schema: &str, n: usize, scopes: usize) -> PostgresBack
     let default_max = PostgresConfig::default().exact_scan_max;
     let store = open(url, schema, default_max, false).await;
     let space = memory_core::EmbeddingProvider::space(&*embedder());
-    let mut rng = Rng(7);
+    let mut rng = Rng::new(7);
     let per_scope = n / scopes;
     for s in 0..scopes {
         let mut left = per_scope;
@@ -141,24 +98,6 @@ async fn build(url: &str, schema: &str, n: usize, scopes: usize) -> PostgresBack
     store
 }
 
-fn percentiles(name: &str, queries: usize, mut one: impl FnMut(usize)) {
-    let mut times: Vec<Duration> = Vec::with_capacity(queries);
-    for i in 0..queries {
-        let t = Instant::now();
-        one(i);
-        times.push(t.elapsed());
-    }
-    times.sort();
-    let at = |q: f64| {
-        times[((times.len() as f64 * q) as usize).min(times.len() - 1)].as_secs_f64() * 1e3
-    };
-    println!(
-        "ava-bench: percentiles {name} p50={:.3}ms p95={:.3}ms n={queries}",
-        at(0.50),
-        at(0.95)
-    );
-}
-
 fn bench_ingest(c: &mut Criterion, rt: &Runtime, url: &str) {
     let space = memory_core::EmbeddingProvider::space(&*embedder());
     let mut group = c.benchmark_group("postgres/ingest");
@@ -167,7 +106,7 @@ fn bench_ingest(c: &mut Criterion, rt: &Runtime, url: &str) {
         .measurement_time(Duration::from_secs(15));
     const N: usize = 10_000;
     group.throughput(Throughput::Elements(N as u64));
-    let mut rng = Rng(1);
+    let mut rng = Rng::new(1);
     let data: Vec<NewMemory> = memories(&mut rng, &space, N);
     for (name, hnsw) in [
         ("10k_precomputed_384d_batches_of_1000", true),
@@ -209,7 +148,7 @@ fn bench_ingest(c: &mut Criterion, rt: &Runtime, url: &str) {
 }
 
 /// recall@10 of the HNSW index against an exact scan over the whole table, through SQL.
-async fn index_recall(url: &str, schema: &str, queries: &[(Scope, Embedding, String)]) -> String {
+async fn index_recall(url: &str, schema: &str, queries: &[Query]) -> String {
     let client = sql_client(url).await;
     let m = format!("\"{schema}\".memories");
     let ext: String = client
@@ -228,7 +167,7 @@ async fn index_recall(url: &str, schema: &str, queries: &[(Scope, Embedding, Str
     };
     let vectors: Vec<pgvector::Vector> = queries
         .iter()
-        .map(|(_, v, _)| pgvector::Vector::from(v.vector().to_vec()))
+        .map(|q| pgvector::Vector::from(q.vector.vector().to_vec()))
         .collect();
     client
         .batch_execute("SET enable_indexscan = off; SET enable_bitmapscan = off")
@@ -267,7 +206,7 @@ async fn index_recall(url: &str, schema: &str, queries: &[(Scope, Embedding, Str
     let plan: Vec<String> = client
         .query(
             &format!("EXPLAIN {sql}"),
-            &[&pgvector::Vector::from(queries[0].1.vector().to_vec())],
+            &[&pgvector::Vector::from(queries[0].vector.vector().to_vec())],
         )
         .await
         .unwrap()
@@ -299,67 +238,31 @@ fn bench_search(c: &mut Criterion, rt: &Runtime, url: &str, n: usize, scopes: us
             .unwrap();
     });
     let space = memory_core::EmbeddingProvider::space(&*embedder());
-    let mut rng = Rng(99);
-    let queries: Vec<(Scope, Embedding, String)> = (0..256)
-        .map(|_| {
-            let words = (0..3)
-                .map(|_| format!("w{}", rng.below(5000)))
-                .collect::<Vec<_>>()
-                .join(" ");
-            (scope(rng.below(scopes)), vector(&mut rng, &space), words)
-        })
-        .collect();
-    let semantic = |i: usize| {
-        let (s, v, _) = &queries[i % queries.len()];
-        (
-            s.clone(),
-            SearchRequest::vector(v.clone())
-                .limit(10)
-                .without_access_tracking(),
-        )
-    };
-    let keyword = |i: usize| {
-        let (s, _, w) = &queries[i % queries.len()];
-        (
-            s.clone(),
-            SearchRequest::keyword(w.clone())
-                .limit(10)
-                .without_access_tracking(),
-        )
-    };
-    let hybrid = |i: usize| {
-        let (s, v, w) = &queries[i % queries.len()];
-        (
-            s.clone(),
-            SearchRequest::hybrid(w.clone())
-                .with_vector(v.clone())
-                .limit(10)
-                .without_access_tracking(),
-        )
-    };
+    let queries = queries(&mut Rng::new(99), &space, 256, scopes);
+    let query = |i: usize| &queries[i % queries.len()];
     let group_id = format!("postgres/search_top10/{label}");
     let mut group = c.benchmark_group(&group_id);
     group
         .sample_size(30)
         .measurement_time(Duration::from_secs(5));
-    type Make<'a> = &'a dyn Fn(usize) -> (Scope, SearchRequest);
-    let cases: [(&str, Make<'_>); 3] = [
-        ("semantic", &semantic),
-        ("keyword", &keyword),
-        ("hybrid", &hybrid),
+    type Make = fn(&Query) -> SearchRequest;
+    let cases: [(&str, Make); 3] = [
+        ("semantic", Query::semantic),
+        ("keyword", Query::keyword),
+        ("hybrid", Query::hybrid),
     ];
     for (name, make) in cases {
         let mut i = 0;
         group.bench_function(name, |b| {
             b.iter(|| {
                 i += 1;
-                let (s, req) = make(i);
-                black_box(rt.block_on(store.search(&s, &req)).unwrap())
+                let q = query(i);
+                black_box(rt.block_on(store.search(&q.scope, &make(q))).unwrap())
             })
         });
         percentiles(&format!("{group_id}/{name}"), queries_timed, |i| {
-            let (s, req) = make(i);
-            black_box(rt.block_on(store.search(&s, &req)).unwrap());
+            let q = query(i);
+            black_box(rt.block_on(store.search(&q.scope, &make(q))).unwrap());
         });
     }
     // The same semantic query with access tracking on (a write per search), as a bot does.
@@ -367,9 +270,10 @@ fn bench_search(c: &mut Criterion, rt: &Runtime, url: &str, n: usize, scopes: us
         &format!("{group_id}/semantic_tracked"),
         queries_timed,
         |i| {
-            let (s, mut req) = semantic(i);
+            let q = query(i);
+            let mut req = q.semantic();
             req.record_access = true;
-            black_box(rt.block_on(store.search(&s, &req)).unwrap());
+            black_box(rt.block_on(store.search(&q.scope, &req)).unwrap());
         },
     );
     group.finish();
@@ -380,16 +284,16 @@ fn bench_search(c: &mut Criterion, rt: &Runtime, url: &str, n: usize, scopes: us
     println!("ava-bench: note {group_id}/semantic_unscoped_index {note}");
     let hnsw_store = rt.block_on(open(url, &schema, 0, true));
     let (mut hit, mut total) = (0usize, 0usize);
-    for i in 0..queries.len() {
-        let (s, req) = semantic(i);
+    for q in &queries {
+        let req = q.semantic();
         let exact: HashSet<_> = rt
-            .block_on(store.search(&s, &req))
+            .block_on(store.search(&q.scope, &req))
             .unwrap()
             .into_iter()
             .map(|h| h.entry.id)
             .collect();
         let approx: HashSet<_> = rt
-            .block_on(hnsw_store.search(&s, &req))
+            .block_on(hnsw_store.search(&q.scope, &req))
             .unwrap()
             .into_iter()
             .map(|h| h.entry.id)
@@ -401,8 +305,11 @@ fn bench_search(c: &mut Criterion, rt: &Runtime, url: &str, n: usize, scopes: us
         &format!("{group_id}/semantic_hnsw_path"),
         queries_timed,
         |i| {
-            let (s, req) = semantic(i);
-            black_box(rt.block_on(hnsw_store.search(&s, &req)).unwrap());
+            let q = query(i);
+            black_box(
+                rt.block_on(hnsw_store.search(&q.scope, &q.semantic()))
+                    .unwrap(),
+            );
         },
     );
     println!(

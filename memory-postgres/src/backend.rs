@@ -6,10 +6,10 @@ use std::collections::{HashMap, HashSet};
 use async_trait::async_trait;
 use deadpool_postgres::Object;
 use memory_core::{
-    BackendInfo, Capabilities, Capability, Embedding, Filter, MemoryBackend, MemoryEntry,
-    MemoryError, MemoryId, MemoryPatch, NewMemory, PrunePolicy, PruneReport, Result, Scope,
-    ScoreBreakdown, ScoredMemory, SearchMode, SearchRequest, Timestamp, check_limit, embed_all,
-    ensure_scope, fuse, plan_prune, validate_content,
+    BackendInfo, Capabilities, Capability, Filter, MemoryBackend, MemoryEntry, MemoryError,
+    MemoryId, MemoryPatch, NewMemory, PrunePolicy, PruneReport, Result, Scope, ScoreBreakdown,
+    ScoredMemory, SearchMode, SearchRequest, StoreVectors, Timestamp, check_limit, ensure_scope,
+    fuse, plan_prune, validate_content,
 };
 use pgvector::Vector;
 use tokio_postgres::error::SqlState;
@@ -30,27 +30,12 @@ impl PostgresBackend {
         format!("store `{}` on {}", self.schema, self.server)
     }
 
-    fn check_vector(&self, e: &Embedding) -> Result<()> {
-        match (&self.space, &self.embedder) {
-            (Some(space), Some(_)) => space.check(e, &self.store_name()),
-            _ => Err(MemoryError::Unsupported {
-                capability: Capability::SemanticSearch,
-                provider: format!("{BACKEND} (opened without an embedder, so it takes no vectors)"),
-            }),
-        }
-    }
-
-    async fn query_vector(&self, request: &SearchRequest) -> Result<Vec<f32>> {
-        if let Some(v) = &request.vector {
-            self.check_vector(v)?;
-            return Ok(v.vector().to_vec());
-        }
-        match (&self.embedder, request.query_text()) {
-            (Some(e), Some(text)) => Ok(e.embed(text).await?.into_vector()),
-            _ => Err(MemoryError::invalid(
-                "query",
-                "semantic search needs query text or a query vector",
-            )),
+    fn vectors(&self) -> StoreVectors<'_> {
+        StoreVectors {
+            backend: BACKEND,
+            store: self.store_name().into(),
+            embedder: self.embedder.as_deref(),
+            space: self.space.as_deref(),
         }
     }
 
@@ -142,15 +127,7 @@ impl PostgresBackend {
                 " ORDER BY m.embedding {op} {qv} LIMIT {lim}) SELECT pk, id, 1 - d FROM c ORDER BY d, id"
             ));
         }
-        let stmt = c
-            .prepare_cached(&query.sql)
-            .await
-            .map_err(|e| self.query_err(e))?;
-        let rows = c
-            .query(&stmt, &query.params())
-            .await
-            .map_err(|e| self.query_err(e))?;
-        scored(&rows, &self.schema)
+        self.candidates(c, &query).await
     }
 
     /// Top-`limit` full-text matches (raw `ts_rank`, higher is better) in the scope.
@@ -179,6 +156,15 @@ impl PostgresBackend {
         push_filter(&mut query, filter);
         let lim = query.bind(i64::try_from(limit).unwrap_or(i64::MAX));
         query.push(&format!(" ORDER BY r DESC, m.id LIMIT {lim}"));
+        self.candidates(c, &query).await
+    }
+
+    /// Runs a ranking query whose rows are `(pk, id, score)`.
+    async fn candidates(
+        &self,
+        c: &Object,
+        query: &Query,
+    ) -> std::result::Result<Candidates, PostgresError> {
         let stmt = c
             .prepare_cached(&query.sql)
             .await
@@ -480,39 +466,15 @@ impl MemoryBackend for PostgresBackend {
         scope: &Scope,
         mut memories: Vec<NewMemory>,
     ) -> Result<Vec<MemoryEntry>> {
-        let mut batch_ids = HashSet::new();
-        for m in &memories {
-            m.validate(self.config.limits.max_content_bytes)?;
-            if let Some(id) = m.id
-                && !batch_ids.insert(id)
-            {
-                return Err(MemoryError::Conflict { id });
-            }
-            if let Some(e) = &m.embedding {
-                self.check_vector(e)?;
-            }
-        }
+        let store_vectors = self.vectors();
+        NewMemory::validate_batch(&memories, self.config.limits.max_content_bytes, |e| {
+            store_vectors.check(e)
+        })?;
         if memories.is_empty() {
             return Ok(Vec::new());
         }
         // Embed what came without a vector, before taking a connection.
-        let mut vectors: Vec<Option<Vec<f32>>> = memories
-            .iter_mut()
-            .map(|m| m.embedding.take().map(Embedding::into_vector))
-            .collect();
-        if let Some(embedder) = &self.embedder {
-            let missing: Vec<usize> = (0..memories.len())
-                .filter(|i| vectors[*i].is_none())
-                .collect();
-            let texts: Vec<&str> = missing
-                .iter()
-                .map(|i| memories[*i].content.as_str())
-                .collect();
-            let computed = embed_all(embedder.as_ref(), &texts).await?;
-            for (i, e) in missing.into_iter().zip(computed) {
-                vectors[i] = Some(e.into_vector());
-            }
-        }
+        let vectors = store_vectors.embed_missing(&mut memories).await?;
         let now = Timestamp::now();
         let entries: Vec<MemoryEntry> = memories
             .into_iter()
@@ -549,7 +511,9 @@ impl MemoryBackend for PostgresBackend {
     async fn search(&self, scope: &Scope, request: &SearchRequest) -> Result<Vec<ScoredMemory>> {
         request.validate(&self.caps(), &self.config.limits, BACKEND)?;
         let query_vec = match request.mode {
-            SearchMode::Semantic | SearchMode::Hybrid(_) => Some(self.query_vector(request).await?),
+            SearchMode::Semantic | SearchMode::Hybrid(_) => {
+                Some(self.vectors().query_vector(request).await?)
+            }
             SearchMode::Keyword => None,
         };
         let c = self.client().await?;

@@ -15,63 +15,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
-use memory_core::{
-    Embedding, EmbeddingSpace, HashingEmbedder, MemoryBackend, NewMemory, Scope, SearchRequest,
-};
+use memory_core::testing::Rng;
+use memory_core::testing::bench::{Query, memories, percentiles, queries, scope};
+use memory_core::{HashingEmbedder, MemoryBackend, NewMemory, SearchRequest};
 use memory_sqlite::{Durability, SqliteBackend, SqliteConfig};
 use tokio::runtime::Runtime;
 
 const DIMS: usize = 384;
 const SCOPES: usize = 100;
 
-/// Deterministic data: splitmix64.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn unit(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
 /// The bench store's space: vectors are random, so the embedder only supplies the identity
 /// (and embeds nothing: every memory and query comes with its vector).
 fn embedder() -> Arc<HashingEmbedder> {
     Arc::new(HashingEmbedder::new(DIMS).unwrap())
-}
-
-fn vector(rng: &mut Rng, space: &Arc<EmbeddingSpace>) -> Embedding {
-    let mut v: Vec<f32> = (0..DIMS).map(|_| rng.unit()).collect();
-    memory_core::normalize(&mut v);
-    Embedding::new(Arc::clone(space), v).unwrap()
-}
-
-fn text(rng: &mut Rng) -> String {
-    (0..12)
-        .map(|_| format!("w{}", rng.below(5000)))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-fn scope(i: usize) -> Scope {
-    Scope::for_user(format!("user-{i}"))
-        .unwrap()
-        .in_chat("bench")
-        .unwrap()
-}
-
-fn memories(rng: &mut Rng, space: &Arc<EmbeddingSpace>, n: usize) -> Vec<NewMemory> {
-    (0..n)
-        .map(|_| NewMemory::new(text(rng)).with_embedding(vector(rng, space)))
-        .collect()
 }
 
 async fn open(dir: &std::path::Path) -> SqliteBackend {
@@ -89,7 +45,7 @@ async fn open_with(dir: &std::path::Path, config: SqliteConfig) -> SqliteBackend
 async fn build(dir: &std::path::Path, n: usize, scopes: usize) -> SqliteBackend {
     let store = open(dir).await;
     let space = memory_core::EmbeddingProvider::space(&*embedder());
-    let mut rng = Rng(7);
+    let mut rng = Rng::new(7);
     let per_scope = n / scopes;
     for s in 0..scopes {
         let mut left = per_scope;
@@ -105,24 +61,6 @@ async fn build(dir: &std::path::Path, n: usize, scopes: usize) -> SqliteBackend 
     store
 }
 
-fn percentiles(name: &str, queries: usize, mut one: impl FnMut(usize)) {
-    let mut times: Vec<Duration> = Vec::with_capacity(queries);
-    for i in 0..queries {
-        let t = Instant::now();
-        one(i);
-        times.push(t.elapsed());
-    }
-    times.sort();
-    let at = |q: f64| {
-        times[((times.len() as f64 * q) as usize).min(times.len() - 1)].as_secs_f64() * 1e3
-    };
-    println!(
-        "ava-bench: percentiles {name} p50={:.3}ms p95={:.3}ms n={queries}",
-        at(0.50),
-        at(0.95)
-    );
-}
-
 fn bench_ingest(c: &mut Criterion, rt: &Runtime) {
     let space = memory_core::EmbeddingProvider::space(&*embedder());
     let mut group = c.benchmark_group("sqlite/ingest");
@@ -131,7 +69,7 @@ fn bench_ingest(c: &mut Criterion, rt: &Runtime) {
         .measurement_time(Duration::from_secs(15));
     const N: usize = 10_000;
     group.throughput(Throughput::Elements(N as u64));
-    let mut rng = Rng(1);
+    let mut rng = Rng::new(1);
     let data: Vec<NewMemory> = memories(&mut rng, &space, N);
     // `Normal` (the default: WAL + synchronous=NORMAL, a commit survives the process being
     // killed) and `Full` (every commit fsynced: survives power loss too).
@@ -187,16 +125,7 @@ fn bench_search(
         t.elapsed().as_secs_f64()
     );
     let space = memory_core::EmbeddingProvider::space(&*embedder());
-    let mut rng = Rng(99);
-    let queries: Vec<(Scope, Embedding, String)> = (0..256)
-        .map(|_| {
-            let words = (0..3)
-                .map(|_| format!("w{}", rng.below(5000)))
-                .collect::<Vec<_>>()
-                .join(" ");
-            (scope(rng.below(scopes)), vector(&mut rng, &space), words)
-        })
-        .collect();
+    let queries = queries(&mut Rng::new(99), &space, 256, scopes);
     let per_scope = n / scopes;
     let default_mib = SqliteConfig::default().vector_cache_mib;
     measure(c, rt, &store, &queries, per_scope, label, default_mib);
@@ -209,12 +138,9 @@ fn bench_search(
         let store = rt.block_on(open_with(dir.path(), config));
         let label = format!("{label}_cache_{mib}MiB");
         // The first query loads the scope's block into the cache; report it, then measure.
-        let (s, v, _) = &queries[0];
+        let q = &queries[0];
         let t = Instant::now();
-        let req = SearchRequest::vector(v.clone())
-            .limit(10)
-            .without_access_tracking();
-        black_box(rt.block_on(store.search(s, &req)).unwrap());
+        black_box(rt.block_on(store.search(&q.scope, &q.semantic())).unwrap());
         println!(
             "ava-bench: note sqlite/search_top10/{label}/semantic first query (loads the block) {:.2}s",
             t.elapsed().as_secs_f64()
@@ -229,7 +155,7 @@ fn measure(
     c: &mut Criterion,
     rt: &Runtime,
     store: &SqliteBackend,
-    queries: &[(Scope, Embedding, String)],
+    queries: &[Query],
     per_scope: usize,
     label: &str,
     cache_mib: u32,
@@ -237,34 +163,7 @@ fn measure(
     // Fewer timed single queries where one query scans a million vectors.
     let big = per_scope >= 1_000_000;
     let queries_timed = if big { 30 } else { 1000 };
-    let semantic = |i: usize| {
-        let (s, v, _) = &queries[i % queries.len()];
-        (
-            s.clone(),
-            SearchRequest::vector(v.clone())
-                .limit(10)
-                .without_access_tracking(),
-        )
-    };
-    let keyword = |i: usize| {
-        let (s, _, w) = &queries[i % queries.len()];
-        (
-            s.clone(),
-            SearchRequest::keyword(w.clone())
-                .limit(10)
-                .without_access_tracking(),
-        )
-    };
-    let hybrid = |i: usize| {
-        let (s, v, w) = &queries[i % queries.len()];
-        (
-            s.clone(),
-            SearchRequest::hybrid(w.clone())
-                .with_vector(v.clone())
-                .limit(10)
-                .without_access_tracking(),
-        )
-    };
+    let query = |i: usize| &queries[i % queries.len()];
     // What a brute-force pass over the queried scope reads: its vectors, 4 bytes a float.
     let scanned = (per_scope * DIMS * 4) as u64;
     for name in ["semantic", "hybrid", "semantic_tracked"] {
@@ -279,27 +178,27 @@ fn measure(
     group
         .sample_size(if big { 10 } else { 30 })
         .measurement_time(Duration::from_secs(5));
-    type Make<'a> = &'a dyn Fn(usize) -> (Scope, SearchRequest);
-    let cases: [(&str, Make<'_>); 3] = [
-        ("semantic", &semantic),
-        ("keyword", &keyword),
-        ("hybrid", &hybrid),
+    type Make = fn(&Query) -> SearchRequest;
+    let cases: [(&str, Make); 3] = [
+        ("semantic", Query::semantic),
+        ("keyword", Query::keyword),
+        ("hybrid", Query::hybrid),
     ];
     for (name, make) in cases {
         let mut i = 0;
         group.bench_function(name, |b| {
             b.iter(|| {
                 i += 1;
-                let (s, req) = make(i);
-                black_box(rt.block_on(store.search(&s, &req)).unwrap())
+                let q = query(i);
+                black_box(rt.block_on(store.search(&q.scope, &make(q))).unwrap())
             })
         });
         percentiles(
             &format!("sqlite/search_top10/{label}/{name}"),
             queries_timed,
             |i| {
-                let (s, req) = make(i);
-                black_box(rt.block_on(store.search(&s, &req)).unwrap());
+                let q = query(i);
+                black_box(rt.block_on(store.search(&q.scope, &make(q))).unwrap());
             },
         );
     }
@@ -308,9 +207,10 @@ fn measure(
         &format!("sqlite/search_top10/{label}/semantic_tracked"),
         queries_timed,
         |i| {
-            let (s, mut req) = semantic(i);
+            let q = query(i);
+            let mut req = q.semantic();
             req.record_access = true;
-            black_box(rt.block_on(store.search(&s, &req)).unwrap());
+            black_box(rt.block_on(store.search(&q.scope, &req)).unwrap());
         },
     );
     group.finish();

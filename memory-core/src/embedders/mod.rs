@@ -53,6 +53,8 @@ pub use openai::{ApiKey, OpenAiConfig, OpenAiEmbedder};
 #[cfg(any(feature = "ollama", feature = "openai", feature = "local"))]
 use std::sync::Arc;
 
+#[cfg(any(feature = "ollama", feature = "openai"))]
+use crate::EmbeddingProvider;
 #[cfg(any(feature = "ollama", feature = "openai", feature = "local"))]
 use crate::{Embedding, EmbeddingSpace, MemoryError, Result};
 
@@ -98,6 +100,53 @@ fn dimension_mismatch(space: &Arc<EmbeddingSpace>, origin: &str, got: usize) -> 
             space.provider, space.model
         ),
     }
+}
+
+/// An embedder behind an HTTP API (Ollama, OpenAI-compatible): built for known
+/// dimensions without contacting the server, then asked for raw vectors. [`connect`] and
+/// [`embed_batch`] are what every such provider does with these.
+#[cfg(any(feature = "ollama", feature = "openai"))]
+trait HttpEmbedder: EmbeddingProvider + Sized {
+    /// The provider's settings.
+    type Config;
+
+    /// Builds the embedder for vectors of `dims`, without contacting the server.
+    fn build(config: Self::Config, dims: usize) -> Result<Self>;
+
+    /// One request with retries; the raw vectors, in input order.
+    fn request(&self, texts: &[&str]) -> impl Future<Output = Result<Vec<Vec<f32>>>> + Send;
+
+    /// The server as messages name it.
+    fn origin(&self) -> &str;
+
+    /// Gives the settings back, to build again with discovered dimensions.
+    fn into_config(self) -> Self::Config;
+}
+
+/// Builds an HTTP embedder and embeds one probe text, so a server that is down or a model
+/// it lacks fails here rather than on first use. Unset (`configured` is `None`) dimensions
+/// are taken from the probe's answer; set ones are checked against it.
+#[cfg(any(feature = "ollama", feature = "openai"))]
+async fn connect<E: HttpEmbedder>(config: E::Config, configured: Option<usize>) -> Result<E> {
+    // A placeholder length until the probe says; replaced below.
+    let probe = E::build(config, configured.unwrap_or(1))?;
+    let vectors = probe.request(&["dimension probe"]).await?;
+    let dims = probe_dimensions(&probe.space(), probe.origin(), configured, vectors)?;
+    if configured.is_some() {
+        Ok(probe)
+    } else {
+        E::build(probe.into_config(), dims)
+    }
+}
+
+/// [`EmbeddingProvider::embed_batch`] for an HTTP embedder: one request, its answer checked.
+#[cfg(any(feature = "ollama", feature = "openai"))]
+async fn embed_batch<E: HttpEmbedder>(embedder: &E, texts: &[&str]) -> Result<Vec<Embedding>> {
+    if texts.is_empty() {
+        return Ok(Vec::new());
+    }
+    let vectors = embedder.request(texts).await?;
+    into_embeddings(&embedder.space(), embedder.origin(), texts.len(), vectors)
 }
 
 /// Checks the answer to a one-text probe and returns the dimensions it shows: exactly one

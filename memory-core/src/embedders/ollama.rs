@@ -10,7 +10,7 @@ use ollama_rs::error::OllamaError;
 use ollama_rs::generation::embeddings::request::{EmbeddingsInput, GenerateEmbeddingsRequest};
 
 use super::retry::{Failure, RetryPolicy, snippet, with_retries};
-use super::{into_embeddings, probe_dimensions};
+use super::{HttpEmbedder, embed_batch};
 use crate::embedding::{Embedding, EmbeddingProvider, EmbeddingSpace};
 use crate::error::{MemoryError, Result};
 
@@ -111,18 +111,14 @@ impl OllamaEmbedder {
     /// from the probe's answer; set ones are checked against it.
     pub async fn connect(config: OllamaConfig) -> Result<Self> {
         let configured = config.dimensions;
-        // A placeholder length until the probe says; replaced below.
-        let probe = Self::build(config, configured.unwrap_or(1))?;
-        let vectors = probe.request(&["dimension probe"]).await?;
-        let dims = probe_dimensions(&probe.space, &probe.origin, configured, vectors)?;
-        if configured.is_some() {
-            Ok(probe)
-        } else {
-            Self::build(probe.config, dims)
-        }
+        super::connect(config, configured).await
     }
+}
 
-    fn build(config: OllamaConfig, dims: usize) -> Result<Self> {
+impl HttpEmbedder for OllamaEmbedder {
+    type Config = OllamaConfig;
+
+    fn build(config: Self::Config, dims: usize) -> Result<Self> {
         if config.max_batch == 0 {
             return Err(MemoryError::invalid(
                 "Ollama max_batch",
@@ -168,6 +164,16 @@ impl OllamaEmbedder {
         .await
     }
 
+    fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    fn into_config(self) -> Self::Config {
+        self.config
+    }
+}
+
+impl OllamaEmbedder {
     /// Sorts an ollama-rs error into transient or permanent, with a message for people.
     ///
     /// ollama-rs reports a failed call as the response body without its HTTP status, so
@@ -285,11 +291,7 @@ impl EmbeddingProvider for OllamaEmbedder {
     }
 
     async fn embed_batch(&self, texts: &[&str]) -> Result<Vec<Embedding>> {
-        if texts.is_empty() {
-            return Ok(Vec::new());
-        }
-        let vectors = self.request(texts).await?;
-        into_embeddings(&self.space, &self.origin, texts.len(), vectors)
+        embed_batch(self, texts).await
     }
 
     fn max_batch(&self) -> usize {

@@ -13,7 +13,7 @@ use async_openai::types::embeddings::{CreateEmbeddingRequest, EmbeddingInput};
 use async_trait::async_trait;
 
 use super::retry::{Failure, RetryPolicy, snippet, with_retries};
-use super::{into_embeddings, probe_dimensions};
+use super::{HttpEmbedder, embed_batch};
 use crate::embedding::{Embedding, EmbeddingProvider, EmbeddingSpace};
 use crate::error::{MemoryError, Result};
 
@@ -181,18 +181,14 @@ impl OpenAiEmbedder {
     /// taken from the probe's answer; set ones are checked against it.
     pub async fn connect(config: OpenAiConfig) -> Result<Self> {
         let configured = config.dimensions;
-        // A placeholder length until the probe says; replaced below.
-        let probe = Self::build(config, configured.unwrap_or(1))?;
-        let vectors = probe.request(&["dimension probe"]).await?;
-        let dims = probe_dimensions(&probe.space, &probe.origin, configured, vectors)?;
-        if configured.is_some() {
-            Ok(probe)
-        } else {
-            Self::build(probe.config, dims)
-        }
+        super::connect(config, configured).await
     }
+}
 
-    fn build(config: OpenAiConfig, dims: usize) -> Result<Self> {
+impl HttpEmbedder for OpenAiEmbedder {
+    type Config = OpenAiConfig;
+
+    fn build(config: Self::Config, dims: usize) -> Result<Self> {
         if config.max_batch == 0 {
             return Err(MemoryError::invalid(
                 "OpenAI max_batch",
@@ -301,6 +297,16 @@ impl OpenAiEmbedder {
         })
     }
 
+    fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    fn into_config(self) -> Self::Config {
+        self.config
+    }
+}
+
+impl OpenAiEmbedder {
     /// Sorts an async-openai error into transient or permanent, with a message for people.
     fn classify(&self, err: OpenAIError) -> Failure {
         let origin = &self.origin;
@@ -388,11 +394,7 @@ impl EmbeddingProvider for OpenAiEmbedder {
     }
 
     async fn embed_batch(&self, texts: &[&str]) -> Result<Vec<Embedding>> {
-        if texts.is_empty() {
-            return Ok(Vec::new());
-        }
-        let vectors = self.request(texts).await?;
-        into_embeddings(&self.space, &self.origin, texts.len(), vectors)
+        embed_batch(self, texts).await
     }
 
     fn max_batch(&self) -> usize {

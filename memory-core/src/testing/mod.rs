@@ -17,10 +17,17 @@
 //! output lists every scenario. A scenario that needs a capability the backend does not
 //! advertise is skipped, and the skip is written straight to the process's stderr (past
 //! the test harness's capture) so it is visible in every run.
+//!
+//! Alongside: [`Rng`], the deterministic generator the randomised scenarios and the benches
+//! draw from, and [`bench`], the data and `ava-bench:` lines the benches share.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod bench;
+mod rng;
 pub mod scenarios;
+
+pub use rng::Rng;
 
 use std::any::Any;
 use std::future::Future;

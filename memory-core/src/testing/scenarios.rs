@@ -4,7 +4,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Ctx, Outcome, Setup};
+use super::{Ctx, Outcome, Rng, Setup};
 use crate::{
     Capability, DecayPolicy, Embedding, EmbeddingSpace, Filter, HashingEmbedder, Importance,
     MemoryBackend, MemoryEntry, MemoryError, MemoryId, MemoryKind, MemoryPatch, NewMemory,
@@ -961,22 +961,6 @@ pub async fn foreign_scope_ids_are_not_found(cx: Ctx) -> Outcome {
     Outcome::Passed
 }
 
-/// A small deterministic PRNG (splitmix64), so failures name a seed that replays them.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
 const VOCAB: [&str; 12] = [
     "apple", "river", "concert", "password", "doctor", "birthday", "paris", "salary", "garden",
     "python", "guitar", "secret",
@@ -1041,7 +1025,7 @@ pub async fn scope_isolation_randomized(cx: Ctx) -> Outcome {
         for s in &scopes {
             b.delete_scope(s).await.unwrap();
         }
-        let mut rng = Rng(seed);
+        let mut rng = Rng::new(seed);
         let mut owner: HashMap<MemoryId, usize> = HashMap::new();
         for _ in 0..80 {
             let si = rng.below(scopes.len());

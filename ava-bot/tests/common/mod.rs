@@ -1,0 +1,52 @@
+//! Helpers shared by the tests that run the `ava` binary: a command with a private store and
+//! no settings leaking in from the environment, and readers for what it printed.
+
+// Each test crate uses its own subset of these.
+#![allow(dead_code, clippy::expect_used)]
+
+use std::ffi::OsStr;
+use std::process::{Command, Output};
+
+/// `ava` with the store `db`, the hashing embedder (deterministic, no model needed), and no
+/// `.env` or settings leaking in from the environment; add the arguments and run it.
+pub(crate) fn command(db: impl AsRef<OsStr>) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ava"));
+    command
+        .env("AVA_DB", db)
+        .env("AVA_EMBEDDER", "hash")
+        .env_remove("AVA_MODEL_DIR")
+        .env_remove("TELOXIDE_TOKEN")
+        .env_remove("AVA_LLM")
+        .env_remove("AVA_LLM_URL")
+        .env_remove("AVA_LLM_MODEL")
+        .env_remove("AVA_ALLOW_USERS")
+        .env_remove("OPENAI_API_KEY")
+        .current_dir(env!("CARGO_TARGET_TMPDIR"));
+    command
+}
+
+/// Runs `ava args` on the store `db` (see [`command`]) and waits for it.
+pub(crate) fn ava(db: impl AsRef<OsStr>, args: &[&str]) -> Output {
+    command(db).args(args).output().expect("run ava")
+}
+
+/// What the run printed on stdout.
+pub(crate) fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// What the run printed on stderr.
+pub(crate) fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The run's stdout, after asserting it succeeded (showing both streams if not).
+pub(crate) fn ok(o: Output) -> String {
+    assert!(
+        o.status.success(),
+        "ava failed: {}\n{}",
+        stderr(&o),
+        stdout(&o)
+    );
+    stdout(&o)
+}
