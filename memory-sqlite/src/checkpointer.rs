@@ -26,8 +26,12 @@ use crate::error::{BACKEND, sql_error};
 
 /// Log frames (pages) after a commit that wake the checkpointer: SQLite's own default.
 pub(crate) const TRIGGER_FRAMES: i32 = 1000;
-/// Log frames after a commit at which the writer checkpoints itself.
-pub(crate) const WRITER_CAP_FRAMES: i32 = 8 * TRIGGER_FRAMES;
+/// Log frames after a commit at which the writer checkpoints itself. SQLite rewinds the log
+/// only when a write transaction begins with every frame already copied; under non-stop
+/// writes the background checkpoint is always a few commits behind, so the log rewinds
+/// only after such a checkpoint by the writer. That one copies just the frames the
+/// background one has not, and it keeps the log at most 64 MiB (16 KiB pages).
+pub(crate) const WRITER_CAP_FRAMES: i32 = 4 * TRIGGER_FRAMES;
 
 #[derive(Debug)]
 enum Msg {

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, mpsc};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use memory_core::{MemoryError, Result};
 use rusqlite::Connection;
@@ -13,6 +14,25 @@ use crate::checkpointer::Checkpointer;
 use crate::error::SqliteError;
 
 type Job = Box<dyn FnOnce(&mut Connection) + Send>;
+
+/// How long the worker polls for the next job before it sleeps.
+const SPIN: Duration = Duration::from_micros(50);
+
+/// The next job; `None` once every sender is gone. Calls come in bursts (a hydrate runs
+/// several searches back to back, the bot stores after it recalls), and waking a sleeping
+/// thread costs an idle VM's vCPU tens of microseconds, as much as a whole per-scope
+/// search. So the worker polls the channel briefly after each job and only then sleeps.
+fn next_job(rx: &mpsc::Receiver<Job>) -> Option<Job> {
+    let start = Instant::now();
+    loop {
+        match rx.try_recv() {
+            Ok(job) => return Some(job),
+            Err(mpsc::TryRecvError::Disconnected) => return None,
+            Err(mpsc::TryRecvError::Empty) if start.elapsed() < SPIN => std::hint::spin_loop(),
+            Err(mpsc::TryRecvError::Empty) => return rx.recv().ok(),
+        }
+    }
+}
 
 /// Owns one connection on a dedicated thread and runs closures against it in order.
 #[derive(Debug)]
@@ -32,7 +52,7 @@ impl Worker {
         let thread = std::thread::Builder::new()
             .name("ava-sqlite".into())
             .spawn(move || {
-                for job in rx {
+                while let Some(job) = next_job(&rx) {
                     job(&mut conn);
                 }
                 // Every sender is gone: close the connection here, on its own thread.
