@@ -45,7 +45,7 @@ pub use hash_embedder::HashingEmbedder;
 pub use prune::{DecayPolicy, PrunePolicy, PruneReason, PruneReport, decay_strength, plan_prune};
 pub use query::{
     Filter, Fused, HybridWeights, ScoreBreakdown, ScoredMemory, SearchMode, SearchRequest,
-    TagMatch, TagQuery, check_limit, fuse,
+    TagMatch, TagQuery, check_limit, fuse, rank,
 };
 pub use scope::{DEFAULT_TENANT, MAX_SCOPE_KEY_BYTES, Scope};
 pub use store_vectors::StoreVectors;

@@ -434,6 +434,75 @@ pub fn fuse(
     out
 }
 
+/// Turns the candidates a store found for `request` into its ranked hits, the same way in
+/// every backend: the score and [`ScoreBreakdown`] of the request's [`SearchMode`], then its
+/// threshold, then its limit.
+///
+/// Candidates are `(key, id, score)`, best first: `key` is whatever the store loads hits by
+/// (a row key, or the id again), `score` the cosine similarity (`semantic`) or raw BM25
+/// (`keyword`). Semantic mode reads only `semantic`, keyword mode only `keyword` (each score
+/// divided by the best one), hybrid mode [`fuse`]s both.
+pub fn rank<K: Copy>(
+    request: &SearchRequest,
+    semantic: &[(K, MemoryId, f32)],
+    keyword: &[(K, MemoryId, f32)],
+) -> Vec<(K, f32, ScoreBreakdown)> {
+    let mut ranked: Vec<(K, f32, ScoreBreakdown)> = match request.mode {
+        SearchMode::Semantic => semantic
+            .iter()
+            .map(|&(key, _, s)| {
+                let b = ScoreBreakdown {
+                    semantic: Some(s),
+                    ..Default::default()
+                };
+                (key, s, b)
+            })
+            .collect(),
+        SearchMode::Keyword => {
+            let best = keyword.first().map_or(1.0, |h| h.2);
+            keyword
+                .iter()
+                .map(|&(key, _, raw)| {
+                    let s = if best > 0.0 { raw / best } else { 0.0 };
+                    let b = ScoreBreakdown {
+                        keyword: Some(s),
+                        keyword_raw: Some(raw),
+                        ..Default::default()
+                    };
+                    (key, s, b)
+                })
+                .collect()
+        }
+        SearchMode::Hybrid(weights) => {
+            let key_of: HashMap<MemoryId, K> = semantic
+                .iter()
+                .chain(keyword)
+                .map(|&(key, id, _)| (id, key))
+                .collect();
+            let ids = |c: &[(K, MemoryId, f32)]| -> Vec<(MemoryId, f32)> {
+                c.iter().map(|&(_, id, s)| (id, s)).collect()
+            };
+            fuse(&ids(semantic), &ids(keyword), weights)
+                .into_iter()
+                .filter_map(|f| {
+                    let b = ScoreBreakdown {
+                        semantic: f.semantic,
+                        keyword: f.keyword,
+                        keyword_raw: f.keyword_raw,
+                        ..Default::default()
+                    };
+                    key_of.get(&f.id).map(|&key| (key, f.score, b))
+                })
+                .collect()
+        }
+    };
+    if let Some(t) = request.threshold {
+        ranked.retain(|(_, s, _)| *s >= t);
+    }
+    ranked.truncate(request.limit);
+    ranked
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -445,6 +514,35 @@ mod tests {
         assert!(HybridWeights::new(-1.0, 1.0).is_err());
         assert!(HybridWeights::new(0.0, 0.0).is_err());
         assert!(serde_json::from_str::<HybridWeights>(r#"{"semantic":-1,"keyword":2}"#).is_err());
+    }
+
+    #[test]
+    fn rank_scores_each_mode_then_applies_threshold_and_limit() {
+        let (a, b, c) = (MemoryId::new(), MemoryId::new(), MemoryId::new());
+        let sem = [(1, a, 0.9), (2, b, 0.5), (3, c, 0.1)];
+        let kw = [(2, b, 8.0), (3, c, 2.0)];
+
+        let hits = rank(&SearchRequest::semantic("q").threshold(0.3), &sem, &kw);
+        assert_eq!(hits.iter().map(|h| h.0).collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(hits[0].2.semantic, Some(0.9));
+        assert_eq!(hits[0].2.keyword, None);
+
+        let hits = rank(&SearchRequest::keyword("q").limit(1), &sem, &kw);
+        assert_eq!(hits.len(), 1);
+        assert_eq!((hits[0].0, hits[0].1), (2, 1.0));
+        assert_eq!(hits[0].2.keyword_raw, Some(8.0));
+        let all = rank(&SearchRequest::keyword("q"), &sem, &kw);
+        assert_eq!(all[1].1, 0.25);
+
+        let hits = rank(&SearchRequest::hybrid("q"), &sem, &kw);
+        // b is in both lists and comes first; every key is the one its candidate carried.
+        assert_eq!(hits[0].0, 2);
+        assert_eq!(hits.len(), 3);
+        assert!(hits.iter().all(|h| h.2.semantic.is_some()));
+        assert_eq!(
+            hits.iter().find(|h| h.0 == 3).unwrap().2.keyword,
+            Some(0.25)
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use memory_core::{
     BackendInfo, Capabilities, Capability, EmbeddingProvider, EmbeddingSpace, Filter, Limits,
     MemoryBackend, MemoryEntry, MemoryError, MemoryId, MemoryPatch, NewMemory, PrunePolicy,
     PruneReport, Result, Scope, ScoreBreakdown, ScoredMemory, SearchMode, SearchRequest,
-    StoreVectors, Timestamp, check_limit, cosine, ensure_scope, fuse, plan_prune, validate_content,
+    StoreVectors, Timestamp, check_limit, cosine, ensure_scope, plan_prune, rank, validate_content,
 };
 
 const NAME: &str = "memory-inmem";
@@ -180,7 +180,7 @@ impl MemoryBackend for InMemoryBackend {
         };
         let limit = request.limit;
         let pool = (limit * HYBRID_POOL_FACTOR).max(50);
-        let mut scored: Vec<(MemoryId, f32, ScoreBreakdown)> = {
+        let scored: Vec<(MemoryId, f32, ScoreBreakdown)> = {
             let state = self.read();
             let Some(items) = state.scopes.get(scope) else {
                 return Ok(Vec::new());
@@ -212,56 +212,17 @@ impl MemoryBackend for InMemoryBackend {
                 hits.truncate(take);
                 hits
             };
-            match request.mode {
-                SearchMode::Semantic => semantic(usize::MAX)
-                    .into_iter()
-                    .map(|(id, s)| {
-                        (
-                            id,
-                            s,
-                            ScoreBreakdown {
-                                semantic: Some(s),
-                                ..Default::default()
-                            },
-                        )
-                    })
-                    .collect(),
-                SearchMode::Keyword => {
-                    let hits = keyword(usize::MAX);
-                    let best = hits.first().map_or(1.0, |h| h.1);
-                    hits.into_iter()
-                        .map(|(id, raw)| {
-                            let s = raw / best;
-                            (
-                                id,
-                                s,
-                                ScoreBreakdown {
-                                    keyword: Some(s),
-                                    keyword_raw: Some(raw),
-                                    ..Default::default()
-                                },
-                            )
-                        })
-                        .collect()
-                }
-                SearchMode::Hybrid(weights) => fuse(&semantic(pool), &keyword(pool), weights)
-                    .into_iter()
-                    .map(|f| {
-                        let b = ScoreBreakdown {
-                            semantic: f.semantic,
-                            keyword: f.keyword,
-                            keyword_raw: f.keyword_raw,
-                            ..Default::default()
-                        };
-                        (f.id, f.score, b)
-                    })
-                    .collect(),
-            }
+            // Keyed by id: the in-memory store loads hits by id.
+            let keyed = |hits: Vec<(MemoryId, f32)>| -> Vec<(MemoryId, MemoryId, f32)> {
+                hits.into_iter().map(|(id, s)| (id, id, s)).collect()
+            };
+            let (sem, kw) = match request.mode {
+                SearchMode::Semantic => (keyed(semantic(usize::MAX)), Vec::new()),
+                SearchMode::Keyword => (Vec::new(), keyed(keyword(usize::MAX))),
+                SearchMode::Hybrid(_) => (keyed(semantic(pool)), keyed(keyword(pool))),
+            };
+            rank(request, &sem, &kw)
         };
-        if let Some(t) = request.threshold {
-            scored.retain(|(_, s, _)| *s >= t);
-        }
-        scored.truncate(limit);
 
         let now = Timestamp::now();
         let hits: Vec<ScoredMemory> = if request.record_access {

@@ -7,9 +7,9 @@ use async_trait::async_trait;
 use deadpool_postgres::Object;
 use memory_core::{
     BackendInfo, Capabilities, Capability, Filter, MemoryBackend, MemoryEntry, MemoryError,
-    MemoryId, MemoryPatch, NewMemory, PrunePolicy, PruneReport, Result, Scope, ScoreBreakdown,
-    ScoredMemory, SearchMode, SearchRequest, StoreVectors, Timestamp, check_limit, ensure_scope,
-    fuse, plan_prune, validate_content,
+    MemoryId, MemoryPatch, NewMemory, PrunePolicy, PruneReport, Result, Scope, ScoredMemory,
+    SearchMode, SearchRequest, StoreVectors, Timestamp, check_limit, ensure_scope, plan_prune,
+    rank, validate_content,
 };
 use pgvector::Vector;
 use tokio_postgres::error::SqlState;
@@ -525,66 +525,26 @@ impl MemoryBackend for PostgresBackend {
         let f = &request.filter;
         let q = query_vec.as_deref().unwrap_or_default();
         let pool = (request.limit * self.config.hybrid_pool_factor).max(50);
-        let mut ranked: Vec<(i64, f32, ScoreBreakdown)> = match request.mode {
-            SearchMode::Semantic => self
-                .semantic(&c, scope_id, vectors, q, f, request.limit)
-                .await?
-                .into_iter()
-                .map(|(pk, _, s)| {
-                    let b = ScoreBreakdown {
-                        semantic: Some(s),
-                        ..Default::default()
-                    };
-                    (pk, s, b)
-                })
-                .collect(),
-            SearchMode::Keyword => {
-                let hits = self.keyword(&c, scope_id, text, f, request.limit).await?;
-                let best = hits.first().map_or(1.0, |h| h.2);
-                hits.into_iter()
-                    .map(|(pk, _, raw)| {
-                        let s = if best > 0.0 { raw / best } else { 0.0 };
-                        let b = ScoreBreakdown {
-                            keyword: Some(s),
-                            keyword_raw: Some(raw),
-                            ..Default::default()
-                        };
-                        (pk, s, b)
-                    })
-                    .collect()
-            }
-            SearchMode::Hybrid(weights) => {
-                // Both candidate queries go out on the connection at once (pipelined).
-                let (sem, kw) = futures_util::future::try_join(
+        let (sem, kw) = match request.mode {
+            SearchMode::Semantic => (
+                self.semantic(&c, scope_id, vectors, q, f, request.limit)
+                    .await?,
+                Vec::new(),
+            ),
+            SearchMode::Keyword => (
+                Vec::new(),
+                self.keyword(&c, scope_id, text, f, request.limit).await?,
+            ),
+            // Both candidate queries go out on the connection at once (pipelined).
+            SearchMode::Hybrid(_) => {
+                futures_util::future::try_join(
                     self.semantic(&c, scope_id, vectors, q, f, pool),
                     self.keyword(&c, scope_id, text, f, pool),
                 )
-                .await?;
-                let pk_of: HashMap<MemoryId, i64> = sem
-                    .iter()
-                    .chain(&kw)
-                    .map(|(pk, id, _)| (*id, *pk))
-                    .collect();
-                let sem: Vec<(MemoryId, f32)> = sem.iter().map(|(_, id, s)| (*id, *s)).collect();
-                let kw: Vec<(MemoryId, f32)> = kw.iter().map(|(_, id, s)| (*id, *s)).collect();
-                fuse(&sem, &kw, weights)
-                    .into_iter()
-                    .filter_map(|f| {
-                        let b = ScoreBreakdown {
-                            semantic: f.semantic,
-                            keyword: f.keyword,
-                            keyword_raw: f.keyword_raw,
-                            ..Default::default()
-                        };
-                        pk_of.get(&f.id).map(|pk| (*pk, f.score, b))
-                    })
-                    .collect()
+                .await?
             }
         };
-        if let Some(t) = request.threshold {
-            ranked.retain(|(_, s, _)| *s >= t);
-        }
-        ranked.truncate(request.limit);
+        let ranked = rank(request, &sem, &kw);
         let pks: Vec<i64> = ranked.iter().map(|(pk, _, _)| *pk).collect();
         let mut loaded = self.load(&c, scope_id, pks, request.record_access).await?;
         // A memory deleted between ranking and loading is left out.

@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use async_trait::async_trait;
 use memory_core::{
     BackendInfo, Capabilities, Capability, Filter, MemoryBackend, MemoryEntry, MemoryError,
-    MemoryId, MemoryPatch, NewMemory, PrunePolicy, PruneReport, Result, Scope, ScoreBreakdown,
-    ScoredMemory, SearchMode, SearchRequest, StoreVectors, Timestamp, check_limit, ensure_scope,
-    fuse, plan_prune, validate_content,
+    MemoryId, MemoryPatch, NewMemory, PrunePolicy, PruneReport, Result, Scope, ScoredMemory,
+    SearchMode, SearchRequest, StoreVectors, Timestamp, check_limit, ensure_scope, plan_prune,
+    rank, validate_content,
 };
 use rusqlite::types::Value;
 
@@ -166,69 +166,21 @@ impl MemoryBackend for SqliteBackend {
                     };
                     let text = request.query_text().unwrap_or_default();
                     let f = &request.filter;
-                    let mut scored: Vec<(i64, f32, ScoreBreakdown)> = match request.mode {
-                        SearchMode::Semantic => {
-                            let q = query_vec.as_deref().unwrap_or_default();
-                            sql.semantic(scope_id, q, f, request.limit, guard.as_deref_mut())?
-                                .into_iter()
-                                .map(|(pk, _, s)| {
-                                    (
-                                        pk,
-                                        s,
-                                        ScoreBreakdown {
-                                            semantic: Some(s),
-                                            ..Default::default()
-                                        },
-                                    )
-                                })
-                                .collect()
-                        }
+                    let q = query_vec.as_deref().unwrap_or_default();
+                    let (sem, kw) = match request.mode {
+                        SearchMode::Semantic => (
+                            sql.semantic(scope_id, q, f, request.limit, guard.as_deref_mut())?,
+                            Vec::new(),
+                        ),
                         SearchMode::Keyword => {
-                            let hits = sql.keyword(scope_id, text, f, request.limit)?;
-                            let best = hits.first().map_or(1.0, |h| h.2);
-                            hits.into_iter()
-                                .map(|(pk, _, raw)| {
-                                    let s = if best > 0.0 { raw / best } else { 0.0 };
-                                    let b = ScoreBreakdown {
-                                        keyword: Some(s),
-                                        keyword_raw: Some(raw),
-                                        ..Default::default()
-                                    };
-                                    (pk, s, b)
-                                })
-                                .collect()
+                            (Vec::new(), sql.keyword(scope_id, text, f, request.limit)?)
                         }
-                        SearchMode::Hybrid(weights) => {
-                            let q = query_vec.as_deref().unwrap_or_default();
-                            let sem = sql.semantic(scope_id, q, f, pool, guard.as_deref_mut())?;
-                            let kw = sql.keyword(scope_id, text, f, pool)?;
-                            let pk_of: std::collections::HashMap<MemoryId, i64> = sem
-                                .iter()
-                                .chain(&kw)
-                                .map(|(pk, id, _)| (*id, *pk))
-                                .collect();
-                            let sem: Vec<(MemoryId, f32)> =
-                                sem.iter().map(|(_, id, s)| (*id, *s)).collect();
-                            let kw: Vec<(MemoryId, f32)> =
-                                kw.iter().map(|(_, id, s)| (*id, *s)).collect();
-                            fuse(&sem, &kw, weights)
-                                .into_iter()
-                                .filter_map(|f| {
-                                    let b = ScoreBreakdown {
-                                        semantic: f.semantic,
-                                        keyword: f.keyword,
-                                        keyword_raw: f.keyword_raw,
-                                        ..Default::default()
-                                    };
-                                    pk_of.get(&f.id).map(|pk| (*pk, f.score, b))
-                                })
-                                .collect()
-                        }
+                        SearchMode::Hybrid(_) => (
+                            sql.semantic(scope_id, q, f, pool, guard.as_deref_mut())?,
+                            sql.keyword(scope_id, text, f, pool)?,
+                        ),
                     };
-                    if let Some(t) = request.threshold {
-                        scored.retain(|(_, s, _)| *s >= t);
-                    }
-                    scored.truncate(request.limit);
+                    let scored = rank(&request, &sem, &kw);
                     let pks: Vec<i64> = scored.iter().map(|(pk, _, _)| *pk).collect();
                     if request.record_access {
                         sql.bump_access(&pks, Timestamp::now())?;

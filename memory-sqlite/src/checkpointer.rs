@@ -23,6 +23,7 @@ use rusqlite::hooks::Wal;
 use rusqlite::wal::CheckpointMode;
 
 use crate::error::{BACKEND, sql_error};
+use crate::worker::take_thread;
 
 /// Log frames (pages) after a commit that wake the checkpointer: SQLite's own default.
 pub(crate) const TRIGGER_FRAMES: i32 = 1000;
@@ -94,12 +95,7 @@ impl Checkpointer {
     /// Stops the thread and closes its connection. Call after the writer has closed, so
     /// this connection is the file's last and leaves it fully checkpointed.
     pub(crate) fn close(&self) {
-        let handle = self
-            .thread
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        if let Some(h) = handle {
+        if let Some(h) = take_thread(&self.thread) {
             // Blocks only while a nudge is queued; the thread drains it and then stops.
             let _ = self.tx.send(Msg::Stop);
             // A panic on that thread has nothing left to report.

@@ -15,6 +15,14 @@ use crate::error::SqliteError;
 
 type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 
+/// Takes a thread's handle out of its slot, so only the first `close` joins it (a poisoned
+/// lock still yields the handle).
+pub(crate) fn take_thread(slot: &Mutex<Option<JoinHandle<()>>>) -> Option<JoinHandle<()>> {
+    slot.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take()
+}
+
 /// How long the worker polls for the next job before it sleeps.
 const SPIN: Duration = Duration::from_micros(50);
 
@@ -110,12 +118,7 @@ impl Worker {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
-        let handle = self
-            .thread
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        if let Some(h) = handle {
+        if let Some(h) = take_thread(&self.thread) {
             // A panicking job already lost its reply; nothing more to report here.
             let _ = h.join();
         }
