@@ -14,13 +14,23 @@ use memory_core::{
 use rusqlite::types::Value;
 
 use crate::SqliteBackend;
+use crate::SqliteError;
 use crate::cache::VectorCache;
 use crate::error::{BACKEND, sql_error};
 use crate::sql::{Inserter, Sql};
+use crate::worker::SpaceCheck;
 
 impl SqliteBackend {
     fn caps(&self) -> Capabilities {
-        Capabilities::full_store(self.embedder.is_some()).with(Capability::Persistence)
+        let caps = Capabilities::full_store(self.embedder.is_some()).with(Capability::Persistence);
+        if !self.read_only {
+            return caps;
+        }
+        // A read-only store searches and reads; it cannot change what it holds.
+        caps.without(Capability::Update)
+            .without(Capability::PruneTtl)
+            .without(Capability::PruneMaxCount)
+            .without(Capability::PruneDecay)
     }
 
     fn store_name(&self) -> String {
@@ -41,10 +51,6 @@ impl SqliteBackend {
         if let Some(c) = cache {
             f(&mut c.lock().unwrap_or_else(PoisonError::into_inner));
         }
-    }
-
-    fn has_vec_table(&self) -> bool {
-        self.space.is_some()
     }
 }
 
@@ -80,31 +86,39 @@ impl MemoryBackend for SqliteBackend {
             .zip(&vectors)
             .map(|(m, v)| m.into_entry(scope, now, v.is_some()))
             .collect();
-        let (scope, path, cache) = (scope.clone(), self.path.clone(), self.cache.clone());
+        let (scope, cache) = (scope.clone(), self.cache.clone());
         self.worker
             .call(move |conn| {
-                let tx = conn.transaction().map_err(|e| sql_error(&path, e))?;
-                let mut inserted = Vec::with_capacity(entries.len());
-                let mut scope_id = 0;
-                {
+                let (mut entries, mut vectors) = (entries, vectors);
+                let path = conn.path.clone();
+                let (scope_id, inserted) = conn.write(|tx, space| {
+                    if space != SpaceCheck::Same {
+                        // Another process re-embedded the store into another space: keep
+                        // the text, without vectors of the old space; a process of the
+                        // new space embeds them when it searches their scope.
+                        vectors.iter_mut().for_each(|v| *v = None);
+                        entries.iter_mut().for_each(|e| e.embedded = false);
+                    }
                     let sql = Sql {
-                        conn: &tx,
+                        conn: tx,
                         path: &path,
                     };
-                    if !entries.is_empty() {
-                        scope_id = sql.ensure_scope_id(&scope)?;
-                        let mut inserter = Inserter::new(&sql, scope_id)?;
-                        for (e, v) in entries.iter().zip(&vectors) {
-                            // A taken id writes nothing; returning drops `tx`, which rolls
-                            // back the rows already written for this batch.
-                            let Some(pk) = inserter.insert(e, v.as_deref())? else {
-                                return Err(MemoryError::Conflict { id: e.id });
-                            };
-                            inserted.push(pk);
-                        }
+                    let mut inserted = Vec::with_capacity(entries.len());
+                    if entries.is_empty() {
+                        return Ok((0, inserted));
                     }
-                }
-                tx.commit().map_err(|e| sql_error(&path, e))?;
+                    let scope_id = sql.ensure_scope_id(&scope)?;
+                    let mut inserter = Inserter::new(&sql, scope_id)?;
+                    for (e, v) in entries.iter().zip(&vectors) {
+                        // A taken id writes nothing; the error drops the transaction, which
+                        // rolls back the rows already written for this batch.
+                        let Some(pk) = inserter.insert(e, v.as_deref())? else {
+                            return Err(MemoryError::Conflict { id: e.id });
+                        };
+                        inserted.push(pk);
+                    }
+                    Ok((scope_id, inserted))
+                })?;
                 Self::with_cache(&cache, |c| {
                     for (pk, v) in inserted.iter().zip(&vectors) {
                         if let Some(v) = v {
@@ -140,71 +154,35 @@ impl MemoryBackend for SqliteBackend {
         request.validate(&self.caps(), &self.config.limits, BACKEND)?;
         let query_vec = match request.mode {
             SearchMode::Semantic | SearchMode::Hybrid(_) => {
-                Some(self.vectors().query_vector(request).await?)
+                Some(Arc::new(self.vectors().query_vector(request).await?))
             }
             SearchMode::Keyword => None,
         };
-        let scope_c = scope.clone();
-        let request = request.clone();
-        let path = self.path.clone();
-        let pool = (request.limit * self.config.hybrid_pool_factor).max(50);
-        let cache = self.cache.clone();
-        let hits = self
-            .worker
-            .call(move |conn| {
-                let mut guard = cache
-                    .as_ref()
-                    .map(|c| c.lock().unwrap_or_else(PoisonError::into_inner));
-                let tx = conn.transaction().map_err(|e| sql_error(&path, e))?;
-                let hits = {
-                    let sql = Sql {
-                        conn: &tx,
-                        path: &path,
-                    };
-                    let Some(scope_id) = sql.scope_id(&scope_c)? else {
-                        return Ok(Vec::new());
-                    };
-                    let text = request.query_text().unwrap_or_default();
-                    let f = &request.filter;
-                    let q = query_vec.as_deref().unwrap_or_default();
-                    let (sem, kw) = match request.mode {
-                        SearchMode::Semantic => (
-                            sql.semantic(scope_id, q, f, request.limit, guard.as_deref_mut())?,
-                            Vec::new(),
-                        ),
-                        SearchMode::Keyword => {
-                            (Vec::new(), sql.keyword(scope_id, text, f, request.limit)?)
-                        }
-                        SearchMode::Hybrid(_) => (
-                            sql.semantic(scope_id, q, f, pool, guard.as_deref_mut())?,
-                            sql.keyword(scope_id, text, f, pool)?,
-                        ),
-                    };
-                    let scored = rank(&request, &sem, &kw);
-                    let pks: Vec<i64> = scored.iter().map(|(pk, _, _)| *pk).collect();
-                    if request.record_access {
-                        sql.bump_access(&pks, Timestamp::now())?;
-                    }
-                    let mut entries = sql.entries_by_pk(scope_id, &pks)?.into_iter();
-                    let mut out = Vec::with_capacity(scored.len());
-                    for (pk, score, breakdown) in scored {
-                        if let Some((epk, entry)) = entries.next() {
-                            debug_assert_eq!(epk, pk);
-                            out.push(ScoredMemory {
-                                entry,
-                                score,
-                                breakdown,
-                            });
-                        }
-                    }
-                    out
-                };
-                tx.commit().map_err(|e| sql_error(&path, e))?;
-                Ok(hits)
-            })
-            .await?;
-        ensure_scope(BACKEND, scope, hits.iter().map(|h| &h.entry))?;
-        Ok(hits)
+        // Memories of the scope that have no vector yet are embedded first, a batch at a
+        // time, so a semantic search misses none of them (bounded: a process without an
+        // embedder may be storing more meanwhile).
+        let backfill = query_vec.is_some() && !self.read_only;
+        for round in 0..=MAX_BACKFILL_ROUNDS {
+            let found = self
+                .search_once(
+                    scope,
+                    request,
+                    query_vec.clone(),
+                    backfill && round < MAX_BACKFILL_ROUNDS,
+                )
+                .await?;
+            match found {
+                Searched::Hits(hits) => {
+                    ensure_scope(BACKEND, scope, hits.iter().map(|h| &h.entry))?;
+                    return Ok(hits);
+                }
+                Searched::Unembedded(rows) => {
+                    self.add_vectors(rows).await?;
+                }
+            }
+        }
+        // Unreachable: the last round does not ask for unembedded rows.
+        Ok(Vec::new())
     }
 
     async fn recent(
@@ -257,14 +235,21 @@ impl MemoryBackend for SqliteBackend {
             // one backfills it.
             entry.embedded = vector.is_some();
         }
-        let (scope_c, path, vec_table) = (scope.clone(), self.path.clone(), self.has_vec_table());
+        let (scope_c, path) = (scope.clone(), self.path.clone());
         let cache = self.cache.clone();
         let e = entry.clone();
         self.worker
             .call(move |conn| {
-                let tx = conn.transaction().map_err(|e| sql_error(&path, e))?;
-                {
-                    let sql = Sql { conn: &tx, path: &path };
+                let mut vector = vector;
+                let mut e = e;
+                conn.write(|tx, space| {
+                    if vector.is_some() && space != SpaceCheck::Same {
+                        // Re-embedded into another space by another process: no vector of
+                        // ours; a process of the new space embeds it later.
+                        vector = None;
+                        e.embedded = false;
+                    }
+                    let sql = Sql { conn: tx, path: &path };
                     let scope_id = sql.scope_id(&scope_c)?.ok_or(MemoryError::NotFound { id })?;
                     let pk = sql.find_pk(scope_id, id)?.ok_or(MemoryError::NotFound { id })?;
                     tx.execute(
@@ -293,7 +278,7 @@ impl MemoryBackend for SqliteBackend {
                         sql.insert_fts(pk, scope_id, &e.content, e.context.as_deref())?;
                     }
                     if content_changed {
-                        if vec_table {
+                        if sql.has_vec_table()? {
                             tx.execute("DELETE FROM memory_vec WHERE rowid = ?1", [pk]).map_err(|e| sql_error(&path, e))?;
                         }
                         if let Some(v) = &vector {
@@ -301,47 +286,46 @@ impl MemoryBackend for SqliteBackend {
                         }
                         Self::with_cache(&cache, |c| c.invalidate(scope_id));
                     }
-                }
-                tx.commit().map_err(|e| sql_error(&path, e))?;
-                Ok(())
+                    Ok(e.embedded)
+                })
             })
-            .await?;
-        Ok(entry)
+            .await
+            .map(|embedded| {
+                entry.embedded = embedded;
+                entry
+            })
     }
 
     async fn delete(&self, scope: &Scope, id: MemoryId) -> Result<()> {
-        let (scope, path, vec_table) = (scope.clone(), self.path.clone(), self.has_vec_table());
+        let (scope, path) = (scope.clone(), self.path.clone());
         let cache = self.cache.clone();
         self.worker
             .call(move |conn| {
-                let tx = conn.transaction().map_err(|e| sql_error(&path, e))?;
-                {
+                conn.write(|tx, _| {
                     let sql = Sql {
-                        conn: &tx,
+                        conn: tx,
                         path: &path,
                     };
                     let scope_id = sql.scope_id(&scope)?.ok_or(MemoryError::NotFound { id })?;
                     let pk = sql
                         .find_pk(scope_id, id)?
                         .ok_or(MemoryError::NotFound { id })?;
-                    sql.delete_pks(&[pk], vec_table)?;
+                    sql.delete_pks(&[pk])?;
                     Self::with_cache(&cache, |c| c.invalidate(scope_id));
-                }
-                tx.commit().map_err(|e| sql_error(&path, e))?;
-                Ok(())
+                    Ok(())
+                })
             })
             .await
     }
 
     async fn delete_scope(&self, scope: &Scope) -> Result<u64> {
-        let (scope, path, vec_table) = (scope.clone(), self.path.clone(), self.has_vec_table());
+        let (scope, path) = (scope.clone(), self.path.clone());
         let cache = self.cache.clone();
         self.worker
             .call(move |conn| {
-                let tx = conn.transaction().map_err(|e| sql_error(&path, e))?;
-                let n = {
+                conn.write(|tx, _| {
                     let sql = Sql {
-                        conn: &tx,
+                        conn: tx,
                         path: &path,
                     };
                     let Some(scope_id) = sql.scope_id(&scope)? else {
@@ -351,33 +335,25 @@ impl MemoryBackend for SqliteBackend {
                         .prepare("SELECT pk FROM memories WHERE scope_id = ?1")
                         .and_then(|mut s| s.query_map([scope_id], |r| r.get(0))?.collect())
                         .map_err(|e| sql_error(&path, e))?;
-                    sql.delete_pks(&pks, vec_table)?;
+                    sql.delete_pks(&pks)?;
                     tx.execute("DELETE FROM scopes WHERE id = ?1", [scope_id])
                         .map_err(|e| sql_error(&path, e))?;
                     Self::with_cache(&cache, |c| c.invalidate(scope_id));
-                    pks.len() as u64
-                };
-                tx.commit().map_err(|e| sql_error(&path, e))?;
-                Ok(n)
+                    Ok(pks.len() as u64)
+                })
             })
             .await
     }
 
     async fn prune(&self, scope: &Scope, policy: &PrunePolicy) -> Result<PruneReport> {
         policy.validate(&self.caps(), BACKEND)?;
-        let (scope, path, vec_table, policy) = (
-            scope.clone(),
-            self.path.clone(),
-            self.has_vec_table(),
-            *policy,
-        );
+        let (scope, path, policy) = (scope.clone(), self.path.clone(), *policy);
         let cache = self.cache.clone();
         self.worker
             .call(move |conn| {
-                let tx = conn.transaction().map_err(|e| sql_error(&path, e))?;
-                let report = {
+                conn.write(|tx, _| {
                     let sql = Sql {
-                        conn: &tx,
+                        conn: tx,
                         path: &path,
                     };
                     let Some(scope_id) = sql.scope_id(&scope)? else {
@@ -393,12 +369,10 @@ impl MemoryBackend for SqliteBackend {
                         .filter(|(_, e)| gone.contains(&e.id))
                         .map(|(pk, _)| *pk)
                         .collect();
-                    sql.delete_pks(&pks, vec_table)?;
+                    sql.delete_pks(&pks)?;
                     Self::with_cache(&cache, |c| c.invalidate(scope_id));
-                    report
-                };
-                tx.commit().map_err(|e| sql_error(&path, e))?;
-                Ok(report)
+                    Ok(report)
+                })
             })
             .await
     }
@@ -442,6 +416,112 @@ impl MemoryBackend for SqliteBackend {
                     .and_then(|mut s| s.query_row([key], |r| r.get::<_, i64>(0)))
                     .map(|n| u64::try_from(n).unwrap_or(0))
                     .map_err(|e| sql_error(&path, e).into())
+            })
+            .await
+    }
+}
+
+/// Backfill rounds a search runs at most before it searches anyway.
+const MAX_BACKFILL_ROUNDS: usize = 64;
+
+/// What one search job found: hits, or memories of the scope to embed first.
+enum Searched {
+    Hits(Vec<ScoredMemory>),
+    Unembedded(Vec<(i64, String)>),
+}
+
+impl SqliteBackend {
+    /// One search on the worker. Reads only: the recall counts of the hits are noted and
+    /// written after the reply (`Conn::flush_access`), so a search never waits for or
+    /// fails because of a writer, and works on a read-only store. With `backfill`, a scope
+    /// holding memories without a vector answers with those first.
+    async fn search_once(
+        &self,
+        scope: &Scope,
+        request: &SearchRequest,
+        query_vec: Option<Arc<Vec<f32>>>,
+        backfill: bool,
+    ) -> Result<Searched> {
+        let scope_c = scope.clone();
+        let request = request.clone();
+        let pool = (request.limit * self.config.hybrid_pool_factor).max(50);
+        let cache = self.cache.clone();
+        self.worker
+            .call(move |conn| {
+                let path = conn.path.clone();
+                let mut guard = cache
+                    .as_ref()
+                    .map(|c| c.lock().unwrap_or_else(PoisonError::into_inner));
+                // One read transaction: every query sees the same snapshot.
+                let tx = conn
+                    .unchecked_transaction()
+                    .map_err(|e| sql_error(&path, e))?;
+                let sql = Sql {
+                    conn: &tx,
+                    path: &path,
+                };
+                let Some(scope_id) = sql.scope_id(&scope_c)? else {
+                    return Ok(Searched::Hits(Vec::new()));
+                };
+                // In this snapshot, before any vector is read: vectors of another space
+                // (another process ran `reembed`) must not meet this process's query.
+                if query_vec.is_some()
+                    && let SpaceCheck::Moved(now) = conn.space_check(&tx)?
+                {
+                    return Err(SqliteError::SpaceMoved {
+                        path: path.clone(),
+                        now: now.unwrap_or_else(|| "none".into()),
+                        mine: conn.space_name(),
+                    }
+                    .into());
+                }
+                if backfill {
+                    let rows = sql.unembedded(scope_id, 256)?;
+                    if !rows.is_empty() {
+                        return Ok(Searched::Unembedded(rows));
+                    }
+                }
+                let text = request.query_text().unwrap_or_default();
+                let f = &request.filter;
+                let q = query_vec.as_deref().map(Vec::as_slice).unwrap_or_default();
+                let (sem, kw) = match request.mode {
+                    SearchMode::Semantic => (
+                        sql.semantic(scope_id, q, f, request.limit, guard.as_deref_mut())?,
+                        Vec::new(),
+                    ),
+                    SearchMode::Keyword => {
+                        (Vec::new(), sql.keyword(scope_id, text, f, request.limit)?)
+                    }
+                    SearchMode::Hybrid(_) => (
+                        sql.semantic(scope_id, q, f, pool, guard.as_deref_mut())?,
+                        sql.keyword(scope_id, text, f, pool)?,
+                    ),
+                };
+                let scored = rank(&request, &sem, &kw);
+                let pks: Vec<i64> = scored.iter().map(|(pk, _, _)| *pk).collect();
+                let mut entries = sql.entries_by_pk(scope_id, &pks)?.into_iter();
+                drop(tx);
+                let now = Timestamp::now();
+                let mut out = Vec::with_capacity(scored.len());
+                for (pk, score, breakdown) in scored {
+                    if let Some((epk, mut entry)) = entries.next() {
+                        debug_assert_eq!(epk, pk);
+                        if request.record_access {
+                            // What the store will hold once the recall is recorded.
+                            entry.access_count += 1;
+                            entry.accessed_at = entry.accessed_at.max(now);
+                        }
+                        out.push(ScoredMemory {
+                            entry,
+                            score,
+                            breakdown,
+                        });
+                    }
+                }
+                if request.record_access {
+                    conn.note_access(&pks, now);
+                }
+                Ok(Searched::Hits(out))
             })
             .await
     }

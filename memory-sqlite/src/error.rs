@@ -19,7 +19,7 @@ pub enum SqliteError {
     },
 
     /// The file could not be read.
-    #[error("cannot read memory store {path}: {source}")]
+    #[error("cannot read memory store {path}")]
     Io {
         /// The file.
         path: PathBuf,
@@ -69,7 +69,7 @@ pub enum SqliteError {
     },
 
     /// SQLite reports the file as damaged.
-    #[error("memory store {path} is corrupt ({source}); restore it from a backup")]
+    #[error("memory store {path} is corrupt; restore it from a backup")]
     Corrupt {
         /// The file.
         path: PathBuf,
@@ -81,7 +81,7 @@ pub enum SqliteError {
     /// The store holds vectors of another embedding space than the embedder offered.
     #[error(
         "memory store {path} was created with embeddings from {stored}, but the embedder given \
-         is {given}; open it with {stored}, or migrate it with memory_sqlite::reembed"
+         is {given}; open it with {stored}, or re-embed the store into {given} first"
     )]
     SpaceChanged {
         /// The file.
@@ -108,8 +108,93 @@ pub enum SqliteError {
         path: PathBuf,
     },
 
+    /// Another process moved the store to another embedding space (`reembed`) while this
+    /// one had it open with the old embedder. Its memories are still stored (without
+    /// vectors, embedded later by a process of the new space); semantic search is refused.
+    #[error(
+        "memory store {path} was re-embedded into {now} by another process, but this process \
+         embeds with {mine}; restart it with an embedder of {now}"
+    )]
+    SpaceMoved {
+        /// The file.
+        path: PathBuf,
+        /// The space the file records now (`none` if it has none).
+        now: String,
+        /// The space of this process's embedder.
+        mine: String,
+    },
+
+    /// The store cannot be written: the file or its directory is read-only (reads work).
+    #[error("memory store {path} is read-only here; it can be searched but not changed")]
+    ReadOnly {
+        /// The file.
+        path: PathBuf,
+    },
+
+    /// The store needs a schema upgrade, which a read-only open cannot do.
+    #[error(
+        "memory store {path} has schema version {found} and needs an upgrade to {current}, \
+         which a read-only open cannot do; open it once for writing"
+    )]
+    UpgradeNeeded {
+        /// The file.
+        path: PathBuf,
+        /// Its schema version.
+        found: i64,
+        /// The version this build writes.
+        current: i64,
+    },
+
+    /// No store exists at the path, and the caller asked not to create one.
+    #[error("there is no memory store at {path} (nothing has been stored there yet)")]
+    NoStore {
+        /// The path.
+        path: PathBuf,
+    },
+
+    /// The path names something SQLite would not treat as a plain file: an SQLite URI
+    /// (`file:...`), `:memory:`, or nothing at all.
+    #[error("{shown} is not a store file path: {why}")]
+    NotAFilePath {
+        /// The path as given, quoted.
+        shown: String,
+        /// What it would have meant, and what to pass instead.
+        why: &'static str,
+    },
+
+    /// The path exists but is not a regular file (a directory, FIFO, device, socket).
+    #[error("memory store {path} is {kind}, not a regular file; it was left untouched")]
+    NotAFile {
+        /// The path.
+        path: PathBuf,
+        /// What it is ("a directory", "a FIFO", ...).
+        kind: &'static str,
+    },
+
+    /// The path is a symbolic link whose target does not exist.
+    #[error(
+        "memory store {path} is a symbolic link to {target}, which does not exist; fix or \
+         remove the link"
+    )]
+    DanglingLink {
+        /// The link.
+        path: PathBuf,
+        /// Where it points.
+        target: PathBuf,
+    },
+
+    /// The store file could not be created or opened (permissions, a read-only directory).
+    #[error("cannot open or create memory store {path}")]
+    CannotOpen {
+        /// The file.
+        path: PathBuf,
+        /// What the OS or SQLite said.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+
     /// Any other SQLite failure.
-    #[error("SQLite failed on {path}: {source}")]
+    #[error("SQLite failed on {path}")]
     Sqlite {
         /// The file.
         path: PathBuf,
@@ -143,9 +228,36 @@ pub(crate) fn sql_error(path: &std::path::Path, source: rusqlite::Error) -> Sqli
             path: path.to_owned(),
             source,
         },
+        Some(ErrorCode::ReadOnly) => SqliteError::ReadOnly {
+            path: path.to_owned(),
+        },
+        Some(ErrorCode::CannotOpen) => SqliteError::CannotOpen {
+            path: path.to_owned(),
+            source: Box::new(source),
+        },
         _ => SqliteError::Sqlite {
             path: path.to_owned(),
             source,
         },
+    }
+}
+
+/// Whether SQLite said another connection holds a lock (`SQLITE_BUSY`, `SQLITE_LOCKED`, in
+/// any of their extended forms).
+pub(crate) fn is_busy(e: &rusqlite::Error) -> bool {
+    use rusqlite::ffi::ErrorCode;
+    matches!(
+        e.sqlite_error_code(),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+    )
+}
+
+impl SqliteError {
+    /// Whether this is SQLite saying another connection holds a lock (worth retrying).
+    pub(crate) fn is_busy(&self) -> bool {
+        match self {
+            SqliteError::Sqlite { source, .. } => is_busy(source),
+            _ => false,
+        }
     }
 }

@@ -17,7 +17,8 @@
 //! ```
 //!
 //! Blocking SQLite work runs on one worker thread per store, fed over a channel, so the
-//! backend is `Send + Sync` and any number of tasks can share it.
+//! backend is `Send + Sync` and any number of tasks can share it; any number of processes
+//! can share the file (writes begin `IMMEDIATE` and wait their turn, reads never write).
 
 mod backend;
 mod cache;
@@ -30,6 +31,8 @@ mod worker;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
+
+use rusqlite::OptionalExtension;
 use std::time::Duration;
 
 use memory_core::{EmbeddingProvider, EmbeddingSpace, Limits, MemoryError, Result, embed_all};
@@ -40,7 +43,7 @@ pub use reembed::{ReembedReport, reembed};
 use crate::cache::VectorCache;
 use crate::schema::{Existing, Pragmas};
 use crate::sql::Sql;
-use crate::worker::Worker;
+use crate::worker::{Conn, Worker};
 
 /// How hard a commit tries to reach the disk.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -75,6 +78,13 @@ pub struct SqliteConfig {
     /// Hybrid search fuses the top `hybrid_pool_factor × limit` (at least 50) candidates of
     /// each signal.
     pub hybrid_pool_factor: usize,
+    /// Create the file when there is none (default). When `false`, a missing file is
+    /// [`SqliteError::NoStore`], so a mistyped path is not silently a new, empty store.
+    pub create_if_missing: bool,
+    /// Open read-only: nothing is ever written (no schema, no recall counts, no vectors
+    /// for memories stored without one), and writes fail with [`SqliteError::ReadOnly`].
+    /// A file this process cannot write is opened this way whatever the setting.
+    pub read_only: bool,
 }
 
 impl Default for SqliteConfig {
@@ -88,6 +98,8 @@ impl Default for SqliteConfig {
             page_size: 16384,
             vector_cache_mib: 256,
             hybrid_pool_factor: 4,
+            create_if_missing: true,
+            read_only: false,
         }
     }
 }
@@ -97,7 +109,9 @@ impl Default for SqliteConfig {
 pub struct StoreStats {
     /// Memories in the file.
     pub memories: u64,
-    /// Memories that have a vector.
+    /// Memories that have a vector. The others (stored while no embedder was available,
+    /// or by a process of an older space) get one the next time their scope is searched by
+    /// a process with an embedder, or from [`SqliteBackend::embed_missing`].
     pub embedded: u64,
     /// Memories of kind fact.
     pub facts: u64,
@@ -122,25 +136,40 @@ pub struct SqliteBackend {
     /// Per-scope vector blocks; only touched from jobs on the worker thread.
     cache: Option<Arc<Mutex<VectorCache>>>,
     config: SqliteConfig,
+    /// The connection is read-only (asked for, or the file is not writable here).
+    read_only: bool,
+}
+
+/// What [`SqliteBackend::embed_missing`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EmbedMissingReport {
+    /// Memories that got a vector.
+    pub embedded: u64,
+    /// Memories still without one (changed or written meanwhile by another process).
+    pub remaining: u64,
 }
 
 impl SqliteBackend {
     /// Opens (or creates) the store at `path`.
     ///
-    /// A file that is not an Ava store, is corrupt, or comes from a newer Ava is refused with
-    /// a clear error and left unmodified. With an embedder, the store's recorded embedding
-    /// space must be the embedder's (a store without one adopts it); memories stored while
-    /// no embedder was available are embedded now. Without an embedder the store works on
-    /// keyword search only.
+    /// A path that is not a plain file path (an SQLite URI, `:memory:`, a FIFO or device),
+    /// a file that is not an Ava store, is corrupt, or comes from a newer Ava is refused
+    /// with a clear error and left unmodified. Any number of processes may open one file at
+    /// once, a new one included: each waits its turn for the write lock (the busy timeout).
+    /// With an embedder, the store's recorded embedding space must be the embedder's (a
+    /// store without one adopts it); memories stored while no embedder was available get
+    /// their vectors when their scope is next searched (or from [`Self::embed_missing`]),
+    /// not here. Without an embedder the store works on keyword search only.
     pub async fn open(
         path: impl AsRef<Path>,
         embedder: Option<Arc<dyn EmbeddingProvider>>,
         config: SqliteConfig,
     ) -> Result<Self> {
         let path = path.as_ref().to_owned();
-        let (worker, stored) = open_store(&path, &config)?;
+        let opened = open_store_blocking(&path, &config).await?;
+        let (worker, stored, read_only) = (opened.worker, opened.space, opened.read_only);
         let given = embedder.as_ref().map(|e| e.space());
-        let space = match (&stored, &given) {
+        let (space, embedder) = match (&stored, &given) {
             (Some(s), Some(g)) if **g != *s => {
                 return Err(SqliteError::SpaceChanged {
                     path: path.clone(),
@@ -149,9 +178,11 @@ impl SqliteBackend {
                 }
                 .into());
             }
-            (Some(s), _) => Some(Arc::new(s.clone())),
-            (None, Some(g)) => Some(g.clone()),
-            (None, None) => None,
+            (Some(s), _) => (Some(Arc::new(s.clone())), embedder),
+            // A read-only store cannot take on a space: it stays keyword-only.
+            (None, Some(_)) if read_only => (None, None),
+            (None, Some(g)) => (Some(g.clone()), embedder),
+            (None, None) => (None, embedder),
         };
         let cache = match &space {
             Some(s) if config.vector_cache_mib > 0 => {
@@ -167,16 +198,31 @@ impl SqliteBackend {
             space,
             cache,
             config,
+            read_only,
         };
         if stored.is_none()
-            && let Some(space) = given
+            && let Some(space) = &backend.space
         {
-            backend.adopt_space(space).await?;
+            backend.adopt_space(Arc::clone(space)).await?;
         }
-        if backend.embedder.is_some() {
-            backend.backfill_vectors().await?;
-        }
+        // Only this process's own embedder's space is checked against the file later.
+        let mine = backend
+            .embedder
+            .as_ref()
+            .and(backend.space.as_deref().cloned());
+        backend
+            .worker
+            .call(move |conn| {
+                conn.set_space(mine);
+                Ok(())
+            })
+            .await?;
         Ok(backend)
+    }
+
+    /// Whether the store was opened read-only (asked for, or the file is not writable).
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
     }
 
     /// The store file.
@@ -217,85 +263,199 @@ impl SqliteBackend {
         self.worker.close();
     }
 
+    /// Records `space` as the store's, unless another process recorded one first (then it
+    /// must be the same).
     async fn adopt_space(&self, space: Arc<EmbeddingSpace>) -> Result<()> {
-        let path = self.path.clone();
         self.worker
             .call(move |conn| {
-                let tx = conn.transaction().map_err(|e| error::sql_error(&path, e))?;
-                schema::create_vec_table(&tx, space.dims)
-                    .map_err(|e| error::sql_error(&path, e))?;
-                schema::record_space(&tx, &space).map_err(|e| error::sql_error(&path, e))?;
-                tx.commit().map_err(|e| error::sql_error(&path, e))?;
-                Ok(())
+                let path = conn.path.clone();
+                conn.write(|tx, _| {
+                    match schema::stored_space(tx, &path)? {
+                        Some(s) if s == *space => {}
+                        Some(s) => {
+                            return Err(SqliteError::SpaceChanged {
+                                path: path.clone(),
+                                stored: s.to_string(),
+                                given: space.to_string(),
+                            }
+                            .into());
+                        }
+                        None => {
+                            schema::create_vec_table(tx, space.dims)
+                                .map_err(|e| error::sql_error(&path, e))?;
+                            schema::record_space(tx, &space)
+                                .map_err(|e| error::sql_error(&path, e))?;
+                        }
+                    }
+                    Ok(())
+                })
             })
             .await
     }
 
-    /// Embeds memories stored while no embedder was available.
-    async fn backfill_vectors(&self) -> Result<()> {
-        let Some(embedder) = self.embedder.clone() else {
-            return Ok(());
-        };
+    /// Embeds every memory that has no vector yet (stored while no embedder was available,
+    /// or by a process of an older space), in batches of 256, each committed on its own, so
+    /// an interruption keeps what was done. `progress` hears (done, total) after each
+    /// batch. Searches do this for their own scope as they need it; this is for doing the
+    /// whole store at once. Without an embedder, or read-only, it does nothing.
+    pub async fn embed_missing(
+        &self,
+        mut progress: impl FnMut(u64, u64) + Send,
+    ) -> Result<EmbedMissingReport> {
+        let mut report = EmbedMissingReport::default();
+        if self.embedder.is_none() || self.read_only {
+            return Ok(report);
+        }
+        let total: u64 = self
+            .worker
+            .call(|conn| {
+                conn.query_row(
+                    "SELECT COUNT(*) FROM memories WHERE embedded = 0",
+                    [],
+                    |r| r.get::<_, i64>(0),
+                )
+                .map(|n| u64::try_from(n).unwrap_or(0))
+                .map_err(|e| conn.err(e).into())
+            })
+            .await?;
+        let mut after = 0i64;
         loop {
-            let path = self.path.clone();
-            let todo: Vec<(i64, i64, String)> = self
+            let todo: Vec<(i64, String)> = self
                 .worker
                 .call(move |conn| {
                     let mut stmt = conn
-                        .prepare("SELECT pk, scope_id, content FROM memories WHERE embedded = 0 ORDER BY pk LIMIT 512")
-                        .map_err(|e| error::sql_error(&path, e))?;
+                        .prepare_cached(
+                            "SELECT pk, content FROM memories WHERE embedded = 0 AND pk > ?1 \
+                             ORDER BY pk LIMIT 256",
+                        )
+                        .map_err(|e| conn.err(e))?;
                     let rows = stmt
-                        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                        .query_map([after], |r| Ok((r.get(0)?, r.get(1)?)))
                         .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
-                        .map_err(|e| error::sql_error(&path, e))?;
+                        .map_err(|e| conn.err(e))?;
                     Ok(rows)
                 })
                 .await?;
-            if todo.is_empty() {
-                return Ok(());
-            }
-            let texts: Vec<&str> = todo.iter().map(|(_, _, c)| c.as_str()).collect();
-            let vectors = embed_all(embedder.as_ref(), &texts).await?;
-            let path = self.path.clone();
-            let rows: Vec<(i64, i64, Vec<f32>)> = todo
-                .iter()
-                .zip(vectors)
-                .map(|((pk, sid, _), v)| (*pk, *sid, v.into_vector()))
-                .collect();
-            let cache = self.cache.clone();
-            self.worker
-                .call(move |conn| {
-                    if let Some(c) = &cache {
-                        c.lock().unwrap_or_else(PoisonError::into_inner).clear();
+            let Some(last) = todo.last() else {
+                break;
+            };
+            after = last.0;
+            report.embedded += self.add_vectors(todo).await?;
+            progress(report.embedded, total);
+        }
+        report.remaining = self
+            .worker
+            .call(|conn| {
+                conn.query_row(
+                    "SELECT COUNT(*) FROM memories WHERE embedded = 0",
+                    [],
+                    |r| r.get::<_, i64>(0),
+                )
+                .map(|n| u64::try_from(n).unwrap_or(0))
+                .map_err(|e| conn.err(e).into())
+            })
+            .await?;
+        Ok(report)
+    }
+
+    /// Embeds `rows` (pk, content) and writes their vectors, each only if the memory still
+    /// has no vector and the same content (another process may have changed, embedded or
+    /// deleted it meanwhile). Returns how many got one.
+    pub(crate) async fn add_vectors(&self, rows: Vec<(i64, String)>) -> Result<u64> {
+        let Some(embedder) = self.embedder.clone() else {
+            return Ok(0);
+        };
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        let texts: Vec<&str> = rows.iter().map(|(_, c)| c.as_str()).collect();
+        let vectors = embed_all(embedder.as_ref(), &texts).await?;
+        let rows: Vec<(i64, String, Vec<f32>)> = rows
+            .into_iter()
+            .zip(vectors)
+            .map(|((pk, content), v)| (pk, content, v.into_vector()))
+            .collect();
+        let cache = self.cache.clone();
+        self.worker
+            .call(move |conn| {
+                let path = conn.path.clone();
+                let (added, scopes) = conn.write(|tx, space| {
+                    if space != worker::SpaceCheck::Same {
+                        // Another process moved the store to another space: these vectors
+                        // would be of the wrong one. A process of the new space embeds them.
+                        return Ok((0, Vec::new()));
                     }
-                    let tx = conn.transaction().map_err(|e| error::sql_error(&path, e))?;
-                    {
-                        let sql = Sql {
-                            conn: &tx,
-                            path: &path,
-                        };
-                        for (pk, sid, v) in &rows {
-                            sql.insert_vec(*pk, *sid, v)?;
-                            tx.execute("UPDATE memories SET embedded = 1 WHERE pk = ?1", [pk])
-                                .map_err(|e| error::sql_error(&path, e))?;
+                    let sql = Sql {
+                        conn: tx,
+                        path: &path,
+                    };
+                    let mut added = 0;
+                    let mut scopes = Vec::new();
+                    for (pk, content, v) in &rows {
+                        let scope_id: Option<i64> = tx
+                            .prepare_cached(
+                                "UPDATE memories SET embedded = 1 \
+                                 WHERE pk = ?1 AND embedded = 0 AND content = ?2 RETURNING scope_id",
+                            )
+                            .and_then(|mut s| {
+                                s.query_row(rusqlite::params![pk, content], |r| r.get(0))
+                                    .optional()
+                            })
+                            .map_err(|e| error::sql_error(&path, e))?;
+                        if let Some(sid) = scope_id {
+                            sql.insert_vec(*pk, sid, v)?;
+                            scopes.push(sid);
+                            added += 1;
                         }
                     }
-                    tx.commit().map_err(|e| error::sql_error(&path, e))?;
-                    Ok(())
-                })
-                .await?;
-        }
+                    Ok((added, scopes))
+                })?;
+                if let Some(c) = &cache {
+                    let mut c = c.lock().unwrap_or_else(PoisonError::into_inner);
+                    for sid in scopes {
+                        c.invalidate(sid);
+                    }
+                }
+                Ok(added)
+            })
+            .await
     }
 }
 
-/// Inspects, opens, creates or migrates the file, reads its recorded space, and starts the
-/// worker (with its checkpointer) on it.
-pub(crate) fn open_store(
+/// A store file opened, brought to the current schema, with its worker running.
+pub(crate) struct OpenedStore {
+    pub(crate) worker: Worker,
+    /// The embedding space the file records, if any.
+    pub(crate) space: Option<EmbeddingSpace>,
+    /// Whether the connection is read-only.
+    pub(crate) read_only: bool,
+}
+
+/// [`open_store`] on a blocking thread: opening may wait for other processes' locks.
+pub(crate) async fn open_store_blocking(
     path: &Path,
     config: &SqliteConfig,
-) -> Result<(Worker, Option<EmbeddingSpace>), MemoryError> {
+) -> Result<OpenedStore, MemoryError> {
+    let (p, c) = (path.to_owned(), config.clone());
+    tokio::task::spawn_blocking(move || open_store(&p, &c))
+        .await
+        .map_err(|e| {
+            MemoryError::backend(error::BACKEND, "open the store on a blocking thread", e)
+        })?
+}
+
+/// Inspects, opens, creates or migrates the file, reads its recorded space, and starts the
+/// worker (with its checkpointer, unless read-only) on it.
+pub(crate) fn open_store(path: &Path, config: &SqliteConfig) -> Result<OpenedStore, MemoryError> {
     let existing = schema::inspect(path)?;
+    if (!config.create_if_missing || config.read_only) && !path.exists() {
+        return Err(SqliteError::NoStore {
+            path: path.to_owned(),
+        }
+        .into());
+    }
     let pragmas = Pragmas {
+        read_only: config.read_only,
         page_size: config.page_size,
         synchronous_full: config.durability == Durability::Full,
         busy_timeout: config.busy_timeout,
@@ -303,12 +463,36 @@ pub(crate) fn open_store(
         mmap_mib: config.mmap_mib,
     };
     let fresh = matches!(existing, Existing::Fresh);
-    let mut conn = schema::open_rw(path, &pragmas, fresh)?;
-    match existing {
-        Existing::Fresh => schema::create_schema(&mut conn, path)?,
-        Existing::Store { version } => schema::migrate(&mut conn, path, version)?,
-    }
-    let stored = schema::stored_space(&conn, path)?;
-    let checkpoint = schema::open_checkpointer(path, &pragmas)?;
-    Ok((Worker::spawn(conn, checkpoint, path)?, stored))
+    // Setting up a new file takes locks the busy timeout does not always cover (changing
+    // the journal mode); another process doing the same is waited for here.
+    let deadline = std::time::Instant::now() + config.busy_timeout;
+    let mut pause = Duration::from_millis(2);
+    let (conn, read_only) = loop {
+        let attempt = schema::open_conn(path, &pragmas, fresh).and_then(|(mut conn, ro)| {
+            schema::init_schema(&mut conn, path, ro, config.busy_timeout)?;
+            Ok((conn, ro))
+        });
+        match attempt {
+            Err(e) if e.is_busy() && std::time::Instant::now() < deadline => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            other => break other?,
+        }
+    };
+    let space = schema::stored_space(&conn, path)?;
+    let checkpoint = if read_only {
+        None
+    } else {
+        Some(schema::open_checkpointer(path, &pragmas)?)
+    };
+    let worker = Worker::spawn(
+        Conn::new(conn, path, read_only, config.busy_timeout),
+        checkpoint,
+    )?;
+    Ok(OpenedStore {
+        worker,
+        space,
+        read_only,
+    })
 }

@@ -4,15 +4,17 @@ use std::path::Path;
 use std::sync::Arc;
 
 use memory_core::{EmbeddingProvider, Result, embed_all};
+use rusqlite::OptionalExtension;
 
 use crate::error::sql_error;
 use crate::sql::Sql;
-use crate::{SqliteConfig, open_store, schema};
+use crate::{SqliteConfig, open_store_blocking, schema};
 
 /// What [`reembed`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReembedReport {
-    /// Memories that got a new vector (every memory in the store).
+    /// Memories that got a new vector (every memory in the store, but those stored or
+    /// changed by another process while the vectors were computed: they get theirs later).
     pub memories: u64,
     /// The space the store was in before, if any.
     pub previous_space: Option<String>,
@@ -22,60 +24,87 @@ pub struct ReembedReport {
 
 /// Re-embeds every memory of the store at `path` with `embedder` and records its space.
 ///
-/// All vectors are computed first; then one transaction replaces the vector table, so a
-/// failure at any point (embedder down, process killed) leaves the store as it was.
-/// Memories themselves are never touched.
+/// All vectors are computed first, without holding any lock; then one write transaction
+/// replaces the vector table, so a failure at any point (embedder down, process killed)
+/// leaves the store as it was. Other processes may go on writing meanwhile: a memory gets
+/// its new vector only if it still exists with the content that was embedded; one stored
+/// or changed since is left without a vector and embedded by the next search of its scope
+/// (or [`crate::SqliteBackend::embed_missing`]), and deleted ones get none. Processes still
+/// running with the old embedder notice the new space at their next write or search (see
+/// [`crate::SqliteError::SpaceMoved`]). Memories themselves are never touched.
 pub async fn reembed(
     path: impl AsRef<Path>,
     embedder: Arc<dyn EmbeddingProvider>,
     config: SqliteConfig,
 ) -> Result<ReembedReport> {
     let path = path.as_ref().to_owned();
-    let (worker, previous) = open_store(&path, &config)?;
-    let p = path.clone();
-    let rows: Vec<(i64, i64, String)> = worker
+    let opened = open_store_blocking(
+        &path,
+        &SqliteConfig {
+            create_if_missing: false,
+            ..config
+        },
+    )
+    .await?;
+    let (worker, previous) = (opened.worker, opened.space);
+    let rows: Vec<(i64, String)> = worker
         .call(move |conn| {
             let mut stmt = conn
-                .prepare("SELECT pk, scope_id, content FROM memories ORDER BY pk")
-                .map_err(|e| sql_error(&p, e))?;
+                .prepare("SELECT pk, content FROM memories ORDER BY pk")
+                .map_err(|e| conn.err(e))?;
             let rows = stmt
-                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
                 .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
-                .map_err(|e| sql_error(&p, e))?;
+                .map_err(|e| conn.err(e))?;
             Ok(rows)
         })
         .await?;
-    let texts: Vec<&str> = rows.iter().map(|(_, _, c)| c.as_str()).collect();
+    let texts: Vec<&str> = rows.iter().map(|(_, c)| c.as_str()).collect();
     let vectors = embed_all(embedder.as_ref(), &texts).await?;
     let space = embedder.space();
-    let report = ReembedReport {
-        memories: rows.len() as u64,
-        previous_space: previous.as_ref().map(ToString::to_string),
-        space: space.to_string(),
-    };
-    let p = path.clone();
-    worker
+    let previous_space = previous.as_ref().map(ToString::to_string);
+    let embedded = worker
         .call(move |conn| {
-            let tx = conn.transaction().map_err(|e| sql_error(&p, e))?;
-            {
+            let path = conn.path.clone();
+            conn.write(|tx, _| {
+                let err = |e| sql_error(&path, e);
                 tx.execute_batch("DROP TABLE IF EXISTS memory_vec")
-                    .map_err(|e| sql_error(&p, e))?;
-                schema::create_vec_table(&tx, space.dims).map_err(|e| sql_error(&p, e))?;
+                    .map_err(err)?;
+                schema::create_vec_table(tx, space.dims).map_err(err)?;
+                // Everything starts without a vector; a memory gets its new one only if it
+                // still holds the text that was embedded.
+                tx.execute("UPDATE memories SET embedded = 0", [])
+                    .map_err(err)?;
                 let sql = Sql {
-                    conn: &tx,
-                    path: &p,
+                    conn: tx,
+                    path: &path,
                 };
-                for ((pk, scope_id, _), v) in rows.iter().zip(&vectors) {
-                    sql.insert_vec(*pk, *scope_id, v.vector())?;
+                let mut mark = tx
+                    .prepare(
+                        "UPDATE memories SET embedded = 1 WHERE pk = ?1 AND content = ?2 \
+                         RETURNING scope_id",
+                    )
+                    .map_err(err)?;
+                let mut embedded = 0u64;
+                for ((pk, content), v) in rows.iter().zip(&vectors) {
+                    let scope_id: Option<i64> = mark
+                        .query_row(rusqlite::params![pk, content], |r| r.get(0))
+                        .optional()
+                        .map_err(err)?;
+                    if let Some(scope_id) = scope_id {
+                        sql.insert_vec(*pk, scope_id, v.vector())?;
+                        embedded += 1;
+                    }
                 }
-                tx.execute("UPDATE memories SET embedded = 1", [])
-                    .map_err(|e| sql_error(&p, e))?;
-                schema::record_space(&tx, &space).map_err(|e| sql_error(&p, e))?;
-            }
-            tx.commit().map_err(|e| sql_error(&p, e))?;
-            Ok(())
+                schema::record_space(tx, &space).map_err(err)?;
+                Ok(embedded)
+            })
         })
         .await?;
     worker.close();
-    Ok(report)
+    Ok(ReembedReport {
+        memories: embedded,
+        previous_space,
+        space: embedder.space().to_string(),
+    })
 }

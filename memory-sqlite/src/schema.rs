@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use memory_core::EmbeddingSpace;
 use rusqlite::config::DbConfig;
-use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use rusqlite::{Connection, MAIN_DB, OpenFlags, OptionalExtension, params};
 
 use crate::error::{SqliteError, sql_error};
 
@@ -20,7 +20,16 @@ pub(crate) const APPLICATION_ID: i32 = 0x4156_4131;
 /// - 2: the full-text index is contentless (`content = ''`, `contentless_delete = 1`): it
 ///   keeps only the index and the per-row token counts bm25() needs, not a second copy of
 ///   every memory's text (`memories` has it). Ingest writes one B-tree row less per memory.
-pub(crate) const SCHEMA_VERSION: i64 = 2;
+/// - 3: a partial index of the memories that have no vector yet (`memories_unembedded`),
+///   so a search finds the ones of its scope to embed first without a scan.
+pub(crate) const SCHEMA_VERSION: i64 = 3;
+
+/// The partial index of memories waiting for a vector (schema 3).
+macro_rules! create_unembedded_index {
+    () => {
+        "CREATE INDEX memories_unembedded ON memories (scope_id) WHERE embedded = 0;"
+    };
+}
 
 /// The full-text table. `scope` holds one token per scope (`s<scope id>`) so a keyword
 /// query is narrowed to its scope by the full-text index itself; bm25() weighs that column
@@ -43,6 +52,8 @@ const MIGRATIONS: &[&str] = &[
         "INSERT INTO memory_fts (rowid, scope, content, context) \
          SELECT pk, 's' || scope_id, content, context FROM memories;"
     ),
+    // 2 -> 3: find memories without a vector by scope.
+    create_unembedded_index!(),
 ];
 
 /// Every table of the newest schema but the full-text one ([`create_fts`]).
@@ -92,6 +103,14 @@ CREATE TABLE memory_tags (
 CREATE INDEX memory_tags_by_tag ON memory_tags (tag, memory);
 ";
 
+/// Opens read/write (creating) without URI parsing: a path is always a plain path.
+const RW_FLAGS: OpenFlags = OpenFlags::SQLITE_OPEN_READ_WRITE
+    .union(OpenFlags::SQLITE_OPEN_CREATE)
+    .union(OpenFlags::SQLITE_OPEN_NO_MUTEX);
+
+/// Opens read-only without URI parsing.
+const RO_FLAGS: OpenFlags = OpenFlags::SQLITE_OPEN_READ_ONLY.union(OpenFlags::SQLITE_OPEN_NO_MUTEX);
+
 /// Vectors per sqlite-vec chunk. vec0 allocates a whole chunk per partition (scope), so the
 /// default 1024 would cost 1.5 MB of file for a scope with one 384-d memory; 64 keeps small
 /// scopes small and chunk blobs on short overflow chains (faster inserts). Per-scope
@@ -140,7 +159,122 @@ pub(crate) enum Existing {
 /// never handed to SQLite. A database without a write-ahead log is then opened `immutable`
 /// (no locks, no -shm file); one with a WAL is opened read-only, since its newest header
 /// may live in the WAL.
+///
+/// A file that another process is creating, checkpointing or closing at this moment can
+/// look damaged to a lock-free read for an instant, so a failed look is retried briefly
+/// before it is reported. What is found here is checked again under the write lock
+/// ([`init_schema`]).
 pub(crate) fn inspect(path: &Path) -> Result<Existing, SqliteError> {
+    check_path(path)?;
+    let mut attempt = 0;
+    loop {
+        match inspect_once(path) {
+            Err(
+                SqliteError::NotADatabase { .. }
+                | SqliteError::Corrupt { .. }
+                | SqliteError::CannotOpen { .. }
+                | SqliteError::Sqlite { .. },
+            ) if attempt < INSPECT_RETRIES => {
+                attempt += 1;
+                std::thread::sleep(Duration::from_millis(10 * attempt));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// How often a failed inspection is retried (waiting 10, 20, ... ms: 0.45 s in all).
+const INSPECT_RETRIES: u64 = 9;
+
+/// Refuses what is not a plain path to a regular file (or to nothing yet): SQLite URIs,
+/// `:memory:`, the empty path, directories, FIFOs, devices, sockets, dangling links.
+pub(crate) fn check_path(path: &Path) -> Result<(), SqliteError> {
+    let text = path.to_string_lossy();
+    let refuse = |why| {
+        Err(SqliteError::NotAFilePath {
+            shown: format!("{text:?}"),
+            why,
+        })
+    };
+    if text.is_empty() {
+        return refuse(
+            "SQLite would open a temporary database and delete it on close; pass a file path",
+        );
+    }
+    if text == ":memory:" {
+        return refuse(
+            "SQLite would keep the store in memory and lose it on exit; pass a file path",
+        );
+    }
+    if text.starts_with("file:") {
+        return refuse(
+            "SQLite URIs are not accepted, since the safety checks read plain paths; pass the \
+             file's path (e.g. `./file:x.db` if that really is its name)",
+        );
+    }
+    let link = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => {
+            return Err(SqliteError::Io {
+                path: path.to_owned(),
+                source: e,
+            });
+        }
+    };
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && link.file_type().is_symlink() => {
+            return Err(SqliteError::DanglingLink {
+                path: path.to_owned(),
+                target: std::fs::read_link(path).unwrap_or_default(),
+            });
+        }
+        Err(e) => {
+            return Err(SqliteError::Io {
+                path: path.to_owned(),
+                source: e,
+            });
+        }
+    };
+    let kind = file_kind(&meta.file_type());
+    match kind {
+        None => Ok(()),
+        Some(kind) => Err(SqliteError::NotAFile {
+            path: path.to_owned(),
+            kind,
+        }),
+    }
+}
+
+/// What a path that is not a regular file is, for messages; `None` for a regular file.
+fn file_kind(t: &std::fs::FileType) -> Option<&'static str> {
+    if t.is_file() {
+        return None;
+    }
+    if t.is_dir() {
+        return Some("a directory");
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_fifo() {
+            return Some("a FIFO (named pipe)");
+        }
+        if t.is_char_device() {
+            return Some("a character device");
+        }
+        if t.is_block_device() {
+            return Some("a block device");
+        }
+        if t.is_socket() {
+            return Some("a socket");
+        }
+    }
+    Some("not a regular file")
+}
+
+fn inspect_once(path: &Path) -> Result<Existing, SqliteError> {
     let bytes = match read_header(path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
             return Err(SqliteError::Io {
@@ -191,17 +325,36 @@ pub(crate) fn inspect(path: &Path) -> Result<Existing, SqliteError> {
         )
     }
     .map_err(|e| classify_open(path, e))?;
-    let read = || -> rusqlite::Result<(i32, i64, Vec<String>)> {
-        let app: i32 = conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;
-        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-        let mut stmt = conn
-            .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name LIMIT 6")?;
-        let tables = stmt
-            .query_map([], |r| r.get::<_, String>(0))?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        Ok((app, version, tables))
+    let (app, version, tables) = identify(&conn).map_err(|e| classify_open(path, e))?;
+    judge(path, app, version, tables)
+}
+
+/// Reads what identifies a store: `application_id`, `user_version`, a few table names, in
+/// one read transaction (unless one is open already), so a store another process creates
+/// meanwhile is seen before or after, never half.
+fn identify(conn: &Connection) -> rusqlite::Result<(i32, i64, Vec<String>)> {
+    let _snapshot = if conn.is_autocommit() {
+        Some(conn.unchecked_transaction()?)
+    } else {
+        None
     };
-    let (app, version, tables) = read().map_err(|e| classify_open(path, e))?;
+    let app: i32 = conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let mut stmt =
+        conn.prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name LIMIT 6")?;
+    let tables = stmt
+        .query_map([], |r| r.get::<_, String>(0))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok((app, version, tables))
+}
+
+/// What a database with this identity is to Ava.
+fn judge(
+    path: &Path,
+    app: i32,
+    version: i64,
+    tables: Vec<String>,
+) -> Result<Existing, SqliteError> {
     if app != APPLICATION_ID {
         if tables.is_empty() && app == 0 {
             return Ok(Existing::Fresh);
@@ -248,6 +401,10 @@ fn uri_path(path: &Path) -> String {
 }
 
 fn classify_open(path: &Path, e: rusqlite::Error) -> SqliteError {
+    if crate::error::is_busy(&e) {
+        // Another process holds a lock: nothing is wrong with the file.
+        return sql_error(path, e);
+    }
     match sql_error(path, e) {
         SqliteError::Sqlite { path, source } => SqliteError::NotADatabase { path, source },
         other => other,
@@ -256,6 +413,8 @@ fn classify_open(path: &Path, e: rusqlite::Error) -> SqliteError {
 
 /// Connection settings.
 pub(crate) struct Pragmas {
+    /// Open read-only (never write, never create).
+    pub(crate) read_only: bool,
     /// Page size for a new file (ignored for existing ones).
     pub(crate) page_size: u32,
     pub(crate) synchronous_full: bool,
@@ -264,11 +423,18 @@ pub(crate) struct Pragmas {
     pub(crate) mmap_mib: u32,
 }
 
-/// Opens `path` read-write (creating it) with Ava's settings. `fresh` says the file has no
-/// schema yet, so its page size can still be chosen.
-pub(crate) fn open_rw(path: &Path, p: &Pragmas, fresh: bool) -> Result<Connection, SqliteError> {
+/// Opens `path` with Ava's settings: read/write (creating it), or read-only when
+/// `p.read_only` asks for it or the file cannot be written here. Returns the connection and
+/// whether it is read-only. `fresh` says the file has no schema yet, so its page size can
+/// still be chosen.
+pub(crate) fn open_conn(
+    path: &Path,
+    p: &Pragmas,
+    fresh: bool,
+) -> Result<(Connection, bool), SqliteError> {
     register_sqlite_vec();
-    let conn = Connection::open(path).map_err(|e| classify_open(path, e))?;
+    let flags = if p.read_only { RO_FLAGS } else { RW_FLAGS };
+    let conn = Connection::open_with_flags(path, flags).map_err(|e| diagnose_open(path, e))?;
     conn.busy_timeout(p.busy_timeout)
         .map_err(|e| sql_error(path, e))?;
     // The query-planner stability guarantee: plans never depend on bound values. Without
@@ -281,15 +447,23 @@ pub(crate) fn open_rw(path: &Path, p: &Pragmas, fresh: bool) -> Result<Connectio
     // Searches prepare one statement per IN-list length (candidates, hits, tags); room for
     // all of them keeps the hot ones from being evicted and re-parsed.
     conn.set_prepared_statement_cache_capacity(256);
-    if fresh {
+    let read_only = p.read_only || conn.is_readonly(MAIN_DB).map_err(|e| sql_error(path, e))?;
+    if fresh && !read_only {
         // Must precede WAL mode and the first table. Large pages keep sqlite-vec's chunk
-        // blobs (1024 vectors each) on short overflow chains, which makes inserts cheaper.
+        // blobs on short overflow chains, which makes inserts cheaper. Ignored when another
+        // process created the file first.
         conn.execute_batch(&format!("PRAGMA page_size = {};", p.page_size))
-            .map_err(|e| sql_error(path, e))?;
+            .map_err(|e| diagnose_open(path, e))?;
     }
     let sync = if p.synchronous_full { "FULL" } else { "NORMAL" };
+    // A no-op on a store that is in WAL mode already (every Ava store but a fresh file).
+    let wal = if read_only {
+        ""
+    } else {
+        "PRAGMA journal_mode = WAL;"
+    };
     conn.execute_batch(&format!(
-        "PRAGMA journal_mode = WAL;
+        "{wal}
          PRAGMA synchronous = {sync};
          PRAGMA foreign_keys = ON;
          PRAGMA temp_store = MEMORY;
@@ -298,8 +472,66 @@ pub(crate) fn open_rw(path: &Path, p: &Pragmas, fresh: bool) -> Result<Connectio
         u64::from(p.cache_mib) * 1024,
         u64::from(p.mmap_mib) * 1024 * 1024,
     ))
-    .map_err(|e| sql_error(path, e))?;
-    Ok(conn)
+    .map_err(|e| diagnose_open(path, e))?;
+    Ok((conn, read_only))
+}
+
+/// Says why SQLite could not open `path`: for "unable to open", asks the OS directly, so
+/// the message names the real cause (permission denied, a read-only directory) instead
+/// of calling the file something it is not.
+fn diagnose_open(path: &Path, e: rusqlite::Error) -> SqliteError {
+    if e.sqlite_error_code() != Some(rusqlite::ffi::ErrorCode::CannotOpen) {
+        return classify_open(path, e);
+    }
+    let os = if path.exists() {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .err()
+    } else {
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path)
+        {
+            Err(io) => Some(io),
+            Ok(_) => {
+                // We could create it, so that was not the problem; leave nothing behind.
+                let _ = std::fs::remove_file(path);
+                None
+            }
+        }
+    };
+    // The file itself is fine: SQLite needs to create its `-wal` and `-shm` files beside
+    // it, so the directory must be writable too.
+    let dir_problem = || {
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let probe = dir.join(format!(".ava-write-probe-{}", std::process::id()));
+        match std::fs::File::create(&probe) {
+            Ok(_) => {
+                let _ = std::fs::remove_file(&probe);
+                None
+            }
+            Err(io) => Some(std::io::Error::new(
+                io.kind(),
+                format!(
+                    "directory {} is not writable ({io}); SQLite keeps its -wal and -shm files there",
+                    dir.display()
+                ),
+            )),
+        }
+    };
+    SqliteError::CannotOpen {
+        path: path.to_owned(),
+        source: match os.or_else(dir_problem) {
+            Some(io) => Box::new(io),
+            None => Box::new(e),
+        },
+    }
 }
 
 /// Opens the second connection that checkpoints the writer's log (see `checkpointer`),
@@ -309,7 +541,7 @@ pub(crate) fn open_checkpointer(path: &Path, p: &Pragmas) -> Result<Connection, 
         path,
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
-    .map_err(|e| sql_error(path, e))?;
+    .map_err(|e| diagnose_open(path, e))?;
     conn.busy_timeout(p.busy_timeout)
         .map_err(|e| sql_error(path, e))?;
     let sync = if p.synchronous_full { "FULL" } else { "NORMAL" };
@@ -318,11 +550,68 @@ pub(crate) fn open_checkpointer(path: &Path, p: &Pragmas) -> Result<Connection, 
     Ok(conn)
 }
 
-/// Creates the newest schema in one transaction.
-pub(crate) fn create_schema(conn: &mut Connection, path: &Path) -> Result<(), SqliteError> {
-    let tx = conn.transaction().map_err(|e| sql_error(path, e))?;
+/// Brings the file to the newest schema: creates it in a fresh file, or upgrades an older
+/// store one version per transaction. Safe when several processes open a new or old file
+/// at once: what needs doing is decided again under the write lock (`BEGIN IMMEDIATE`),
+/// so the first process does it and the others find it done. A store that is current
+/// takes no lock at all. Read-only, only checks.
+pub(crate) fn init_schema(
+    conn: &mut Connection,
+    path: &Path,
+    read_only: bool,
+    busy: Duration,
+) -> Result<(), SqliteError> {
+    let look = |c: &Connection| -> Result<Existing, SqliteError> {
+        let (app, version, tables) = identify(c).map_err(|e| classify_open(path, e))?;
+        judge(path, app, version, tables)
+    };
+    match look(conn)? {
+        Existing::Store { version } if version == SCHEMA_VERSION => return Ok(()),
+        Existing::Fresh if read_only => {
+            return Err(SqliteError::NoStore {
+                path: path.to_owned(),
+            });
+        }
+        Existing::Store { version } if read_only => {
+            return Err(SqliteError::UpgradeNeeded {
+                path: path.to_owned(),
+                found: version,
+                current: SCHEMA_VERSION,
+            });
+        }
+        _ => {}
+    }
+    loop {
+        let tx = crate::worker::begin_write(conn, path, busy)?;
+        match look(&tx)? {
+            Existing::Store { version } if version == SCHEMA_VERSION => return Ok(()),
+            Existing::Fresh => {
+                create_schema(&tx, path)?;
+                return tx.commit().map_err(|e| sql_error(path, e));
+            }
+            Existing::Store { version } => {
+                let idx = usize::try_from(version - 1).unwrap_or(usize::MAX);
+                let Some(sql) = MIGRATIONS.get(idx) else {
+                    return Err(SqliteError::InvalidData {
+                        path: path.to_owned(),
+                        what: format!("no migration from schema version {version}"),
+                    });
+                };
+                tx.execute_batch(sql).map_err(|e| sql_error(path, e))?;
+                tx.execute_batch(&format!("PRAGMA user_version = {};", version + 1))
+                    .map_err(|e| sql_error(path, e))?;
+                tx.commit().map_err(|e| sql_error(path, e))?;
+            }
+        }
+    }
+}
+
+/// Creates the newest schema inside `tx`.
+fn create_schema(tx: &Connection, path: &Path) -> Result<(), SqliteError> {
     tx.execute_batch(SCHEMA).map_err(|e| sql_error(path, e))?;
     tx.execute_batch(create_fts!())
+        .map_err(|e| sql_error(path, e))?;
+    tx.execute_batch(create_unembedded_index!())
         .map_err(|e| sql_error(path, e))?;
     tx.execute_batch(&format!(
         "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};"
@@ -333,25 +622,6 @@ pub(crate) fn create_schema(conn: &mut Connection, path: &Path) -> Result<(), Sq
         [],
     )
     .map_err(|e| sql_error(path, e))?;
-    tx.commit().map_err(|e| sql_error(path, e))
-}
-
-/// Brings an older store up to [`SCHEMA_VERSION`], one version per transaction.
-pub(crate) fn migrate(conn: &mut Connection, path: &Path, from: i64) -> Result<(), SqliteError> {
-    for version in from..SCHEMA_VERSION {
-        let idx = usize::try_from(version - 1).unwrap_or(usize::MAX);
-        let Some(sql) = MIGRATIONS.get(idx) else {
-            return Err(SqliteError::InvalidData {
-                path: path.to_owned(),
-                what: format!("no migration from schema version {version}"),
-            });
-        };
-        let tx = conn.transaction().map_err(|e| sql_error(path, e))?;
-        tx.execute_batch(sql).map_err(|e| sql_error(path, e))?;
-        tx.execute_batch(&format!("PRAGMA user_version = {};", version + 1))
-            .map_err(|e| sql_error(path, e))?;
-        tx.commit().map_err(|e| sql_error(path, e))?;
-    }
     Ok(())
 }
 

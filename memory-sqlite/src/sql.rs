@@ -322,8 +322,9 @@ impl Sql<'_> {
             .map_err(|e| self.err(e))
     }
 
-    /// Removes memories from every table. `vec_table` says whether the vec0 table exists.
-    pub(crate) fn delete_pks(&self, pks: &[i64], vec_table: bool) -> R<()> {
+    /// Removes memories from every table.
+    pub(crate) fn delete_pks(&self, pks: &[i64]) -> R<()> {
+        let vec_table = !pks.is_empty() && self.has_vec_table()?;
         for &pk in pks {
             if vec_table {
                 self.conn
@@ -680,18 +681,31 @@ impl Sql<'_> {
             .collect()
     }
 
-    /// Counts a recall of these memories.
-    pub(crate) fn bump_access(&self, pks: &[i64], now: Timestamp) -> R<()> {
-        let mut stmt = self
-            .conn
+    /// Up to `limit` memories of the scope that have no vector yet, oldest first (the
+    /// partial index `memories_unembedded` finds them without a scan).
+    pub(crate) fn unembedded(&self, scope_id: i64, limit: usize) -> R<Vec<(i64, String)>> {
+        self.conn
             .prepare_cached(
-                "UPDATE memories SET access_count = access_count + 1, accessed_at = MAX(accessed_at, ?1) WHERE pk = ?2",
+                "SELECT pk, content FROM memories INDEXED BY memories_unembedded \
+                 WHERE scope_id = ?1 AND embedded = 0 ORDER BY pk LIMIT ?2",
             )
-            .map_err(|e| self.err(e))?;
-        for pk in pks {
-            stmt.execute(params![now.as_millis(), pk])
-                .map_err(|e| self.err(e))?;
-        }
-        Ok(())
+            .and_then(|mut s| {
+                s.query_map(params![scope_id, limit as i64], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })?
+                .collect()
+            })
+            .map_err(|e| self.err(e))
+    }
+
+    /// Whether the vec0 table exists: another process may have created it (given the
+    /// store its space) after this one opened the file.
+    pub(crate) fn has_vec_table(&self) -> R<bool> {
+        self.conn
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'memory_vec')",
+            )
+            .and_then(|mut s| s.query_row([], |r| r.get(0)))
+            .map_err(|e| self.err(e))
     }
 }

@@ -211,7 +211,7 @@ async fn another_embedding_space_is_refused_until_reembedded() {
 
     let msg = backend_message(&open(&path, hash(32)).await.unwrap_err());
     assert!(
-        msg.contains("64 dims") && msg.contains("32 dims") && msg.contains("reembed"),
+        msg.contains("64 dims") && msg.contains("32 dims") && msg.contains("re-embed"),
         "{msg}"
     );
 
@@ -268,8 +268,8 @@ async fn keyword_only_memories_are_embedded_when_an_embedder_arrives() {
 
     let store = open(&path, hash(64)).await.unwrap();
     assert!(
-        store.get(&scope(), e.id).await.unwrap().embedded,
-        "backfilled on open"
+        !store.get(&scope(), e.id).await.unwrap().embedded,
+        "opening embeds nothing (a store may hold many scopes without vectors)"
     );
     let hits = store
         .search(
@@ -278,7 +278,11 @@ async fn keyword_only_memories_are_embedded_when_an_embedder_arrives() {
         )
         .await
         .unwrap();
-    assert_eq!(hits[0].entry.id, e.id);
+    assert_eq!(
+        hits[0].entry.id, e.id,
+        "the search embedded its scope first"
+    );
+    assert!(store.get(&scope(), e.id).await.unwrap().embedded);
     store.close();
     drop(store);
     // Back to keyword-only (say the model went missing): still opens, still searchable by words.
@@ -485,7 +489,7 @@ async fn a_schema_1_store_is_migrated_without_losing_a_memory() {
     );
     store.close();
 
-    assert_eq!(version(&path), 2);
+    assert_eq!(version(&path), 3);
     let c = rusqlite::Connection::open(&path).unwrap();
     let ok: String = c
         .query_row("PRAGMA integrity_check", [], |r| r.get(0))
