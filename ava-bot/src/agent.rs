@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use hydrate::{
-    ChatModel, CompiledPrompt, ExplainReport, HydrateInput, HydrationConfig, Inference, Ops,
-    memory_provider,
+    ChatModel, CompiledPrompt, ExplainReport, HydrateInput, HydrationConfig, Inference,
+    OPT_RECORD_ACCESS, Ops, ProviderOptions, memory_provider,
 };
 use memory_core::{Filter, MemoryBackend, MemoryId, MemoryKind, NewMemory, Role, Scope, Timestamp};
 use prompt_ir::{Action, ContextRequest, TiktokenTokenizer, TokenBudget};
@@ -34,12 +34,30 @@ pub(crate) struct Agent {
 impl Agent {
     /// An agent over `store` whose prompts take at most `budget` tokens.
     pub(crate) fn new(store: Arc<dyn MemoryBackend>, budget: u32) -> anyhow::Result<Self> {
+        Self::build(store, budget, true)
+    }
+
+    /// An agent that only looks (`ava context`): its searches do not count as recalls, so
+    /// a dry run changes nothing the ranking reads.
+    pub(crate) fn dry_run(store: Arc<dyn MemoryBackend>, budget: u32) -> anyhow::Result<Self> {
+        Self::build(store, budget, false)
+    }
+
+    fn build(
+        store: Arc<dyn MemoryBackend>,
+        budget: u32,
+        record_access: bool,
+    ) -> anyhow::Result<Self> {
         let budget = TokenBudget::new(budget)
             .with_context(|| format!("token budget {budget}: expected at least 1"))?;
         let tokenizer = TiktokenTokenizer::for_model("gpt-4o").context("load the tokenizer")?;
         // The backend embeds the observation itself (it holds the embedder of its space).
-        let config = HydrationConfig::new(SYSTEM_PROMPT, Arc::new(tokenizer))
-            .with_provider(memory_provider(Arc::clone(&store), None));
+        let mut provider = memory_provider(Arc::clone(&store), None);
+        if !record_access {
+            provider = provider.with_options(ProviderOptions::new().with(OPT_RECORD_ACCESS, false));
+        }
+        let config =
+            HydrationConfig::new(SYSTEM_PROMPT, Arc::new(tokenizer)).with_provider(provider);
         Ok(Self {
             store,
             config: Arc::new(config),
@@ -89,29 +107,48 @@ impl Agent {
     ///
     /// The message is stored after the prompt is built, at the time it arrived, so the
     /// prompt shows it once (as the observation) rather than also as recent conversation;
-    /// it is stored even when the model fails, so nothing the user said is lost.
+    /// it is stored even when the model fails, so nothing the user said is lost. An `Err`
+    /// means the message was refused before anything happened (empty, too long); otherwise
+    /// the [`Turn`] says separately whether there is an answer and whether it was stored,
+    /// so a reply never claims what did not happen.
     pub(crate) async fn answer(
         &self,
         model: &dyn ChatModel,
         scope: &Scope,
         message: &str,
         source: &str,
-    ) -> anyhow::Result<Inference> {
+    ) -> anyhow::Result<Turn> {
         let request = self.request(message)?;
         let received = Timestamp::now();
         // The turn this message answers (usually Ava's last reply), kept as its context so
-        // keyword search also finds a reply by what it was about.
+        // keyword search also finds a reply by what it was about. Not worth losing the
+        // message over: without it the message is stored without that context.
         let messages_only = Filter {
             kinds: vec![MemoryKind::Message],
             ..Filter::default()
         };
-        let previous = self
-            .store
-            .recent(scope, 1, &messages_only)
+        let previous = match self.store.recent(scope, 1, &messages_only).await {
+            Ok(mut last) => last.pop(),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the previous message");
+                None
+            }
+        };
+        let answer = self
+            .ops(scope.clone())
+            .infer(model, request)
             .await
-            .context("read the previous message")?
-            .pop();
-        let result = self.ops(scope.clone()).infer(model, request).await;
+            .map_err(|e| {
+                let blame = if matches!(
+                    e,
+                    hydrate::Error::Model { .. } | hydrate::Error::MaxSteps { .. }
+                ) {
+                    Blame::Model
+                } else {
+                    Blame::Memory
+                };
+                (blame, anyhow::Error::new(e).context("ask the model"))
+            });
         let mut user_turn = NewMemory::new(message)
             .with_role(Role::User)
             .with_source(source)
@@ -119,23 +156,48 @@ impl Agent {
         if let Some(previous) = previous {
             user_turn = user_turn.with_context(in_reply_to(&previous.content));
         }
-        self.store
+        let mut stored = self
+            .store
             .store(scope, user_turn)
             .await
-            .context("store the message")?;
-        let inference = result.context("ask the model")?;
-        if !inference.reply.trim().is_empty() {
+            .map(drop)
+            .context("store the message");
+        if stored.is_ok()
+            && let Ok(inference) = &answer
+            && !inference.reply.trim().is_empty()
+        {
             let reply = NewMemory::new(inference.reply.as_str())
                 .with_role(Role::Assistant)
                 .with_source(source)
                 .with_context(in_reply_to(message));
-            self.store
+            stored = self
+                .store
                 .store(scope, reply)
                 .await
-                .context("store the answer")?;
+                .map(drop)
+                .context("store the answer");
         }
-        Ok(inference)
+        Ok(Turn { answer, stored })
     }
+}
+
+/// Whose failure left a message without an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Blame {
+    /// The chat model failed or timed out.
+    Model,
+    /// Ava's own side: reading memories, building the prompt.
+    Memory,
+}
+
+/// What became of one message: the answer (or why there is none) and whether the exchange
+/// was stored (or why not).
+#[derive(Debug)]
+pub(crate) struct Turn {
+    /// The model's answer, or whose failure it was and the error.
+    pub(crate) answer: Result<Inference, (Blame, anyhow::Error)>,
+    /// `Ok` when the message, and the answer if there is one, are in the store.
+    pub(crate) stored: anyhow::Result<()>,
 }
 
 impl Agent {

@@ -17,7 +17,7 @@ use teloxide::types::Me;
 use teloxide::update_listeners;
 use teloxide::utils::command::BotCommands;
 
-use crate::agent::Agent;
+use crate::agent::{Agent, Blame};
 
 /// The bot as handlers see it: rate-limited, retrying on 429 `retry_after`.
 pub(crate) type AvaBot = Throttle<Bot>;
@@ -28,8 +28,20 @@ pub(crate) const MAX_MESSAGE: usize = 4096;
 /// How long a `/wipe` waits for its confirmation.
 const WIPE_WINDOW: Duration = Duration::from_secs(120);
 
-const APOLOGY: &str = "Sorry, I could not come up with an answer just now (my language model \
-did not respond). Your message is saved; please try again in a moment.";
+/// When the model failed but the message is stored.
+const APOLOGY_MODEL: &str = "Sorry, I could not come up with an answer just now (my language \
+model did not respond). Your message is saved; please try again in a moment.";
+
+/// When Ava's own side failed before the model was asked, but the message is stored.
+const APOLOGY_MEMORY: &str = "Sorry, something went wrong on my side and I could not answer. \
+Your message is saved; please try again in a moment.";
+
+/// When nothing worked: no answer, and the message could not be stored either.
+const APOLOGY_NOTHING: &str = "Sorry, something went wrong on my side: I could not answer, and \
+I could not save your message either, so I will not remember it. Please try again in a moment.";
+
+/// Added to an answer that could not be stored.
+const NOT_SAVED: &str = "(I could not save this exchange, so I will not remember it.)";
 
 const HELP: &str = "I am Ava, an assistant that remembers. Just talk to me; what you tell me \
 here stays in this chat and is yours alone.\n\nCommands:";
@@ -219,26 +231,51 @@ async fn on_text(bot: AvaBot, msg: Message, state: Arc<BotState>) -> anyhow::Res
     let (Some(text), Some(who)) = (msg.text(), who(&msg)) else {
         return Ok(());
     };
-    let reply = match state
+    let turn = state
         .agent
         .answer(state.model.as_ref(), &who.scope, text, "telegram")
-        .await
-    {
-        Ok(inference) => {
-            lock(&state.reports).insert(who.key, inference.prompt.report);
-            if inference.reply.trim().is_empty() {
-                "(I have nothing to add.)".to_owned()
-            } else {
-                inference.reply
+        .await;
+    let reply = match turn {
+        // Refused before anything was stored (empty, too long): say why.
+        Err(e) => format!(
+            "Sorry, I cannot take that message: {}",
+            crate::error_chain(&e)
+        ),
+        Ok(turn) => {
+            if let Err(e) = &turn.stored {
+                tracing::error!(
+                    chat = msg.chat.id.0,
+                    error = crate::error_chain(e),
+                    "could not store a message"
+                );
             }
-        }
-        Err(e) => {
-            tracing::error!(
-                chat = msg.chat.id.0,
-                error = format!("{e:#}"),
-                "could not answer a message"
-            );
-            APOLOGY.to_owned()
+            match turn.answer {
+                Ok(inference) => {
+                    lock(&state.reports).insert(who.key, inference.prompt.report);
+                    let answer = if inference.reply.trim().is_empty() {
+                        "(I have nothing to add.)".to_owned()
+                    } else {
+                        inference.reply
+                    };
+                    if turn.stored.is_ok() {
+                        answer
+                    } else {
+                        format!("{answer}\n\n{NOT_SAVED}")
+                    }
+                }
+                Err((blame, e)) => {
+                    tracing::error!(
+                        chat = msg.chat.id.0,
+                        error = crate::error_chain(&e),
+                        "could not answer a message"
+                    );
+                    match (turn.stored.is_ok(), blame) {
+                        (false, _) => APOLOGY_NOTHING.to_owned(),
+                        (true, Blame::Model) => APOLOGY_MODEL.to_owned(),
+                        (true, Blame::Memory) => APOLOGY_MEMORY.to_owned(),
+                    }
+                }
+            }
         }
     };
     send(&bot, msg.chat.id, &reply).await
@@ -259,12 +296,12 @@ async fn on_command(
         Err(e) => {
             tracing::error!(
                 chat = msg.chat.id.0,
-                error = format!("{e:#}"),
+                error = crate::error_chain(&e),
                 "a command failed"
             );
             format!(
                 "Sorry, that did not work: {}",
-                first_line(&format!("{e:#}"))
+                first_line(&crate::error_chain(&e))
             )
         }
     };

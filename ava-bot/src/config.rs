@@ -262,8 +262,19 @@ impl Settings {
         Ok(resolve_model_dir(self.model_dir.as_deref())?.notice())
     }
 
-    /// Opens the store with the configured embedder.
+    /// Opens the store with the configured embedder, creating it if there is none (for
+    /// commands that store).
     pub(crate) async fn open(&self) -> anyhow::Result<Opened> {
+        self.open_with(true).await
+    }
+
+    /// Opens a store that must exist already (for commands that only read or remove): a
+    /// mistyped `--db` is an error, not a new, empty store.
+    pub(crate) async fn open_existing(&self) -> anyhow::Result<Opened> {
+        self.open_with(false).await
+    }
+
+    async fn open_with(&self, create: bool) -> anyhow::Result<Opened> {
         let target = self.db_target()?;
         #[cfg(not(feature = "postgres"))]
         if let DbTarget::Postgres(url) = &target {
@@ -272,9 +283,22 @@ impl Settings {
         let (embedder, embedder_note) = self.embedder().await?;
         match target {
             DbTarget::Sqlite(path) => {
-                let store = SqliteBackend::open(&path, embedder, SqliteConfig::default())
-                    .await
-                    .with_context(|| format!("open memory store {}", path.display()))?;
+                let config = SqliteConfig {
+                    create_if_missing: create,
+                    ..SqliteConfig::default()
+                };
+                let store = match SqliteBackend::open(&path, embedder, config).await {
+                    Ok(store) => store,
+                    Err(e) => {
+                        let hint = sqlite_hint(&e, self.db.is_none());
+                        let e = anyhow::Error::new(e)
+                            .context(format!("open memory store {}", path.display()));
+                        return Err(match hint {
+                            Some(h) => e.context(crate::Hint(h)),
+                            None => e,
+                        });
+                    }
+                };
                 let store = Arc::new(store);
                 Ok(Opened {
                     store: Arc::clone(&store) as Arc<dyn MemoryBackend>,
@@ -288,6 +312,29 @@ impl Settings {
                 embedder_note,
             }),
         }
+    }
+}
+
+/// What to do about a SQLite store error, when there is something to do from the command
+/// line.
+fn sqlite_hint(e: &memory_core::MemoryError, default_path: bool) -> Option<String> {
+    let typed = std::iter::successors(Some(e as &(dyn std::error::Error + 'static)), |c| {
+        c.source()
+    })
+    .find_map(|c| c.downcast_ref::<memory_sqlite::SqliteError>())?;
+    match typed {
+        memory_sqlite::SqliteError::SpaceChanged { stored, .. } => Some(format!(
+            "open it with the embedder it was made with (--embedder; it holds {stored}), or \
+             move it to the new one with `ava reembed` and the new --embedder"
+        )),
+        memory_sqlite::SqliteError::NoStore { .. } if default_path => Some(
+            "nothing has been remembered yet; `ava remember` or `ava chat` creates the store"
+                .into(),
+        ),
+        memory_sqlite::SqliteError::NoStore { .. } => {
+            Some("check --db (or AVA_DB); the commands that store create it".into())
+        }
+        _ => None,
     }
 }
 

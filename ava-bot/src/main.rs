@@ -44,12 +44,56 @@ enum Command {
     Run(commands::run::Args),
     /// Show what the store holds.
     Stats(commands::stats::Args),
-    /// Re-embed every memory with the configured embedder (after changing models).
-    Reembed,
+    /// Re-embed every memory with the configured embedder (after changing models), or with
+    /// --missing only those without a vector yet.
+    Reembed(commands::stats::ReembedArgs),
+}
+
+/// What to do about an error, shown on its own line after it (an outermost context).
+#[derive(Debug)]
+pub(crate) struct Hint(pub(crate) String);
+
+impl std::fmt::Display for Hint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// An error and its causes on one line, each said once: a cause whose text the previous
+/// link already contains (a wrapper that repeats its source) is skipped.
+pub(crate) fn error_chain(e: &anyhow::Error) -> String {
+    let hint = e.downcast_ref::<Hint>().map(|h| h.0.as_str());
+    let mut out = String::new();
+    let mut last = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || last.contains(&text) || hint == Some(text.as_str()) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+        last = text;
+    }
+    out
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", error_chain(&e));
+            if let Some(hint) = e.downcast_ref::<Hint>() {
+                eprintln!("hint: {hint}");
+            }
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> anyhow::Result<()> {
     // A missing .env is fine; a broken one is worth saying.
     if let Err(e) = dotenvy::dotenv()
         && !e.not_found()
@@ -69,7 +113,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Chat(args) => commands::chat::run(&cli.settings, &args, out).await,
         Command::Run(args) => commands::run::run(&cli.settings, &args, out).await,
         Command::Stats(args) => commands::stats::run(&cli.settings, &args, out).await,
-        Command::Reembed => commands::stats::reembed(&cli.settings, out).await,
+        Command::Reembed(args) => commands::stats::reembed(&cli.settings, &args, out).await,
     }
 }
 

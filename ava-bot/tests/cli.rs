@@ -403,6 +403,12 @@ fn context_rejects_bad_input() {
             stderr(&o)
         );
     }
+    // The store is not created by a dry run.
+    assert!(!db.exists());
+    ok(ava(
+        &db,
+        &["remember", "--user", "1", "--chat", "1", "hello"],
+    ));
     let big = "x".repeat(100 * 1024);
     let o = ava(&db, &["context", "--user", "1", "--chat", "1", &big]);
     assert!(

@@ -14,7 +14,10 @@ use teloxide::adaptors::throttle::Limits;
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
-use super::{APOLOGY, BotState, MAX_MESSAGE, dispatcher, make_bot, serve, split_message};
+use super::{
+    APOLOGY_MODEL, APOLOGY_NOTHING, BotState, MAX_MESSAGE, NOT_SAVED, dispatcher, make_bot, serve,
+    split_message,
+};
 use crate::agent::Agent;
 use crate::llm::OllamaChat;
 use crate::llm::tests::{ollama_answer, ollama_tool_call};
@@ -141,15 +144,34 @@ struct Harness {
 
 impl Harness {
     async fn new(telegram: MockServer) -> Self {
+        Self::with_config(telegram, SqliteConfig::default()).await
+    }
+
+    /// A bot whose store can be read but not written (stands in for a full disk or a
+    /// file the bot may not write).
+    async fn read_only(telegram: MockServer) -> Self {
+        let h = Self::new(telegram).await;
+        h.store.close();
+        let config = SqliteConfig {
+            read_only: true,
+            ..SqliteConfig::default()
+        };
+        let embedder = Arc::new(HashingEmbedder::new(256).unwrap());
+        let store = SqliteBackend::open(&h._dir.path().join("bot.db"), Some(embedder), config)
+            .await
+            .unwrap();
+        Self {
+            store: Arc::new(store),
+            ..h
+        }
+    }
+
+    async fn with_config(telegram: MockServer, config: SqliteConfig) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let embedder = Arc::new(HashingEmbedder::new(256).unwrap());
-        let store = SqliteBackend::open(
-            &dir.path().join("bot.db"),
-            Some(embedder),
-            SqliteConfig::default(),
-        )
-        .await
-        .unwrap();
+        let store = SqliteBackend::open(&dir.path().join("bot.db"), Some(embedder), config)
+            .await
+            .unwrap();
         Self {
             _dir: dir,
             store: Arc::new(store),
@@ -372,7 +394,7 @@ async fn a_failing_or_slow_model_gets_an_apology_and_the_message_is_kept() {
         let telegram = fake_telegram(vec![text_update(1, 5, 50, "Are you there?")]).await;
         let h = Harness::new(telegram).await;
         let sent = h.run(&llm, timeout, None, 1).await;
-        assert_eq!(sent, vec![(50, APOLOGY.to_owned())]);
+        assert_eq!(sent, vec![(50, APOLOGY_MODEL.to_owned())]);
         let scope = Scope::for_user("5").unwrap().in_chat("50").unwrap();
         assert_eq!(
             h.store.count(&scope).await.unwrap(),
@@ -380,6 +402,25 @@ async fn a_failing_or_slow_model_gets_an_apology_and_the_message_is_kept() {
             "the message is kept"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_never_claims_a_message_was_saved_when_it_was_not() {
+    // The model answers, but the store cannot take the exchange: the answer is sent, with
+    // a note that it will not be remembered.
+    let llm =
+        fake_ollama(ResponseTemplate::new(200).set_body_json(ollama_answer("Tea it is."))).await;
+    let telegram = fake_telegram(vec![text_update(1, 5, 50, "Tea or coffee?")]).await;
+    let h = Harness::read_only(telegram).await;
+    let sent = h.run(&llm, PATIENCE, None, 1).await;
+    assert_eq!(sent, vec![(50, format!("Tea it is.\n\n{NOT_SAVED}"))]);
+    // Neither the model nor the store: the apology says both, and claims nothing.
+    let llm = fake_ollama(ResponseTemplate::new(500).set_body_string("{\"error\":\"boom\"}")).await;
+    let telegram = fake_telegram(vec![text_update(1, 5, 50, "Are you there?")]).await;
+    let h = Harness::read_only(telegram).await;
+    let sent = h.run(&llm, PATIENCE, None, 1).await;
+    assert_eq!(sent, vec![(50, APOLOGY_NOTHING.to_owned())]);
+    assert!(!APOLOGY_NOTHING.contains("is saved"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

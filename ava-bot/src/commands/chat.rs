@@ -59,13 +59,27 @@ pub(crate) async fn run(
             continue;
         }
         match agent.answer(model.as_ref(), &scope, line, "cli").await {
-            Ok(inference) => {
-                writeln!(out, "ava> {}", inference.reply)?;
-                last_report = Some(inference.prompt.report);
-            }
-            Err(e) => {
-                tracing::error!(error = format!("{e:#}"), "could not answer");
-                writeln!(out, "ava> Sorry, I could not answer that: {e:#}")?;
+            Err(e) => writeln!(out, "ava> (not sent: {})", crate::error_chain(&e))?,
+            Ok(turn) => {
+                match turn.answer {
+                    Ok(inference) => {
+                        writeln!(out, "ava> {}", inference.reply)?;
+                        last_report = Some(inference.prompt.report);
+                    }
+                    Err((_, e)) => {
+                        let e = crate::error_chain(&e);
+                        tracing::error!(error = e, "could not answer");
+                        writeln!(out, "ava> Sorry, I could not answer that: {e}")?;
+                    }
+                }
+                match turn.stored {
+                    Ok(()) => {}
+                    Err(e) => {
+                        let e = crate::error_chain(&e);
+                        tracing::error!(error = e, "could not store the turn");
+                        writeln!(out, "ava> (this turn was not saved: {e})")?;
+                    }
+                }
             }
         }
         out.flush()?;

@@ -3,6 +3,8 @@
 
 use std::io::Write;
 
+use hydrate::{DegradationKind, ExplainReport, SourceStatus};
+
 use crate::agent::{Agent, DEFAULT_BUDGET, render_messages};
 use crate::config::{Identity, Settings};
 
@@ -29,9 +31,18 @@ pub(crate) async fn run(
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
     let scope = args.who.scope()?;
-    let opened = settings.open().await?;
-    let agent = Agent::new(opened.store, args.budget)?;
+    // What can be judged without the store is judged first.
+    if args.message.trim().is_empty() {
+        anyhow::bail!("the message is empty; say something");
+    }
+    if args.budget == 0 {
+        anyhow::bail!("token budget 0: expected at least 1");
+    }
+    let opened = settings.open_existing().await?;
+    let agent = Agent::dry_run(opened.store, args.budget)?;
     let prompt = agent.prepare(&scope, &args.message).await?;
+    // Printed first, then judged: a prompt missing a source is still worth seeing.
+    let problems = incomplete(&prompt.report);
     if args.json {
         let mut value = serde_json::json!({
             "messages": prompt.messages,
@@ -42,13 +53,55 @@ pub(crate) async fn run(
             value["report"] = serde_json::to_value(&prompt.report)?;
         }
         writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?;
+    } else {
+        eprintln!("{}", opened.embedder_note);
+        write!(
+            out,
+            "{}",
+            super::terminal_safe(&render_messages(&prompt), true)
+        )?;
+        if args.explain {
+            writeln!(out, "--- explain ---")?;
+            let report = agent.explain(&scope, &prompt.report).await;
+            write!(out, "{}", super::terminal_safe(&report, true))?;
+        }
+    }
+    if problems.is_empty() {
         return Ok(());
     }
-    eprintln!("{}", opened.embedder_note);
-    write!(out, "{}", render_messages(&prompt))?;
-    if args.explain {
-        writeln!(out, "--- explain ---")?;
-        write!(out, "{}", agent.explain(&scope, &prompt.report).await)?;
+    out.flush()?;
+    anyhow::bail!("the prompt above is incomplete: {}", problems.join("; "))
+}
+
+/// Why a prompt is not what the store could give: a source that failed or timed out, a
+/// prompt that does not fit its budget. Weaker search modes (keyword only, without an
+/// embedder) are how the store is set up, not failures.
+fn incomplete(report: &ExplainReport) -> Vec<String> {
+    let mut out: Vec<String> = report
+        .degradations
+        .iter()
+        .filter(|d| {
+            !matches!(
+                d.kind,
+                DegradationKind::SearchFallback
+                    | DegradationKind::MissingProvider
+                    | DegradationKind::IdentityMismatch
+            )
+        })
+        .map(ToString::to_string)
+        .collect();
+    for s in &report.sources {
+        if matches!(s.status, SourceStatus::Failed | SourceStatus::Partial)
+            && !out.iter().any(|d| d.contains(s.kind.as_str()))
+        {
+            out.push(format!("source {} {:?}", s.kind.as_str(), s.status).to_lowercase());
+        }
     }
-    Ok(())
+    if !report.fits {
+        out.push(format!(
+            "it takes {} tokens, more than the {} available",
+            report.estimated_prompt_tokens, report.budget.available
+        ));
+    }
+    out
 }

@@ -25,7 +25,7 @@ pub(crate) async fn run(
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
     let id: MemoryId = args.id.parse()?;
-    let opened = settings.open().await?;
+    let opened = settings.open_existing().await?;
     let store = &*opened.store;
     let scopes = match &args.chat {
         Some(chat) => vec![memory_core::Scope::for_user(&args.user)?.in_chat(chat)?],

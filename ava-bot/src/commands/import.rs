@@ -1,15 +1,22 @@
 //! `ava import`: a Telegram Desktop chat export (`result.json`) becomes a user's memories.
 //!
 //! Each text message is one memory ("Sender: text") dated when it was sent. Ids are derived
-//! from (user, chat, message id), so importing the same export again adds nothing.
-//! Malformed entries are reported and skipped; the rest still imports.
+//! from the scope's injective key and the message id, so importing the same export again
+//! adds nothing, and two identities never share an id. Malformed entries are reported and
+//! skipped; the rest still imports. The file is read as a stream, one message at a time,
+//! so a large export does not have to fit in memory.
 
-use std::io::Write;
-use std::path::PathBuf;
+use std::fs::File;
+use std::io::{BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, bail};
 use memory_core::{MemoryBackend, MemoryError, MemoryId, NewMemory, Role, Scope, Timestamp};
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
+use tokio::sync::mpsc;
 
 use crate::config::Settings;
 
@@ -25,13 +32,26 @@ pub(crate) struct Args {
     file: PathBuf,
 }
 
-/// Namespace of import ids (a fixed random UUID).
+/// Namespace of import ids (a fixed random UUID): v5 of `scope key # message id`.
 const IMPORT_NAMESPACE: uuid::Uuid =
+    uuid::Uuid::from_u128(0x2b7e_51c9_0d64_4a3f_9c15_e8a2_7d40_b613);
+
+/// Namespace of the ids earlier versions gave imports (v5 of `user/chat/message id`, which
+/// two identities could share): still recognised, so re-importing an old import adds
+/// nothing.
+const LEGACY_NAMESPACE: uuid::Uuid =
     uuid::Uuid::from_u128(0x6f1c_2d8e_94b3_4c57_a1e0_5b7d_3f92_c468);
+
+/// Messages stored per batch.
+const BATCH: usize = 256;
 
 /// One message ready to store, or why it was skipped.
 enum Parsed {
-    Memory(MemoryId, NewMemory),
+    Memory {
+        id: MemoryId,
+        legacy: MemoryId,
+        memory: Box<NewMemory>,
+    },
     NoText,
     Malformed(String),
 }
@@ -56,7 +76,7 @@ fn message_text(v: &Value) -> Option<String> {
     }
 }
 
-fn parse_message(m: &Value, user: &str, chat: &str) -> Parsed {
+fn parse_message(m: &Value, scope: &Scope) -> Parsed {
     if m.get("type").and_then(Value::as_str) != Some("message") {
         return Parsed::NoText;
     }
@@ -87,15 +107,29 @@ fn parse_message(m: &Value, user: &str, chat: &str) -> Parsed {
     let from = m.get("from").and_then(Value::as_str).unwrap_or("someone");
     let id = MemoryId::from_uuid(uuid::Uuid::new_v5(
         &IMPORT_NAMESPACE,
-        format!("{user}/{chat}/{msg_id}").as_bytes(),
+        format!("{}#{msg_id}", scope.key()).as_bytes(),
     ));
+    let legacy = MemoryId::from_uuid(uuid::Uuid::new_v5(
+        &LEGACY_NAMESPACE,
+        format!(
+            "{}/{}/{msg_id}",
+            scope.user(),
+            scope.chat().unwrap_or_default()
+        )
+        .as_bytes(),
+    ));
+    let chat = scope.chat().unwrap_or_default();
     let memory = NewMemory::new(format!("{from}: {text}"))
         .with_id(id)
         .with_role(Role::User)
         .with_source(format!("telegram-export:{chat}/{msg_id}"))
         .with_context("imported from a Telegram chat export")
         .at(at);
-    Parsed::Memory(id, memory)
+    Parsed::Memory {
+        id,
+        legacy,
+        memory: Box::new(memory),
+    }
 }
 
 #[derive(Default)]
@@ -106,60 +140,242 @@ struct Counts {
     malformed: u64,
 }
 
+/// A reader that counts the bytes it has read (for the progress bar).
+struct Counting<R> {
+    inner: R,
+    read: Arc<AtomicU64>,
+}
+
+impl<R: Read> Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+/// What the top level of an export holds, as far as the import cares.
+#[derive(Default)]
+struct TopLevel {
+    chat_id: Option<String>,
+    has_messages: bool,
+}
+
+/// Reads the top-level object into `top` as it goes (so what was read before any damage
+/// is known); hands each entry of `messages` (with its index) to `each` as it is read,
+/// when given, and skips the list otherwise.
+struct Export<'t, 'e> {
+    top: &'t mut TopLevel,
+    each: Option<&'e mut dyn FnMut(usize, Value) -> anyhow::Result<()>>,
+}
+
+impl<'de> DeserializeSeed<'de> for Export<'_, '_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Export<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a Telegram Desktop chat export (an object with a `messages` list)")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
+        let top = &mut *self.top;
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "id" => {
+                    top.chat_id = match map.next_value::<Value>()? {
+                        Value::Number(n) => Some(n.to_string()),
+                        Value::String(s) => Some(s),
+                        _ => None,
+                    }
+                }
+                "messages" => {
+                    top.has_messages = true;
+                    match self.each.take() {
+                        Some(each) => map.next_value_seed(Messages { each })?,
+                        None => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The `messages` list, one entry at a time.
+struct Messages<'a> {
+    each: &'a mut dyn FnMut(usize, Value) -> anyhow::Result<()>,
+}
+
+impl<'de> DeserializeSeed<'de> for Messages<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Messages<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a list of messages")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let mut i = 0;
+        while let Some(m) = seq.next_element::<Value>()? {
+            (self.each)(i, m).map_err(serde::de::Error::custom)?;
+            i += 1;
+        }
+        Ok(())
+    }
+}
+
+/// Reads `file`'s top level into `top`, handing each message to `each` if given.
+fn read_export(
+    file: &Path,
+    read: &Arc<AtomicU64>,
+    top: &mut TopLevel,
+    each: Option<&mut dyn FnMut(usize, Value) -> anyhow::Result<()>>,
+) -> anyhow::Result<()> {
+    let f = File::open(file).with_context(|| format!("read {}", file.display()))?;
+    let reader = BufReader::with_capacity(
+        1 << 16,
+        Counting {
+            inner: f,
+            read: Arc::clone(read),
+        },
+    );
+    let mut de = serde_json::Deserializer::from_reader(reader);
+    Export { top, each }
+        .deserialize(&mut de)
+        .and_then(|()| de.end())
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "{} is not JSON of the expected shape ({e}); expected Telegram Desktop's result.json",
+                file.display()
+            )
+        })
+}
+
+/// What the reading thread sends: a batch of parsed messages, with their indexes.
+type Batch = Vec<(usize, Parsed)>;
+
 pub(crate) async fn run(
     settings: &Settings,
     args: &Args,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(&args.file)
-        .with_context(|| format!("read {}", args.file.display()))?;
-    let export: Value = serde_json::from_str(&text).with_context(|| {
-        format!(
-            "{} is not JSON (expected Telegram Desktop's result.json)",
-            args.file.display()
-        )
-    })?;
-    let Some(messages) = export.get("messages").and_then(Value::as_array) else {
-        bail!(
-            "{} has no `messages` list; expected a Telegram Desktop chat export (result.json)",
-            args.file.display()
-        );
-    };
-    let chat = match (&args.chat, export.get("id")) {
-        (Some(c), _) => c.clone(),
-        (None, Some(Value::Number(n))) => n.to_string(),
-        (None, Some(Value::String(s))) => s.clone(),
-        _ => bail!("the export names no chat id; pass --chat"),
+    let size = std::fs::metadata(&args.file)
+        .with_context(|| format!("read {}", args.file.display()))?
+        .len();
+    let read = Arc::new(AtomicU64::new(0));
+    // The chat id may come after the messages: without --chat, look it up first (a pass
+    // that skips the messages without keeping them).
+    let chat = match &args.chat {
+        Some(c) => c.clone(),
+        None => {
+            let (file, read) = (args.file.clone(), Arc::new(AtomicU64::new(0)));
+            let (top, read) = tokio::task::spawn_blocking(move || {
+                let mut top = TopLevel::default();
+                let r = read_export(&file, &read, &mut top, None);
+                (top, r)
+            })
+            .await
+            .context("read the export")?;
+            match (top.chat_id, read) {
+                // Damage after the id is reported by the import itself, after storing
+                // what comes before it.
+                (Some(id), _) => id,
+                (None, Err(e)) => return Err(e),
+                (None, Ok(())) if !top.has_messages => bail!(
+                    "{} has no `messages` list; expected a Telegram Desktop chat export (result.json)",
+                    args.file.display()
+                ),
+                (None, Ok(())) => bail!("the export names no chat id; pass --chat"),
+            }
+        }
     };
     let scope = Scope::for_user(&args.user)?.in_chat(&chat)?;
     let opened = settings.open().await?;
     let store = &*opened.store;
-    let bar = indicatif::ProgressBar::new(messages.len() as u64).with_style(
-        indicatif::ProgressStyle::with_template("importing [{bar:40}] {pos}/{len} ({eta})")?
-            .progress_chars("=> "),
+    // Ids of earlier versions are looked up only where an earlier import could have been.
+    let check_legacy = store.count(&scope).await.context("count memories")? > 0;
+
+    let (tx, mut rx) = mpsc::channel::<Batch>(4);
+    let (file, scope_p, read_p) = (args.file.clone(), scope.clone(), Arc::clone(&read));
+    let reader = tokio::task::spawn_blocking(move || {
+        let mut batch: Batch = Vec::with_capacity(BATCH);
+        let mut each = |i: usize, m: Value| -> anyhow::Result<()> {
+            batch.push((i, parse_message(&m, &scope_p)));
+            if batch.len() == BATCH {
+                tx.blocking_send(std::mem::replace(&mut batch, Vec::with_capacity(BATCH)))
+                    .context("the import stopped")?;
+            }
+            Ok(())
+        };
+        let mut top = TopLevel::default();
+        let read = read_export(&file, &read_p, &mut top, Some(&mut each));
+        // What was read before any damage in the file is stored too.
+        if !batch.is_empty() {
+            tx.blocking_send(batch).context("the import stopped")?;
+        }
+        read.map(|()| top)
+    });
+
+    let bar = indicatif::ProgressBar::new(size).with_style(
+        indicatif::ProgressStyle::with_template(
+            "importing [{bar:40}] {bytes}/{total_bytes} ({eta})",
+        )?
+        .progress_chars("=> "),
     );
     let mut counts = Counts::default();
-    let mut batch = Vec::new();
-    for (i, m) in messages.iter().enumerate() {
-        match parse_message(m, &args.user, &chat) {
-            Parsed::Memory(id, memory) => batch.push((id, memory)),
-            Parsed::NoText => counts.no_text += 1,
-            Parsed::Malformed(why) => {
-                counts.malformed += 1;
-                bar.suspend(|| eprintln!("skipped entry {i}: {why}"));
-            }
+    let mut stored = Ok(());
+    while let Some(batch) = rx.recv().await {
+        if let Err(e) = store_batch(store, &scope, batch, check_legacy, &mut counts, &bar).await {
+            // Stop reading; what was stored stays stored.
+            stored = Err(e);
+            break;
         }
-        if batch.len() == 256 || i + 1 == messages.len() {
-            store_batch(store, &scope, std::mem::take(&mut batch), &mut counts, &bar).await?;
-        }
-        bar.inc(1);
+        bar.set_position(read.load(Ordering::Relaxed));
     }
+    drop(rx);
+    let top = reader.await.context("read the export")?;
     bar.finish_and_clear();
-    writeln!(
-        out,
+    let summary = format!(
         "imported {} messages into {scope} ({} already there, {} without text (service or media), {} malformed skipped)",
         counts.imported, counts.present, counts.no_text, counts.malformed
-    )?;
+    );
+    stored?;
+    let top = top.map_err(|e| {
+        e.context(format!(
+            "stopped after {} messages (they are stored)",
+            counts.imported
+        ))
+    })?;
+    if !top.has_messages {
+        bail!(
+            "{} has no `messages` list; expected a Telegram Desktop chat export (result.json)",
+            args.file.display()
+        );
+    }
+    writeln!(out, "{summary}")?;
+    if counts.malformed > 0 && counts.imported == 0 && counts.present == 0 {
+        bail!(
+            "none of the {} messages with text could be read; is this a Telegram Desktop export?",
+            counts.malformed
+        );
+    }
     Ok(())
 }
 
@@ -167,15 +383,33 @@ pub(crate) async fn run(
 async fn store_batch(
     store: &dyn MemoryBackend,
     scope: &Scope,
-    batch: Vec<(MemoryId, NewMemory)>,
+    batch: Batch,
+    check_legacy: bool,
     counts: &mut Counts,
     bar: &indicatif::ProgressBar,
 ) -> anyhow::Result<()> {
-    if batch.is_empty() {
+    let mut todo = Vec::with_capacity(batch.len());
+    for (i, parsed) in batch {
+        match parsed {
+            Parsed::Memory { id, legacy, memory } => {
+                if check_legacy && store.get(scope, legacy).await.is_ok() {
+                    counts.present += 1;
+                } else {
+                    todo.push((id, *memory));
+                }
+            }
+            Parsed::NoText => counts.no_text += 1,
+            Parsed::Malformed(why) => {
+                counts.malformed += 1;
+                bar.suspend(|| eprintln!("skipped entry {i}: {why}"));
+            }
+        }
+    }
+    if todo.is_empty() {
         return Ok(());
     }
-    let n = batch.len() as u64;
-    let memories: Vec<NewMemory> = batch.iter().map(|(_, m)| m.clone()).collect();
+    let n = todo.len() as u64;
+    let memories: Vec<NewMemory> = todo.iter().map(|(_, m)| m.clone()).collect();
     match store.store_batch(scope, memories).await {
         Ok(_) => {
             counts.imported += n;
@@ -184,7 +418,7 @@ async fn store_batch(
         Err(MemoryError::Conflict { .. } | MemoryError::InvalidInput { .. }) => {}
         Err(e) => return Err(e).context("store imported messages"),
     }
-    for (id, memory) in batch {
+    for (id, memory) in todo {
         match store.store(scope, memory).await {
             Ok(_) => counts.imported += 1,
             Err(MemoryError::Conflict { .. }) => counts.present += 1,

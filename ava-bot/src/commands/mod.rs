@@ -21,3 +21,34 @@ pub(crate) fn best_search(store: &dyn MemoryBackend, text: &str, limit: usize) -
     };
     req.limit(limit)
 }
+
+/// `text` safe to print on a terminal: control characters (escape sequences that could
+/// recolour, move the cursor or retitle the window) and bidirectional overrides that could
+/// disguise text are shown escaped (`\u{1b}`); `\n` and `\t` are kept when `lines`.
+pub(crate) fn terminal_safe(text: &str, lines: bool) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        let keep = lines && (c == '\n' || c == '\t');
+        let bidi = matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        if (c.is_control() || bidi) && !keep {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::terminal_safe;
+
+    #[test]
+    fn terminal_safe_escapes_control_and_bidi_characters() {
+        assert_eq!(terminal_safe("red \u{1b}[31mX", false), "red \\u{1b}[31mX");
+        assert_eq!(terminal_safe("a\nb\tc", false), "a\\nb\\tc");
+        assert_eq!(terminal_safe("a\nb\tc", true), "a\nb\tc");
+        assert_eq!(terminal_safe("x\u{202e}y", true), "x\\u{202e}y");
+        assert_eq!(terminal_safe("Tomás 🐈", false), "Tomás 🐈");
+    }
+}

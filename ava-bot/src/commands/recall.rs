@@ -26,7 +26,7 @@ pub(crate) async fn run(
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
     let scope = args.who.scope()?;
-    let opened = settings.open().await?;
+    let opened = settings.open_existing().await?;
     let store = &*opened.store;
     let req = super::best_search(store, &args.query, args.limit);
     let hits = store
@@ -47,7 +47,8 @@ pub(crate) async fn run(
             .iter()
             .filter_map(|(n, v)| v.map(|v| format!("{n} {v:.2}")))
             .collect();
-        writeln!(out, "{}. [{:.3}] {}", i + 1, h.score, h.entry.content)?;
+        let content = super::terminal_safe(&h.entry.content, false);
+        writeln!(out, "{}. [{:.3}] {content}", i + 1, h.score)?;
         writeln!(
             out,
             "   id {} · {} · {} · {}",

@@ -20,7 +20,7 @@ pub(crate) async fn run(
     args: &Args,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
-    let opened = settings.open().await?;
+    let opened = settings.open_existing().await?;
     let Some(sqlite) = &opened.sqlite else {
         // Totals are read from SQLite's own bookkeeping; Postgres has no equivalent yet.
         let info = opened.store.info();
@@ -45,6 +45,14 @@ pub(crate) async fn run(
         "memories: {} ({} facts, {} with vectors)",
         s.memories, s.facts, s.embedded
     )?;
+    if s.embedded < s.memories && s.embedding_space.is_some() {
+        writeln!(
+            out,
+            "  {} have no vector yet: a chat's are embedded when it is next searched with an \
+             embedder, or all at once with `ava reembed --missing`",
+            s.memories - s.embedded
+        )?;
+    }
     writeln!(out, "users: {}, scopes: {}", s.users, s.scopes)?;
     writeln!(
         out,
@@ -71,7 +79,22 @@ async fn list_user_scopes(
     Ok(())
 }
 
-pub(crate) async fn reembed(settings: &Settings, out: &mut impl Write) -> anyhow::Result<()> {
+#[derive(Debug, clap::Args)]
+pub(crate) struct ReembedArgs {
+    /// Only embed the memories that have no vector yet (stored without an embedder, or by
+    /// a process of an older model), in the store's current space.
+    #[arg(long)]
+    missing: bool,
+}
+
+pub(crate) async fn reembed(
+    settings: &Settings,
+    args: &ReembedArgs,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    if args.missing {
+        return embed_missing(settings, out).await;
+    }
     let path = match settings.db_target()? {
         DbTarget::Sqlite(path) => path,
         DbTarget::Postgres(_) => anyhow::bail!(
@@ -90,6 +113,41 @@ pub(crate) async fn reembed(settings: &Settings, out: &mut impl Write) -> anyhow
         report.memories,
         report.previous_space.as_deref().unwrap_or("none"),
         report.space
+    )?;
+    Ok(())
+}
+
+async fn embed_missing(settings: &Settings, out: &mut impl Write) -> anyhow::Result<()> {
+    let opened = settings.open_existing().await?;
+    let Some(sqlite) = &opened.sqlite else {
+        anyhow::bail!("ava reembed --missing works on SQLite stores only");
+    };
+    if !opened
+        .store
+        .capabilities()
+        .supports(memory_core::Capability::SemanticSearch)
+    {
+        anyhow::bail!(
+            "ava reembed --missing needs an embedder: {}",
+            opened.embedder_note
+        );
+    }
+    let bar = indicatif::ProgressBar::new(0).with_style(
+        indicatif::ProgressStyle::with_template("embedding [{bar:40}] {pos}/{len} ({eta})")?
+            .progress_chars("=> "),
+    );
+    let report = sqlite
+        .embed_missing(|done, total| {
+            bar.set_length(total);
+            bar.set_position(done);
+        })
+        .await
+        .context("embed memories without a vector")?;
+    bar.finish_and_clear();
+    writeln!(
+        out,
+        "embedded {} memories; {} still without a vector",
+        report.embedded, report.remaining
     )?;
     Ok(())
 }

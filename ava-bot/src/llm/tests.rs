@@ -96,6 +96,8 @@ async fn ollama_runs_a_tool_call_then_answers() {
         .answer(&model, &scope, "My cat is called Pixel.", "test")
         .await
         .unwrap();
+    turn_stored(&done);
+    let done = done.answer.map_err(|(_, e)| e).unwrap();
     assert_eq!(done.reply, "Noted: Pixel.");
     assert_eq!(done.steps, 2);
     assert!(done.tool_runs[0].ok, "{:?}", done.tool_runs);
@@ -166,6 +168,8 @@ async fn openai_runs_a_tool_call_then_answers() {
         .answer(&model, &scope, "What is my cat called?", "test")
         .await
         .unwrap();
+    turn_stored(&done);
+    let done = done.answer.map_err(|(_, e)| e).unwrap();
     assert_eq!(done.reply, "I don't know your cat yet.");
     assert_eq!(done.tool_runs.len(), 1);
     assert_eq!(done.tool_runs[0].name, "recall");
@@ -266,4 +270,11 @@ fn bad_urls_and_timeouts_are_refused() {
     assert!(e.to_string().contains("not an http(s) URL"), "{e}");
     let e = OpenAiChat::new("ftp://x", "m", &Secret::default(), LONG).unwrap_err();
     assert!(e.to_string().contains("not an http(s) URL"), "{e}");
+}
+
+/// Asserts that a turn's message and answer reached the store.
+fn turn_stored(turn: &crate::agent::Turn) {
+    if let Err(e) = &turn.stored {
+        panic!("the turn was not stored: {e:#}");
+    }
 }
