@@ -445,8 +445,8 @@ fn set_mode(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
-#[test]
-fn a_store_the_user_cannot_write_still_answers_recall() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_the_user_cannot_write_still_answers_recall() {
     let dir = tempfile::tempdir().unwrap();
     set_mode(dir.path(), 0o755);
     let shared = dir.path().join("shared");
@@ -489,4 +489,47 @@ fn a_store_the_user_cannot_write_still_answers_recall() {
     let o = as_user(&["remember", "--user", "1", "--chat", "1", "new"]);
     let err = stderr(&o);
     assert!(!o.status.success() && err.contains("read-only"), "{err}");
+    // The terminal chat still answers, and says the turn was not saved.
+    let llm = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/api/chat"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(ollama_answer("Pixel, I think.")))
+        .mount(&llm)
+        .await;
+    let uri = llm.uri();
+    let o = tokio::task::spawn_blocking(move || {
+        let mut c = if root {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(env!("CARGO_BIN_EXE_ava"));
+            c
+        } else {
+            Command::new(env!("CARGO_BIN_EXE_ava"))
+        };
+        let mut child = c
+            .env("AVA_DB", &db)
+            .env("AVA_EMBEDDER", "hash")
+            .args(["chat", "--user", "1", "--chat", "1", "--llm", "ollama"])
+            .args(["--llm-url", &uri, "--llm-model", "fake"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"what is my cat called?\n")
+            .unwrap();
+        child.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap();
+    let text = ok(o);
+    assert!(text.contains("ava> Pixel, I think."), "{text}");
+    assert!(
+        text.contains("this turn was not saved") && text.contains("read-only"),
+        "{text}"
+    );
 }

@@ -418,3 +418,65 @@ async fn futures_count(store: &SqliteBackend, scope: &Scope, max: usize) -> Hash
     }
     out
 }
+
+const BACKFILL: &str = "four_processes_embed_the_same_missing_vectors_at_once";
+
+#[tokio::test]
+async fn four_processes_embed_the_same_missing_vectors_at_once() {
+    if let Some((_, index, path)) = child_role() {
+        // Each opens the keyword-only store with an embedder and searches every scope, so
+        // all four try to embed the same memories at the same moment.
+        match SqliteBackend::open(&path, hash(64), SqliteConfig::default()).await {
+            Err(e) => say(format!("fail open: {}", chain(&e))),
+            Ok(s) => {
+                for u in 0..6 {
+                    let user = format!("u{}", (u + index) % 6);
+                    match s
+                        .search(
+                            &scope_of(&user),
+                            &SearchRequest::semantic("apples").limit(3),
+                        )
+                        .await
+                    {
+                        Ok(hits) if hits.len() == 3 => {}
+                        Ok(hits) => say(format!("fail search: {} hits", hits.len())),
+                        Err(e) => say(format!("fail search: {}", chain(&e))),
+                    }
+                }
+            }
+        }
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.db");
+    // Written without an embedder: no memory has a vector.
+    let store = SqliteBackend::open(&path, None, SqliteConfig::default())
+        .await
+        .unwrap();
+    let mut heard = Heard::default();
+    for u in 0..6 {
+        let user = format!("u{u}");
+        let batch = (0..300)
+            .map(|i| NewMemory::new(format!("note {i} of {user} on apples and pears")))
+            .collect();
+        for e in store.store_batch(&scope_of(&user), batch).await.unwrap() {
+            heard.acked.push((user.clone(), e.id));
+        }
+    }
+    store.close();
+    drop(store);
+    let children = (0..4)
+        .map(|i| spawn(BACKFILL, "backfill", i, &path))
+        .collect();
+    let found = listen(children);
+    assert!(found.fails.is_empty(), "failed calls: {:#?}", found.fails);
+    check_store(&path, hash(64), &heard).await;
+    let c = rusqlite::Connection::open(&path).unwrap();
+    let n = |sql: &str| -> i64 { c.query_row(sql, [], |r| r.get(0)).unwrap() };
+    assert_eq!(n("SELECT COUNT(*) FROM memories WHERE embedded = 0"), 0);
+    assert_eq!(
+        n("SELECT COUNT(*) FROM memory_vec"),
+        1800,
+        "one vector per memory"
+    );
+}

@@ -76,6 +76,14 @@ const SPECS: &[Spec] = &[
         needs: None,
     },
     Spec {
+        key: "memory-sqlite/processes",
+        package: "memory-sqlite",
+        bench: "processes",
+        features: &[],
+        env: &[],
+        needs: None,
+    },
+    Spec {
         key: "memory-postgres/retrieval",
         package: "memory-postgres",
         bench: "retrieval",
