@@ -42,6 +42,9 @@ const IMPORT_NAMESPACE: uuid::Uuid =
 const LEGACY_NAMESPACE: uuid::Uuid =
     uuid::Uuid::from_u128(0x6f1c_2d8e_94b3_4c57_a1e0_5b7d_3f92_c468);
 
+/// How the look-up pass stops once it has the chat id (not an error).
+const FOUND_ID: &str = "chat id found";
+
 /// Messages stored per batch.
 const BATCH: usize = 256;
 
@@ -192,6 +195,10 @@ impl<'de> Visitor<'de> for Export<'_, '_> {
                         Value::Number(n) => Some(n.to_string()),
                         Value::String(s) => Some(s),
                         _ => None,
+                    };
+                    if self.each.is_none() && top.chat_id.is_some() {
+                        // Only the chat id was wanted: stop reading here.
+                        return Err(serde::de::Error::custom(FOUND_ID));
                     }
                 }
                 "messages" => {
@@ -294,8 +301,8 @@ pub(crate) async fn run(
             .await
             .context("read the export")?;
             match (top.chat_id, read) {
-                // Damage after the id is reported by the import itself, after storing
-                // what comes before it.
+                // The pass stops at the id; damage after it is reported by the import
+                // itself, after storing what comes before it.
                 (Some(id), _) => id,
                 (None, Err(e)) => return Err(e),
                 (None, Ok(())) if !top.has_messages => bail!(

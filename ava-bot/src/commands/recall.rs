@@ -3,6 +3,7 @@
 use std::io::Write;
 
 use anyhow::Context;
+use memory_core::SearchMode;
 
 use crate::config::{Identity, Settings};
 
@@ -37,7 +38,16 @@ pub(crate) async fn run(
         writeln!(out, "{}", serde_json::to_string_pretty(&hits)?)?;
         return Ok(());
     }
-    eprintln!("{} ({:?} search)", opened.embedder_note, req.mode);
+    let mode = match req.mode {
+        SearchMode::Semantic => "semantic".to_owned(),
+        SearchMode::Keyword => "keyword".to_owned(),
+        SearchMode::Hybrid(w) => format!(
+            "hybrid: {:.2} semantic, {:.2} keyword",
+            w.semantic(),
+            w.keyword()
+        ),
+    };
+    eprintln!("{} ({mode} search)", opened.embedder_note);
     if hits.is_empty() {
         writeln!(out, "no memories match")?;
     }
