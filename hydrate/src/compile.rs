@@ -182,6 +182,7 @@ pub fn compile(config: &HydrationConfig, hydrated: &Hydrated) -> Result<Compiled
                 action: o.action,
                 reason: o.reason.to_string(),
                 scores: info.and_then(|i| i.scores.clone()),
+                found_by: info.map(|i| i.found_by.clone()).unwrap_or_default(),
             }
         })
         .collect();

@@ -3,7 +3,7 @@
 //! section per retrieved item, fetched from every wanted source concurrently, each under its
 //! own deadline.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -74,8 +74,22 @@ pub struct HydrationConfig {
     pub knowledge_limit: usize,
     /// At most this many items from graph, vector and web sources. Default 5.
     pub extra_limit: usize,
-    /// Each source may fill at most this share of the available budget. Default 0.5.
+    /// Each source may bring at most this share of the available budget in candidates
+    /// (before compression chooses among all of them). Default 1: no cap, compression
+    /// decides by value across sources.
     pub source_token_share: f64,
+    /// The newest this many messages of the conversation are always kept (High priority);
+    /// older ones in the window compete on relevance with everything else. Default 4.
+    pub keep_recent: usize,
+    /// Roughly how many tokens one retrieved item takes: search limits grow with the
+    /// budget to `available / item_tokens` candidates (never below the strategy's and the
+    /// config's own limits), so a larger budget is filled with more evidence rather than
+    /// left unused. Default 25; 0 keeps the fixed limits.
+    pub item_tokens: u32,
+    /// The relevance of an item no search matched (an older message of the window, a fact
+    /// listed because it is recent), from 0 to 1: where it ranks against search hits,
+    /// whose relevance is their similarity to the observation. Default 0.35.
+    pub unmatched_relevance: f64,
     /// Counts tokens (of sources' items, and when compiling).
     pub tokenizer: Arc<dyn Tokenizer>,
     /// Put the rendered prompt in trace events (off by default: prompts hold personal data).
@@ -101,7 +115,10 @@ impl HydrationConfig {
             deadlines: BTreeMap::new(),
             knowledge_limit: 10,
             extra_limit: 5,
-            source_token_share: 0.5,
+            source_token_share: 1.0,
+            keep_recent: 4,
+            item_tokens: 25,
+            unmatched_relevance: 0.35,
             tokenizer,
             trace_prompt_text: false,
         }
@@ -180,6 +197,9 @@ impl fmt::Debug for HydrationConfig {
             .field("knowledge_limit", &self.knowledge_limit)
             .field("extra_limit", &self.extra_limit)
             .field("source_token_share", &self.source_token_share)
+            .field("keep_recent", &self.keep_recent)
+            .field("item_tokens", &self.item_tokens)
+            .field("unmatched_relevance", &self.unmatched_relevance)
             .field("tokenizer", &self.tokenizer.name())
             .field("trace_prompt_text", &self.trace_prompt_text)
             .finish()
@@ -340,6 +360,9 @@ pub struct SectionInfo {
     pub memory_id: Option<MemoryId>,
     /// How a retrieved item scored.
     pub scores: Option<ScoreExplain>,
+    /// Every kind of source that found the item, in precedence order (empty for sections
+    /// that were not retrieved). A memory found by several sources is one section.
+    pub found_by: Vec<SourceKind>,
 }
 
 /// The result of [`hydrate`]: the Prompt IR and what is needed to compile and explain it.
@@ -483,8 +506,9 @@ async fn hydrate_inner(
         acc.degradations
             .extend(notes.into_iter().map(|d| d.for_source(kind)));
         acc.outcome(&mut r, outcome, items.len());
-        acc.select(config, query, r, items).await?;
+        acc.collect(config, query, r, items).await?;
     }
+    acc.merge(config)?;
     acc.reports.sort_by_key(|r| r.kind);
 
     // Retrieved sections in render order: background first, the conversation last and in
@@ -508,12 +532,14 @@ async fn hydrate_inner(
             .fold(0, u32::saturating_add),
     );
     for (kind, item, section) in retrieved {
+        let found_by = acc.found_by.remove(section.id()).unwrap_or_default();
         infos.insert(
             section.id().to_owned(),
             SectionInfo {
                 block: Block::Data(kind),
                 memory_id: item.memory_id,
                 scores: Some(score_explain(&item)),
+                found_by,
             },
         );
         ir.push_section(section)?;
@@ -552,6 +578,7 @@ fn fixed_sections(
             block,
             memory_id: None,
             scores: None,
+            found_by: Vec::new(),
         };
         infos.insert(section.id().to_owned(), info);
         Ok(ir.push_section(section)?)
@@ -614,9 +641,28 @@ struct Gathered {
     reports: Vec<SourceReport>,
     degradations: Vec<Degradation>,
     partial: BTreeSet<SourceKind>,
-    /// Memories already placed, for de-duplication across kinds.
-    seen: HashSet<MemoryId>,
+    /// Each source's surviving items, in precedence order, before merging.
+    collected: Vec<Collected>,
     retrieved: Vec<(SourceKind, SourceItem, Section)>,
+    /// Section id -> every kind that found its item.
+    found_by: BTreeMap<String, Vec<SourceKind>>,
+}
+
+/// One source's items after scoring, threshold, reranking and its item limit.
+struct Collected {
+    kind: SourceKind,
+    items: Vec<SourceItem>,
+    report: SourceReport,
+}
+
+/// One retrieved item, however many sources found it.
+struct Candidate {
+    /// The block it renders into: that of the first source (in precedence order) that
+    /// found it, so a message of the recent conversation stays in the conversation.
+    kind: SourceKind,
+    /// The item, carrying the best similarity any source found for it.
+    item: SourceItem,
+    found_by: Vec<SourceKind>,
 }
 
 impl Gathered {
@@ -644,11 +690,17 @@ impl Gathered {
         let available = input.request.budget.available();
         let max_tokens = (f64::from(available) * config.source_token_share.clamp(0.0, 1.0)) as u32;
         let count = |n: u32| usize::try_from(n).unwrap_or(usize::MAX);
+        // Search limits grow with the budget, so a larger budget holds more evidence;
+        // compression then keeps what is worth most.
+        let fill = match config.item_tokens {
+            0 => 0,
+            per_item => count(available / per_item),
+        };
         let params_for = |kind: SourceKind| SourceParams {
             max_items: match kind {
                 SourceKind::Temporal => count(strategy.temporal_window),
-                SourceKind::Semantic => count(strategy.semantic_limit),
-                SourceKind::Knowledge => config.knowledge_limit,
+                SourceKind::Semantic => count(strategy.semantic_limit).max(fill),
+                SourceKind::Knowledge => config.knowledge_limit.max(fill / 4),
                 _ => config.extra_limit,
             },
             max_tokens,
@@ -732,9 +784,10 @@ impl Gathered {
         }
     }
 
-    /// Scores, filters, reranks and de-duplicates one source's items, applies the limits it
-    /// does not honour itself, and keeps the survivors as sections.
-    async fn select(
+    /// Scores, filters and reranks one source's items, removes repeats within it and
+    /// applies its item limit. Items found by several sources are merged later
+    /// ([`Gathered::merge`]), so no source loses an item to a weaker copy of it.
+    async fn collect(
         &mut self,
         config: &HydrationConfig,
         query: &SourceQuery<'_>,
@@ -780,34 +833,31 @@ impl Gathered {
                 }
             }
         }
-        // Limits are applied here even when the source honours them: de-duplication may
-        // have changed what is left, and applying a limit twice is harmless.
+        // Limits are applied here even when the source honours them: applying a limit
+        // twice is harmless.
         let mut keys: HashSet<String> = HashSet::new();
+        let mut kept = Vec::with_capacity(items.len().min(params.max_items));
+        // The token cap is counted only when it can bind (counting costs a tokenizer pass).
+        let capped = config.source_token_share < 1.0;
+        let mut tokens = 0u32;
         for item in items {
-            let duplicate = match item.memory_id {
-                Some(id) => self.seen.contains(&id),
-                None => !keys.insert(item.key.clone()),
-            };
-            if duplicate {
+            if !keys.insert(item.key.clone()) {
                 report.duplicates += 1;
                 continue;
             }
-            if report.kept >= params.max_items {
+            if kept.len() >= params.max_items {
                 over_limits += 1;
                 continue;
             }
-            let mut section = item_section(kind, &item, report.kept, params.max_items)?;
-            let tokens = section.count_tokens(config.tokenizer.as_ref());
-            if report.tokens.saturating_add(tokens) > params.max_tokens {
-                over_limits += 1;
-                continue;
+            if capped {
+                let t = config.tokenizer.count(&render::item_line(&item));
+                if tokens.saturating_add(t) > params.max_tokens {
+                    over_limits += 1;
+                    continue;
+                }
+                tokens = tokens.saturating_add(t);
             }
-            if let Some(id) = item.memory_id {
-                self.seen.insert(id);
-            }
-            report.kept += 1;
-            report.tokens = report.tokens.saturating_add(tokens);
-            self.retrieved.push((kind, item, section));
+            kept.push(item);
         }
         report.over_limits = over_limits;
         tracing::debug!(
@@ -815,12 +865,84 @@ impl Gathered {
             gen_ai.source.name = source.name(),
             gen_ai.source.status = ?report.status,
             gen_ai.source.returned = report.returned,
-            gen_ai.source.kept = report.kept,
-            gen_ai.source.tokens = report.tokens,
+            gen_ai.source.kept = kept.len(),
             duration_ms = report.elapsed_ms,
             "context source"
         );
-        self.reports.push(report);
+        self.collected.push(Collected {
+            kind,
+            items: kept,
+            report,
+        });
+        Ok(())
+    }
+
+    /// One ranking across sources: a memory found by several sources becomes one
+    /// candidate with its best similarity and all its provenance, placed in the block of
+    /// the first source that found it; then every candidate becomes a section whose value
+    /// for compression is its relevance (similarity to the observation, or
+    /// [`HydrationConfig::unmatched_relevance`] when no search matched it) and its age
+    /// (the strategy's recency decay). The newest [`HydrationConfig::keep_recent`]
+    /// messages of the conversation and pinned facts are kept first (High priority).
+    fn merge(&mut self, config: &HydrationConfig) -> Result<()> {
+        let mut collected = std::mem::take(&mut self.collected);
+        collected.sort_by_key(|c| c.kind);
+        let mut candidates: Vec<Candidate> = Vec::new();
+        let mut at: HashMap<MemoryId, usize> = HashMap::new();
+        for c in &mut collected {
+            for item in std::mem::take(&mut c.items) {
+                if let Some(id) = item.memory_id
+                    && let Some(&i) = at.get(&id)
+                {
+                    let cand = &mut candidates[i];
+                    cand.found_by.push(c.kind);
+                    if item.similarity.unwrap_or(f32::MIN)
+                        > cand.item.similarity.unwrap_or(f32::MIN)
+                    {
+                        cand.item.similarity = item.similarity;
+                        cand.item.breakdown = item.breakdown;
+                        cand.item.score = cand.item.score.max(item.score);
+                    }
+                    c.report.duplicates += 1;
+                    continue;
+                }
+                if let Some(id) = item.memory_id {
+                    at.insert(id, candidates.len());
+                }
+                candidates.push(Candidate {
+                    kind: c.kind,
+                    item,
+                    found_by: vec![c.kind],
+                });
+            }
+        }
+        // The protected tail: the newest messages of the conversation block.
+        let mut conversation: Vec<(Option<Timestamp>, &str, usize)> = candidates
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.kind == SourceKind::Temporal)
+            .map(|(i, c)| (c.item.created_at, c.item.key.as_str(), i))
+            .collect();
+        conversation.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
+        let tail: HashSet<usize> = conversation
+            .iter()
+            .take(config.keep_recent)
+            .map(|(_, _, i)| *i)
+            .collect();
+        let mut reports: BTreeMap<SourceKind, SourceReport> =
+            collected.into_iter().map(|c| (c.kind, c.report)).collect();
+        for (i, cand) in candidates.into_iter().enumerate() {
+            let mut section = item_section(config, &cand, tail.contains(&i))?;
+            let tokens = section.count_tokens(config.tokenizer.as_ref());
+            if let Some(report) = reports.get_mut(&cand.kind) {
+                report.kept += 1;
+                report.tokens = report.tokens.saturating_add(tokens);
+            }
+            self.found_by
+                .insert(section.id().to_owned(), cand.found_by.clone());
+            self.retrieved.push((cand.kind, cand.item, section));
+        }
+        self.reports.extend(reports.into_values());
         Ok(())
     }
 }
@@ -873,38 +995,39 @@ fn rank(kind: SourceKind, items: &mut [SourceItem]) {
     }
 }
 
-/// The section for one kept item; `position` is how many items of its source were kept
-/// before it (for the conversation: 0 is the newest message) out of at most `max_items`.
-fn item_section(
-    kind: SourceKind,
-    item: &SourceItem,
-    position: usize,
-    max_items: usize,
-) -> Result<Section> {
-    let relevance = if kind == SourceKind::Temporal {
-        // The conversation ranks by time, not by retrieval score: a message that searches
-        // recalled often must not outlive newer ones when the budget is tight. Newest 1.0,
-        // down to 0.5 for the oldest the window holds.
-        let span = max_items.saturating_sub(1).max(1) as f64;
-        Relevance::clamped(1.0 - 0.5 * (position.min(max_items) as f64 / span))
-    } else {
-        Relevance::clamped(f64::from(item.score))
+/// The section for one candidate. Its relevance is what the observation asked for: the
+/// best similarity a search found, or [`HydrationConfig::unmatched_relevance`] when no
+/// search matched it; its recency is when it was said or learned (pinned memories are
+/// undated: they do not age), and compression weighs the two with the strategy's recency
+/// decay. Retrieved memories share one priority, so value decides between sources;
+/// `protected` (the newest messages of the conversation) and pinned facts rank High.
+fn item_section(config: &HydrationConfig, cand: &Candidate, protected: bool) -> Result<Section> {
+    let (kind, item) = (cand.kind, &cand.item);
+    let relevance = match item.similarity {
+        // Kept because they are the newest turns, not for what they match.
+        _ if protected => Relevance::ONE,
+        Some(s) => Relevance::clamped(f64::from(s)),
+        None => Relevance::clamped(config.unmatched_relevance),
     };
     let line = render::item_line(item);
     let long = line.len() > SHRINKABLE_BYTES;
+    let priority = if protected || (item.pinned && kind == SourceKind::Knowledge) {
+        Priority::High
+    } else {
+        Priority::Medium
+    };
     let mut s = Section::new(
         format!("{kind}:{}", item.key),
         item_label(kind),
         kind.section_source(relevance),
         line,
     )?
-    .with_relevance(relevance);
-    // No item is dated for compression: retrieval scores already hold the strategy's decay
-    // (and pinned memories' exemption), and the conversation's order is in its relevance
-    // above. Dating them again would collapse the values of an old conversation towards 0,
-    // where ties would decide what is dropped.
-    if item.pinned && kind == SourceKind::Knowledge {
-        s = s.with_priority(Priority::High);
+    .with_relevance(relevance)
+    .with_priority(priority);
+    if !item.pinned
+        && let Some(at) = item.created_at
+    {
+        s = s.with_recency(at.to_datetime());
     }
     if long {
         s = s.with_min_tokens(MIN_ITEM_TOKENS);

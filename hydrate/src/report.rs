@@ -115,7 +115,8 @@ pub struct SourceReport {
     pub params: Option<SourceParams>,
     /// Items the source returned.
     pub returned: usize,
-    /// Items left out as already supplied by an earlier kind.
+    /// Items that repeated one of this source's own, or that an earlier kind found too
+    /// (those are merged into its section, with the best similarity of the two).
     pub duplicates: usize,
     /// Items left out by the threshold, `max_items` or `max_tokens`.
     pub over_limits: usize,
@@ -200,6 +201,9 @@ pub struct SectionExplain {
     /// How a retrieved item scored.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scores: Option<ScoreExplain>,
+    /// Every kind of source that found the item (one section however many did).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub found_by: Vec<SourceKind>,
 }
 
 /// What happened to one tool definition.

@@ -8,7 +8,8 @@
 //!
 //! ```text
 //! r = 1                                   if the memory is pinned (exempt from decay)
-//!   = strategy.recency_decay.factor(t)    otherwise: 0.5^(age / half-life), 1 if undated
+//!   = strategy.recency_decay.factor(t)    otherwise: f + (1 - f)·0.5^(age / half-life),
+//!                                         1 if undated (f: the decay's floor)
 //! i = the memory's importance             (0.5 when unknown)
 //! a = ln(1 + n) / (1 + ln(1 + n))         (0 when never recalled, 0.5 at n ≈ 1.7, → 1)
 //!
@@ -193,6 +194,7 @@ mod tests {
     fn week() -> RecencyDecay {
         RecencyDecay::HalfLife {
             seconds: NonZeroU64::new(7 * 24 * 3600).unwrap(),
+            floor: prompt_ir::Ratio::ZERO,
         }
     }
 

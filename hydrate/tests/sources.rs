@@ -1,6 +1,7 @@
 //! How hydrate treats what sources return: parameters a source does not honour are applied
-//! for it, memories are de-duplicated across kinds (the recent conversation is not repeated
-//! as related messages), failures and rerankers are reported, never fatal.
+//! for it, a memory found by several kinds is one section with its best relevance (the
+//! recent conversation is not repeated as related messages, and never loses a message to
+//! a weaker copy of it), failures and rerankers are reported, never fatal.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -209,4 +210,76 @@ async fn hydrate_runs_on_a_spawned_task() {
     let prompt = hydrate::compile(&cfg, &hydrated).unwrap();
     assert!(prompt.report.fits);
     assert_eq!(prompt.messages.len(), prompt.layout.len());
+}
+
+#[tokio::test]
+async fn a_memory_found_by_the_conversation_and_by_search_survives_a_tight_budget() {
+    use hydrate::compile;
+    use memory_core::{NewMemory, Role};
+    // A conversation whose older half holds the answer; the newest turns are small talk.
+    let backend: Arc<dyn MemoryBackend> = Arc::new(InMemoryBackend::new(Some(embedder())));
+    let scope = chat_scope("maya");
+    let turns = [
+        "I just moved to Lisbon for a new job.",
+        "My manager at work is called Tomás.",
+        "The office is near the river.",
+        "I adopted a grey cat named Pixel.",
+        "Pixel hates the vacuum cleaner.",
+        "I am learning the cello in the evenings.",
+        "Scales every evening for twenty minutes.",
+        "The weather is lovely this week.",
+        "I might go to the beach on Sunday.",
+        "Do you like the sea?",
+    ];
+    let batch = turns
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let when = format!("2026-03-09T10:{:02}:00Z", i * 2);
+            NewMemory::new(*t)
+                .with_role(if i % 2 == 0 {
+                    Role::User
+                } else {
+                    Role::Assistant
+                })
+                .at(common::at(&when))
+        })
+        .collect();
+    backend.store_batch(&scope, batch).await.unwrap();
+    let cfg = config(Arc::clone(&backend), Some(embedder()));
+    // The whole window (10 turns) does not fit: some of it must go.
+    let mut req = request("Who is my manager at work?", 560);
+    req.strategy.temporal_window = 10;
+    let hydrated = hydrate(&cfg, &input(scope, req)).await.unwrap();
+    let prompt = compile(&cfg, &hydrated).unwrap();
+    let text: String = prompt.messages.iter().map(|m| m.content.as_str()).collect();
+    assert!(
+        text.contains("My manager at work is called Tomás."),
+        "the answer is in the prompt: {text}"
+    );
+    let answer: Vec<_> = prompt
+        .report
+        .sections
+        .iter()
+        .filter(|s| s.label.contains("message") && text.contains("Tomás") && s.found_by.len() > 1)
+        .collect();
+    assert_eq!(
+        answer.len(),
+        1,
+        "one section, found by both: {:#?}",
+        prompt.report.sections
+    );
+    assert_eq!(
+        answer[0].found_by,
+        [SourceKind::Temporal, SourceKind::Semantic]
+    );
+    let dropped = prompt
+        .report
+        .sections
+        .iter()
+        .filter(|s| matches!(s.action, prompt_ir::Action::Dropped { .. }))
+        .count();
+    assert!(dropped > 0, "the budget was tight enough to drop something");
+    // The newest turns stay, whatever they match.
+    assert!(text.contains("Do you like the sea?"), "{text}");
 }

@@ -194,23 +194,39 @@ impl FixedRatios {
 }
 
 /// How the weight of a dated section fades with age.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RecencyDecay {
     /// Age does not matter.
     None,
-    /// Weight halves every `seconds`.
+    /// Weight halves every `seconds`, down to `floor`: the weight is
+    /// `floor + (1 - floor) · 0.5^(age / half-life)`.
     HalfLife {
         /// The half-life in seconds.
         seconds: NonZeroU64,
+        /// The least weight age can leave (0 to 1; 0 if left out): with 0.5, age at most
+        /// halves a section's value, so an old memory that answers the question still
+        /// outranks a new one that does not.
+        #[serde(default = "no_floor", skip_serializing_if = "is_zero")]
+        floor: Ratio,
     },
 }
 
+fn is_zero(r: &Ratio) -> bool {
+    r.get() == 0.0
+}
+
+fn no_floor() -> Ratio {
+    Ratio::ZERO
+}
+
 impl Default for RecencyDecay {
-    /// A half-life of one week.
+    /// A half-life of one week, with a floor of one half: recency orders what is equally
+    /// relevant, and never buries what is relevant but old.
     fn default() -> Self {
         RecencyDecay::HalfLife {
             seconds: NonZeroU64::MIN.saturating_add(7 * 24 * 3600 - 1),
+            floor: Ratio::clamped(0.5),
         }
     }
 }
@@ -220,10 +236,11 @@ impl RecencyDecay {
     /// future-dated things weigh 1.
     pub fn factor(self, at: Option<DateTime<Utc>>, now: DateTime<Utc>) -> f64 {
         match (self, at) {
-            (RecencyDecay::HalfLife { seconds }, Some(at)) if at < now => {
+            (RecencyDecay::HalfLife { seconds, floor }, Some(at)) if at < now => {
                 let age_ms = (now - at).num_milliseconds() as f64;
                 let half_life_ms = seconds.get() as f64 * 1000.0;
-                0.5f64.powf(age_ms / half_life_ms)
+                let f = floor.get();
+                f + (1.0 - f) * 0.5f64.powf(age_ms / half_life_ms)
             }
             _ => 1.0,
         }
@@ -357,12 +374,24 @@ mod tests {
     }
 
     #[test]
-    fn recency_decay_halves_per_half_life() {
+    fn recency_decay_halves_per_half_life_down_to_its_floor() {
         let now = DateTime::<Utc>::from_timestamp(1_000_000, 0).unwrap();
-        let week = RecencyDecay::default();
+        let week = RecencyDecay::HalfLife {
+            seconds: NonZeroU64::new(7 * 24 * 3600).unwrap(),
+            floor: Ratio::ZERO,
+        };
         let a_week_ago = now - chrono::Duration::days(7);
         assert!((week.factor(Some(a_week_ago), now) - 0.5).abs() < 1e-12);
         assert_eq!(week.factor(None, now), 1.0);
+        // The default keeps half: a week halves what is above the floor of 0.5.
+        let default = RecencyDecay::default();
+        assert!((default.factor(Some(a_week_ago), now) - 0.75).abs() < 1e-12);
+        let a_year_ago = now - chrono::Duration::days(365);
+        assert!((default.factor(Some(a_year_ago), now) - 0.5).abs() < 1e-6);
+        // Left out of JSON, the floor is 0 (strategies written before it existed).
+        let old: RecencyDecay =
+            serde_json::from_str(r#"{"half_life": {"seconds": 604800}}"#).unwrap();
+        assert_eq!(old, week);
         assert_eq!(week.factor(Some(now + chrono::Duration::days(1)), now), 1.0);
         assert_eq!(RecencyDecay::None.factor(Some(a_week_ago), now), 1.0);
     }
