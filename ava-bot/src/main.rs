@@ -123,8 +123,11 @@ fn init_tracing() {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn,ava=info"));
     // A second subscriber (never in this binary) is the only failure: ignore it.
+    // Colours only on a terminal: an MCP client or a service manager keeps stderr in a file.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr)
         .try_init();
 }
