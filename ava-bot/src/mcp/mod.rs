@@ -813,6 +813,39 @@ mod tests {
     }
 
     #[test]
+    fn the_readme_snippets_are_what_the_server_accepts() {
+        use clap::Parser;
+        let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"));
+        let section = readme
+            .split("## Ava as an MCP server")
+            .nth(1)
+            .and_then(|s| s.split("\n## ").next())
+            .unwrap();
+        let blocks: Vec<Value> = section
+            .split("```json\n")
+            .skip(1)
+            .map(|b| serde_json::from_str(b.split("```").next().unwrap()).unwrap())
+            .collect();
+        assert_eq!(blocks.len(), 3, "stdio client, token file, HTTP client");
+        let stdio = &blocks[0]["mcpServers"]["ava"];
+        assert_eq!(stdio["command"], "ava");
+        let args = stdio["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap());
+        let cli = crate::Cli::try_parse_from(std::iter::once("ava").chain(args)).unwrap();
+        assert!(matches!(cli.command, crate::Command::Mcp(_)));
+        let table = tokens::TokenTable::parse(&blocks[1].to_string()).unwrap();
+        assert_eq!(table.len(), 2);
+        let remote = &blocks[2]["mcpServers"]["ava"];
+        assert!(remote["url"].as_str().unwrap().ends_with(http::PATH));
+        let header = remote["headers"]["Authorization"].as_str().unwrap();
+        let token = header.strip_prefix("Bearer ").unwrap();
+        assert_eq!(table.identify(token), Some(0));
+    }
+
+    #[test]
     fn recall_limits_are_in_the_schema() {
         let tools = tools().unwrap();
         let recall = &tools[2].input_schema;
