@@ -479,7 +479,8 @@ impl AvaMcp {
         }
         let store = self.store();
         let mode = a.mode.unwrap_or_default();
-        let semantic = store.capabilities().supports(Capability::SemanticSearch);
+        let caps = store.capabilities();
+        let semantic = caps.supports(Capability::SemanticSearch);
         if matches!(mode, Mode::Hybrid | Mode::Semantic) && !semantic {
             bail!(
                 "`mode` {} needs an embedder and this server has none ({}); use `keyword` or `auto`",
@@ -488,7 +489,11 @@ impl AvaMcp {
             );
         }
         let request = match mode {
-            Mode::Auto => crate::commands::best_search(store, &a.query, limit),
+            // What `ava recall` does: hybrid when the store has vectors, else keyword.
+            Mode::Auto if caps.supports(Capability::HybridSearch) => {
+                SearchRequest::hybrid(a.query.as_str()).limit(limit)
+            }
+            Mode::Auto => SearchRequest::keyword(a.query.as_str()).limit(limit),
             Mode::Hybrid => SearchRequest::hybrid(a.query.as_str()).limit(limit),
             Mode::Keyword => SearchRequest::keyword(a.query.as_str()).limit(limit),
             Mode::Semantic => SearchRequest::semantic(a.query.as_str()).limit(limit),
