@@ -5,6 +5,7 @@ mod bot;
 mod commands;
 mod config;
 mod llm;
+mod mcp;
 
 use clap::{Parser, Subcommand};
 
@@ -42,6 +43,9 @@ enum Command {
     Chat(commands::chat::Args),
     /// Run the Telegram bot (long polling) until Ctrl-C.
     Run(commands::run::Args),
+    /// Serve Ava's memory to MCP clients: over stdio for one --user and --chat, or over
+    /// streamable HTTP (--http ADDR) for the identities of a bearer-token file.
+    Mcp(commands::mcp::Args),
     /// Show what the store holds.
     Stats(commands::stats::Args),
     /// Re-embed every memory with the configured embedder (after changing models), or with
@@ -102,7 +106,9 @@ async fn run() -> anyhow::Result<()> {
     }
     let cli = Cli::parse();
     init_tracing();
-    let out = &mut std::io::stdout().lock();
+    // Not locked for the whole run: an MCP server speaks on stdout from other threads, and a
+    // lock held here would block them.
+    let out = &mut std::io::stdout();
     match cli.command {
         Command::Demo(args) => commands::demo::run(&cli.settings, &args, out).await,
         Command::Remember(args) => commands::remember::run(&cli.settings, &args, out).await,
@@ -112,6 +118,7 @@ async fn run() -> anyhow::Result<()> {
         Command::Context(args) => commands::context::run(&cli.settings, &args, out).await,
         Command::Chat(args) => commands::chat::run(&cli.settings, &args, out).await,
         Command::Run(args) => commands::run::run(&cli.settings, &args, out).await,
+        Command::Mcp(args) => commands::mcp::run(&cli.settings, &args).await,
         Command::Stats(args) => commands::stats::run(&cli.settings, &args, out).await,
         Command::Reembed(args) => commands::stats::reembed(&cli.settings, &args, out).await,
     }
@@ -123,8 +130,11 @@ fn init_tracing() {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn,ava=info"));
     // A second subscriber (never in this binary) is the only failure: ignore it.
+    // Colours only on a terminal: an MCP client or a service manager keeps stderr in a file.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr)
         .try_init();
 }

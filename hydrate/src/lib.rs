@@ -22,7 +22,7 @@
 //!   its formula in the module docs.
 //! - `hydrate`: [`HydrationConfig`], [`HydrateInput`], [`hydrate()`] → [`Hydrated`].
 //! - `compile`: [`compile()`] → [`CompiledPrompt`]; the message layout is in its module docs.
-//! - `render`: the `<recalled-memory>` blocks and [`escape_data`].
+//! - `render`: the `<recalled-memory>` blocks, [`escape_data`] and [`memory_block`].
 //! - `report`: [`ExplainReport`], [`SourceReport`], [`Degradation`].
 //! - `chat`: [`ChatMessage`], [`ToolSpec`], [`ChatResponse`] and the [`ChatModel`] trait.
 //! - `ops`: [`Ops`] (`infer`, `infer_raw`, `remember`, `recall`, `forget`) and
@@ -88,7 +88,7 @@ pub use provider::{
     ProviderIdentity, ProviderOptions, Reranker, ResolvedOption, ResolvedOptions, Secret,
     SourceBuilder, SourceChoice, SourceProvider, plan_sources, resolve_options,
 };
-pub use render::{DATA_TAG, DEFAULT_CONSTRAINTS, escape_data};
+pub use render::{DATA_TAG, DEFAULT_CONSTRAINTS, escape_data, memory_block};
 pub use report::{
     BudgetExplain, Degradation, DegradationKind, ExplainReport, ScoreExplain, SectionExplain,
     SourceReport, SourceStatus, ToolExplain,

@@ -5,6 +5,7 @@ pub(crate) mod context;
 pub(crate) mod demo;
 pub(crate) mod forget;
 pub(crate) mod import;
+pub(crate) mod mcp;
 pub(crate) mod recall;
 pub(crate) mod remember;
 pub(crate) mod run;

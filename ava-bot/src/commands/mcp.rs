@@ -1,0 +1,186 @@
+//! `ava mcp`: serve Ava's memory to MCP clients, over stdio for one identity (`--user`,
+//! `--chat`) or over streamable HTTP (`--http ADDR`) for the identities of a bearer-token
+//! file, until the client hangs up (stdio), Ctrl-C or SIGTERM.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use rmcp::service::ServerInitializeError;
+
+use crate::config::Settings;
+use crate::mcp::http::{self, HttpConfig};
+use crate::mcp::tokens::TokenTable;
+use crate::mcp::{AvaMcp, Memory};
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// The user a stdio server acts for: every tool call reads and writes this user's
+    /// memories in --chat (the model cannot choose another).
+    #[arg(long, conflicts_with = "http")]
+    user: Option<String>,
+    /// The chat a stdio server acts for.
+    #[arg(long, conflicts_with = "http")]
+    chat: Option<String>,
+    /// Serve streamable HTTP at this address (e.g. 127.0.0.1:8765; port 0 picks a free one)
+    /// instead of stdio. The endpoint is /mcp; identities come from --tokens.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<SocketAddr>,
+    /// With --http: the bearer-token file (JSON, mode 600), mapping each token to a user and
+    /// chat; see the README.
+    #[arg(long, env = "AVA_MCP_TOKENS", value_name = "FILE")]
+    tokens: Option<PathBuf>,
+    /// With --http: another Host name clients may use besides localhost, 127.0.0.1 and ::1
+    /// (requests naming other hosts are refused, against DNS rebinding). Repeatable.
+    #[arg(long = "allow-host", value_name = "HOST", requires = "http")]
+    allow_hosts: Vec<String>,
+}
+
+/// What to serve.
+#[derive(Debug)]
+enum Plan {
+    /// One identity on stdin and stdout.
+    Stdio(memory_core::Scope),
+    /// Streamable HTTP at an address, for the identities of a token file.
+    Http(SocketAddr, TokenTable),
+}
+
+/// How a stdio session ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Ended {
+    /// The client closed stdin (or never initialized).
+    Hangup,
+    /// Ctrl-C or SIGTERM.
+    Signal,
+}
+
+pub(crate) async fn run(settings: &Settings, args: &Args) -> anyhow::Result<()> {
+    // What can be judged without the store is judged first.
+    let plan = match (args.http, &args.user, &args.chat) {
+        (Some(addr), _, _) => {
+            let Some(path) = &args.tokens else {
+                bail!(
+                    "--http needs --tokens FILE (or AVA_MCP_TOKENS): the bearer tokens clients \
+                     must send, each mapped to a user and chat"
+                );
+            };
+            Plan::Http(addr, TokenTable::load(path)?)
+        }
+        (None, Some(user), Some(chat)) => {
+            Plan::Stdio(memory_core::Scope::for_user(user)?.in_chat(chat)?)
+        }
+        (None, _, _) => bail!(
+            "ava mcp serves one identity over stdio: give --user and --chat (or --http ADDR \
+             with --tokens FILE for several)"
+        ),
+    };
+    let opened = settings.open().await?;
+    let memory = Arc::new(Memory::new(
+        Arc::clone(&opened.store),
+        opened.embedder_note.clone(),
+    )?);
+    let ended = match plan {
+        Plan::Http(addr, tokens) => {
+            let listener = http::bind(addr).await?;
+            let local = listener
+                .local_addr()
+                .context("read the listening address")?;
+            if !local.ip().is_loopback() {
+                tracing::warn!(
+                    "serving MCP on {local}, beyond this machine, over plain HTTP: put a TLS \
+                     proxy in front of it, or bearer tokens travel in the clear"
+                );
+            }
+            // On its own line and not through the log filter: clients and scripts read it.
+            eprintln!(
+                "ava mcp: listening on http://{local}{} for {} token(s); {}",
+                http::PATH,
+                tokens.len(),
+                opened.embedder_note
+            );
+            let config = HttpConfig {
+                tokens,
+                extra_hosts: args.allow_hosts.clone(),
+            };
+            http::serve(listener, memory, config, async {
+                shutdown_signal().await;
+            })
+            .await?;
+            Ended::Signal
+        }
+        Plan::Stdio(scope) => {
+            tracing::info!(%scope, embedder = %opened.embedder_note, "serving MCP on stdio");
+            serve_stdio(AvaMcp::new(memory, scope)).await?
+        }
+    };
+    // Every acknowledged write is committed already; this waits for the store's worker and
+    // folds the write-ahead log back into the file.
+    if let Some(sqlite) = &opened.sqlite {
+        sqlite.close();
+    }
+    tracing::info!(?ended, "MCP server stopped");
+    if ended == Ended::Signal && args.http.is_none() {
+        // A read of stdin that is not a pipe (a terminal, a socket) runs on a blocking
+        // thread that cannot be cancelled, and the runtime would wait for it on the way out:
+        // everything is stored and closed, so leave now.
+        std::process::exit(0);
+    }
+    Ok(())
+}
+
+async fn serve_stdio(handler: AvaMcp) -> anyhow::Result<Ended> {
+    let signal = shutdown_signal();
+    tokio::pin!(signal);
+    let started = tokio::select! {
+        started = rmcp::serve_server(handler, rmcp::transport::stdio_pipes()) => started,
+        () = &mut signal => return Ok(Ended::Signal),
+    };
+    let running = match started {
+        Ok(running) => running,
+        Err(ServerInitializeError::ConnectionClosed(_)) => {
+            tracing::info!("stdin closed before the client initialized");
+            return Ok(Ended::Hangup);
+        }
+        Err(e) => return Err(e).context("start the MCP session on stdio"),
+    };
+    let cancel = running.cancellation_token();
+    let waiting = running.waiting();
+    tokio::pin!(waiting);
+    let ended = tokio::select! {
+        quit = &mut waiting => {
+            quit.context("the MCP session failed")?;
+            Ended::Hangup
+        }
+        () = &mut signal => {
+            // Answers to the requests in flight are still sent (rmcp drains them).
+            cancel.cancel();
+            waiting.await.context("the MCP session failed")?;
+            Ended::Signal
+        }
+    };
+    Ok(ended)
+}
+
+/// Resolves on Ctrl-C or SIGTERM (what an MCP client sends a stdio server that does not exit
+/// when its stdin closes).
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+                return;
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot listen for SIGTERM; Ctrl-C still stops"),
+        }
+    }
+    if let Err(e) = tokio::signal::ctrl_c().await {
+        tracing::warn!(error = %e, "cannot listen for Ctrl-C");
+        std::future::pending::<()>().await;
+    }
+}

@@ -1,0 +1,280 @@
+//! The bearer-token file of `ava mcp --http`: which secret token acts as which identity.
+//!
+//! The file is JSON, readable by its owner (and maybe the group) only:
+//!
+//! ```json
+//! {
+//!   "tokens": [
+//!     { "token": "3f9c…(at least 32 characters)", "user": "alice", "chat": "claude-desktop" },
+//!     { "token": "8a41…", "user": "bob", "chat": "cursor" }
+//!   ]
+//! }
+//! ```
+//!
+//! Tokens are kept only as SHA-256 digests and compared in constant time; no message here
+//! ever contains one (a malformed file is described by position and field name, never by the
+//! values in it).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io::Read;
+use std::path::Path;
+
+use anyhow::{Context, bail};
+use memory_core::Scope;
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+/// Shortest token accepted: 32 characters (`openssl rand -hex 32` makes 64).
+pub(crate) const MIN_TOKEN_CHARS: usize = 32;
+
+/// The identities of a token file, each behind the digest of its token.
+pub(crate) struct TokenTable {
+    entries: Vec<([u8; 32], Scope)>,
+}
+
+impl fmt::Debug for TokenTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Digests are not the tokens, but there is no reason to show them either.
+        f.debug_list()
+            .entries(self.entries.iter().map(|(_, scope)| scope.to_string()))
+            .finish()
+    }
+}
+
+fn digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+impl TokenTable {
+    /// Reads and checks a token file: not readable or writable by others, not writable by
+    /// the group, valid JSON of the documented shape, tokens long enough and distinct.
+    pub(crate) fn load(path: &Path) -> anyhow::Result<Self> {
+        let shown = path.display();
+        let mut file =
+            std::fs::File::open(path).with_context(|| format!("open the token file {shown}"))?;
+        // The checks look at the file that was opened, not at whatever the path names later.
+        let meta = file
+            .metadata()
+            .with_context(|| format!("inspect the token file {shown}"))?;
+        if !meta.is_file() {
+            bail!("the token file {shown} is not a regular file");
+        }
+        check_permissions(&meta, path)?;
+        let mut text = String::new();
+        file.read_to_string(&mut text)
+            .with_context(|| format!("read the token file {shown}"))?;
+        Self::parse(&text).with_context(|| format!("token file {shown}"))
+    }
+
+    /// Parses the JSON of a token file (see the module docs).
+    pub(crate) fn parse(text: &str) -> anyhow::Result<Self> {
+        // A syntax error says where, never what: serde_json's messages for those carry no
+        // values. Shape errors are ours, and name fields, not their contents.
+        let value: Value = serde_json::from_str(text).map_err(|e| {
+            anyhow::anyhow!(
+                "not valid JSON ({:?} error at line {}, column {})",
+                e.classify(),
+                e.line(),
+                e.column()
+            )
+        })?;
+        let Value::Object(top) = value else {
+            bail!("expected a JSON object with a `tokens` list");
+        };
+        if let Some(key) = top.keys().find(|k| *k != "tokens") {
+            bail!("unknown key `{key}` at the top level; expected only `tokens`");
+        }
+        let Some(Value::Array(items)) = top.get("tokens") else {
+            bail!("expected a `tokens` list");
+        };
+        if items.is_empty() {
+            bail!("the `tokens` list is empty; add at least one token");
+        }
+        let mut entries = Vec::with_capacity(items.len());
+        let mut seen: HashMap<[u8; 32], usize> = HashMap::new();
+        for (i, item) in items.iter().enumerate() {
+            let n = i + 1;
+            let Value::Object(item) = item else {
+                bail!("token entry {n} is not an object with `token`, `user` and `chat`");
+            };
+            let (token, scope) = entry(item).with_context(|| format!("token entry {n}"))?;
+            let d = digest(token);
+            if let Some(first) = seen.insert(d, n) {
+                bail!("token entries {first} and {n} have the same token; each needs its own");
+            }
+            entries.push((d, scope));
+        }
+        Ok(Self { entries })
+    }
+
+    /// How many tokens there are.
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The identities, in file order (index = what [`TokenTable::identify`] returns).
+    pub(crate) fn scopes(&self) -> impl Iterator<Item = &Scope> {
+        self.entries.iter().map(|(_, s)| s)
+    }
+
+    /// The index of the entry whose token is `presented`, comparing every entry's digest in
+    /// constant time.
+    pub(crate) fn identify(&self, presented: &str) -> Option<usize> {
+        let d = digest(presented);
+        let mut found = None;
+        for (i, (known, _)) in self.entries.iter().enumerate() {
+            if bool::from(known.ct_eq(&d)) {
+                found = Some(i);
+            }
+        }
+        found
+    }
+}
+
+fn entry(item: &Map<String, Value>) -> anyhow::Result<(&str, Scope)> {
+    if let Some(key) = item
+        .keys()
+        .find(|k| !matches!(k.as_str(), "token" | "user" | "chat"))
+    {
+        bail!("unknown key `{key}`; expected `token`, `user` and `chat`");
+    }
+    let text = |key: &str| -> anyhow::Result<&str> {
+        match item.get(key) {
+            Some(Value::String(s)) => Ok(s.as_str()),
+            Some(_) => bail!("`{key}` must be a string"),
+            None => bail!("`{key}` is missing"),
+        }
+    };
+    let token = text("token")?;
+    let chars = token.chars().count();
+    if chars < MIN_TOKEN_CHARS {
+        bail!(
+            "the token has {chars} characters; use at least {MIN_TOKEN_CHARS} random ones \
+             (e.g. `openssl rand -hex 32`)"
+        );
+    }
+    // What an HTTP header can carry after `Bearer `.
+    if !token.bytes().all(|b| b.is_ascii_graphic()) {
+        bail!("the token must be printable ASCII without spaces");
+    }
+    let scope = Scope::for_user(text("user")?)?.in_chat(text("chat")?)?;
+    Ok((token, scope))
+}
+
+#[cfg(unix)]
+fn check_permissions(meta: &std::fs::Metadata, path: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o007 != 0 || mode & 0o020 != 0 {
+        bail!(
+            "the token file {} has mode {mode:03o}: other users could read or change its \
+             tokens; make it private with `chmod 600 {}`",
+            path.display(),
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn check_permissions(_: &std::fs::Metadata, _: &Path) -> anyhow::Result<()> {
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+
+    fn err(text: &str) -> String {
+        format!("{:#}", TokenTable::parse(text).expect_err("refused"))
+    }
+
+    #[test]
+    fn tokens_map_to_their_identities() {
+        let t = TokenTable::parse(&format!(
+            r#"{{"tokens": [{{"token": "{A}", "user": "alice", "chat": "desk"}},
+                            {{"token": "{B}", "user": "bob", "chat": "cli"}}]}}"#
+        ))
+        .unwrap();
+        assert_eq!(t.len(), 2);
+        let scopes: Vec<&Scope> = t.scopes().collect();
+        assert_eq!(t.identify(A), Some(0));
+        assert_eq!(scopes[0].user(), "alice");
+        assert_eq!(t.identify(B), Some(1));
+        assert_eq!(t.identify(&A[1..]), None);
+        assert_eq!(t.identify(""), None);
+        assert!(!format!("{t:?}").contains("aaaaaaaa"));
+    }
+
+    #[test]
+    fn malformed_files_are_refused_without_showing_tokens() {
+        for (text, expect) in [
+            ("{", "not valid JSON"),
+            ("[]", "expected a JSON object"),
+            (r#"{"tokens": []}"#, "is empty"),
+            (r#"{"tokens": {}}"#, "expected a `tokens` list"),
+            (r#"{"token": []}"#, "unknown key `token`"),
+            (
+                &format!(r#"{{"tokens": ["{A}"]}}"#),
+                "entry 1 is not an object",
+            ),
+            (
+                &format!(r#"{{"tokens": [{{"token": "{A}", "user": "u"}}]}}"#),
+                "`chat` is missing",
+            ),
+            (
+                &format!(r#"{{"tokens": [{{"token": "{A}", "user": 7, "chat": "c"}}]}}"#),
+                "`user` must be a string",
+            ),
+            (
+                r#"{"tokens": [{"token": "short-secret", "user": "u", "chat": "c"}]}"#,
+                "has 12 characters",
+            ),
+            (
+                &format!(r#"{{"tokens": [{{"token": "{A} x", "user": "u", "chat": "c"}}]}}"#),
+                "without spaces",
+            ),
+            (
+                &format!(
+                    r#"{{"tokens": [{{"token": "{A}", "user": "u", "chat": "c"}},
+                                    {{"token": "{A}", "user": "v", "chat": "c"}}]}}"#
+                ),
+                "entries 1 and 2 have the same token",
+            ),
+            (
+                &format!(r#"{{"tokens": [{{"token": "{A}", "user": "u", "chat": "c", "x": 1}}]}}"#),
+                "unknown key `x`",
+            ),
+        ] {
+            let e = err(text);
+            assert!(e.contains(expect), "{text}: {e}");
+            assert!(!e.contains("aaaa") && !e.contains("short-secret"), "{e}");
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn files_others_can_read_are_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens.json");
+        std::fs::write(
+            &path,
+            format!(r#"{{"tokens": [{{"token": "{A}", "user": "u", "chat": "c"}}]}}"#),
+        )
+        .unwrap();
+        for (mode, ok) in [(0o644, false), (0o660, false), (0o600, true), (0o640, true)] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            let got = TokenTable::load(&path);
+            assert_eq!(got.is_ok(), ok, "mode {mode:o}: {got:?}");
+            if let Err(e) = got {
+                assert!(format!("{e:#}").contains("chmod 600"), "{e:#}");
+            }
+        }
+    }
+}
