@@ -7,21 +7,16 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use anyhow::Context;
+use hydrate::product::in_reply_to;
 use hydrate::{
     ChatModel, CompiledPrompt, ExplainReport, HydrateInput, HydrationConfig, Inference,
-    OPT_RECORD_ACCESS, Ops, ProviderOptions, memory_provider,
+    OPT_RECORD_ACCESS, Ops, ProviderOptions, product,
 };
 use memory_core::{Filter, MemoryBackend, MemoryId, MemoryKind, NewMemory, Role, Scope, Timestamp};
-use prompt_ir::{Action, ContextRequest, TiktokenTokenizer, TokenBudget};
+use prompt_ir::{Action, ContextRequest, TokenBudget};
 
-/// The system prompt of every conversation (the stable prefix; no secrets, no user data).
-pub(crate) const SYSTEM_PROMPT: &str = "You are Ava, a friendly assistant with long-term \
-memory. Use what you recall about the user when it helps, say so when you do not know, and \
-answer briefly. Use the remember tool for durable facts the user tells you, recall to look \
-something up, and forget when the user asks you to.";
-
-/// Default token budget of one prompt.
-pub(crate) const DEFAULT_BUDGET: u32 = 4000;
+/// Default token budget of one prompt (the product's, [`product::DEFAULT_BUDGET`]).
+pub(crate) use hydrate::product::DEFAULT_BUDGET;
 
 /// A store, a hydration config over it, and (for answering) a chat model.
 #[derive(Debug, Clone)]
@@ -50,14 +45,14 @@ impl Agent {
     ) -> anyhow::Result<Self> {
         let budget = TokenBudget::new(budget)
             .with_context(|| format!("token budget {budget}: expected at least 1"))?;
-        let tokenizer = TiktokenTokenizer::for_model("gpt-4o").context("load the tokenizer")?;
-        // The backend embeds the observation itself (it holds the embedder of its space).
-        let mut provider = memory_provider(Arc::clone(&store), None);
+        // One definition with the evaluation (`cargo xtask eval locomo --context-budget`).
+        let mut config = product::config(Arc::clone(&store)).context("load the tokenizer")?;
         if !record_access {
-            provider = provider.with_options(ProviderOptions::new().with(OPT_RECORD_ACCESS, false));
+            config.providers = std::mem::take(&mut config.providers)
+                .into_iter()
+                .map(|p| p.with_options(ProviderOptions::new().with(OPT_RECORD_ACCESS, false)))
+                .collect();
         }
-        let config =
-            HydrationConfig::new(SYSTEM_PROMPT, Arc::new(tokenizer)).with_provider(provider);
         Ok(Self {
             store,
             config: Arc::new(config),
@@ -316,25 +311,4 @@ pub(crate) fn render_messages(prompt: &CompiledPrompt) -> String {
     let names: Vec<&str> = prompt.tools.iter().map(|t| t.name.as_str()).collect();
     let _ = writeln!(out, "--- tools: {} ---", names.join(", "));
     out
-}
-
-/// The context recorded for a chat turn: the message it answers, cut to 500 characters.
-fn in_reply_to(text: &str) -> String {
-    let cut: String = text.chars().take(500).collect();
-    let more = if cut.len() < text.len() { "…" } else { "" };
-    format!("in reply to: {cut}{more}")
-}
-
-#[cfg(test)]
-mod reply_context_tests {
-    use super::in_reply_to;
-
-    #[test]
-    fn reply_context_names_the_message_and_stays_short() {
-        assert_eq!(in_reply_to("Did you go?"), "in reply to: Did you go?");
-        let long = "é".repeat(800);
-        let ctx = in_reply_to(&long);
-        assert_eq!(ctx.chars().count(), "in reply to: ".len() + 500 + 1);
-        assert!(ctx.ends_with('…'));
-    }
 }

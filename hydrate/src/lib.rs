@@ -27,6 +27,9 @@
 //! - `chat`: [`ChatMessage`], [`ToolSpec`], [`ChatResponse`] and the [`ChatModel`] trait.
 //! - `ops`: [`Ops`] (`infer`, `infer_raw`, `remember`, `recall`, `forget`) and
 //!   [`memory_tools`].
+//! - [`product`]: Ava's own settings (system prompt, tokenizer, default budget, the memory
+//!   provider, the context a chat turn records), shared by the `ava` binary and the
+//!   evaluation in `xtask`.
 //!
 //! # Invariants
 //!
@@ -64,6 +67,7 @@ mod error;
 mod hydrate;
 mod memory;
 mod ops;
+pub mod product;
 mod provider;
 mod render;
 mod report;

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::io::{Read, Write};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
@@ -16,6 +17,11 @@ pub(crate) struct CachedEmbedder {
     inner: Arc<dyn EmbeddingProvider>,
     path: PathBuf,
     map: Mutex<HashMap<u64, Vec<f32>>>,
+    /// When set, every text goes to the model (the cache is neither read nor written), so a
+    /// timed call pays for its embedding as the product would.
+    live: AtomicBool,
+    /// Texts sent to the model while live.
+    live_texts: AtomicUsize,
 }
 
 fn key(text: &str) -> u64 {
@@ -65,7 +71,19 @@ impl CachedEmbedder {
             inner,
             path,
             map: Mutex::new(map),
+            live: AtomicBool::new(false),
+            live_texts: AtomicUsize::new(0),
         }
+    }
+
+    /// Sends every text to the model (`true`) or serves cached vectors (`false`, the default).
+    pub(crate) fn set_live(&self, live: bool) {
+        self.live.store(live, Ordering::SeqCst);
+    }
+
+    /// How many texts went to the model while live, so far.
+    pub(crate) fn live_texts(&self) -> usize {
+        self.live_texts.load(Ordering::SeqCst)
     }
 
     /// Writes the cache file.
@@ -97,6 +115,10 @@ impl EmbeddingProvider for CachedEmbedder {
     }
 
     async fn embed_batch(&self, texts: &[&str]) -> memory_core::Result<Vec<Embedding>> {
+        if self.live.load(Ordering::SeqCst) {
+            self.live_texts.fetch_add(texts.len(), Ordering::SeqCst);
+            return memory_core::embed_all(self.inner.as_ref(), texts).await;
+        }
         let space = self.space();
         let missing: Vec<&str> = {
             let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);

@@ -1,6 +1,7 @@
 //! LoCoMo retrieval evaluation: every dialog turn becomes one memory of its conversation's
 //! scope (dated by its session), every QA question is a query, and recall@k measures how
-//! many of the question's evidence turns come back in the top k.
+//! many of the question's evidence turns come back in the top k. With `--context-budget`,
+//! the same file measures what reaches the compiled prompt instead (`super::context`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -43,12 +44,22 @@ pub(crate) struct Args {
     /// this shows what that is worth).
     #[arg(long)]
     no_reply_context: bool,
+    /// Measure evidence in the compiled prompt instead of retrieval recall: for each of these
+    /// token budgets (comma separated), store each conversation as `ava` stores a chat and
+    /// build every question's prompt with the product's hydration config. `--backend`,
+    /// `--mode`, `--k`, `--semantic-weight` and `--no-reply-context` do not apply.
+    #[arg(long, value_delimiter = ',')]
+    context_budget: Vec<u32>,
+    /// With `--context-budget`: print up to this many missed evidence turns per budget, with
+    /// where each was lost (stderr).
+    #[arg(long, default_value_t = 0)]
+    explain_misses: usize,
     /// Print the results as JSON instead of a table.
     #[arg(long)]
     json: bool,
 }
 
-const CATEGORIES: [(u64, &str); 5] = [
+pub(super) const CATEGORIES: [(u64, &str); 5] = [
     (1, "multi-hop"),
     (2, "temporal"),
     (3, "open-domain"),
@@ -57,27 +68,34 @@ const CATEGORIES: [(u64, &str); 5] = [
 ];
 
 /// One dialog turn.
-struct Turn {
-    dia_id: String,
+pub(super) struct Turn {
+    pub(super) dia_id: String,
+    /// "Speaker: text", plus " [shares CAPTION]" (the retrieval protocol's memory).
     content: String,
     /// The previous turn of the same session, if any.
     previous: Option<String>,
     at: Timestamp,
+    /// The message as a chat stores it: the text, plus " [shares CAPTION]".
+    pub(super) text: String,
+    /// `User` for the conversation's `speaker_a`, `Assistant` for anyone else.
+    pub(super) role: Role,
+    /// When a chat received it: its session's start plus one minute per earlier turn.
+    pub(super) chat_at: Timestamp,
 }
 
 /// One question with its usable evidence.
-struct Question {
-    text: String,
-    category: u64,
-    evidence: Vec<String>,
+pub(super) struct Question {
+    pub(super) text: String,
+    pub(super) category: u64,
+    pub(super) evidence: Vec<String>,
 }
 
-struct Sample {
-    id: String,
-    turns: Vec<Turn>,
-    questions: Vec<Question>,
+pub(super) struct Sample {
+    pub(super) id: String,
+    pub(super) turns: Vec<Turn>,
+    pub(super) questions: Vec<Question>,
     /// Questions dropped because none of their evidence ids names a turn.
-    unusable: usize,
+    pub(super) unusable: usize,
 }
 
 /// Normalises an evidence id: `D:11:26` -> `D11:26`, `D30:05` -> `D30:5`. `None` when the
@@ -108,7 +126,7 @@ fn session_time(text: &str) -> Option<Timestamp> {
         .map(|dt| Timestamp::from(dt.and_utc()))
 }
 
-fn parse_samples(data: &Value) -> anyhow::Result<(Vec<Sample>, Vec<String>)> {
+pub(super) fn parse_samples(data: &Value) -> anyhow::Result<(Vec<Sample>, Vec<String>)> {
     let list = data.as_array().context("expected a JSON list of samples")?;
     let mut samples = Vec::new();
     let mut problems = Vec::new();
@@ -129,6 +147,7 @@ fn parse_samples(data: &Value) -> anyhow::Result<(Vec<Sample>, Vec<String>)> {
             })
             .collect();
         sessions.sort_by_key(|(n, _)| *n);
+        let speaker_a = conv.get("speaker_a").and_then(Value::as_str);
         let mut turns = Vec::new();
         // Sessions without a readable date continue a day after the previous one.
         let mut clock = Timestamp::from_millis(1_600_000_000_000).unwrap_or(Timestamp::MIN);
@@ -154,11 +173,18 @@ fn parse_samples(data: &Value) -> anyhow::Result<(Vec<Sample>, Vec<String>)> {
                     problems.push(format!("{id}: malformed turn {j} in session {n}, skipped"));
                     continue;
                 };
-                let mut content = format!("{speaker}: {text}");
+                let mut chat_text = text.to_owned();
                 if let Some(caption) = t.get("blip_caption").and_then(Value::as_str) {
-                    content.push_str(&format!(" [shares {caption}]"));
+                    chat_text.push_str(&format!(" [shares {caption}]"));
                 }
+                let content = format!("{speaker}: {chat_text}");
+                let role = if Some(speaker) == speaker_a {
+                    Role::User
+                } else {
+                    Role::Assistant
+                };
                 let at = start.plus(Duration::from_secs(j as u64 * 30));
+                let chat_at = start.plus(Duration::from_secs(j as u64 * 60));
                 // The turn this one answers: the previous turn of the same session.
                 let previous = (j > 0)
                     .then(|| turns.last().map(|t: &Turn| t.content.clone()))
@@ -168,6 +194,9 @@ fn parse_samples(data: &Value) -> anyhow::Result<(Vec<Sample>, Vec<String>)> {
                     content,
                     previous,
                     at,
+                    text: chat_text,
+                    role,
+                    chat_at,
                 });
             }
             clock = start;
@@ -215,7 +244,7 @@ fn parse_samples(data: &Value) -> anyhow::Result<(Vec<Sample>, Vec<String>)> {
 }
 
 /// Where evaluation vectors are cached: `target/eval-cache` of this workspace.
-fn vector_cache_dir() -> PathBuf {
+pub(super) fn vector_cache_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/eval-cache")
 }
 
@@ -287,6 +316,27 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    if !args.context_budget.is_empty() {
+        if args.backend != Backend::Sqlite
+            || args.mode != Mode::Hybrid
+            || args.semantic_weight.is_some()
+            || args.no_reply_context
+        {
+            bail!(
+                "--context-budget measures the product's own config (SQLite, hybrid search, \
+                 reply context); leave out --backend, --mode, --semantic-weight and \
+                 --no-reply-context"
+            );
+        }
+        let options = super::context::Options {
+            file: args.file.clone(),
+            budgets: args.context_budget.clone(),
+            embedder: args.embedder,
+            explain_misses: args.explain_misses,
+            json: args.json,
+        };
+        return rt.block_on(super::context::evaluate(&options, &samples));
+    }
     rt.block_on(evaluate(args, &samples))
 }
 
@@ -519,6 +569,14 @@ mod tests {
         assert_eq!(
             samples[0].turns[1].content,
             "B: look [shares a photo of a dog]"
+        );
+        // As a chat stores it: the text without the speaker, the role by speaker, a minute on.
+        let (first, second) = (&samples[0].turns[0], &samples[0].turns[1]);
+        assert_eq!(second.text, "look [shares a photo of a dog]");
+        assert_eq!((first.role, second.role), (Role::User, Role::Assistant));
+        assert_eq!(
+            second.chat_at.as_millis() - first.chat_at.as_millis(),
+            60_000
         );
         assert_eq!(samples[0].questions.len(), 1);
         assert_eq!(samples[0].unusable, 1);

@@ -1,6 +1,8 @@
-//! `cargo xtask eval`: retrieval-quality evaluation of Ava's memory search.
+//! `cargo xtask eval`: quality of Ava's memory search (retrieval recall@k) and of the prompts
+//! it builds (evidence in the compiled prompt, `--context-budget`).
 
 mod cache;
+mod context;
 mod locomo;
 
 use clap::{Args as ClapArgs, Subcommand, ValueEnum};

@@ -1,0 +1,78 @@
+//! Ava's own settings: the one definition of how the `ava` binary hydrates a prompt and records
+//! a chat turn, shared by the binary and by the evaluation (`cargo xtask eval locomo
+//! --context-budget`), so what is measured is what ships.
+//!
+//! Only the defaults are chosen here; the store stays a `dyn MemoryBackend` the caller opens.
+//! "Now" is not part of the config: it is [`HydrateInput::now`](crate::HydrateInput::now),
+//! which an evaluation sets with [`HydrateInput::at`](crate::HydrateInput::at).
+
+use std::sync::Arc;
+
+use memory_core::MemoryBackend;
+use prompt_ir::TiktokenTokenizer;
+
+use crate::error::Result;
+use crate::hydrate::HydrationConfig;
+use crate::memory::memory_provider;
+
+/// The system prompt of every conversation (the stable prefix; no secrets, no user data).
+pub const SYSTEM_PROMPT: &str = "You are Ava, a friendly assistant with long-term \
+memory. Use what you recall about the user when it helps, say so when you do not know, and \
+answer briefly. Use the remember tool for durable facts the user tells you, recall to look \
+something up, and forget when the user asks you to.";
+
+/// Default token budget of one prompt.
+pub const DEFAULT_BUDGET: u32 = 4000;
+
+/// The model whose tokenizer counts prompt tokens.
+pub const TOKENIZER_MODEL: &str = "gpt-4o";
+
+/// How many characters of the answered message a chat turn keeps as its context.
+pub const REPLY_CONTEXT_CHARS: usize = 500;
+
+/// The hydration config of `ava` over `store`: [`SYSTEM_PROMPT`], the tokenizer of
+/// [`TOKENIZER_MODEL`], the memory provider over `store` with no embedder of its own (the
+/// backend embeds the observation itself, with the embedder of its space), and
+/// [`HydrationConfig::new`]'s defaults for everything else. Fails only if the tokenizer
+/// cannot be loaded.
+pub fn config(store: Arc<dyn MemoryBackend>) -> Result<HydrationConfig> {
+    let tokenizer = TiktokenTokenizer::for_model(TOKENIZER_MODEL)?;
+    Ok(HydrationConfig::new(SYSTEM_PROMPT, Arc::new(tokenizer))
+        .with_provider(memory_provider(store, None)))
+}
+
+/// The context `ava` records for a chat turn: the message it answers, cut to
+/// [`REPLY_CONTEXT_CHARS`] characters (with `…` when cut). Keyword search indexes it, so a
+/// reply is also found by what it was about.
+pub fn in_reply_to(text: &str) -> String {
+    let cut: String = text.chars().take(REPLY_CONTEXT_CHARS).collect();
+    let more = if cut.len() < text.len() { "…" } else { "" };
+    format!("in reply to: {cut}{more}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reply_context_names_the_message_and_stays_short() {
+        assert_eq!(in_reply_to("Did you go?"), "in reply to: Did you go?");
+        let long = "é".repeat(800);
+        let ctx = in_reply_to(&long);
+        assert_eq!(
+            ctx.chars().count(),
+            "in reply to: ".len() + REPLY_CONTEXT_CHARS + 1
+        );
+        assert!(ctx.ends_with('…'));
+    }
+
+    #[test]
+    fn config_is_the_products() {
+        let store: Arc<dyn MemoryBackend> = Arc::new(memory_inmem::InMemoryBackend::new(None));
+        let config = config(store).unwrap();
+        assert_eq!(config.system_prompt, SYSTEM_PROMPT);
+        assert_eq!(config.tokenizer.name(), "o200k_base");
+        assert_eq!(config.providers.len(), 1);
+        assert!(config.memory_tools);
+    }
+}

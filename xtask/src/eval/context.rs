@@ -1,0 +1,940 @@
+//! `cargo xtask eval locomo FILE --context-budget 1000,2000,4000`: how much of each question's
+//! evidence reaches the prompt the model gets.
+//!
+//! Protocol: each conversation is stored as `ava` stores a chat (one SQLite store per
+//! conversation, one user + chat scope, one memory per turn with the raw message text, role
+//! `User` for `speaker_a` and `Assistant` for the other speaker, the turn it answers as
+//! context, dated by its session with turns a minute apart). Each question is hydrated and
+//! compiled with the product's own config (`hydrate::product::config`) at each budget, "now"
+//! one hour after the last turn. An evidence turn counts when its rendered line (the escaped
+//! text, as `compile` writes it into a `<recalled-memory>` block) is in the compiled
+//! messages; a question scores the share of its evidence turns found. The baseline is the
+//! same prompt holding only the newest turns that fit the same budget.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use hydrate::{
+    Block, CompiledPrompt, HydrateInput, HydrationConfig, OPT_RECORD_ACCESS, ProviderOptions,
+    SourceKind, escape_data, prepare, product,
+};
+use memory_core::{
+    Embedding, EmbeddingProvider, Filter, HashingEmbedder, MemoryBackend, MemoryId, MemoryKind,
+    NewMemory, Scope, SearchRequest, Timestamp,
+};
+use prompt_ir::{Action, ContextRequest, ContextStrategy, TokenBudget};
+use serde_json::{Value, json};
+
+use super::Embedder;
+use super::cache::CachedEmbedder;
+use super::locomo::{CATEGORIES, Question, Sample, Turn, vector_cache_dir};
+
+/// What to measure (from `cargo xtask eval locomo` arguments).
+pub(super) struct Options {
+    pub(super) file: PathBuf,
+    pub(super) budgets: Vec<u32>,
+    pub(super) embedder: Embedder,
+    pub(super) explain_misses: usize,
+    pub(super) json: bool,
+}
+
+/// The chat every conversation is filed under (the user is the sample id).
+const CHAT: &str = "locomo";
+/// "Now" is this long after the last turn.
+const NOW_AFTER_LAST_TURN: Duration = Duration::from_secs(3600);
+
+/// One conversation stored as a chat, with the product's config over it.
+struct Conversation {
+    scope: Scope,
+    store: Arc<dyn MemoryBackend>,
+    config: HydrationConfig,
+    /// The product's config with only the recent conversation, free to fill the budget.
+    newest: HydrationConfig,
+    /// Request options that keep questions from counting as recalls (a question must not
+    /// change the next one's scores).
+    options: (String, ProviderOptions),
+    ids: HashMap<String, MemoryId>,
+    turns: usize,
+    now: Timestamp,
+}
+
+/// Stores `sample` as `ava` stores a chat (see the module docs) in `store`.
+async fn ingest(sample: &Sample, store: Arc<dyn MemoryBackend>) -> anyhow::Result<Conversation> {
+    let scope = Scope::for_user(&sample.id)?.in_chat(CHAT)?;
+    let mut previous: Option<&str> = None;
+    let mut memories = Vec::with_capacity(sample.turns.len());
+    for t in &sample.turns {
+        let mut m = NewMemory::new(&t.text)
+            .with_role(t.role)
+            .with_source("locomo")
+            .at(t.chat_at);
+        // As `Agent::answer`: the previous message of the chat, whatever its session.
+        if let Some(p) = previous {
+            m = m.with_context(product::in_reply_to(p));
+        }
+        previous = Some(&t.text);
+        memories.push(m);
+    }
+    let mut ids = HashMap::new();
+    for (memories, turns) in memories.chunks(256).zip(sample.turns.chunks(256)) {
+        let stored = store
+            .store_batch(&scope, memories.to_vec())
+            .await
+            .with_context(|| format!("store the turns of {}", sample.id))?;
+        for (e, t) in stored.iter().zip(turns) {
+            ids.insert(t.dia_id.clone(), e.id);
+        }
+    }
+    let last = sample
+        .turns
+        .iter()
+        .map(|t| t.chat_at)
+        .max()
+        .context("a conversation without turns")?;
+    let config = product::config(Arc::clone(&store)).context("the product's config")?;
+    let mut newest = config.clone();
+    newest.kinds = [SourceKind::Temporal].into_iter().collect();
+    newest.source_token_share = 1.0;
+    let provider = config
+        .providers
+        .first()
+        .map(|p| p.name().to_owned())
+        .context("the product's config has no provider")?;
+    Ok(Conversation {
+        scope,
+        store,
+        config,
+        newest,
+        options: (
+            provider,
+            ProviderOptions::new().with(OPT_RECORD_ACCESS, false),
+        ),
+        ids,
+        turns: sample.turns.len(),
+        now: last.plus(NOW_AFTER_LAST_TURN),
+    })
+}
+
+impl Conversation {
+    fn input(&self, request: ContextRequest) -> HydrateInput {
+        let (provider, options) = &self.options;
+        HydrateInput::new(self.scope.clone(), request)
+            .at(self.now)
+            .with_provider_options(provider.clone(), options.clone())
+    }
+
+    /// The prompt `ava` would build for `question` within `budget` (the backend embeds the
+    /// question unless `vector` is given).
+    async fn prompt(
+        &self,
+        question: &str,
+        budget: u32,
+        vector: Option<Embedding>,
+    ) -> anyhow::Result<CompiledPrompt> {
+        let mut input = self.input(ContextRequest::new(question, TokenBudget::new(budget)?));
+        if let Some(v) = vector {
+            input = input.with_query_vector(v);
+        }
+        Ok(prepare(&self.config, &input).await?)
+    }
+
+    /// The baseline: the same prompt with only the newest turns, as many as fit `budget`.
+    async fn newest_turns(&self, question: &str, budget: u32) -> anyhow::Result<CompiledPrompt> {
+        let mut request = ContextRequest::new(question, TokenBudget::new(budget)?);
+        let window = self.turns.min(self.store.info().limits.max_results);
+        request.strategy = ContextStrategy {
+            temporal_window: u32::try_from(window)?,
+            semantic_limit: 0,
+            include_knowledge: false,
+            ..ContextStrategy::default()
+        };
+        Ok(prepare(&self.newest, &self.input(request)).await?)
+    }
+}
+
+/// How `compile` writes a chat turn into a `<recalled-memory>` block: one line,
+/// `- [date] role: escaped text`, between line breaks (a block's items always are).
+fn turn_line(turn: &Turn) -> String {
+    format!(
+        "\n- [{}] {}: {}\n",
+        turn.chat_at.to_datetime().format("%Y-%m-%d %H:%M"),
+        turn.role.as_str(),
+        escape_data(&turn.text)
+    )
+}
+
+/// Whether one of `texts` holds `turn`'s whole line. A truncated line does not count; the
+/// date keeps equal texts apart.
+fn line_in<'a>(texts: impl IntoIterator<Item = &'a str>, turn: &Turn) -> bool {
+    let line = turn_line(turn);
+    texts.into_iter().any(|t| t.contains(&line))
+}
+
+/// Whether `turn` is in one of `prompt`'s data messages (never the observation).
+fn in_prompt(prompt: &CompiledPrompt, turn: &Turn) -> bool {
+    let data = prompt
+        .messages
+        .iter()
+        .zip(&prompt.layout)
+        .filter(|(_, b)| matches!(b, Block::Data(_)))
+        .map(|(m, _)| m.content.as_str());
+    line_in(data, turn)
+}
+
+/// What the explain report says of one memory: kept whole, or why not.
+fn report_action(prompt: &CompiledPrompt, id: MemoryId) -> Option<(&str, Action, f64, &str)> {
+    prompt
+        .report
+        .sections
+        .iter()
+        .find(|s| s.memory_id == Some(id))
+        .map(|s| {
+            let score = s.scores.as_ref().map_or(0.0, |x| x.score);
+            (s.block.as_str(), s.action, score, s.reason.as_str())
+        })
+}
+
+/// Where a missed evidence turn was lost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Lost {
+    /// A source returned it; compile dropped it to fit the budget.
+    DroppedByCompile,
+    /// A source returned it; compile cut it short.
+    TruncatedByCompile,
+    /// The search ranks it within the semantic source's item limit, but under the strategy's
+    /// similarity threshold.
+    BelowThresholdWithinLimit,
+    /// Under the threshold, and ranked past the item limit among the candidates the semantic
+    /// source fetches.
+    BelowThresholdPastLimit,
+    /// Above the threshold, but past the source's item or token limits.
+    OverSourceLimits,
+    /// Not among the candidates the semantic source fetches at all.
+    NotRetrieved,
+}
+
+impl Lost {
+    fn name(self) -> &'static str {
+        match self {
+            Lost::DroppedByCompile => "dropped_by_compile",
+            Lost::TruncatedByCompile => "truncated_by_compile",
+            Lost::BelowThresholdWithinLimit => "below_threshold_within_limit",
+            Lost::BelowThresholdPastLimit => "below_threshold_past_limit",
+            Lost::OverSourceLimits => "over_source_limits",
+            Lost::NotRetrieved => "not_retrieved",
+        }
+    }
+}
+
+/// Per-category and overall averages of a per-question share.
+#[derive(Default, Clone)]
+struct Tally {
+    questions: usize,
+    sum: f64,
+}
+
+impl Tally {
+    fn add(&mut self, x: f64) {
+        self.questions += 1;
+        self.sum += x;
+    }
+    fn mean(&self) -> f64 {
+        if self.questions == 0 {
+            0.0
+        } else {
+            self.sum / self.questions as f64
+        }
+    }
+}
+
+#[derive(Default)]
+struct ByCategory {
+    overall: Tally,
+    categories: BTreeMap<u64, Tally>,
+}
+
+impl ByCategory {
+    fn add(&mut self, category: u64, x: f64) {
+        self.overall.add(x);
+        self.categories.entry(category).or_default().add(x);
+    }
+    fn json(&self) -> Value {
+        let cats: serde_json::Map<String, Value> = self
+            .categories
+            .iter()
+            .map(|(c, t)| {
+                (
+                    c.to_string(),
+                    json!({"questions": t.questions, "mean": t.mean()}),
+                )
+            })
+            .collect();
+        json!({"overall": self.overall.mean(), "questions": self.overall.questions, "categories": cats})
+    }
+}
+
+/// Everything measured at one budget.
+#[derive(Default)]
+struct BudgetResult {
+    budget: u32,
+    product: ByCategory,
+    newest: ByCategory,
+    tokens: Vec<u32>,
+    newest_tokens: Vec<u32>,
+    /// hydrate + compile, the question embedded by the store as in `ava`.
+    latency: Vec<Duration>,
+    /// hydrate + compile with the question's vector given.
+    latency_given_vector: Vec<Duration>,
+    /// Questions whose prompt with the vector given differs from the product's.
+    vector_given_differs: usize,
+    /// Texts the model embedded during each product call (local model only).
+    embeddings_per_call: Vec<usize>,
+    /// Memories each kind of source kept (summed over questions), and how many of them
+    /// compile left in the prompt whole.
+    kept_by_source: BTreeMap<&'static str, usize>,
+    whole_in_prompt: BTreeMap<String, usize>,
+    lost: BTreeMap<Lost, usize>,
+    evidence_turns: usize,
+    /// Evidence turns where the text check and the explain report disagree (should be 0).
+    disagreements: usize,
+    examples: Vec<String>,
+}
+
+/// The semantic source's cut-offs, for telling where a turn was lost.
+#[derive(Clone, Copy)]
+struct Cutoffs {
+    threshold: f32,
+    limit: usize,
+}
+
+/// One question at one budget: the share of its evidence in the prompt, and where the rest
+/// was lost (`candidates`: the semantic source's search, ranked, without threshold).
+struct Scored {
+    share: f64,
+    lost: Vec<(String, Lost)>,
+    disagreements: usize,
+}
+
+fn score(
+    conv: &Conversation,
+    turns: &HashMap<&str, &Turn>,
+    question: &Question,
+    prompt: &CompiledPrompt,
+    candidates: &[(MemoryId, f32)],
+    cutoffs: Cutoffs,
+) -> Scored {
+    let mut found = 0usize;
+    let mut lost = Vec::new();
+    let mut disagreements = 0;
+    for e in &question.evidence {
+        let (Some(turn), Some(&id)) = (turns.get(e.as_str()), conv.ids.get(e)) else {
+            continue;
+        };
+        let present = in_prompt(prompt, turn);
+        let action = report_action(prompt, id);
+        let kept = matches!(action, Some((_, Action::Kept { .. }, _, _)));
+        if present != kept {
+            disagreements += 1;
+        }
+        if present {
+            found += 1;
+            continue;
+        }
+        let why = match action {
+            Some((_, Action::Dropped { .. }, _, _)) => Lost::DroppedByCompile,
+            Some((_, Action::Truncated { .. }, _, _)) => Lost::TruncatedByCompile,
+            _ => match candidates.iter().position(|(c, _)| *c == id) {
+                Some(rank) if candidates[rank].1 < cutoffs.threshold => {
+                    if rank < cutoffs.limit {
+                        Lost::BelowThresholdWithinLimit
+                    } else {
+                        Lost::BelowThresholdPastLimit
+                    }
+                }
+                Some(_) => Lost::OverSourceLimits,
+                None => Lost::NotRetrieved,
+            },
+        };
+        lost.push((e.clone(), why));
+    }
+    Scored {
+        share: found as f64 / question.evidence.len() as f64,
+        lost,
+        disagreements,
+    }
+}
+
+/// A missed evidence turn for people: the question, the turn, and what happened to it.
+fn example(
+    question: &Question,
+    turn: &Turn,
+    why: Lost,
+    prompt: &CompiledPrompt,
+    id: MemoryId,
+    candidates: &[(MemoryId, f32)],
+) -> String {
+    let preview: String = turn.text.chars().take(90).collect();
+    let rank = candidates
+        .iter()
+        .position(|(c, _)| *c == id)
+        .map(|r| format!("search rank {} (score {:.3})", r + 1, candidates[r].1))
+        .unwrap_or_else(|| format!("not in the search's top {}", candidates.len()));
+    let section = report_action(prompt, id)
+        .map(|(block, action, score, reason)| {
+            format!("; report: [{block}] {action:?} score {score:.3}: {reason}")
+        })
+        .unwrap_or_default();
+    format!(
+        "  cat {} \"{}\"\n    {} {:?}: \"{preview}\"\n    {}: {rank}{section}",
+        question.category,
+        question.text,
+        turn.dia_id,
+        turn.role,
+        why.name()
+    )
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 * p) as usize).min(sorted.len().saturating_sub(1));
+    sorted.get(i).map_or(0.0, |d| d.as_secs_f64() * 1e3)
+}
+
+/// Counts per key, divided by the number of questions.
+fn per_question<K: ToString>(counts: &BTreeMap<K, usize>, questions: usize) -> Value {
+    counts
+        .iter()
+        .map(|(k, n)| {
+            (
+                k.to_string(),
+                Value::from(*n as f64 / questions.max(1) as f64),
+            )
+        })
+        .collect::<serde_json::Map<String, Value>>()
+        .into()
+}
+
+fn mean(xs: &[u32]) -> f64 {
+    if xs.is_empty() {
+        0.0
+    } else {
+        xs.iter().map(|&x| f64::from(x)).sum::<f64>() / xs.len() as f64
+    }
+}
+
+/// The embedder of the evaluation stores, and the vector cache when it is the local model.
+struct Embedders {
+    store: Arc<dyn EmbeddingProvider>,
+    cache: Option<Arc<CachedEmbedder>>,
+}
+
+/// The cached local model, or the hashing embedder.
+fn embedders(choice: Embedder) -> anyhow::Result<Embedders> {
+    Ok(match choice {
+        Embedder::Hash => Embedders {
+            store: Arc::new(HashingEmbedder::new(384)?),
+            cache: None,
+        },
+        Embedder::Local => {
+            let local: Arc<dyn EmbeddingProvider> = Arc::new(super::local_embedder()?);
+            let cached = Arc::new(CachedEmbedder::open(local, vector_cache_dir()));
+            Embedders {
+                store: Arc::clone(&cached) as Arc<dyn EmbeddingProvider>,
+                cache: Some(cached),
+            }
+        }
+    })
+}
+
+async fn open_store(
+    path: &Path,
+    embedder: Arc<dyn EmbeddingProvider>,
+) -> anyhow::Result<Arc<dyn MemoryBackend>> {
+    Ok(Arc::new(
+        memory_sqlite::SqliteBackend::open(path, Some(embedder), Default::default())
+            .await
+            .with_context(|| format!("open {}", path.display()))?,
+    ))
+}
+
+pub(super) async fn evaluate(options: &Options, samples: &[Sample]) -> anyhow::Result<()> {
+    if options.budgets.is_empty() || options.budgets.contains(&0) {
+        anyhow::bail!("--context-budget needs positive token budgets, e.g. 1000,2000,4000");
+    }
+    let Embedders {
+        store: embedder,
+        cache,
+    } = embedders(options.embedder)?;
+    let space = embedder.space().to_string();
+    let dir = tempfile::tempdir()?;
+    let strategy = ContextStrategy::default();
+    let cutoffs = Cutoffs {
+        threshold: strategy.semantic_threshold.get() as f32,
+        limit: strategy.semantic_limit as usize,
+    };
+    // What the semantic source asks for: its limit plus the window it de-duplicates against.
+    let fetched = (strategy.semantic_limit + strategy.temporal_window) as usize;
+    let messages = Filter {
+        kinds: vec![MemoryKind::Message],
+        ..Filter::default()
+    };
+    let mut results: Vec<BudgetResult> = options
+        .budgets
+        .iter()
+        .map(|&budget| BudgetResult {
+            budget,
+            ..BudgetResult::default()
+        })
+        .collect();
+    let questions: usize = samples.iter().map(|s| s.questions.len()).sum();
+    let mut embed_latency = Vec::with_capacity(questions);
+    let bar = indicatif::ProgressBar::new(questions as u64).with_style(
+        indicatif::ProgressStyle::with_template("{msg:>12} [{bar:40}] {pos}/{len} ({eta})")?
+            .progress_chars("=> "),
+    );
+    for sample in samples {
+        bar.set_message(sample.id.clone());
+        let path = dir
+            .path()
+            .join(format!("{}.db", sample.id.replace(['/', '\\'], "_")));
+        let store = open_store(&path, Arc::clone(&embedder)).await?;
+        let conv = ingest(sample, store).await?;
+        let turns: HashMap<&str, &Turn> = sample
+            .turns
+            .iter()
+            .map(|t| (t.dia_id.as_str(), t))
+            .collect();
+        for q in &sample.questions {
+            // The question's vector, from the cache: for the timing without embedding and the
+            // diagnostic search (neither is the product path).
+            let vector = embedder
+                .embed_batch(&[q.text.as_str()])
+                .await?
+                .pop()
+                .context("the embedder returned no vector")?;
+            // What one embedding of the question costs the model, for reading the latencies.
+            if let Some(c) = &cache {
+                c.set_live(true);
+                let started = Instant::now();
+                let fresh = embedder.embed_batch(&[q.text.as_str()]).await;
+                embed_latency.push(started.elapsed());
+                c.set_live(false);
+                fresh?;
+            }
+            let diagnostic = SearchRequest::hybrid(q.text.as_str())
+                .limit(fetched)
+                .filter(messages.clone())
+                .with_vector(vector.clone())
+                .without_access_tracking();
+            let candidates: Vec<(MemoryId, f32)> = conv
+                .store
+                .search(&conv.scope, &diagnostic)
+                .await?
+                .iter()
+                .map(|h| (h.entry.id, h.score))
+                .collect();
+            for r in &mut results {
+                let before = cache.as_ref().map(|c| {
+                    c.set_live(true);
+                    c.live_texts()
+                });
+                let started = Instant::now();
+                let prompt = conv.prompt(&q.text, r.budget, None).await;
+                r.latency.push(started.elapsed());
+                if let (Some(c), Some(before)) = (&cache, before) {
+                    c.set_live(false);
+                    r.embeddings_per_call.push(c.live_texts() - before);
+                }
+                let prompt = prompt?;
+                let started = Instant::now();
+                let again = conv.prompt(&q.text, r.budget, Some(vector.clone())).await?;
+                r.latency_given_vector.push(started.elapsed());
+                // The same work, unless the cached vector differs from the fresh one.
+                if again.messages != prompt.messages {
+                    r.vector_given_differs += 1;
+                }
+                let scored = score(&conv, &turns, q, &prompt, &candidates, cutoffs);
+                r.product.add(q.category, scored.share);
+                r.tokens.push(prompt.report.estimated_prompt_tokens);
+                for s in &prompt.report.sources {
+                    *r.kept_by_source.entry(s.kind.as_str()).or_default() += s.kept;
+                }
+                for s in prompt
+                    .report
+                    .sections
+                    .iter()
+                    .filter(|s| s.memory_id.is_some())
+                {
+                    if matches!(s.action, Action::Kept { .. }) {
+                        *r.whole_in_prompt.entry(s.block.clone()).or_default() += 1;
+                    }
+                }
+                r.evidence_turns += q.evidence.len();
+                r.disagreements += scored.disagreements;
+                for (dia, why) in &scored.lost {
+                    *r.lost.entry(*why).or_default() += 1;
+                    if r.examples.len() < options.explain_misses
+                        && let (Some(t), Some(&id)) = (turns.get(dia.as_str()), conv.ids.get(dia))
+                    {
+                        r.examples
+                            .push(example(q, t, *why, &prompt, id, &candidates));
+                    }
+                }
+                let base = conv.newest_turns(&q.text, r.budget).await?;
+                let scored = score(&conv, &turns, q, &base, &[], cutoffs);
+                r.newest.add(q.category, scored.share);
+                r.newest_tokens.push(base.report.estimated_prompt_tokens);
+            }
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    if let Some(c) = &cache {
+        c.save()?;
+    }
+    for r in &mut results {
+        r.latency.sort();
+        r.latency_given_vector.sort();
+    }
+    embed_latency.sort();
+
+    let per_call = |r: &BudgetResult| {
+        let n = r.embeddings_per_call.len().max(1);
+        r.embeddings_per_call.iter().sum::<usize>() as f64 / n as f64
+    };
+    let unusable: usize = samples.iter().map(|s| s.unusable).sum();
+    let memories: usize = samples.iter().map(|s| s.turns.len()).sum();
+    if options.json {
+        let headline: serde_json::Map<String, Value> = results
+            .iter()
+            .map(|r| (r.budget.to_string(), Value::from(r.product.overall.mean())))
+            .collect();
+        let budgets: Vec<Value> = results
+            .iter()
+            .map(|r| {
+                let lost: serde_json::Map<String, Value> = r
+                    .lost
+                    .iter()
+                    .map(|(k, v)| (k.name().to_owned(), Value::from(*v)))
+                    .collect();
+                json!({
+                    "budget": r.budget,
+                    "evidence_in_prompt": r.product.json(),
+                    "newest_turns_baseline": r.newest.json(),
+                    "avg_prompt_tokens": mean(&r.tokens),
+                    "newest_turns_avg_prompt_tokens": mean(&r.newest_tokens),
+                    "latency_ms": {
+                        "p50": percentile(&r.latency, 0.5),
+                        "p95": percentile(&r.latency, 0.95),
+                    },
+                    "latency_ms_query_vector_given": {
+                        "p50": percentile(&r.latency_given_vector, 0.5),
+                        "p95": percentile(&r.latency_given_vector, 0.95),
+                    },
+                    "prompts_differing_with_vector_given": r.vector_given_differs,
+                    "query_embeddings_per_call": cache.as_ref().map(|_| per_call(r)),
+                    "memories_kept_per_question": per_question(&r.kept_by_source, questions),
+                    "memories_whole_in_prompt_per_question": per_question(&r.whole_in_prompt, questions),
+                    "evidence_turns": r.evidence_turns,
+                    "evidence_lost": lost,
+                    "text_report_disagreements": r.disagreements,
+                })
+            })
+            .collect();
+        let out = json!({
+            "file": options.file.display().to_string(),
+            "embedding_space": space,
+            "samples": samples.len(),
+            "memories": memories,
+            "questions": questions,
+            "questions_without_evidence": unusable,
+            // Measured with the local model only (the hashing embedder costs nothing).
+            "one_query_embedding_ms": cache.as_ref().map(|_| json!({
+                "p50": percentile(&embed_latency, 0.5),
+                "p95": percentile(&embed_latency, 0.95),
+            })),
+            "evidence_in_prompt": headline,
+            "budgets": budgets,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    println!(
+        "LoCoMo evidence in the compiled prompt: {}",
+        options.file.display()
+    );
+    println!(
+        "product config (hydrate::product), SQLite per conversation, embedder {space}; \
+         now = last turn + 1 h"
+    );
+    println!(
+        "{} conversations, {memories} memories, {questions} questions ({unusable} without usable evidence left out)\n",
+        samples.len()
+    );
+    let cats: String = CATEGORIES
+        .iter()
+        .map(|(_, name)| format!("{name:>12}"))
+        .collect();
+    println!(
+        "{:>7}{:>10}{:>10}{cats}{:>8}{:>8}{:>8}{:>8}",
+        "budget", "evidence", "newest", "tokens", "p50 ms", "p95 ms", "p50 vec"
+    );
+    for r in &results {
+        let cats: String = CATEGORIES
+            .iter()
+            .map(|(c, _)| {
+                r.product
+                    .categories
+                    .get(c)
+                    .map_or_else(|| format!("{:>12}", "-"), |t| format!("{:>12.3}", t.mean()))
+            })
+            .collect();
+        println!(
+            "{:>7}{:>10.3}{:>10.3}{cats}{:>8.0}{:>8.1}{:>8.1}{:>8.1}",
+            r.budget,
+            r.product.overall.mean(),
+            r.newest.overall.mean(),
+            mean(&r.tokens),
+            percentile(&r.latency, 0.5),
+            percentile(&r.latency, 0.95),
+            percentile(&r.latency_given_vector, 0.5),
+        );
+    }
+    if cache.is_some() {
+        let per: Vec<String> = results
+            .iter()
+            .map(|r| format!("{:.1}", per_call(r)))
+            .collect();
+        println!(
+            "\np50/p95: hydrate + compile as `ava` runs it, the store embedding the question \
+             ({} embeddings per call; one takes p50 {:.1} ms); p50 vec: the question's vector given",
+            per.join(" / "),
+            percentile(&embed_latency, 0.5)
+        );
+    }
+    println!("\nnewest-turns baseline by category:");
+    for r in &results {
+        let cats: String = CATEGORIES
+            .iter()
+            .map(|(c, _)| {
+                r.newest
+                    .categories
+                    .get(c)
+                    .map_or_else(|| format!("{:>12}", "-"), |t| format!("{:>12.3}", t.mean()))
+            })
+            .collect();
+        println!(
+            "{:>7}{:>10}{:>10.3}{cats}{:>8.0}",
+            r.budget,
+            "",
+            r.newest.overall.mean(),
+            mean(&r.newest_tokens)
+        );
+    }
+    println!("\nmemories per question: kept by each source / whole in the compiled prompt");
+    for r in &results {
+        let parts: Vec<String> = r
+            .kept_by_source
+            .iter()
+            .map(|(k, n)| {
+                let whole = r.whole_in_prompt.get(*k).copied().unwrap_or(0);
+                let q = questions.max(1) as f64;
+                format!("{k} {:.1} / {:.1}", *n as f64 / q, whole as f64 / q)
+            })
+            .collect();
+        println!("{:>7}  {}", r.budget, parts.join(", "));
+    }
+    println!("\nwhere missed evidence turns were lost (of all evidence turns):");
+    for r in &results {
+        let parts: Vec<String> = r
+            .lost
+            .iter()
+            .map(|(k, v)| format!("{} {v}", k.name()))
+            .collect();
+        println!(
+            "{:>7}  {} evidence turns: {}",
+            r.budget,
+            r.evidence_turns,
+            parts.join(", ")
+        );
+        if r.vector_given_differs > 0 {
+            println!(
+                "         note: {} prompt(s) differ when the question's vector is given",
+                r.vector_given_differs
+            );
+        }
+        if r.disagreements > 0 {
+            println!(
+                "         note: the text check and the explain report disagree on {} turn(s)",
+                r.disagreements
+            );
+        }
+    }
+    for r in &results {
+        if !r.examples.is_empty() {
+            eprintln!("\nmissed evidence at budget {}:", r.budget);
+            for e in &r.examples {
+                eprintln!("{e}");
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eval::locomo::parse_samples;
+
+    const CUTOFFS: Cutoffs = Cutoffs {
+        threshold: 0.7,
+        limit: 5,
+    };
+
+    /// A chat of `n` turns in one session; turn `D1:1` holds a rare word, the rest filler,
+    /// and `D1:2` needs escaping.
+    fn conversation(n: usize) -> Sample {
+        let mut session = Vec::new();
+        for i in 1..=n {
+            let speaker = if i % 2 == 1 { "Ann" } else { "Bob" };
+            let text = match i {
+                1 => "I adopted a greyhound called Zephyr last spring".to_owned(),
+                2 => "Tom & Jerry <3 is on tonight".to_owned(),
+                _ => format!(
+                    "Filler message number {i} about weather, traffic and the usual errands of the day"
+                ),
+            };
+            session.push(json!({"speaker": speaker, "dia_id": format!("D1:{i}"), "text": text}));
+        }
+        let data = json!([{
+            "sample_id": "s1",
+            "conversation": {
+                "speaker_a": "Ann", "speaker_b": "Bob",
+                "session_1_date_time": "10:00 am on 1 June, 2023",
+                "session_1": session,
+            },
+            "qa": [{"question": "What is the greyhound called?", "answer": "Zephyr",
+                    "evidence": ["D1:1"], "category": 4}],
+        }]);
+        let (mut samples, problems) = parse_samples(&data).unwrap();
+        assert!(problems.is_empty(), "{problems:?}");
+        samples.remove(0)
+    }
+
+    async fn stored(sample: &Sample, dir: &tempfile::TempDir) -> Conversation {
+        let embedder: Arc<dyn EmbeddingProvider> = Arc::new(HashingEmbedder::new(384).unwrap());
+        let store = open_store(&dir.path().join("t.db"), embedder)
+            .await
+            .unwrap();
+        ingest(sample, store).await.unwrap()
+    }
+
+    #[test]
+    fn turns_are_stored_as_the_bot_stores_a_chat() {
+        let sample = conversation(3);
+        assert_eq!(sample.turns[0].role, memory_core::Role::User);
+        assert_eq!(sample.turns[1].role, memory_core::Role::Assistant);
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let dir = tempfile::tempdir().unwrap();
+            let conv = stored(&sample, &dir).await;
+            let second = conv.store.get(&conv.scope, conv.ids["D1:2"]).await.unwrap();
+            assert_eq!(second.content, "Tom & Jerry <3 is on tonight");
+            assert_eq!(
+                second.context.as_deref(),
+                Some("in reply to: I adopted a greyhound called Zephyr last spring")
+            );
+            assert_eq!(
+                second.created_at.as_millis()
+                    - conv
+                        .store
+                        .get(&conv.scope, conv.ids["D1:1"])
+                        .await
+                        .unwrap()
+                        .created_at
+                        .as_millis(),
+                60_000
+            );
+            assert_eq!(conv.now, sample.turns[2].chat_at.plus(NOW_AFTER_LAST_TURN));
+        });
+    }
+
+    #[test]
+    fn evidence_counts_only_when_its_line_is_in_the_prompt() {
+        let sample = conversation(60);
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let dir = tempfile::tempdir().unwrap();
+            let conv = stored(&sample, &dir).await;
+            let turns: HashMap<&str, &Turn> = sample
+                .turns
+                .iter()
+                .map(|t| (t.dia_id.as_str(), t))
+                .collect();
+            let q = &sample.questions[0];
+
+            // Keyword search finds the old turn; the product prompt holds it, escaped too.
+            let prompt = conv.prompt(&q.text, 4000, None).await.unwrap();
+            assert!(in_prompt(&prompt, turns["D1:1"]), "{:#?}", prompt.messages);
+            let s = score(&conv, &turns, q, &prompt, &[], CUTOFFS);
+            assert_eq!((s.share, s.disagreements), (1.0, 0));
+            // The newest turn is in the recent conversation; a middle one is in neither.
+            assert!(in_prompt(&prompt, turns["D1:60"]));
+            assert!(!in_prompt(&prompt, turns["D1:30"]));
+
+            // At a budget tight enough, compile drops the found turn (the newest turns of
+            // the conversation are kept first): the report says so, and it does not count.
+            let mut tight = None;
+            for budget in (300..=700).rev().step_by(20) {
+                let p = conv.prompt(&q.text, budget, None).await.unwrap();
+                if let Some(("semantic", Action::Dropped { .. }, _, _)) =
+                    report_action(&p, conv.ids["D1:1"])
+                {
+                    tight = Some(p);
+                    break;
+                }
+            }
+            let tight = tight.expect("some budget from 300 to 700 drops the found turn");
+            let s = score(&conv, &turns, q, &tight, &[], CUTOFFS);
+            assert_eq!(s.share, 0.0);
+            assert_eq!(s.lost, [("D1:1".to_owned(), Lost::DroppedByCompile)]);
+            assert_eq!(s.disagreements, 0);
+
+            // The newest-turns baseline at a small budget: the newest turn fits, the oldest
+            // (the evidence) does not, so the question scores 0.
+            let base = conv.newest_turns(&q.text, 1000).await.unwrap();
+            assert!(in_prompt(&base, turns["D1:60"]));
+            assert!(!in_prompt(&base, turns["D1:1"]));
+            let s = score(&conv, &turns, q, &base, &[], CUTOFFS);
+            assert_eq!((s.share, s.disagreements), (0.0, 0));
+            assert!(base.report.estimated_prompt_tokens <= 1000);
+            // ... and with room for everything, the escaped turn is found too.
+            let all = conv.newest_turns(&q.text, 20_000).await.unwrap();
+            assert!(in_prompt(&all, turns["D1:1"]));
+            assert!(in_prompt(&all, turns["D1:2"]), "escaped text must match");
+            let text = all
+                .messages
+                .iter()
+                .map(|m| m.content.as_str())
+                .collect::<String>();
+            assert!(text.contains("Tom &amp; Jerry &lt;3"), "{text}");
+        });
+    }
+
+    #[test]
+    fn only_a_whole_line_is_evidence() {
+        let sample = conversation(3);
+        let turn = &sample.turns[0];
+        let line = turn_line(turn);
+        let block =
+            format!("<recalled-memory kind=\"semantic\">\nRecalled data.{line}</recalled-memory>");
+        assert!(line_in([block.as_str()], turn));
+        // Cut short by compile, or the same words in another line: not the turn.
+        let cut = block.replace("last spring\n", "last\n");
+        assert!(!line_in([cut.as_str()], turn));
+        let longer = block.replace("last spring\n", "last spring, and more\n");
+        assert!(!line_in([longer.as_str()], turn));
+    }
+}
