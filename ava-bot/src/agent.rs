@@ -12,7 +12,10 @@ use hydrate::{
     ChatModel, CompiledPrompt, ExplainReport, HydrateInput, HydrationConfig, Inference,
     OPT_RECORD_ACCESS, Ops, ProviderOptions, product,
 };
-use memory_core::{Filter, MemoryBackend, MemoryId, MemoryKind, NewMemory, Role, Scope, Timestamp};
+use memory_core::{
+    EmbeddingProvider, Filter, MemoryBackend, MemoryId, MemoryKind, NewMemory, Role, Scope,
+    Timestamp,
+};
 use prompt_ir::{Action, ContextRequest, TokenBudget};
 
 /// Default token budget of one prompt (the product's, [`product::DEFAULT_BUDGET`]).
@@ -27,26 +30,37 @@ pub(crate) struct Agent {
 }
 
 impl Agent {
-    /// An agent over `store` whose prompts take at most `budget` tokens.
-    pub(crate) fn new(store: Arc<dyn MemoryBackend>, budget: u32) -> anyhow::Result<Self> {
-        Self::build(store, budget, true)
+    /// An agent over `store` whose prompts take at most `budget` tokens; `embedder` is the
+    /// store's own, if it has one (see [`product::config`]).
+    pub(crate) fn new(
+        store: Arc<dyn MemoryBackend>,
+        embedder: Option<Arc<dyn EmbeddingProvider>>,
+        budget: u32,
+    ) -> anyhow::Result<Self> {
+        Self::build(store, embedder, budget, true)
     }
 
     /// An agent that only looks (`ava context`): its searches do not count as recalls, so
     /// a dry run changes nothing the ranking reads.
-    pub(crate) fn dry_run(store: Arc<dyn MemoryBackend>, budget: u32) -> anyhow::Result<Self> {
-        Self::build(store, budget, false)
+    pub(crate) fn dry_run(
+        store: Arc<dyn MemoryBackend>,
+        embedder: Option<Arc<dyn EmbeddingProvider>>,
+        budget: u32,
+    ) -> anyhow::Result<Self> {
+        Self::build(store, embedder, budget, false)
     }
 
     fn build(
         store: Arc<dyn MemoryBackend>,
+        embedder: Option<Arc<dyn EmbeddingProvider>>,
         budget: u32,
         record_access: bool,
     ) -> anyhow::Result<Self> {
         let budget = TokenBudget::new(budget)
             .with_context(|| format!("token budget {budget}: expected at least 1"))?;
         // One definition with the evaluation (`cargo xtask eval locomo --context-budget`).
-        let mut config = product::config(Arc::clone(&store)).context("load the tokenizer")?;
+        let mut config =
+            product::config(Arc::clone(&store), embedder).context("load the tokenizer")?;
         if !record_access {
             config.providers = std::mem::take(&mut config.providers)
                 .into_iter()

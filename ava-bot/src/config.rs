@@ -118,6 +118,9 @@ pub(crate) struct Opened {
     pub(crate) sqlite: Option<Arc<SqliteBackend>>,
     /// One line on the embedder in use, or why there is none.
     pub(crate) embedder_note: String,
+    /// The embedder the store was opened with (its space), for embedding a prompt's
+    /// observation once for all its searches.
+    pub(crate) embedder: Option<Arc<dyn EmbeddingProvider>>,
 }
 
 /// Where `--db` points.
@@ -287,7 +290,7 @@ impl Settings {
                     create_if_missing: create,
                     ..SqliteConfig::default()
                 };
-                let store = match SqliteBackend::open(&path, embedder, config).await {
+                let store = match SqliteBackend::open(&path, embedder.clone(), config).await {
                     Ok(store) => store,
                     Err(e) => {
                         let hint = sqlite_hint(&e, self.db.is_none());
@@ -301,18 +304,33 @@ impl Settings {
                 };
                 let store = Arc::new(store);
                 Ok(Opened {
+                    embedder: store_embedder(&*store, embedder),
                     store: Arc::clone(&store) as Arc<dyn MemoryBackend>,
                     sqlite: Some(store),
                     embedder_note,
                 })
             }
-            DbTarget::Postgres(url) => Ok(Opened {
-                store: open_postgres(&url, embedder).await?,
-                sqlite: None,
-                embedder_note,
-            }),
+            DbTarget::Postgres(url) => {
+                let store = open_postgres(&url, embedder.clone()).await?;
+                Ok(Opened {
+                    embedder: store_embedder(&*store, embedder),
+                    store,
+                    sqlite: None,
+                    embedder_note,
+                })
+            }
         }
     }
+}
+
+/// The embedder, if the store searches with it (a read-only store without a space, say,
+/// does not): vectors handed to the store must be of its space.
+fn store_embedder(
+    store: &dyn MemoryBackend,
+    embedder: Option<Arc<dyn EmbeddingProvider>>,
+) -> Option<Arc<dyn EmbeddingProvider>> {
+    let space = store.info().embedding_space?;
+    embedder.filter(|e| *e.space() == *space)
 }
 
 /// What to do about a SQLite store error, when there is something to do from the command

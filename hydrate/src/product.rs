@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use memory_core::MemoryBackend;
+use memory_core::{EmbeddingProvider, MemoryBackend};
 use prompt_ir::TiktokenTokenizer;
 
 use crate::error::Result;
@@ -31,14 +31,18 @@ pub const TOKENIZER_MODEL: &str = "gpt-4o";
 pub const REPLY_CONTEXT_CHARS: usize = 500;
 
 /// The hydration config of `ava` over `store`: [`SYSTEM_PROMPT`], the tokenizer of
-/// [`TOKENIZER_MODEL`], the memory provider over `store` with no embedder of its own (the
-/// backend embeds the observation itself, with the embedder of its space), and
-/// [`HydrationConfig::new`]'s defaults for everything else. Fails only if the tokenizer
+/// [`TOKENIZER_MODEL`], the memory provider over `store`, and [`HydrationConfig::new`]'s
+/// defaults for everything else. `embedder` is the store's own (of its embedding space):
+/// with it the observation is embedded once per prompt and shared by every search;
+/// without it each search has the backend embed it again. Fails only if the tokenizer
 /// cannot be loaded.
-pub fn config(store: Arc<dyn MemoryBackend>) -> Result<HydrationConfig> {
+pub fn config(
+    store: Arc<dyn MemoryBackend>,
+    embedder: Option<Arc<dyn EmbeddingProvider>>,
+) -> Result<HydrationConfig> {
     let tokenizer = TiktokenTokenizer::for_model(TOKENIZER_MODEL)?;
     Ok(HydrationConfig::new(SYSTEM_PROMPT, Arc::new(tokenizer))
-        .with_provider(memory_provider(store, None)))
+        .with_provider(memory_provider(store, embedder)))
 }
 
 /// The context `ava` records for a chat turn: the message it answers, cut to
@@ -69,7 +73,7 @@ mod tests {
     #[test]
     fn config_is_the_products() {
         let store: Arc<dyn MemoryBackend> = Arc::new(memory_inmem::InMemoryBackend::new(None));
-        let config = config(store).unwrap();
+        let config = config(store, None).unwrap();
         assert_eq!(config.system_prompt, SYSTEM_PROMPT);
         assert_eq!(config.tokenizer.name(), "o200k_base");
         assert_eq!(config.providers.len(), 1);

@@ -188,7 +188,12 @@ impl Harness {
         allow: Option<BTreeSet<u64>>,
         replies: usize,
     ) -> Vec<(i64, String)> {
-        let agent = Agent::new(Arc::clone(&self.store) as Arc<dyn MemoryBackend>, 4000).unwrap();
+        let agent = Agent::new(
+            Arc::clone(&self.store) as Arc<dyn MemoryBackend>,
+            None,
+            4000,
+        )
+        .unwrap();
         let model = Arc::new(OllamaChat::new(&llm.uri(), "llama-test", llm_timeout).unwrap());
         let state = Arc::new(BotState::new(agent, model, allow));
         // Generous limits: the test chats send faster than Telegram's one message a second.
@@ -362,12 +367,13 @@ async fn the_model_can_remember_through_its_tools() {
     let sent = h.run(&llm, PATIENCE, None, 1).await;
     assert_eq!(sent, vec![(70, "Tea it is.".to_owned())]);
     let scope = Scope::for_user("7").unwrap().in_chat("70").unwrap();
-    let facts = crate::agent::Agent::new(Arc::clone(&h.store) as Arc<dyn MemoryBackend>, 4000)
-        .unwrap()
-        .ops(scope)
-        .recall("tea", 5)
-        .await
-        .unwrap();
+    let facts =
+        crate::agent::Agent::new(Arc::clone(&h.store) as Arc<dyn MemoryBackend>, None, 4000)
+            .unwrap()
+            .ops(scope)
+            .recall("tea", 5)
+            .await
+            .unwrap();
     assert!(
         facts.iter().any(|m| m.content == "The user likes tea."),
         "{facts:?}"

@@ -27,7 +27,7 @@ pub(crate) async fn run(
     let scope = args.who.scope()?;
     let model = args.llm.build(settings)?;
     let opened = settings.open().await?;
-    let agent = Agent::new(opened.store, args.budget)?;
+    let agent = Agent::new(opened.store, opened.embedder, args.budget)?;
     let interactive = std::io::stdin().is_terminal();
     if interactive {
         eprintln!(

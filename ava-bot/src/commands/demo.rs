@@ -169,7 +169,7 @@ pub(crate) async fn run(
         FACTS.len()
     )?;
 
-    let agent = Agent::new(Arc::clone(&backend), DEMO_BUDGET)?;
+    let agent = Agent::new(Arc::clone(&backend), embedder.clone(), DEMO_BUDGET)?;
     for (i, question) in QUESTIONS.iter().enumerate() {
         writeln!(out, "Q: {question}")?;
         let req = super::best_search(backend.as_ref(), question, 3);

@@ -78,6 +78,7 @@ pub(crate) async fn run(settings: &Settings, args: &Args) -> anyhow::Result<()> 
     let opened = settings.open().await?;
     let memory = Arc::new(Memory::new(
         Arc::clone(&opened.store),
+        opened.embedder.clone(),
         opened.embedder_note.clone(),
     )?);
     let ended = match plan {

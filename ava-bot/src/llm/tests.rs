@@ -67,7 +67,7 @@ fn agent() -> Agent {
     let backend: Arc<dyn MemoryBackend> = Arc::new(InMemoryBackend::new(Some(Arc::new(
         HashingEmbedder::new(64).unwrap(),
     ))));
-    Agent::new(backend, 4000).unwrap()
+    Agent::new(backend, None, 4000).unwrap()
 }
 
 #[tokio::test]

@@ -20,8 +20,8 @@ use std::sync::Arc;
 use anyhow::{Context, anyhow, bail};
 use hydrate::{Block, ExplainReport, memory_block};
 use memory_core::{
-    Capability, Filter, MemoryBackend, MemoryEntry, MemoryError, MemoryId, MemoryKind, NewMemory,
-    Scope, SearchRequest, Tag,
+    Capability, EmbeddingProvider, Filter, MemoryBackend, MemoryEntry, MemoryError, MemoryId,
+    MemoryKind, NewMemory, Scope, SearchRequest, Tag,
 };
 use prompt_ir::Action;
 use rmcp::handler::server::common::{schema_for_input, schema_for_output};
@@ -59,6 +59,8 @@ const CONTEXT_BUDGET: (u32, u32) = (200, 200_000);
 #[derive(Debug)]
 pub(crate) struct Memory {
     store: Arc<dyn MemoryBackend>,
+    /// The store's embedder, for `context` (the observation embedded once per prompt).
+    embedder: Option<Arc<dyn EmbeddingProvider>>,
     /// One line on the embedder in use, or why there is none.
     embedder_note: String,
     tools: Vec<Tool>,
@@ -68,10 +70,12 @@ impl Memory {
     /// The server's memory: `store` (opened with the embedder `embedder_note` describes).
     pub(crate) fn new(
         store: Arc<dyn MemoryBackend>,
+        embedder: Option<Arc<dyn EmbeddingProvider>>,
         embedder_note: String,
     ) -> anyhow::Result<Self> {
         Ok(Self {
             store,
+            embedder,
             embedder_note,
             tools: tools()?,
         })
@@ -555,7 +559,11 @@ impl AvaMcp {
         let budget = in_range("budget", a.budget, DEFAULT_BUDGET, CONTEXT_BUDGET)?;
         // The memories do go into a model's prompt, so this counts as recalling them, as
         // in the bot (`ava context` is a dry run that does not).
-        let agent = Agent::new(Arc::clone(&self.memory.store), budget)?;
+        let agent = Agent::new(
+            Arc::clone(&self.memory.store),
+            self.memory.embedder.clone(),
+            budget,
+        )?;
         let prompt = agent.prepare(&self.scope, &a.message).await?;
         let blocks: Vec<String> = prompt
             .messages

@@ -39,6 +39,96 @@ pub(super) struct Options {
     pub(super) embedder: Embedder,
     pub(super) explain_misses: usize,
     pub(super) json: bool,
+    /// Experiments: settings that differ from the product's (`--set KEY=VALUE`).
+    pub(super) overrides: Overrides,
+}
+
+/// What an experiment changes from the product config; empty means the product as it ships.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Overrides {
+    set: Vec<(String, String)>,
+}
+
+impl Overrides {
+    /// Parses `KEY=VALUE` pairs, refusing unknown keys and unreadable values.
+    pub(super) fn parse(pairs: &[String]) -> anyhow::Result<Self> {
+        let mut set = Vec::new();
+        for pair in pairs {
+            let Some((k, v)) = pair.split_once('=') else {
+                anyhow::bail!("--set {pair}: expected KEY=VALUE");
+            };
+            if !Self::KEYS.contains(&k) {
+                anyhow::bail!("--set {k}: unknown; one of {}", Self::KEYS.join(", "));
+            }
+            v.parse::<f64>()
+                .with_context(|| format!("--set {k}={v}: expected a number"))?;
+            set.push((k.to_owned(), v.to_owned()));
+        }
+        Ok(Self { set })
+    }
+
+    const KEYS: [&'static str; 7] = [
+        "semantic_threshold",
+        "semantic_limit",
+        "temporal_window",
+        "keep_recent",
+        "item_tokens",
+        "unmatched_relevance",
+        "decay_floor",
+    ];
+
+    fn get(&self, key: &str) -> Option<f64> {
+        self.set
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .and_then(|(_, v)| v.parse().ok())
+    }
+
+    /// The product config with the config-level overrides applied.
+    fn config(&self, mut config: HydrationConfig) -> HydrationConfig {
+        if let Some(v) = self.get("keep_recent") {
+            config.keep_recent = v as usize;
+        }
+        if let Some(v) = self.get("item_tokens") {
+            config.item_tokens = v as u32;
+        }
+        if let Some(v) = self.get("unmatched_relevance") {
+            config.unmatched_relevance = v;
+        }
+        config
+    }
+
+    /// The product strategy with the request-level overrides applied.
+    fn strategy(&self, mut s: ContextStrategy) -> ContextStrategy {
+        if let Some(v) = self.get("semantic_threshold") {
+            s.semantic_threshold = prompt_ir::Relevance::clamped(v);
+        }
+        if let Some(v) = self.get("semantic_limit") {
+            s.semantic_limit = v as u32;
+        }
+        if let Some(v) = self.get("temporal_window") {
+            s.temporal_window = v as u32;
+        }
+        if let Some(v) = self.get("decay_floor")
+            && let prompt_ir::RecencyDecay::HalfLife { seconds, .. } = s.recency_decay
+        {
+            s.recency_decay = prompt_ir::RecencyDecay::HalfLife {
+                seconds,
+                floor: prompt_ir::Ratio::clamped(v),
+            };
+        }
+        s
+    }
+
+    /// For the report: `product` or the changes.
+    fn describe(&self) -> String {
+        if self.set.is_empty() {
+            return "product config (hydrate::product)".into();
+        }
+        let changes: Vec<String> = self.set.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        format!("EXPERIMENT: product config with {}", changes.join(", "))
+    }
 }
 
 /// The chat every conversation is filed under (the user is the sample id).
@@ -59,10 +149,16 @@ struct Conversation {
     ids: HashMap<String, MemoryId>,
     turns: usize,
     now: Timestamp,
+    overrides: Overrides,
 }
 
 /// Stores `sample` as `ava` stores a chat (see the module docs) in `store`.
-async fn ingest(sample: &Sample, store: Arc<dyn MemoryBackend>) -> anyhow::Result<Conversation> {
+async fn ingest(
+    sample: &Sample,
+    store: Arc<dyn MemoryBackend>,
+    embedder: Arc<dyn EmbeddingProvider>,
+    overrides: &Overrides,
+) -> anyhow::Result<Conversation> {
     let scope = Scope::for_user(&sample.id)?.in_chat(CHAT)?;
     let mut previous: Option<&str> = None;
     let mut memories = Vec::with_capacity(sample.turns.len());
@@ -94,8 +190,11 @@ async fn ingest(sample: &Sample, store: Arc<dyn MemoryBackend>) -> anyhow::Resul
         .map(|t| t.chat_at)
         .max()
         .context("a conversation without turns")?;
-    let config = product::config(Arc::clone(&store)).context("the product's config")?;
-    let mut newest = config.clone();
+    let product =
+        product::config(Arc::clone(&store), Some(embedder)).context("the product's config")?;
+    let config = overrides.config(product.clone());
+    // The baseline is the product's, whatever the experiment.
+    let mut newest = product;
     newest.kinds = [SourceKind::Temporal].into_iter().collect();
     newest.source_token_share = 1.0;
     let provider = config
@@ -115,6 +214,7 @@ async fn ingest(sample: &Sample, store: Arc<dyn MemoryBackend>) -> anyhow::Resul
         ids,
         turns: sample.turns.len(),
         now: last.plus(NOW_AFTER_LAST_TURN),
+        overrides: overrides.clone(),
     })
 }
 
@@ -134,7 +234,9 @@ impl Conversation {
         budget: u32,
         vector: Option<Embedding>,
     ) -> anyhow::Result<CompiledPrompt> {
-        let mut input = self.input(ContextRequest::new(question, TokenBudget::new(budget)?));
+        let mut request = ContextRequest::new(question, TokenBudget::new(budget)?);
+        request.strategy = self.overrides.strategy(request.strategy);
+        let mut input = self.input(request);
         if let Some(v) = vector {
             input = input.with_query_vector(v);
         }
@@ -500,7 +602,7 @@ pub(super) async fn evaluate(options: &Options, samples: &[Sample]) -> anyhow::R
             .path()
             .join(format!("{}.db", sample.id.replace(['/', '\\'], "_")));
         let store = open_store(&path, Arc::clone(&embedder)).await?;
-        let conv = ingest(sample, store).await?;
+        let conv = ingest(sample, store, Arc::clone(&embedder), &options.overrides).await?;
         let turns: HashMap<&str, &Turn> = sample
             .turns
             .iter()
@@ -656,6 +758,7 @@ pub(super) async fn evaluate(options: &Options, samples: &[Sample]) -> anyhow::R
                 "p95": percentile(&embed_latency, 0.95),
             })),
             "evidence_in_prompt": headline,
+            "config": options.overrides.describe(),
             "budgets": budgets,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
@@ -666,8 +769,8 @@ pub(super) async fn evaluate(options: &Options, samples: &[Sample]) -> anyhow::R
         options.file.display()
     );
     println!(
-        "product config (hydrate::product), SQLite per conversation, embedder {space}; \
-         now = last turn + 1 h"
+        "{}, SQLite per conversation, embedder {space}; now = last turn + 1 h",
+        options.overrides.describe()
     );
     println!(
         "{} conversations, {memories} memories, {questions} questions ({unusable} without usable evidence left out)\n",
@@ -825,10 +928,12 @@ mod tests {
 
     async fn stored(sample: &Sample, dir: &tempfile::TempDir) -> Conversation {
         let embedder: Arc<dyn EmbeddingProvider> = Arc::new(HashingEmbedder::new(384).unwrap());
-        let store = open_store(&dir.path().join("t.db"), embedder)
+        let store = open_store(&dir.path().join("t.db"), Arc::clone(&embedder))
             .await
             .unwrap();
-        ingest(sample, store).await.unwrap()
+        ingest(sample, store, embedder, &Overrides::default())
+            .await
+            .unwrap()
     }
 
     #[test]

@@ -57,6 +57,12 @@ pub(crate) struct Args {
     /// Print the results as JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// With `--context-budget`, an experiment: a setting other than the product's
+    /// (repeatable), one of `semantic_threshold`, `semantic_limit`, `temporal_window`,
+    /// `keep_recent`, `item_tokens`, `unmatched_relevance`, `decay_floor`. The output says
+    /// it is an experiment.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
 }
 
 pub(super) const CATEGORIES: [(u64, &str); 5] = [
@@ -334,6 +340,7 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
             embedder: args.embedder,
             explain_misses: args.explain_misses,
             json: args.json,
+            overrides: super::context::Overrides::parse(&args.set)?,
         };
         return rt.block_on(super::context::evaluate(&options, &samples));
     }
