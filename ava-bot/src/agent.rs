@@ -16,7 +16,7 @@ use memory_core::{
     EmbeddingProvider, Filter, MemoryBackend, MemoryId, MemoryKind, NewMemory, Role, Scope,
     Timestamp,
 };
-use prompt_ir::{Action, ContextRequest, TokenBudget};
+use prompt_ir::{Action, BudgetAllocation, ContextRequest, TokenBudget};
 
 /// Default token budget of one prompt (the product's, [`product::DEFAULT_BUDGET`]).
 pub(crate) use hydrate::product::DEFAULT_BUDGET;
@@ -74,6 +74,15 @@ impl Agent {
         })
     }
 
+    /// The same agent, splitting each prompt's budget as `allocation` says (`None` keeps
+    /// the default).
+    pub(crate) fn with_allocation(mut self, allocation: Option<BudgetAllocation>) -> Self {
+        if allocation.is_some() {
+            Arc::make_mut(&mut self.config).allocation = allocation;
+        }
+        self
+    }
+
     pub(crate) fn store(&self) -> &Arc<dyn MemoryBackend> {
         &self.store
     }
@@ -98,13 +107,24 @@ impl Agent {
         Ok(ContextRequest::new(message, self.budget.clone()))
     }
 
-    /// The prompt the model would get for `message` (nothing stored, no model called).
+    /// The prompt the model would get for `message` now (nothing stored, no model called).
     pub(crate) async fn prepare(
         &self,
         scope: &Scope,
         message: &str,
     ) -> anyhow::Result<CompiledPrompt> {
-        let input = HydrateInput::new(scope.clone(), self.request(message)?);
+        self.prepare_at(scope, message, Timestamp::now()).await
+    }
+
+    /// The prompt the model would get for `message` at `now` (what "recent" and the
+    /// prompt's current time are measured against).
+    pub(crate) async fn prepare_at(
+        &self,
+        scope: &Scope,
+        message: &str,
+        now: Timestamp,
+    ) -> anyhow::Result<CompiledPrompt> {
+        let input = HydrateInput::new(scope.clone(), self.request(message)?).at(now);
         self.ops(scope.clone())
             .prepare(&input)
             .await
@@ -238,11 +258,12 @@ fn render_report(report: &ExplainReport, previews: &HashMap<MemoryId, String>) -
     let b = &report.budget;
     let _ = writeln!(
         out,
-        "tokens: {} of {} available ({} budget, {} reserved){}",
+        "tokens: {} of {} available ({} budget, {} reserved, allocation {}){}",
         report.estimated_prompt_tokens,
         b.available,
         b.total,
         b.reserved,
+        b.allocation,
         if report.fits { "" } else { " -- DOES NOT FIT" }
     );
     let _ = writeln!(

@@ -12,6 +12,7 @@ use memory_core::embedders::{
 };
 use memory_core::{EmbeddingProvider, HashingEmbedder, MemoryBackend, Scope};
 use memory_sqlite::{SqliteBackend, SqliteConfig};
+use prompt_ir::BudgetAllocation;
 
 /// Which embedder computes vectors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -92,6 +93,12 @@ pub(crate) struct Settings {
         global = true
     )]
     pub(crate) openai_url: String,
+    /// How each prompt's token budget is split among its parts: `relevance` (one pool,
+    /// ranked by relevance, priority and recency), `information` (the same, plus how much
+    /// new information a part adds), or `fixed:SYSTEM,CONTEXT,OBSERVATION` (fixed shares,
+    /// e.g. `fixed:0.3,0.6,0.1`) [default: relevance].
+    #[arg(long, env = "AVA_ALLOCATION", global = true)]
+    pub(crate) allocation: Option<BudgetAllocation>,
 }
 
 /// The identity a command works as.
@@ -402,6 +409,7 @@ mod tests {
             embed_model: None,
             ollama_url: String::new(),
             openai_url: String::new(),
+            allocation: None,
         };
         let url = "postgres://ava:s3cret@db.example:5432/mem?schema=bot";
         let t = settings(url).db_target().unwrap();
@@ -425,6 +433,7 @@ mod tests {
             embed_model: None,
             ollama_url: String::new(),
             openai_url: String::new(),
+            allocation: None,
         };
         let err = settings.open().await.err().expect("no postgres support");
         let msg = format!("{err:#}");

@@ -61,6 +61,57 @@ fn demo_recalls_the_right_memories_and_keeps_scopes_apart() {
     assert!(!out.contains("memories dropped: 0"), "{out}");
 }
 
+/// `text` with every memory id (a UUID, new each run) replaced by `[id]`.
+fn redact_ids(text: &str) -> String {
+    let is_id = |s: &str| {
+        s.len() == 36
+            && s.bytes().enumerate().all(|(i, b)| match i {
+                8 | 13 | 18 | 23 => b == b'-',
+                _ => b.is_ascii_hexdigit(),
+            })
+    };
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(c) = rest.chars().next() {
+        match rest.get(..36) {
+            Some(head) if is_id(head) => {
+                out.push_str("[id]");
+                rest = &rest[36..];
+            }
+            _ => {
+                out.push(c);
+                rest = &rest[c.len_utf8()..];
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn demo_manager_question_puts_the_manager_in_the_prompt() {
+    let (_dir, db) = store();
+    let out = ok(ava(&db, &["demo", "--all-prompts"]));
+    let (_, after) = out
+        .split_once("Q: Who is my manager at work?")
+        .expect("the manager question");
+    let (block, _) = after.split_once("\nQ: ").expect("a question after it");
+    let (prompt, report) = block
+        .split_once("Explain report")
+        .expect("the prompt, then its report");
+    assert!(
+        prompt.contains("| - [2026-03-02 09:00] user: Motion planning for warehouse robots. My manager is called Tomás."),
+        "{block}"
+    );
+    // The demo asks at a fixed time and uses the hashing embedder, so the whole prompt
+    // and its report are the same on every run but for the memory ids.
+    insta::assert_snapshot!(
+        "demo_manager_question",
+        redact_ids(&format!(
+            "Q: Who is my manager at work?{prompt}Explain report{report}"
+        ))
+    );
+}
+
 #[test]
 fn demo_works_on_a_fresh_machine_with_nothing_configured() {
     let empty = tempfile::tempdir().unwrap();
@@ -379,8 +430,45 @@ fn context_prints_the_prompt_and_explains_it() {
     )))
     .unwrap();
     assert_eq!(json["report"]["budget"]["total"], 2000);
+    assert_eq!(json["report"]["budget"]["allocation"], "relevance");
     assert_eq!(json["messages"][0]["role"], "system");
     assert_eq!(json["tools"].as_array().unwrap().len(), 3);
+
+    // The operator picks how the budget is split; the report says which was used.
+    let fixed = ok(ava(
+        &db,
+        &[
+            "--allocation",
+            "fixed:0.5,0.4,0.1",
+            "context",
+            "--user",
+            "42",
+            "--chat",
+            "7",
+            "--explain",
+            "cat?",
+        ],
+    ));
+    assert!(fixed.contains("allocation fixed:0.5,0.4,0.1"), "{fixed}");
+    assert!(fixed.contains("My cat is called Pixel"), "{fixed}");
+    let o = ava(
+        &db,
+        &[
+            "--allocation",
+            "fair",
+            "context",
+            "--user",
+            "42",
+            "--chat",
+            "7",
+            "cat?",
+        ],
+    );
+    assert!(
+        !o.status.success() && stderr(&o).contains("`relevance`, `information` or `fixed:"),
+        "{}",
+        stderr(&o)
+    );
 
     // Nothing was stored by the dry run.
     let stats = ok(ava(&db, &["stats"]));

@@ -24,7 +24,7 @@ use memory_core::{
     Embedding, HashingEmbedder, MemoryBackend, MemoryKind, NewMemory, Role, Scope, Timestamp,
 };
 use memory_sqlite::{SqliteBackend, SqliteConfig};
-use prompt_ir::{ContextRequest, Relevance, TiktokenTokenizer, TokenBudget};
+use prompt_ir::{ContextRequest, TiktokenTokenizer, TokenBudget};
 use tokio::runtime::Runtime;
 
 const DIMS: usize = 384;
@@ -140,10 +140,9 @@ fn main() {
         .map(|_| {
             let observation = words(&mut rng, 6, VOCAB);
             let vector: Embedding = embedder.embed_sync(&observation);
-            let mut request = ContextRequest::new(observation, TokenBudget::new(8000).unwrap());
-            // Random texts rarely reach the default 0.7; 0.3 lets related messages through,
-            // so compile has them to count and place too.
-            request.strategy.semantic_threshold = Relevance::new(0.3).unwrap();
+            // The default strategy: every hit competes under the budget, and search limits
+            // grow with it (8,000 / 25 = 320 semantic candidates).
+            let request = ContextRequest::new(observation, TokenBudget::new(8000).unwrap());
             HydrateInput::new(scope(rng.below(SCOPES)), request)
                 .at(now())
                 .with_query_vector(vector)

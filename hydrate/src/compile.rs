@@ -227,6 +227,7 @@ pub fn compile(config: &HydrationConfig, hydrated: &Hydrated) -> Result<Compiled
         tokenizer: outcome.tokenizer.clone(),
         budget: BudgetExplain {
             total: budget.total(),
+            allocation: budget.allocation().to_string(),
             reserved: budget.reserved_tokens(),
             available,
             framing,

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use memory_core::{Embedding, MemoryId, Scope, Timestamp};
 use prompt_ir::{
-    ContentHash, ContextRequest, Priority, PromptIR, Relevance, Section, SectionSource,
-    TokenBudget, Tokenizer, ToolDef,
+    BudgetAllocation, ContentHash, ContextRequest, Priority, PromptIR, Relevance, Section,
+    SectionSource, TokenBudget, Tokenizer, ToolDef,
 };
 use serde::Serialize;
 use tracing::Instrument;
@@ -79,7 +79,8 @@ pub struct HydrationConfig {
     /// decides by value across sources.
     pub source_token_share: f64,
     /// The newest this many messages of the conversation are always kept (High priority);
-    /// older ones in the window compete on relevance with everything else. Default 4.
+    /// older ones in the window compete on relevance with everything else. Default 2: the
+    /// last exchange.
     pub keep_recent: usize,
     /// Roughly how many tokens one retrieved item takes: search limits grow with the
     /// budget to `available / item_tokens` candidates (never below the strategy's and the
@@ -88,8 +89,15 @@ pub struct HydrationConfig {
     pub item_tokens: u32,
     /// The relevance of an item no search matched (an older message of the window, a fact
     /// listed because it is recent), from 0 to 1: where it ranks against search hits,
-    /// whose relevance is their similarity to the observation. Default 0.35.
+    /// whose relevance is their similarity to the observation. Never more than the weakest
+    /// hit of the search that could have found it: that search saw the item and ranked it
+    /// lower. Default 0.35.
     pub unmatched_relevance: f64,
+    /// How every prompt's budget is split among its sections, over the request's own
+    /// allocation (the operator's choice, e.g. `ava --allocation`). Default `None`: each
+    /// request's budget decides ([`BudgetAllocation::RelevanceWeighted`] unless it says
+    /// otherwise).
+    pub allocation: Option<BudgetAllocation>,
     /// Counts tokens (of sources' items, and when compiling).
     pub tokenizer: Arc<dyn Tokenizer>,
     /// Put the rendered prompt in trace events (off by default: prompts hold personal data).
@@ -116,9 +124,10 @@ impl HydrationConfig {
             knowledge_limit: 10,
             extra_limit: 5,
             source_token_share: 1.0,
-            keep_recent: 4,
+            keep_recent: 2,
             item_tokens: 25,
             unmatched_relevance: 0.35,
+            allocation: None,
             tokenizer,
             trace_prompt_text: false,
         }
@@ -200,6 +209,7 @@ impl fmt::Debug for HydrationConfig {
             .field("keep_recent", &self.keep_recent)
             .field("item_tokens", &self.item_tokens)
             .field("unmatched_relevance", &self.unmatched_relevance)
+            .field("allocation", &self.allocation)
             .field("tokenizer", &self.tokenizer.name())
             .field("trace_prompt_text", &self.trace_prompt_text)
             .finish()
@@ -557,8 +567,16 @@ async fn hydrate_inner(
         degradations: acc.degradations,
         partial: acc.partial,
         request_hash: input.request_hash(),
-        budget: request.budget.clone(),
+        budget: budget_of(config, request),
     })
+}
+
+/// The request's budget, split as [`HydrationConfig::allocation`] says when it is set.
+fn budget_of(config: &HydrationConfig, request: &ContextRequest) -> TokenBudget {
+    match &config.allocation {
+        Some(a) => request.budget.clone().with_allocation(a.clone()),
+        None => request.budget.clone(),
+    }
 }
 
 /// The IR with everything that is not retrieved: the stable prefix (system prompt,
@@ -570,7 +588,7 @@ fn fixed_sections(
     let request = &input.request;
     let mut ir = PromptIR::new(input.now.to_datetime());
     ir.set_observation(request.observation.clone());
-    ir.set_budget(request.budget.clone());
+    ir.set_budget(budget_of(config, request));
     ir.set_strategy(request.strategy.clone());
     let mut infos = BTreeMap::new();
     let mut push = |ir: &mut PromptIR, section: Section, block: Block| -> Result<()> {
@@ -887,6 +905,28 @@ impl Gathered {
     fn merge(&mut self, config: &HydrationConfig) -> Result<()> {
         let mut collected = std::mem::take(&mut self.collected);
         collected.sort_by_key(|c| c.kind);
+        // A search sees every memory of its kind in the scope, so one it did not return
+        // matches the observation no better than the weakest one it did.
+        let weakest = |kind: SourceKind| {
+            collected
+                .iter()
+                .filter(|c| c.kind == kind)
+                .flat_map(|c| c.items.iter().filter_map(|i| i.similarity))
+                .min_by(f32::total_cmp)
+        };
+        let unmatched = |kind: SourceKind| {
+            let cap = match kind {
+                SourceKind::Temporal => weakest(SourceKind::Semantic),
+                SourceKind::Knowledge => weakest(SourceKind::Knowledge),
+                _ => None,
+            };
+            let base = config.unmatched_relevance;
+            cap.map_or(base, |c| base.min(f64::from(c.max(0.0))))
+        };
+        let unmatched_by_kind: BTreeMap<SourceKind, f64> = collected
+            .iter()
+            .map(|c| (c.kind, unmatched(c.kind)))
+            .collect();
         let mut candidates: Vec<Candidate> = Vec::new();
         let mut at: HashMap<MemoryId, usize> = HashMap::new();
         for c in &mut collected {
@@ -932,7 +972,11 @@ impl Gathered {
         let mut reports: BTreeMap<SourceKind, SourceReport> =
             collected.into_iter().map(|c| (c.kind, c.report)).collect();
         for (i, cand) in candidates.into_iter().enumerate() {
-            let mut section = item_section(config, &cand, tail.contains(&i))?;
+            let unmatched = unmatched_by_kind
+                .get(&cand.kind)
+                .copied()
+                .unwrap_or(config.unmatched_relevance);
+            let mut section = item_section(&cand, tail.contains(&i), unmatched)?;
             let tokens = section.count_tokens(config.tokenizer.as_ref());
             if let Some(report) = reports.get_mut(&cand.kind) {
                 report.kept += 1;
@@ -996,18 +1040,18 @@ fn rank(kind: SourceKind, items: &mut [SourceItem]) {
 }
 
 /// The section for one candidate. Its relevance is what the observation asked for: the
-/// best similarity a search found, or [`HydrationConfig::unmatched_relevance`] when no
-/// search matched it; its recency is when it was said or learned (pinned memories are
+/// best similarity a search found, or `unmatched` when no search matched it (see
+/// [`Gathered::merge`]); its recency is when it was said or learned (pinned memories are
 /// undated: they do not age), and compression weighs the two with the strategy's recency
 /// decay. Retrieved memories share one priority, so value decides between sources;
 /// `protected` (the newest messages of the conversation) and pinned facts rank High.
-fn item_section(config: &HydrationConfig, cand: &Candidate, protected: bool) -> Result<Section> {
+fn item_section(cand: &Candidate, protected: bool, unmatched: f64) -> Result<Section> {
     let (kind, item) = (cand.kind, &cand.item);
     let relevance = match item.similarity {
         // Kept because they are the newest turns, not for what they match.
         _ if protected => Relevance::ONE,
         Some(s) => Relevance::clamped(f64::from(s)),
-        None => Relevance::clamped(config.unmatched_relevance),
+        None => Relevance::clamped(unmatched),
     };
     let line = render::item_line(item);
     let long = line.len() > SHRINKABLE_BYTES;

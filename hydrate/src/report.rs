@@ -225,6 +225,9 @@ pub struct ToolExplain {
 pub struct BudgetExplain {
     /// The request's budget.
     pub total: u32,
+    /// How it was split among the prompt's parts (`relevance`, `information` or
+    /// `fixed:SYSTEM,CONTEXT,OBSERVATION`).
+    pub allocation: String,
     /// Held back as headroom (the budget's reserve).
     pub reserved: u32,
     /// `total - reserved`.

@@ -212,11 +212,10 @@ async fn hydrate_runs_on_a_spawned_task() {
     assert_eq!(prompt.messages.len(), prompt.layout.len());
 }
 
-#[tokio::test]
-async fn a_memory_found_by_the_conversation_and_by_search_survives_a_tight_budget() {
-    use hydrate::compile;
+/// A ten-turn conversation whose older half holds the answer to "Who is my manager at
+/// work?"; the newest turns are small talk.
+async fn maya_chat() -> (Arc<dyn MemoryBackend>, memory_core::Scope) {
     use memory_core::{NewMemory, Role};
-    // A conversation whose older half holds the answer; the newest turns are small talk.
     let backend: Arc<dyn MemoryBackend> = Arc::new(InMemoryBackend::new(Some(embedder())));
     let scope = chat_scope("maya");
     let turns = [
@@ -246,6 +245,13 @@ async fn a_memory_found_by_the_conversation_and_by_search_survives_a_tight_budge
         })
         .collect();
     backend.store_batch(&scope, batch).await.unwrap();
+    (backend, scope)
+}
+
+#[tokio::test]
+async fn a_memory_found_by_the_conversation_and_by_search_survives_a_tight_budget() {
+    use hydrate::compile;
+    let (backend, scope) = maya_chat().await;
     let cfg = config(Arc::clone(&backend), Some(embedder()));
     // The whole window (10 turns) does not fit: some of it must go.
     let mut req = request("Who is my manager at work?", 560);
@@ -282,4 +288,45 @@ async fn a_memory_found_by_the_conversation_and_by_search_survives_a_tight_budge
     assert!(dropped > 0, "the budget was tight enough to drop something");
     // The newest turns stay, whatever they match.
     assert!(text.contains("Do you like the sea?"), "{text}");
+}
+
+#[tokio::test]
+async fn an_older_turn_no_search_matched_ranks_below_every_search_hit() {
+    let (backend, scope) = maya_chat().await;
+    let mut cfg = config(Arc::clone(&backend), Some(embedder()));
+    // Fixed search limits, so the search returns 3 of the 10 turns and passes over the rest;
+    // and a configured relevance for unmatched items above any similarity, so only the rule
+    // under test can bring them below the hits.
+    cfg.item_tokens = 0;
+    cfg.unmatched_relevance = 1.0;
+    let mut req = request("Who is my manager at work?", 8000);
+    req.strategy.temporal_window = 10;
+    req.strategy.semantic_limit = 3;
+    req.strategy.semantic_threshold = Relevance::ZERO;
+    let hydrated = hydrate(&cfg, &input(scope, req)).await.unwrap();
+    let relevance = |found: &dyn Fn(&[SourceKind]) -> bool| -> Vec<f64> {
+        hydrated
+            .ir
+            .sections()
+            .iter()
+            .filter(|s| s.priority() == prompt_ir::Priority::Medium)
+            .filter(|s| {
+                hydrated
+                    .sections
+                    .get(s.id())
+                    .is_some_and(|i| found(&i.found_by))
+            })
+            .map(|s| s.relevance().get())
+            .collect()
+    };
+    let hits = relevance(&|f| f.contains(&SourceKind::Semantic));
+    let unmatched = relevance(&|f| f == [SourceKind::Temporal]);
+    assert!(!hits.is_empty(), "the search found older turns");
+    assert!(!unmatched.is_empty(), "older turns the search passed over");
+    let weakest = hits.iter().copied().fold(f64::INFINITY, f64::min);
+    assert!(weakest < 1.0, "{hits:?}");
+    assert!(
+        unmatched.iter().all(|r| *r <= weakest),
+        "the search saw these turns and ranked them lower: {unmatched:?} vs hits {hits:?}"
+    );
 }

@@ -120,6 +120,56 @@ pub enum BudgetAllocation {
     RelevanceWeighted,
 }
 
+impl std::fmt::Display for BudgetAllocation {
+    /// The form [`FromStr`](std::str::FromStr) reads: `relevance`, `information`, or
+    /// `fixed:SYSTEM,CONTEXT,OBSERVATION`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BudgetAllocation::RelevanceWeighted => f.write_str("relevance"),
+            BudgetAllocation::InformationWeighted => f.write_str("information"),
+            BudgetAllocation::FixedRatios(r) => write!(
+                f,
+                "fixed:{},{},{}",
+                r.system().get(),
+                r.context().get(),
+                r.observation().get()
+            ),
+        }
+    }
+}
+
+impl std::str::FromStr for BudgetAllocation {
+    type Err = Error;
+
+    /// Reads `relevance`, `information`, or `fixed:SYSTEM,CONTEXT,OBSERVATION` (three shares
+    /// of the budget, checked as [`FixedRatios::new`] checks them).
+    fn from_str(text: &str) -> Result<Self> {
+        let unknown = || Error::UnknownAllocation {
+            given: text.to_owned(),
+        };
+        match text.trim() {
+            "relevance" | "relevance_weighted" => Ok(BudgetAllocation::RelevanceWeighted),
+            "information" | "information_weighted" => Ok(BudgetAllocation::InformationWeighted),
+            other => {
+                let shares = other.strip_prefix("fixed:").ok_or_else(unknown)?;
+                let parts: Vec<f64> = shares
+                    .split(',')
+                    .map(|x| x.trim().parse::<f64>())
+                    .collect::<std::result::Result<_, _>>()
+                    .map_err(|_| unknown())?;
+                let [system, context, observation] = parts[..] else {
+                    return Err(unknown());
+                };
+                Ok(BudgetAllocation::FixedRatios(FixedRatios::new(
+                    system,
+                    context,
+                    observation,
+                )?))
+            }
+        }
+    }
+}
+
 /// Shares of the available budget for [`BudgetAllocation::FixedRatios`]: each from 0 to 1,
 /// adding up to at most 1.
 ///
@@ -256,7 +306,10 @@ pub struct ContextStrategy {
     pub temporal_window: u32,
     /// At most this many semantically related past messages.
     pub semantic_limit: u32,
-    /// Least similarity for a related past message to be included.
+    /// Least similarity for a related past message to be retrieved. Default 0: every hit
+    /// competes under the budget on its relevance. A threshold suits plain cosine
+    /// similarity; hybrid scores are normalised per query, so a fixed cut on them drops
+    /// evidence (measured in BENCHMARKS.md).
     pub semantic_threshold: Relevance,
     /// How dated sections fade with age when ranked for compression.
     pub recency_decay: RecencyDecay,
@@ -265,13 +318,13 @@ pub struct ContextStrategy {
 }
 
 impl Default for ContextStrategy {
-    /// 20 recent messages, 5 related ones at similarity 0.7 or more, a one-week half-life,
+    /// 20 recent messages, 5 related ones (however similar), a one-week half-life,
     /// knowledge included.
     fn default() -> Self {
         ContextStrategy {
             temporal_window: 20,
             semantic_limit: 5,
-            semantic_threshold: Relevance::clamped(0.7),
+            semantic_threshold: Relevance::ZERO,
             recency_decay: RecencyDecay::default(),
             include_knowledge: true,
         }
@@ -310,6 +363,41 @@ impl ContextRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn allocations_read_from_text() {
+        assert_eq!(
+            "relevance".parse::<BudgetAllocation>().unwrap(),
+            BudgetAllocation::RelevanceWeighted
+        );
+        assert_eq!(
+            " information ".parse::<BudgetAllocation>().unwrap(),
+            BudgetAllocation::InformationWeighted
+        );
+        assert_eq!(
+            "fixed:0.3, 0.6,0.1".parse::<BudgetAllocation>().unwrap(),
+            BudgetAllocation::FixedRatios(FixedRatios::new(0.3, 0.6, 0.1).unwrap())
+        );
+        for bad in ["", "fixed", "fixed:0.3,0.6", "fixed:a,b,c", "weighted"] {
+            let err = bad.parse::<BudgetAllocation>().unwrap_err();
+            assert!(
+                matches!(err, Error::UnknownAllocation { .. }),
+                "{bad}: {err}"
+            );
+            assert!(err.to_string().contains("fixed:SYSTEM,CONTEXT,OBSERVATION"));
+        }
+        for a in [
+            BudgetAllocation::RelevanceWeighted,
+            BudgetAllocation::InformationWeighted,
+            BudgetAllocation::FixedRatios(FixedRatios::new(0.25, 0.7, 0.05).unwrap()),
+        ] {
+            assert_eq!(a.to_string().parse::<BudgetAllocation>().unwrap(), a);
+        }
+        assert!(matches!(
+            "fixed:0.5,0.5,0.5".parse::<BudgetAllocation>(),
+            Err(Error::RatiosOverOne { .. })
+        ));
+    }
 
     #[test]
     fn zero_budget_is_rejected() {

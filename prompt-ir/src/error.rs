@@ -21,6 +21,17 @@ pub enum Error {
         expected: &'static str,
     },
 
+    /// A budget allocation written as text (a command-line flag, a setting) was not one
+    /// of the accepted forms.
+    #[error(
+        "budget allocation `{given}` is not understood, expected `relevance`, `information` \
+         or `fixed:SYSTEM,CONTEXT,OBSERVATION` (three shares, e.g. `fixed:0.3,0.6,0.1`)"
+    )]
+    UnknownAllocation {
+        /// The text that was given.
+        given: String,
+    },
+
     /// A token budget of zero tokens: nothing could ever be sent.
     #[error("token budget is 0 tokens, expected at least 1")]
     ZeroBudget,

@@ -27,7 +27,8 @@ pub(crate) async fn run(
     let scope = args.who.scope()?;
     let model = args.llm.build(settings)?;
     let opened = settings.open().await?;
-    let agent = Agent::new(opened.store, opened.embedder, args.budget)?;
+    let agent = Agent::new(opened.store, opened.embedder, args.budget)?
+        .with_allocation(settings.allocation.clone());
     let interactive = std::io::stdin().is_terminal();
     if interactive {
         eprintln!(

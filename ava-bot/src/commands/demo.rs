@@ -169,7 +169,11 @@ pub(crate) async fn run(
         FACTS.len()
     )?;
 
-    let agent = Agent::new(Arc::clone(&backend), embedder.clone(), DEMO_BUDGET)?;
+    // The questions come the evening after the last message, so every run of the demo
+    // shows the same prompts.
+    let asked_at = start.plus(day * 5 + std::time::Duration::from_secs(10 * 3600));
+    let agent = Agent::new(Arc::clone(&backend), embedder.clone(), DEMO_BUDGET)?
+        .with_allocation(settings.allocation.clone());
     for (i, question) in QUESTIONS.iter().enumerate() {
         writeln!(out, "Q: {question}")?;
         let req = super::best_search(backend.as_ref(), question, 3);
@@ -194,7 +198,7 @@ pub(crate) async fn run(
                 hit.entry.created_at,
             )?;
         }
-        let prompt = agent.prepare(&scope, question).await?;
+        let prompt = agent.prepare_at(&scope, question, asked_at).await?;
         if i == 0 || args.all_prompts {
             writeln!(out, "\n   The prompt an LLM would get (`ava context`):")?;
             for line in render_messages(&prompt).lines() {

@@ -76,11 +76,14 @@ pub(crate) async fn run(settings: &Settings, args: &Args) -> anyhow::Result<()> 
         ),
     };
     let opened = settings.open().await?;
-    let memory = Arc::new(Memory::new(
-        Arc::clone(&opened.store),
-        opened.embedder.clone(),
-        opened.embedder_note.clone(),
-    )?);
+    let memory = Arc::new(
+        Memory::new(
+            Arc::clone(&opened.store),
+            opened.embedder.clone(),
+            opened.embedder_note.clone(),
+        )?
+        .with_allocation(settings.allocation.clone()),
+    );
     let ended = match plan {
         Plan::Http(addr, tokens) => {
             let listener = http::bind(addr).await?;

@@ -39,7 +39,8 @@ pub(crate) async fn run(
     let allow = parse_allow(&args.allow_users)?;
     let model = args.llm.build(settings)?;
     let opened = settings.open().await?;
-    let agent = Agent::new(opened.store, opened.embedder, args.budget)?;
+    let agent = Agent::new(opened.store, opened.embedder, args.budget)?
+        .with_allocation(settings.allocation.clone());
     let bot = make_bot(token, args.telegram_api_url.as_deref(), Limits::default())?;
     tracing::info!(
         embedder = %opened.embedder_note,

@@ -23,7 +23,7 @@ use memory_core::{
     Capability, EmbeddingProvider, Filter, MemoryBackend, MemoryEntry, MemoryError, MemoryId,
     MemoryKind, NewMemory, Scope, SearchRequest, Tag,
 };
-use prompt_ir::Action;
+use prompt_ir::{Action, BudgetAllocation};
 use rmcp::handler::server::common::{schema_for_input, schema_for_output};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -63,6 +63,8 @@ pub(crate) struct Memory {
     embedder: Option<Arc<dyn EmbeddingProvider>>,
     /// One line on the embedder in use, or why there is none.
     embedder_note: String,
+    /// How `context` splits its budget (`ava --allocation`; `None`: the default).
+    allocation: Option<BudgetAllocation>,
     tools: Vec<Tool>,
 }
 
@@ -77,8 +79,15 @@ impl Memory {
             store,
             embedder,
             embedder_note,
+            allocation: None,
             tools: tools()?,
         })
+    }
+
+    /// Splits each `context` prompt's budget as `allocation` says (`None`: the default).
+    pub(crate) fn with_allocation(mut self, allocation: Option<BudgetAllocation>) -> Self {
+        self.allocation = allocation;
+        self
     }
 }
 
@@ -563,7 +572,8 @@ impl AvaMcp {
             Arc::clone(&self.memory.store),
             self.memory.embedder.clone(),
             budget,
-        )?;
+        )?
+        .with_allocation(self.memory.allocation.clone());
         let prompt = agent.prepare(&self.scope, &a.message).await?;
         let blocks: Vec<String> = prompt
             .messages

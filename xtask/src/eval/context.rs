@@ -60,14 +60,20 @@ impl Overrides {
             if !Self::KEYS.contains(&k) {
                 anyhow::bail!("--set {k}: unknown; one of {}", Self::KEYS.join(", "));
             }
-            v.parse::<f64>()
-                .with_context(|| format!("--set {k}={v}: expected a number"))?;
+            if k == "allocation" {
+                v.parse::<prompt_ir::BudgetAllocation>()
+                    .with_context(|| format!("--set {k}={v}"))?;
+            } else {
+                v.parse::<f64>()
+                    .with_context(|| format!("--set {k}={v}: expected a number"))?;
+            }
             set.push((k.to_owned(), v.to_owned()));
         }
         Ok(Self { set })
     }
 
-    const KEYS: [&'static str; 7] = [
+    const KEYS: [&'static str; 8] = [
+        "allocation",
         "semantic_threshold",
         "semantic_limit",
         "temporal_window",
@@ -87,6 +93,10 @@ impl Overrides {
 
     /// The product config with the config-level overrides applied.
     fn config(&self, mut config: HydrationConfig) -> HydrationConfig {
+        if let Some((_, v)) = self.set.iter().rev().find(|(k, _)| k == "allocation") {
+            // Checked when parsed.
+            config.allocation = v.parse().ok();
+        }
         if let Some(v) = self.get("keep_recent") {
             config.keep_recent = v as usize;
         }

@@ -59,8 +59,9 @@ pub(crate) struct Args {
     json: bool,
     /// With `--context-budget`, an experiment: a setting other than the product's
     /// (repeatable), one of `semantic_threshold`, `semantic_limit`, `temporal_window`,
-    /// `keep_recent`, `item_tokens`, `unmatched_relevance`, `decay_floor`. The output says
-    /// it is an experiment.
+    /// `keep_recent`, `item_tokens`, `unmatched_relevance`, `decay_floor` (numbers), or
+    /// `allocation` (`relevance`, `information`, `fixed:SYSTEM,CONTEXT,OBSERVATION`). The
+    /// output says it is an experiment.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
 }
