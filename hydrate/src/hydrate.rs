@@ -524,32 +524,37 @@ async fn hydrate_inner(
     // Retrieved sections in render order: background first, the conversation last and in
     // time order; within other blocks, best first.
     let mut retrieved = std::mem::take(&mut acc.retrieved);
-    retrieved.sort_by(|(ka, ia, _), (kb, ib, _)| {
-        ka.render_rank().cmp(&kb.render_rank()).then_with(|| {
-            if *ka == SourceKind::Temporal {
-                ia.created_at.cmp(&ib.created_at).then(ia.key.cmp(&ib.key))
-            } else {
-                std::cmp::Ordering::Equal
-            }
-        })
+    retrieved.sort_by(|(a, _), (b, _)| {
+        a.kind
+            .render_rank()
+            .cmp(&b.kind.render_rank())
+            .then_with(|| {
+                if a.kind == SourceKind::Temporal {
+                    a.item
+                        .created_at
+                        .cmp(&b.item.created_at)
+                        .then(a.item.key.cmp(&b.item.key))
+                } else {
+                    std::cmp::Ordering::Equal
+                }
+            })
     });
     span.record("hydrate.sections", retrieved.len());
     span.record(
         "hydrate.tokens",
         retrieved
             .iter()
-            .filter_map(|(_, _, s)| s.tokens())
+            .filter_map(|(_, s)| s.tokens())
             .fold(0, u32::saturating_add),
     );
-    for (kind, item, section) in retrieved {
-        let found_by = acc.found_by.remove(section.id()).unwrap_or_default();
+    for (cand, section) in retrieved {
         infos.insert(
             section.id().to_owned(),
             SectionInfo {
-                block: Block::Data(kind),
-                memory_id: item.memory_id,
-                scores: Some(score_explain(&item)),
-                found_by,
+                block: Block::Data(cand.kind),
+                memory_id: cand.item.memory_id,
+                scores: Some(score_explain(&cand.item)),
+                found_by: cand.found_by,
             },
         );
         ir.push_section(section)?;
@@ -661,9 +666,8 @@ struct Gathered {
     partial: BTreeSet<SourceKind>,
     /// Each source's surviving items, in precedence order, before merging.
     collected: Vec<Collected>,
-    retrieved: Vec<(SourceKind, SourceItem, Section)>,
-    /// Section id -> every kind that found its item.
-    found_by: BTreeMap<String, Vec<SourceKind>>,
+    /// Every candidate after merging, with its section.
+    retrieved: Vec<(Candidate, Section)>,
 }
 
 /// One source's items after scoring, threshold, reranking and its item limit.
@@ -914,19 +918,14 @@ impl Gathered {
                 .flat_map(|c| c.items.iter().filter_map(|i| i.similarity))
                 .min_by(f32::total_cmp)
         };
-        let unmatched = |kind: SourceKind| {
-            let cap = match kind {
-                SourceKind::Temporal => weakest(SourceKind::Semantic),
-                SourceKind::Knowledge => weakest(SourceKind::Knowledge),
-                _ => None,
-            };
+        let capped = |weakest: Option<f32>| {
             let base = config.unmatched_relevance;
-            cap.map_or(base, |c| base.min(f64::from(c.max(0.0))))
+            weakest.map_or(base, |w| base.min(f64::from(w.max(0.0))))
         };
-        let unmatched_by_kind: BTreeMap<SourceKind, f64> = collected
-            .iter()
-            .map(|c| (c.kind, unmatched(c.kind)))
-            .collect();
+        let (unmatched_message, unmatched_fact) = (
+            capped(weakest(SourceKind::Semantic)),
+            capped(weakest(SourceKind::Knowledge)),
+        );
         let mut candidates: Vec<Candidate> = Vec::new();
         let mut at: HashMap<MemoryId, usize> = HashMap::new();
         for c in &mut collected {
@@ -972,19 +971,18 @@ impl Gathered {
         let mut reports: BTreeMap<SourceKind, SourceReport> =
             collected.into_iter().map(|c| (c.kind, c.report)).collect();
         for (i, cand) in candidates.into_iter().enumerate() {
-            let unmatched = unmatched_by_kind
-                .get(&cand.kind)
-                .copied()
-                .unwrap_or(config.unmatched_relevance);
+            let unmatched = match cand.kind {
+                SourceKind::Temporal => unmatched_message,
+                SourceKind::Knowledge => unmatched_fact,
+                _ => config.unmatched_relevance,
+            };
             let mut section = item_section(&cand, tail.contains(&i), unmatched)?;
             let tokens = section.count_tokens(config.tokenizer.as_ref());
             if let Some(report) = reports.get_mut(&cand.kind) {
                 report.kept += 1;
                 report.tokens = report.tokens.saturating_add(tokens);
             }
-            self.found_by
-                .insert(section.id().to_owned(), cand.found_by.clone());
-            self.retrieved.push((cand.kind, cand.item, section));
+            self.retrieved.push((cand, section));
         }
         self.reports.extend(reports.into_values());
         Ok(())
