@@ -386,6 +386,18 @@ impl ByCategory {
             .collect();
         json!({"overall": self.overall.mean(), "questions": self.overall.questions, "categories": cats})
     }
+
+    /// The table cells of each category's mean, in [`CATEGORIES`] order (`-` when empty).
+    fn cells(&self) -> String {
+        CATEGORIES
+            .iter()
+            .map(|(c, _)| {
+                self.categories
+                    .get(c)
+                    .map_or_else(|| format!("{:>12}", "-"), |t| format!("{:>12.3}", t.mean()))
+            })
+            .collect()
+    }
 }
 
 /// Everything measured at one budget.
@@ -795,15 +807,7 @@ pub(super) async fn evaluate(options: &Options, samples: &[Sample]) -> anyhow::R
         "budget", "evidence", "newest", "tokens", "p50 ms", "p95 ms", "p50 vec"
     );
     for r in &results {
-        let cats: String = CATEGORIES
-            .iter()
-            .map(|(c, _)| {
-                r.product
-                    .categories
-                    .get(c)
-                    .map_or_else(|| format!("{:>12}", "-"), |t| format!("{:>12.3}", t.mean()))
-            })
-            .collect();
+        let cats = r.product.cells();
         println!(
             "{:>7}{:>10.3}{:>10.3}{cats}{:>8.0}{:>8.1}{:>8.1}{:>8.1}",
             r.budget,
@@ -829,15 +833,7 @@ pub(super) async fn evaluate(options: &Options, samples: &[Sample]) -> anyhow::R
     }
     println!("\nnewest-turns baseline by category:");
     for r in &results {
-        let cats: String = CATEGORIES
-            .iter()
-            .map(|(c, _)| {
-                r.newest
-                    .categories
-                    .get(c)
-                    .map_or_else(|| format!("{:>12}", "-"), |t| format!("{:>12.3}", t.mean()))
-            })
-            .collect();
+        let cats = r.newest.cells();
         println!(
             "{:>7}{:>10}{:>10.3}{cats}{:>8.0}",
             r.budget,
