@@ -18,6 +18,8 @@ use memory_core::{
 };
 use prompt_ir::{Action, BudgetAllocation, ContextRequest, TokenBudget};
 
+use crate::commands::prune::Upkeep;
+
 /// Default token budget of one prompt (the product's, [`product::DEFAULT_BUDGET`]).
 pub(crate) use hydrate::product::DEFAULT_BUDGET;
 
@@ -27,6 +29,8 @@ pub(crate) struct Agent {
     store: Arc<dyn MemoryBackend>,
     config: Arc<HydrationConfig>,
     budget: TokenBudget,
+    /// Prunes each chat as it is used (`ava run`, `ava chat`), unless turned off.
+    upkeep: Option<Arc<Upkeep>>,
 }
 
 impl Agent {
@@ -71,7 +75,21 @@ impl Agent {
             store,
             config: Arc::new(config),
             budget,
+            upkeep: None,
         })
+    }
+
+    /// The same agent, pruning each chat after its exchanges as `upkeep` says.
+    pub(crate) fn with_upkeep(mut self, upkeep: Option<Arc<Upkeep>>) -> Self {
+        self.upkeep = upkeep;
+        self
+    }
+
+    /// Waits for background upkeep under way (before a one-shot process exits).
+    pub(crate) async fn finish_upkeep(&self) {
+        if let Some(u) = &self.upkeep {
+            u.finish().await;
+        }
     }
 
     /// The same agent, splitting each prompt's budget as `allocation` says (`None` keeps
@@ -206,6 +224,11 @@ impl Agent {
                 .map(drop)
                 .context("store the answer");
         }
+        if stored.is_ok()
+            && let Some(upkeep) = &self.upkeep
+        {
+            upkeep.after_exchange(&self.store, scope).await;
+        }
         Ok(Turn { answer, stored })
     }
 }
@@ -243,7 +266,8 @@ impl Agent {
     }
 }
 
-fn preview(text: &str, max_chars: usize) -> String {
+/// `text` on one line, cut after `max_chars` characters (with `...`).
+pub(crate) fn preview(text: &str, max_chars: usize) -> String {
     let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
     match one_line.char_indices().nth(max_chars) {
         Some((i, _)) => format!("{}...", &one_line[..i]),
@@ -271,11 +295,14 @@ fn render_report(report: &ExplainReport, previews: &HashMap<MemoryId, String>) -
         "sections: {} tokens before compression, {} after",
         report.tokens_before, report.tokens_after
     );
+    if let Some(cues) = report.cues.describe() {
+        let _ = writeln!(out, "question: {cues}");
+    }
     let _ = writeln!(out, "sources:");
     for s in &report.sources {
         let _ = writeln!(
             out,
-            "  {:<10} {:?}{} returned {}, kept {}, duplicates {}, over limits {}",
+            "  {:<10} {:?}{} returned {}, kept {}, duplicates {}, over limits {}{}",
             s.kind.as_str(),
             s.status,
             s.search
@@ -286,6 +313,10 @@ fn render_report(report: &ExplainReport, previews: &HashMap<MemoryId, String>) -
             s.kept,
             s.duplicates,
             s.over_limits,
+            match s.near_duplicates {
+                0 => String::new(),
+                n => format!(", near-duplicates {n}"),
+            },
         );
     }
     let mut went_in = Vec::new();
@@ -294,7 +325,10 @@ fn render_report(report: &ExplainReport, previews: &HashMap<MemoryId, String>) -
         let score = s
             .scores
             .as_ref()
-            .map(|x| format!(", score {:.2}", x.score))
+            .map(|x| match &x.cues {
+                Some(cues) => format!(", score {:.2}, matches {cues}", x.score),
+                None => format!(", score {:.2}", x.score),
+            })
             .unwrap_or_default();
         let id = s.memory_id.map(|i| i.to_string()).unwrap_or_default();
         let what = s

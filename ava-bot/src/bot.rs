@@ -329,11 +329,15 @@ async fn command_reply(
             "Tell me what to remember: /remember my cat is called Pixel".into()
         }
         Command::Remember(text) => {
-            let id = ops
+            let done = ops
                 .remember(text.trim(), Some("told with /remember in Telegram"), &[])
                 .await
                 .context("store the memory")?;
-            format!("Remembered. (id {id})")
+            if done.merged {
+                format!("I already knew that. (id {})", done.entry.id)
+            } else {
+                format!("Remembered. (id {})", done.entry.id)
+            }
         }
         Command::Recall(query) if query.trim().is_empty() => {
             "Tell me what to look for: /recall cat".into()

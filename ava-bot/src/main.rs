@@ -48,6 +48,9 @@ enum Command {
     Mcp(commands::mcp::Args),
     /// Show what the store holds.
     Stats(commands::stats::Args),
+    /// Remove a user's old chat turns and what is beyond each chat's cap (pinned memories
+    /// and valid facts stay); --dry-run lists what would go, and why.
+    Prune(commands::prune::Args),
     /// Re-embed every memory with the configured embedder (after changing models), or with
     /// --missing only those without a vector yet.
     Reembed(commands::stats::ReembedArgs),
@@ -120,6 +123,7 @@ async fn run() -> anyhow::Result<()> {
         Command::Run(args) => commands::run::run(&cli.settings, &args, out).await,
         Command::Mcp(args) => commands::mcp::run(&cli.settings, &args).await,
         Command::Stats(args) => commands::stats::run(&cli.settings, &args, out).await,
+        Command::Prune(args) => commands::prune::run(&cli.settings, &args, out).await,
         Command::Reembed(args) => commands::stats::reembed(&cli.settings, &args, out).await,
     }
 }

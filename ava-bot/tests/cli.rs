@@ -515,6 +515,11 @@ fn context_rejects_bad_input() {
 
 /// Runs `ava chat` against `llm` with `input` on stdin.
 fn chat(db: &Path, llm: &str, input: &str) -> Output {
+    chat_with(db, llm, &[], input)
+}
+
+/// `ava chat` as user 42 in chat 7 against a fake Ollama at `llm`, with `extra` arguments.
+fn chat_with(db: &Path, llm: &str, extra: &[&str], input: &str) -> Output {
     let mut child = command(db)
         .args(["chat", "--user", "42", "--chat", "7", "--llm", "ollama"])
         .args([
@@ -525,6 +530,7 @@ fn chat(db: &Path, llm: &str, input: &str) -> Output {
             "--llm-timeout",
             "30",
         ])
+        .args(extra)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -646,5 +652,177 @@ fn run_refuses_to_start_without_what_it_needs() {
     assert!(
         !stderr(&o).contains("secret-token-value"),
         "the token is never printed"
+    );
+}
+
+/// A Telegram export of chat 7 with `n` messages from January 2024, one a minute.
+fn old_export(dir: &Path, n: usize) -> PathBuf {
+    let messages: Vec<Value> = (0..n)
+        .map(|i| {
+            json!({"id": i + 1, "type": "message",
+                "date": format!("2024-01-02T10:{i:02}:00"),
+                "date_unixtime": (1_704_189_600 + 60 * i).to_string(),
+                "from": "Bob", "text": format!("old message number {i} about Porto")})
+        })
+        .collect();
+    let export = dir.join("result.json");
+    std::fs::write(
+        &export,
+        json!({"name": "Bob", "type": "personal_chat", "id": 7, "messages": messages}).to_string(),
+    )
+    .unwrap();
+    export
+}
+
+/// The memory ids an `ava prune` output lists, sorted.
+fn listed_ids(out: &str) -> Vec<String> {
+    let mut ids: Vec<String> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_owned)
+        .collect();
+    ids.sort();
+    ids
+}
+
+#[test]
+fn prune_dry_run_lists_what_a_real_run_then_removes() {
+    let (dir, db) = store();
+    let export = old_export(dir.path(), 5);
+    ok(ava(
+        &db,
+        &["import", "--user", "42", export.to_str().unwrap()],
+    ));
+    ok(ava(
+        &db,
+        &[
+            "remember",
+            "--user",
+            "42",
+            "--chat",
+            "7",
+            "My cat is called Miso",
+        ],
+    ));
+
+    let dry = ok(ava(
+        &db,
+        &["prune", "--user", "42", "--max-age", "30d", "--dry-run"],
+    ));
+    assert!(dry.contains("would remove 5"), "{dry}");
+    assert!(dry.contains("older than 30 days"), "{dry}");
+    assert!(dry.contains("old message number 0 about Porto"), "{dry}");
+    assert!(!dry.contains("Miso"), "a valid fact is never pruned: {dry}");
+    let listed = listed_ids(&dry);
+    assert_eq!(listed.len(), 5, "{dry}");
+    let still = ok(ava(&db, &["stats", "--user", "42"]));
+    assert!(
+        still.contains("/c=7/h: 6"),
+        "a dry run removes nothing: {still}"
+    );
+
+    let real = ok(ava(&db, &["prune", "--user", "42", "--max-age", "30d"]));
+    assert!(real.contains("removed 5"), "{real}");
+    assert_eq!(
+        listed_ids(&real),
+        listed,
+        "the real run removed what the dry run listed"
+    );
+    let hits = ok(ava(
+        &db,
+        &["recall", "--user", "42", "--chat", "7", "Porto"],
+    ));
+    assert!(!hits.contains("old message"), "{hits}");
+    let cat = ok(ava(&db, &["recall", "--user", "42", "--chat", "7", "cat"]));
+    assert!(cat.contains("My cat is called Miso"), "{cat}");
+
+    let bad = ava(&db, &["prune", "--user", "42", "--max-age", "3y"]);
+    assert!(
+        !bad.status.success() && stderr(&bad).contains("use s, m, h, d or w"),
+        "{}",
+        stderr(&bad)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_prunes_the_chat_it_uses_unless_told_not_to() {
+    let llm = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/api/chat"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(ollama_answer("Noted.")))
+        .mount(&llm)
+        .await;
+    for (flags, left) in [
+        (vec!["--prune-max-count", "3"], 3),
+        (vec!["--no-prune", "--prune-max-count", "3"], 8),
+    ] {
+        let (dir, db) = store();
+        let export = old_export(dir.path(), 6);
+        let args: Vec<String> = flags.iter().map(|f| f.to_string()).collect();
+        let (db2, uri) = (db.clone(), llm.uri());
+        let counted = tokio::task::spawn_blocking(move || {
+            ok(ava(
+                &db2,
+                &["import", "--user", "42", export.to_str().unwrap()],
+            ));
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let out = ok(chat_with(&db2, &uri, &args, "I moved to Lisbon.\n"));
+            assert!(out.contains("ava> Noted."), "{out}");
+            ok(ava(&db2, &["stats", "--user", "42"]))
+        })
+        .await
+        .unwrap();
+        assert!(
+            counted.contains(&format!("/c=7/h: {left}\n")),
+            "{flags:?}: expected {left} memories left: {counted}"
+        );
+    }
+}
+
+#[test]
+fn remembering_the_same_fact_twice_keeps_one_memory() {
+    let (_dir, db) = store();
+    let first = ok(ava(
+        &db,
+        &[
+            "remember",
+            "--user",
+            "42",
+            "--chat",
+            "7",
+            "--tag",
+            "pets",
+            "My cat is called Pixel",
+        ],
+    ));
+    let again = ava(
+        &db,
+        &[
+            "remember",
+            "--user",
+            "42",
+            "--chat",
+            "7",
+            "--tag",
+            "home",
+            "my cat is called Pixel.",
+        ],
+    );
+    assert!(
+        stderr(&again).contains("already remembered"),
+        "{}",
+        stderr(&again)
+    );
+    assert_eq!(ok(again).trim(), first.trim(), "the same memory");
+    let stats = ok(ava(&db, &["stats", "--user", "42"]));
+    assert!(stats.contains("/c=7/h: 1"), "{stats}");
+    let hits = ok(ava(
+        &db,
+        &["recall", "--user", "42", "--chat", "7", "--json", "cat"],
+    ));
+    assert!(
+        hits.contains("home") && hits.contains("pets"),
+        "tags merged: {hits}"
     );
 }

@@ -134,6 +134,19 @@ async fn stdio_tools_remember_recall_and_keep_identities_apart() {
     .await;
     let id = data(&stored)["id"].as_str().unwrap().to_owned();
     assert!(text(&stored).contains(&id), "{}", text(&stored));
+    assert_eq!(data(&stored)["already_known"], false);
+    let again = call(
+        &alice,
+        "remember",
+        json!({"content": "my cat is called Pixel."}),
+    )
+    .await;
+    assert_eq!(
+        data(&again)["id"],
+        id.as_str(),
+        "the same fact is one memory"
+    );
+    assert_eq!(data(&again)["already_known"], true);
 
     let found = call(&alice, "recall", json!({"query": "what is my cat called"})).await;
     let hits = data(&found);

@@ -233,6 +233,7 @@ pub fn compile(config: &HydrationConfig, hydrated: &Hydrated) -> Result<Compiled
             framing,
             for_sections,
         },
+        cues: hydrated.cues.clone(),
         tokens_before: outcome.tokens_before,
         tokens_after: outcome.tokens_after,
         estimated_prompt_tokens: estimated,

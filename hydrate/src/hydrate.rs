@@ -19,6 +19,7 @@ use prompt_ir::{
 use serde::Serialize;
 use tracing::Instrument;
 
+use crate::cues::{CueMatch, CueWeights, QueryCues};
 use crate::error::{Error, Result};
 use crate::ops::memory_tools;
 use crate::provider::{
@@ -98,6 +99,15 @@ pub struct HydrationConfig {
     /// request's budget decides ([`BudgetAllocation::RelevanceWeighted`] unless it says
     /// otherwise).
     pub allocation: Option<BudgetAllocation>,
+    /// How much a candidate that matches the question's cues (its time, quoted phrases,
+    /// names; see [`QueryCues`]) gains in relevance. [`CueWeights::OFF`] to rank on
+    /// similarity alone.
+    pub cue_weights: CueWeights,
+    /// Near-duplicates are collapsed: a candidate whose distinct words overlap a better
+    /// one's by at least this share (Jaccard, 0 to 1) is left out, so the prompt is not
+    /// filled with one fact said several times. The newest messages of the conversation
+    /// are never left out. Default `Some(0.8)`; `None` keeps every candidate.
+    pub near_duplicate: Option<f64>,
     /// Counts tokens (of sources' items, and when compiling).
     pub tokenizer: Arc<dyn Tokenizer>,
     /// Put the rendered prompt in trace events (off by default: prompts hold personal data).
@@ -128,6 +138,8 @@ impl HydrationConfig {
             item_tokens: 25,
             unmatched_relevance: 0.35,
             allocation: None,
+            cue_weights: CueWeights::default(),
+            near_duplicate: Some(0.8),
             tokenizer,
             trace_prompt_text: false,
         }
@@ -210,6 +222,8 @@ impl fmt::Debug for HydrationConfig {
             .field("item_tokens", &self.item_tokens)
             .field("unmatched_relevance", &self.unmatched_relevance)
             .field("allocation", &self.allocation)
+            .field("cue_weights", &self.cue_weights)
+            .field("near_duplicate", &self.near_duplicate)
             .field("tokenizer", &self.tokenizer.name())
             .field("trace_prompt_text", &self.trace_prompt_text)
             .finish()
@@ -392,6 +406,8 @@ pub struct Hydrated {
     pub request_hash: String,
     /// The request's budget.
     pub budget: TokenBudget,
+    /// What the observation said beyond its meaning (time, quoted phrases, names).
+    pub cues: QueryCues,
 }
 
 /// One source ready to run.
@@ -413,7 +429,7 @@ fn round4(x: f32) -> f64 {
     (f64::from(x) * 10_000.0).round() / 10_000.0
 }
 
-fn score_explain(item: &SourceItem) -> ScoreExplain {
+fn score_explain(item: &SourceItem, cues: &CueMatch) -> ScoreExplain {
     let r = |x: Option<f32>| x.map(round4);
     ScoreExplain {
         score: round4(item.score),
@@ -423,6 +439,7 @@ fn score_explain(item: &SourceItem) -> ScoreExplain {
         recency: r(item.breakdown.recency),
         importance: r(item.breakdown.importance),
         access: r(item.breakdown.access),
+        cues: cues.any().then(|| cues.describe()),
     }
 }
 
@@ -471,6 +488,7 @@ async fn hydrate_inner(
     let mut acc = Gathered::default();
     let runnables = acc.plan(config, input);
 
+    let cues = QueryCues::read(&request.observation, input.now);
     let mut embeddings = QueryEmbeddings::new(request.observation.clone());
     if let Some(v) = &input.query_vector {
         embeddings = embeddings.with_vector(v.clone());
@@ -486,6 +504,7 @@ async fn hydrate_inner(
             strategy: &request.strategy,
             now: input.now,
             embeddings: &embeddings,
+            cues: &cues,
         })
         .collect();
     let mut outputs: Vec<SourceOutput> = runnables.iter().map(|_| SourceOutput::new()).collect();
@@ -518,7 +537,7 @@ async fn hydrate_inner(
         acc.outcome(&mut r, outcome, items.len());
         acc.collect(config, query, r, items).await?;
     }
-    acc.merge(config)?;
+    acc.merge(config, &cues)?;
     acc.reports.sort_by_key(|r| r.kind);
 
     // Retrieved sections in render order: background first, the conversation last and in
@@ -553,7 +572,7 @@ async fn hydrate_inner(
             SectionInfo {
                 block: Block::Data(cand.kind),
                 memory_id: cand.item.memory_id,
-                scores: Some(score_explain(&cand.item)),
+                scores: Some(score_explain(&cand.item, &cand.cues)),
                 found_by: cand.found_by,
             },
         );
@@ -573,6 +592,7 @@ async fn hydrate_inner(
         partial: acc.partial,
         request_hash: input.request_hash(),
         budget: budget_of(config, request),
+        cues,
     })
 }
 
@@ -685,6 +705,8 @@ struct Candidate {
     /// The item, carrying the best similarity any source found for it.
     item: SourceItem,
     found_by: Vec<SourceKind>,
+    /// The question's cues it matches (names only when informative among the candidates).
+    cues: CueMatch,
 }
 
 impl Gathered {
@@ -906,7 +928,7 @@ impl Gathered {
     /// [`HydrationConfig::unmatched_relevance`] when no search matched it) and its age
     /// (the strategy's recency decay). The newest [`HydrationConfig::keep_recent`]
     /// messages of the conversation and pinned facts are kept first (High priority).
-    fn merge(&mut self, config: &HydrationConfig) -> Result<()> {
+    fn merge(&mut self, config: &HydrationConfig, cues: &QueryCues) -> Result<()> {
         let mut collected = std::mem::take(&mut self.collected);
         collected.sort_by_key(|c| c.kind);
         // A search sees every memory of its kind in the scope, so one it did not return
@@ -952,8 +974,12 @@ impl Gathered {
                     kind: c.kind,
                     item,
                     found_by: vec![c.kind],
+                    cues: CueMatch::default(),
                 });
             }
+        }
+        if !cues.is_empty() {
+            mark_cues(&mut candidates, cues, config.cue_weights);
         }
         // The protected tail: the newest messages of the conversation block.
         let mut conversation: Vec<(Option<Timestamp>, &str, usize)> = candidates
@@ -970,13 +996,30 @@ impl Gathered {
             .collect();
         let mut reports: BTreeMap<SourceKind, SourceReport> =
             collected.into_iter().map(|c| (c.kind, c.report)).collect();
+        let relevance: Vec<Relevance> = candidates
+            .iter()
+            .enumerate()
+            .map(|(i, cand)| {
+                let unmatched = match cand.kind {
+                    SourceKind::Temporal => unmatched_message,
+                    SourceKind::Knowledge => unmatched_fact,
+                    _ => config.unmatched_relevance,
+                };
+                relevance_of(cand, tail.contains(&i), unmatched, config.cue_weights)
+            })
+            .collect();
+        let collapsed = match config.near_duplicate {
+            Some(t) => near_duplicates(&candidates, &relevance, &tail, t),
+            None => HashSet::new(),
+        };
         for (i, cand) in candidates.into_iter().enumerate() {
-            let unmatched = match cand.kind {
-                SourceKind::Temporal => unmatched_message,
-                SourceKind::Knowledge => unmatched_fact,
-                _ => config.unmatched_relevance,
-            };
-            let mut section = item_section(&cand, tail.contains(&i), unmatched)?;
+            if collapsed.contains(&i) {
+                if let Some(report) = reports.get_mut(&cand.kind) {
+                    report.near_duplicates += 1;
+                }
+                continue;
+            }
+            let mut section = item_section(&cand, tail.contains(&i), relevance[i])?;
             let tokens = section.count_tokens(config.tokenizer.as_ref());
             if let Some(report) = reports.get_mut(&cand.kind) {
                 report.kept += 1;
@@ -986,6 +1029,142 @@ impl Gathered {
         }
         self.reports.extend(reports.into_values());
         Ok(())
+    }
+}
+
+/// A candidate's relevance to the observation: its best similarity, or `unmatched` when no
+/// search matched it, lifted by the question's cues it matches; the protected newest
+/// messages are kept for being newest, not for what they match, and rank 1.
+fn relevance_of(cand: &Candidate, protected: bool, unmatched: f64, w: CueWeights) -> Relevance {
+    match cand.item.similarity {
+        _ if protected => Relevance::ONE,
+        Some(s) => Relevance::clamped(cand.cues.lift(f64::from(s), w)),
+        None => Relevance::clamped(cand.cues.lift(unmatched, w)),
+    }
+}
+
+/// The candidates to leave out as near-duplicates: one whose words overlap those of a
+/// better candidate (protected first, then pinned, then more relevant, then newer) by at
+/// least `threshold` (Jaccard over distinct lowercased words). Texts of fewer than
+/// [`NEAR_DUPLICATE_MIN_WORDS`] words are never collapsed, nor are protected messages.
+fn near_duplicates(
+    candidates: &[Candidate],
+    relevance: &[Relevance],
+    protected: &HashSet<usize>,
+    threshold: f64,
+) -> HashSet<usize> {
+    let sets: Vec<Vec<u64>> = candidates
+        .iter()
+        .map(|c| word_set(&c.item.content))
+        .collect();
+    let mut order: Vec<usize> = (0..candidates.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (ca, cb) = (&candidates[a].item, &candidates[b].item);
+        protected
+            .contains(&b)
+            .cmp(&protected.contains(&a))
+            .then(cb.pinned.cmp(&ca.pinned))
+            .then(relevance[b].get().total_cmp(&relevance[a].get()))
+            .then(cb.created_at.cmp(&ca.created_at))
+            .then(ca.key.cmp(&cb.key))
+    });
+    let mut kept: Vec<usize> = Vec::new();
+    let mut dropped = HashSet::new();
+    for i in order {
+        let a = &sets[i];
+        let duplicate = a.len() >= NEAR_DUPLICATE_MIN_WORDS
+            && !protected.contains(&i)
+            && kept.iter().any(|&k| {
+                let b = &sets[k];
+                // Jaccard is at most min/max of the sizes: skip pairs that cannot reach it.
+                let (lo, hi) = (a.len().min(b.len()), a.len().max(b.len()));
+                b.len() >= NEAR_DUPLICATE_MIN_WORDS
+                    && lo as f64 >= threshold * hi as f64
+                    && jaccard(a, b) >= threshold
+            });
+        if duplicate {
+            dropped.insert(i);
+        } else {
+            kept.push(i);
+        }
+    }
+    dropped
+}
+
+/// Texts shorter than this many distinct words are never near-duplicates ("ok", "thanks!").
+const NEAR_DUPLICATE_MIN_WORDS: usize = 4;
+
+/// The distinct lowercased words of `text`, hashed and sorted.
+fn word_set(text: &str) -> Vec<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut set: Vec<u64> = text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(|w| {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            w.to_lowercase().hash(&mut h);
+            h.finish()
+        })
+        .collect();
+    set.sort_unstable();
+    set.dedup();
+    set
+}
+
+/// |a ∩ b| / |a ∪ b| of two sorted, distinct lists.
+fn jaccard(a: &[u64], b: &[u64]) -> f64 {
+    let (small, large) = if a.len() <= b.len() { (a, b) } else { (b, a) };
+    let (mut i, mut j, mut common) = (0, 0, 0usize);
+    while i < small.len() && j < large.len() {
+        match small[i].cmp(&large[j]) {
+            std::cmp::Ordering::Less => i += 1,
+            std::cmp::Ordering::Greater => j += 1,
+            std::cmp::Ordering::Equal => {
+                common += 1;
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    let union = a.len() + b.len() - common;
+    if union == 0 {
+        0.0
+    } else {
+        common as f64 / union as f64
+    }
+}
+
+/// Marks what each candidate matches of the question's cues, for the kinds of cue that lift
+/// (weight above 0). A name counts only where it tells candidates apart: one that half of
+/// them or more hold (the person the whole chat is with, say) lifts none.
+fn mark_cues(candidates: &mut [Candidate], cues: &QueryCues, w: CueWeights) {
+    for c in candidates.iter_mut() {
+        let mut m = cues.matches(&c.item.content, c.item.created_at);
+        m.time &= w.time > 0.0;
+        if w.phrase <= 0.0 {
+            m.phrases = 0;
+        }
+        if w.name <= 0.0 {
+            m.names.clear();
+        }
+        c.cues = m;
+    }
+    let common: Vec<String> = cues
+        .names
+        .iter()
+        .filter(|n| {
+            let holders = candidates
+                .iter()
+                .filter(|c| c.cues.names.contains(n))
+                .count();
+            holders * 2 >= candidates.len()
+        })
+        .cloned()
+        .collect();
+    if !common.is_empty() {
+        for c in candidates.iter_mut() {
+            c.cues.names.retain(|n| !common.contains(n));
+        }
     }
 }
 
@@ -1043,14 +1222,8 @@ fn rank(kind: SourceKind, items: &mut [SourceItem]) {
 /// undated: they do not age), and compression weighs the two with the strategy's recency
 /// decay. Retrieved memories share one priority, so value decides between sources;
 /// `protected` (the newest messages of the conversation) and pinned facts rank High.
-fn item_section(cand: &Candidate, protected: bool, unmatched: f64) -> Result<Section> {
+fn item_section(cand: &Candidate, protected: bool, relevance: Relevance) -> Result<Section> {
     let (kind, item) = (cand.kind, &cand.item);
-    let relevance = match item.similarity {
-        // Kept because they are the newest turns, not for what they match.
-        _ if protected => Relevance::ONE,
-        Some(s) => Relevance::clamped(f64::from(s)),
-        None => Relevance::clamped(unmatched),
-    };
     let line = render::item_line(item);
     let long = line.len() > SHRINKABLE_BYTES;
     let priority = if protected || (item.pinned && kind == SourceKind::Knowledge) {

@@ -18,6 +18,8 @@
 //!   source precedence ([`plan_sources`]), the [`Reranker`] family ([`NoopReranker`]).
 //! - `memory`: the memory-backed provider ([`memory_provider`], [`MemorySource`]) over any
 //!   `Arc<dyn MemoryBackend>`, with the hybrid → keyword fallback recorded.
+//! - `cues`: question understanding without a model ([`QueryCues`]: the time a question
+//!   asks about, quoted phrases, names), which widens search and lifts matching candidates.
 //! - `scoring`: the retrieval score (similarity, recency decay, importance, access), with
 //!   its formula in the module docs.
 //! - `hydrate`: [`HydrationConfig`], [`HydrateInput`], [`hydrate()`] → [`Hydrated`].
@@ -63,6 +65,7 @@
 
 mod chat;
 mod compile;
+mod cues;
 mod error;
 mod hydrate;
 mod memory;
@@ -76,6 +79,7 @@ mod source;
 
 pub use chat::{ChatMessage, ChatModel, ChatResponse, ChatRole, ToolCall, ToolSpec};
 pub use compile::{CompiledPrompt, MESSAGE_OVERHEAD_TOKENS, compile, prepare};
+pub use cues::{CueMatch, CueWeights, QueryCues, TimeWindow};
 pub use error::{Error, Result};
 pub use hydrate::{
     Block, HydrateInput, Hydrated, HydrationConfig, SectionInfo, SessionState, hydrate,

@@ -14,13 +14,13 @@
 //! hybrid, got keyword". The observation is embedded once per request and space (see
 //! [`QueryEmbeddings`](crate::QueryEmbeddings)); a precomputed query vector is used as is.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use memory_core::{
-    Capability, EmbeddingProvider, Filter, HybridWeights, MemoryBackend, MemoryKind, Scope,
-    SearchMode, SearchRequest,
+    Capability, EmbeddingProvider, Filter, HybridWeights, MemoryBackend, MemoryId, MemoryKind,
+    Scope, SearchMode, SearchRequest,
 };
 use serde::Serialize;
 
@@ -235,12 +235,48 @@ impl MemorySource {
         let Some(mut request) = self.search_request(query, out).await? else {
             return Ok(());
         };
-        request = request.limit(limit).filter(filter);
+        request = request.limit(limit).filter(filter.clone());
         if let Some(t) = query.params.threshold {
             request = request.threshold(t);
         }
         let hits = self.backend.search(query.scope, &request).await?;
         out.extend(hits.iter().map(|h| self.hit_item(h)));
+        // A question about a time ("last week", "in June") also searches that time alone,
+        // so what was said then competes even when older or newer talk matches better; when
+        // few of its messages share a word with the question ("what did I say yesterday?"),
+        // the newest of that time fill in.
+        if let Some(window) = &query.cues.window
+            && self.backend.capabilities().supports(Capability::TimeFilter)
+        {
+            let (start, end) = window.reach();
+            let within = Filter {
+                created_after: Some(start),
+                created_before: Some(end),
+                ..filter
+            };
+            let mut seen: HashSet<MemoryId> = hits.iter().map(|h| h.entry.id).collect();
+            let more = self
+                .backend
+                .search(query.scope, &request.filter(within.clone()))
+                .await?;
+            let found = more.len();
+            for h in more {
+                if seen.insert(h.entry.id) {
+                    out.push(self.hit_item(&h));
+                }
+            }
+            if found < limit {
+                let then = self
+                    .backend
+                    .recent(query.scope, limit - found, &within)
+                    .await?;
+                out.extend(
+                    then.iter()
+                        .filter(|e| seen.insert(e.id))
+                        .map(SourceItem::from_memory),
+                );
+            }
+        }
         Ok(())
     }
 

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use memory_core::{
-    Capability, MemoryBackend, MemoryEntry, MemoryId, MemoryKind, NewMemory, Scope, SearchRequest,
-    tags,
+    Capability, MemoryBackend, MemoryEntry, MemoryId, MemoryKind, NewMemory, Remembered, Scope,
+    SearchRequest, remember_once, tags,
 };
 use prompt_ir::{ContextRequest, Priority, RecencyDecay, ToolDef};
 use serde::Serialize;
@@ -230,13 +230,14 @@ impl Ops {
         model.chat(messages, &[]).await
     }
 
-    /// Stores a fact in this scope; returns its id.
+    /// Stores a fact in this scope, or, when the same fact (same normalised content) is
+    /// already there, merges into it ([`memory_core::remember_once`]); says which.
     pub async fn remember(
         &self,
         content: &str,
         context: Option<&str>,
         tag_names: &[&str],
-    ) -> Result<MemoryId> {
+    ) -> Result<Remembered> {
         let mut memory = NewMemory::new(content)
             .with_kind(MemoryKind::Fact)
             .with_source(format!("tool:{REMEMBER}"))
@@ -244,7 +245,7 @@ impl Ops {
         if let Some(c) = context {
             memory = memory.with_context(c);
         }
-        Ok(self.backend.store(&self.scope, memory).await?.id)
+        Ok(remember_once(self.backend.as_ref(), &self.scope, memory).await?)
     }
 
     /// The memories of this scope that best match `query` (1 to [`MAX_RECALL`]), best first
@@ -338,12 +339,14 @@ impl Ops {
                     Some(Value::Array(items)) => items.iter().filter_map(Value::as_str).collect(),
                     _ => Vec::new(),
                 };
-                let id = self
+                let done = self
                     .remember(required("content")?, text("context")?, &tag_names)
                     .await?;
-                Ok(canonical_json(
-                    &json!({ "id": id.to_string(), "stored": true }),
-                ))
+                Ok(canonical_json(&json!({
+                    "id": done.entry.id.to_string(),
+                    "stored": true,
+                    "already_known": done.merged,
+                })))
             }
             RECALL => {
                 let query = required("query")?;

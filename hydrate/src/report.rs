@@ -120,12 +120,20 @@ pub struct SourceReport {
     pub duplicates: usize,
     /// Items left out by the threshold, `max_items` or `max_tokens`.
     pub over_limits: usize,
+    /// Items left out as near-duplicates of a better candidate (see
+    /// [`crate::HydrationConfig::near_duplicate`]).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub near_duplicates: usize,
     /// Items that became sections.
     pub kept: usize,
     /// Tokens of those sections, before compression.
     pub tokens: u32,
     /// Wall-clock time of the fetch, in milliseconds.
     pub elapsed_ms: f64,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 fn is_empty_options(o: &ResolvedOptions) -> bool {
@@ -145,6 +153,7 @@ impl SourceReport {
             returned: 0,
             duplicates: 0,
             over_limits: 0,
+            near_duplicates: 0,
             kept: 0,
             tokens: 0,
             elapsed_ms: 0.0,
@@ -175,6 +184,9 @@ pub struct ScoreExplain {
     /// Access-frequency factor.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub access: Option<f64>,
+    /// The question's cues it matched, which lifted its relevance (`time, name Oscar`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cues: Option<String>,
 }
 
 /// What happened to one section.
@@ -250,6 +262,10 @@ pub struct ExplainReport {
     pub tokenizer: String,
     /// The budget.
     pub budget: BudgetExplain,
+    /// What was read from the question beyond its meaning: the time it asks about, quoted
+    /// phrases, names (see [`crate::QueryCues`]).
+    #[serde(skip_serializing_if = "crate::QueryCues::is_empty")]
+    pub cues: crate::QueryCues,
     /// Tokens of sections, tools and observation before compression.
     pub tokens_before: u32,
     /// The same after compression.

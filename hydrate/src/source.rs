@@ -12,6 +12,7 @@ use memory_core::{
 use prompt_ir::{ContextStrategy, Relevance, SectionSource};
 use serde::{Deserialize, Serialize};
 
+use crate::cues::QueryCues;
 use crate::error::Result;
 use crate::report::{Degradation, DegradationKind};
 
@@ -206,6 +207,9 @@ pub struct SourceQuery<'a> {
     pub now: Timestamp,
     /// Shared query embeddings of the observation.
     pub embeddings: &'a QueryEmbeddings,
+    /// What the observation says beyond its meaning: the time it asks about, quoted
+    /// phrases, names. A source may use the time window to widen its search.
+    pub cues: &'a QueryCues,
 }
 
 /// One thing a source found: a memory, or a passage from elsewhere.

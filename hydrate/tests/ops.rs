@@ -275,10 +275,27 @@ async fn infer_hydrates_for_the_ops_scope_only() {
 #[tokio::test]
 async fn remember_recall_forget() {
     let (ops, _) = ops().await;
-    let id = ops
+    let first = ops
         .remember("Alice's sister is called Ines.", None, &["family"])
         .await
         .unwrap();
+    assert!(!first.merged);
+    let id = first.entry.id;
+    // The same fact again, told differently and tagged anew: merged into the first.
+    let again = ops
+        .remember("alice's sister is called  Ines", None, &["sister"])
+        .await
+        .unwrap();
+    assert!(again.merged);
+    assert_eq!(again.entry.id, id);
+    let tags: Vec<&str> = again.entry.tags.iter().map(|t| t.as_str()).collect();
+    assert_eq!(tags, ["family", "sister"]);
+    let other = ops
+        .remember("Alice's sister is called Inez.", None, &[])
+        .await
+        .unwrap();
+    assert!(!other.merged, "a different fact is a new memory");
+    ops.forget(other.entry.id).await.unwrap();
     let hits = ops.recall("sister Ines", 3).await.unwrap();
     assert_eq!(hits[0].id, id);
     assert!(

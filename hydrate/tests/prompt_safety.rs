@@ -39,7 +39,9 @@ async fn memories_cannot_close_their_block() {
         )
         .await
         .unwrap();
-    let cfg = config(Arc::clone(&backend), Some(embedder()));
+    let mut cfg = config(Arc::clone(&backend), Some(embedder()));
+    // The same text as a fact and as a message: keep both, so both blocks are checked.
+    cfg.near_duplicate = None;
     let prompt = compile(
         &cfg,
         &hydrate(&cfg, &input(scope, request(OBSERVATION, 8000)))

@@ -26,6 +26,7 @@ mod hash_embedder;
 pub mod keyword;
 mod prune;
 mod query;
+mod remember;
 mod scope;
 mod store_vectors;
 mod time;
@@ -47,6 +48,7 @@ pub use query::{
     Filter, Fused, HybridWeights, ScoreBreakdown, ScoredMemory, SearchMode, SearchRequest,
     TagMatch, TagQuery, check_limit, fuse, rank,
 };
+pub use remember::{Remembered, normalise, remember_once};
 pub use scope::{DEFAULT_TENANT, MAX_SCOPE_KEY_BYTES, Scope};
 pub use store_vectors::StoreVectors;
 pub use time::Timestamp;

@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::capability::{Capabilities, Capability};
-use crate::entry::{MemoryEntry, MemoryId};
+use crate::entry::{MemoryEntry, MemoryId, MemoryKind};
 use crate::error::{MemoryError, Result};
 use crate::time::Timestamp;
 
@@ -18,7 +18,8 @@ pub struct DecayPolicy {
     pub min_strength: f32,
 }
 
-/// What to prune from one scope. Pinned memories are never pruned.
+/// What to prune from one scope. Pinned memories and facts valid now (not superseded, not
+/// past their `valid_until`) are never pruned: they are the current truth.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PrunePolicy {
     /// Remove memories created longer ago than this (TTL).
@@ -29,6 +30,9 @@ pub struct PrunePolicy {
     pub decay: Option<DecayPolicy>,
     /// The instant ages are measured from (normally now).
     pub now: Timestamp,
+    /// Only report what would be removed; remove nothing.
+    #[serde(default)]
+    pub dry_run: bool,
 }
 
 impl PrunePolicy {
@@ -39,7 +43,20 @@ impl PrunePolicy {
             max_count: None,
             decay: None,
             now: Timestamp::now(),
+            dry_run: false,
         }
+    }
+
+    /// The same policy, reporting only (see [`PrunePolicy::dry_run`]).
+    pub fn dry(mut self) -> Self {
+        self.dry_run = true;
+        self
+    }
+
+    /// Whether the policy may remove `entry` at all: pinned memories and facts valid now are
+    /// exempt from every rule.
+    pub fn exempts(&self, entry: &MemoryEntry) -> bool {
+        entry.pinned || (entry.kind == MemoryKind::Fact && entry.is_valid_at(self.now))
     }
 
     /// Checks the policy names at least one rule and only advertised capabilities.
@@ -93,11 +110,14 @@ pub enum PruneReason {
     Decayed,
 }
 
-/// What a prune removed.
+/// What a prune removed (or, for a dry run, would remove).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PruneReport {
     /// Every removed memory with the first rule that removed it.
     pub removed: Vec<(MemoryId, PruneReason)>,
+    /// Nothing was removed: the policy was a dry run.
+    #[serde(default)]
+    pub dry_run: bool,
 }
 
 impl PruneReport {
@@ -123,15 +143,20 @@ pub fn decay_strength(entry: &MemoryEntry, half_life: Duration, now: Timestamp) 
 }
 
 /// Decides which of one scope's memories a policy removes. Rules apply in the order TTL,
-/// decay, max count (max count counts what the other rules left). Pinned memories are kept.
+/// decay, max count (max count counts what the other rules left). Pinned memories and facts
+/// valid now are kept and not counted. The report is marked a dry run when the policy is
+/// one; removing is the backend's part.
 pub fn plan_prune<'a>(
     entries: impl IntoIterator<Item = &'a MemoryEntry>,
     policy: &PrunePolicy,
 ) -> PruneReport {
     let mut keep: Vec<&MemoryEntry> = Vec::new();
-    let mut report = PruneReport::default();
+    let mut report = PruneReport {
+        dry_run: policy.dry_run,
+        ..PruneReport::default()
+    };
     for e in entries {
-        if e.pinned {
+        if policy.exempts(e) {
             continue;
         }
         let expired = policy

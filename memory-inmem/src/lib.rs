@@ -342,6 +342,9 @@ impl MemoryBackend for InMemoryBackend {
             return Ok(PruneReport::default());
         };
         let report = plan_prune(items.values().map(|i| &i.entry), policy);
+        if report.dry_run {
+            return Ok(report);
+        }
         for (id, _) in &report.removed {
             items.remove(id);
             state.ids.remove(id);

@@ -717,7 +717,7 @@ impl MemoryBackend for PostgresBackend {
             .filter(|(_, e)| gone.contains(&e.id))
             .map(|(pk, _)| *pk)
             .collect();
-        if !pks.is_empty() {
+        if !pks.is_empty() && !report.dry_run {
             let mut q = Query::default();
             let p = q.bind(pks);
             let sid = self.scope_id_of(&mut q, scope);

@@ -362,6 +362,9 @@ impl MemoryBackend for SqliteBackend {
                     let entries =
                         sql.entries("WHERE m.scope_id = ?", &[Value::Integer(scope_id)])?;
                     let report = plan_prune(entries.iter().map(|(_, e)| e), &policy);
+                    if report.dry_run {
+                        return Ok(report);
+                    }
                     let gone: HashSet<MemoryId> =
                         report.removed.iter().map(|(id, _)| *id).collect();
                     let pks: Vec<i64> = entries

@@ -284,14 +284,21 @@ async fn remembered_facts_reach_the_prompt_and_users_stay_apart() {
         text_update(3, alice, alice_chat, "What is my pet called?"),
         text_update(4, bob, bob_chat, "Tell me the name of my pet?"),
         text_update(5, alice, alice_chat, "/context"),
+        // The same fact again: one memory.
+        text_update(6, alice, alice_chat, "/remember my cat is called  Pixel."),
     ])
     .await;
     let llm = fake_ollama(ResponseTemplate::new(200).set_body_json(ollama_answer("Fine."))).await;
     let h = Harness::new(telegram).await;
-    let sent = h.run(&llm, PATIENCE, None, 5).await;
+    let sent = h.run(&llm, PATIENCE, None, 6).await;
 
     let remembered = reply_in(&sent, alice_chat, "Remembered");
     reply_in(&sent, bob_chat, "Remembered");
+    let again = reply_in(&sent, alice_chat, "I already knew that");
+    assert!(
+        again.contains(remembered.split("(id ").nth(1).unwrap()),
+        "{again} / {remembered}"
+    );
     assert_eq!(
         sent.iter().filter(|(_, t)| t == "Fine.").count(),
         2,
@@ -336,7 +343,7 @@ async fn remembered_facts_reach_the_prompt_and_users_stay_apart() {
     assert!(context.contains("\"My cat is called Pixel\""), "{context}");
     assert!(!context.contains("Rex"), "{context}");
 
-    // Everything was stored in the right scope: the fact, the question and the answer.
+    // Everything was stored in the right scope: the fact (once), the question and the answer.
     let scope = Scope::for_user(alice.to_string())
         .unwrap()
         .in_chat(alice_chat.to_string())

@@ -5,6 +5,7 @@ use std::io::{IsTerminal, Write};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::agent::{Agent, DEFAULT_BUDGET};
+use crate::commands::prune::UpkeepArgs;
 use crate::config::{Identity, Settings};
 use crate::llm::LlmSettings;
 
@@ -17,6 +18,8 @@ pub(crate) struct Args {
     /// Token budget of each prompt.
     #[arg(long, default_value_t = DEFAULT_BUDGET)]
     budget: u32,
+    #[command(flatten)]
+    upkeep: UpkeepArgs,
 }
 
 pub(crate) async fn run(
@@ -28,7 +31,8 @@ pub(crate) async fn run(
     let model = args.llm.build(settings)?;
     let opened = settings.open().await?;
     let agent = Agent::new(opened.store, opened.embedder, args.budget)?
-        .with_allocation(settings.allocation.clone());
+        .with_allocation(settings.allocation.clone())
+        .with_upkeep(args.upkeep.upkeep());
     let interactive = std::io::stdin().is_terminal();
     if interactive {
         eprintln!(
@@ -85,5 +89,6 @@ pub(crate) async fn run(
         }
         out.flush()?;
     }
+    agent.finish_upkeep().await;
     Ok(())
 }

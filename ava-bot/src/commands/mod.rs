@@ -6,6 +6,7 @@ pub(crate) mod demo;
 pub(crate) mod forget;
 pub(crate) mod import;
 pub(crate) mod mcp;
+pub(crate) mod prune;
 pub(crate) mod recall;
 pub(crate) mod remember;
 pub(crate) mod run;

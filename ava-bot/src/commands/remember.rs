@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use anyhow::Context;
-use memory_core::{MemoryBackend, MemoryKind, NewMemory, Tag};
+use memory_core::{MemoryKind, NewMemory, Tag, remember_once};
 
 use crate::config::{Identity, Settings};
 
@@ -35,11 +35,12 @@ pub(crate) async fn run(
         .with_tags(tags)
         .with_source("cli")
         .with_context("remembered with `ava remember`");
-    let entry = opened
-        .store
-        .store(&scope, memory)
+    let done = remember_once(opened.store.as_ref(), &scope, memory)
         .await
         .context("store the memory")?;
-    writeln!(out, "{}", entry.id)?;
+    if done.merged {
+        eprintln!("already remembered: merged into the memory with the same text");
+    }
+    writeln!(out, "{}", done.entry.id)?;
     Ok(())
 }

@@ -9,6 +9,7 @@ use teloxide::adaptors::throttle::Limits;
 
 use crate::agent::{Agent, DEFAULT_BUDGET};
 use crate::bot::{BotState, make_bot};
+use crate::commands::prune::UpkeepArgs;
 use crate::config::{Secret, Settings};
 use crate::llm::LlmSettings;
 
@@ -25,6 +26,8 @@ pub(crate) struct Args {
     /// The Bot API's address (for a local Bot API server or tests).
     #[arg(long, env = "AVA_TELEGRAM_API_URL")]
     telegram_api_url: Option<String>,
+    #[command(flatten)]
+    upkeep: UpkeepArgs,
 }
 
 pub(crate) async fn run(
@@ -40,7 +43,8 @@ pub(crate) async fn run(
     let model = args.llm.build(settings)?;
     let opened = settings.open().await?;
     let agent = Agent::new(opened.store, opened.embedder, args.budget)?
-        .with_allocation(settings.allocation.clone());
+        .with_allocation(settings.allocation.clone())
+        .with_upkeep(args.upkeep.upkeep());
     let bot = make_bot(token, args.telegram_api_url.as_deref(), Limits::default())?;
     tracing::info!(
         embedder = %opened.embedder_note,

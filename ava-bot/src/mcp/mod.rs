@@ -250,10 +250,13 @@ impl From<&MemoryEntry> for MemoryView {
 /// What `remember` stored.
 #[derive(Debug, Serialize, JsonSchema)]
 struct Remembered {
-    /// The new memory's id.
+    /// The memory's id.
     id: String,
-    /// Whether it was pinned.
+    /// Whether it is pinned.
     pinned: bool,
+    /// The same fact was already remembered: it was merged into that memory (tags joined,
+    /// pinned if either was) instead of stored twice.
+    already_known: bool,
 }
 
 /// One `recall` hit.
@@ -389,7 +392,8 @@ fn tools() -> anyhow::Result<Vec<Tool>> {
             "remember",
             "Remember a fact",
             "Store a durable fact about the user or the task in long-term memory, as one \
-             self-contained sentence. Returns the new memory's id.",
+             self-contained sentence. Returns its id; the same fact told twice stays one memory \
+             (`already_known`).",
         )?,
         tool::<RecallArgs, Recalled>(
             "recall",
@@ -464,21 +468,21 @@ impl AvaMcp {
         if a.pinned {
             memory = memory.pinned();
         }
-        let entry = self
-            .store()
-            .store(&self.scope, memory)
+        let done = memory_core::remember_once(self.store(), &self.scope, memory)
             .await
             .context("could not store the memory")?;
-        let how = if entry.pinned {
-            "Remembered and pinned"
-        } else {
-            "Remembered"
+        let entry = done.entry;
+        let how = match (done.merged, entry.pinned) {
+            (true, _) => "Already remembered; merged into the same memory",
+            (false, true) => "Remembered and pinned",
+            (false, false) => "Remembered",
         };
         reply(
             format!("{how} (id {}).", entry.id),
             &Remembered {
                 id: entry.id.to_string(),
                 pinned: entry.pinned,
+                already_known: done.merged,
             },
         )
     }

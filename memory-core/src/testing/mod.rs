@@ -243,6 +243,8 @@ macro_rules! __conformance_tests {
             prune_ttl_removes_expired,
             prune_max_count_keeps_newest,
             prune_decay_spares_pinned_and_strong,
+            prune_dry_run_reports_what_a_run_removes,
+            remembering_a_fact_twice_keeps_one,
             recall_bumps_access_counts,
             superseded_memories_are_hidden_by_default,
             foreign_scope_ids_are_not_found,

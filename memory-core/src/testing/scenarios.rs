@@ -829,6 +829,109 @@ pub async fn prune_decay_spares_pinned_and_strong(cx: Ctx) -> Outcome {
     Outcome::Passed
 }
 
+/// A dry run reports exactly what a real run then removes, and removes nothing; facts valid
+/// now are exempt from every rule, a fact whose validity ended is not.
+pub async fn prune_dry_run_reports_what_a_run_removes(cx: Ctx) -> Outcome {
+    require!(cx, Capability::PruneTtl);
+    let b = &*cx.backend;
+    let s = scope("tess", None);
+    let now = t0().plus(DAY * 100);
+    let old_turn = b
+        .store(&s, NewMemory::new("an old chat turn").at(t0()))
+        .await
+        .unwrap();
+    let current_fact = b
+        .store(
+            &s,
+            NewMemory::new("an old fact, still true")
+                .with_kind(MemoryKind::Fact)
+                .at(t0()),
+        )
+        .await
+        .unwrap();
+    let ended_fact = b
+        .store(
+            &s,
+            NewMemory::new("an old fact that stopped being true")
+                .with_kind(MemoryKind::Fact)
+                .valid(Some(t0()), Some(t0().plus(DAY)))
+                .at(t0()),
+        )
+        .await
+        .unwrap();
+    let fresh = b
+        .store(&s, NewMemory::new("a fresh chat turn").at(now.minus(DAY)))
+        .await
+        .unwrap();
+    let policy = PrunePolicy {
+        max_age: Some(DAY * 30),
+        ..PrunePolicy {
+            now,
+            ..PrunePolicy::new()
+        }
+    };
+    let dry = b.prune(&s, &policy.dry()).await.unwrap();
+    assert!(dry.dry_run);
+    let mut listed: Vec<MemoryId> = dry.removed.iter().map(|(id, _)| *id).collect();
+    listed.sort();
+    let mut expected = vec![old_turn.id, ended_fact.id];
+    expected.sort();
+    assert_eq!(listed, expected);
+    assert_eq!(b.count(&s).await.unwrap(), 4, "a dry run removed something");
+    let real = b.prune(&s, &policy).await.unwrap();
+    assert!(!real.dry_run);
+    let mut gone: Vec<MemoryId> = real.removed.iter().map(|(id, _)| *id).collect();
+    gone.sort();
+    assert_eq!(gone, expected, "the real run differs from its dry run");
+    assert_not_found(b.get(&s, old_turn.id).await, "pruned turn");
+    assert_not_found(b.get(&s, ended_fact.id).await, "pruned ended fact");
+    b.get(&s, current_fact.id).await.unwrap();
+    b.get(&s, fresh.id).await.unwrap();
+    Outcome::Passed
+}
+
+/// Remembering the same fact twice (`remember_once`) keeps one memory, with the new tag
+/// merged where the backend can update; a message with the same text is not a duplicate of
+/// a fact, and another scope's copy is never touched.
+pub async fn remembering_a_fact_twice_keeps_one(cx: Ctx) -> Outcome {
+    let caps = cx.backend.capabilities();
+    if !caps.supports(Capability::KeywordSearch) && !caps.supports(Capability::SemanticSearch) {
+        return Outcome::Skipped(Capability::KeywordSearch);
+    }
+    let b = &*cx.backend;
+    let (s, other) = (scope("uma", None), scope("vic", None));
+    let fact = |text: &str, tag: &str| {
+        NewMemory::new(text)
+            .with_kind(MemoryKind::Fact)
+            .with_tag(Tag::new(tag).unwrap())
+    };
+    let first = crate::remember_once(b, &s, fact("My cat is called Pixel", "pets"))
+        .await
+        .unwrap();
+    assert!(!first.merged);
+    let theirs = crate::remember_once(b, &other, fact("My cat is called Pixel", "pets"))
+        .await
+        .unwrap();
+    assert!(!theirs.merged, "another scope's copy is not a duplicate");
+    b.store(&s, NewMemory::new("my cat is called Pixel"))
+        .await
+        .unwrap();
+    let again = crate::remember_once(b, &s, fact("  my cat is called PIXEL. ", "home"))
+        .await
+        .unwrap();
+    assert!(again.merged);
+    assert_eq!(again.entry.id, first.entry.id);
+    assert_eq!(b.count(&s).await.unwrap(), 2, "one fact and one message");
+    let stored = b.get(&s, first.entry.id).await.unwrap();
+    if caps.supports(Capability::Update) {
+        let names: Vec<&str> = stored.tags.iter().map(Tag::as_str).collect();
+        assert_eq!(names, ["home", "pets"]);
+    }
+    let mine = b.get(&other, theirs.entry.id).await.unwrap();
+    assert_eq!(mine.tags.len(), 1, "the other scope's copy is untouched");
+    Outcome::Passed
+}
+
 /// Search hits count as recalled; `get` and untracked searches do not.
 pub async fn recall_bumps_access_counts(cx: Ctx) -> Outcome {
     let caps = cx.backend.capabilities();

@@ -72,7 +72,7 @@ impl Overrides {
         Ok(Self { set })
     }
 
-    const KEYS: [&'static str; 8] = [
+    const KEYS: [&'static str; 12] = [
         "allocation",
         "semantic_threshold",
         "semantic_limit",
@@ -81,6 +81,10 @@ impl Overrides {
         "item_tokens",
         "unmatched_relevance",
         "decay_floor",
+        "cue_time",
+        "cue_phrase",
+        "cue_name",
+        "near_duplicate",
     ];
 
     fn get(&self, key: &str) -> Option<f64> {
@@ -105,6 +109,19 @@ impl Overrides {
         }
         if let Some(v) = self.get("unmatched_relevance") {
             config.unmatched_relevance = v;
+        }
+        if let Some(v) = self.get("cue_time") {
+            config.cue_weights.time = v;
+        }
+        if let Some(v) = self.get("cue_phrase") {
+            config.cue_weights.phrase = v;
+        }
+        if let Some(v) = self.get("cue_name") {
+            config.cue_weights.name = v;
+        }
+        if let Some(v) = self.get("near_duplicate") {
+            // Above 1 nothing is a near-duplicate: off.
+            config.near_duplicate = (v <= 1.0).then_some(v);
         }
         config
     }

@@ -1,0 +1,285 @@
+//! `ava prune`: remove what a user's chats no longer need (turns past an age, the oldest
+//! turns past a chat's cap), or with `--dry-run` list it; and [`Upkeep`], the same rules
+//! applied by `ava run` and `ava chat` to each chat as it is used.
+//!
+//! Pinned memories and facts valid now are never pruned (see `memory_core::PrunePolicy`).
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use memory_core::{
+    DEFAULT_TENANT, MemoryBackend, PrunePolicy, PruneReason, PruneReport, Scope, Timestamp,
+};
+
+use crate::agent::preview;
+use crate::commands::terminal_safe;
+use crate::config::Settings;
+
+/// Memories a chat keeps at most by default (pinned memories and valid facts not counted).
+pub(crate) const DEFAULT_MAX_COUNT: usize = 20_000;
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// The user whose chats to prune.
+    #[arg(long)]
+    user: String,
+    /// Only this chat [default: every chat of the user].
+    #[arg(long)]
+    chat: Option<String>,
+    /// Remove chat turns (and facts no longer valid) older than this: `90d`, `12h`, `2w`
+    /// [default: none removed for age].
+    #[arg(long, value_parser = parse_age)]
+    max_age: Option<Duration>,
+    /// Keep at most this many memories per chat, removing the oldest first.
+    #[arg(long, default_value_t = DEFAULT_MAX_COUNT)]
+    max_count: usize,
+    /// List what would be removed, and why; remove nothing.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+/// Reads `90d`, `12h`, `30m`, `45s` or `2w`.
+pub(crate) fn parse_age(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{text}`: expected a number and a unit, like 90d, 12h or 2w"))?;
+    let seconds = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3_600,
+        "d" => 86_400,
+        "w" => 7 * 86_400,
+        _ => {
+            return Err(format!(
+                "`{text}`: unknown unit `{unit}`; use s, m, h, d or w (e.g. 90d)"
+            ));
+        }
+    };
+    if n == 0 {
+        return Err(format!("`{text}`: must be longer than zero"));
+    }
+    n.checked_mul(seconds)
+        .map(Duration::from_secs)
+        .ok_or_else(|| format!("`{text}`: too long"))
+}
+
+/// The policy for the rules, measured from `now`.
+fn policy(max_age: Option<Duration>, max_count: usize, now: Timestamp) -> PrunePolicy {
+    PrunePolicy {
+        max_age,
+        max_count: Some(max_count),
+        now,
+        ..PrunePolicy::new()
+    }
+}
+
+fn reason(r: PruneReason, max_age: Option<Duration>, max_count: usize) -> String {
+    match r {
+        PruneReason::Expired => format!(
+            "older than {} days",
+            max_age.map_or(0, |a| a.as_secs() / 86_400)
+        ),
+        PruneReason::OverCount => format!("beyond the newest {max_count} of the chat"),
+        PruneReason::Decayed => "faded (decay)".to_owned(),
+    }
+}
+
+pub(crate) async fn run(
+    settings: &Settings,
+    args: &Args,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let opened = settings.open_existing().await?;
+    let store = &*opened.store;
+    let scopes = match &args.chat {
+        Some(chat) => vec![Scope::for_user(&args.user)?.in_chat(chat)?],
+        None => store
+            .user_scopes(DEFAULT_TENANT, &args.user)
+            .await
+            .context("list the user's chats")?,
+    };
+    let mut policy = policy(args.max_age, args.max_count, Timestamp::now());
+    policy.dry_run = args.dry_run;
+    let verb = if args.dry_run {
+        "would remove"
+    } else {
+        "removed"
+    };
+    let mut total = 0;
+    for scope in &scopes {
+        // Previews first: after a real run the memories are gone.
+        let report = store
+            .prune(scope, &policy.dry())
+            .await
+            .with_context(|| format!("plan the prune of {scope}"))?;
+        let mut lines = Vec::with_capacity(report.removed.len());
+        for (id, why) in &report.removed {
+            let text = match store.get(scope, *id).await {
+                Ok(m) => terminal_safe(&preview(&m.content, 60), false),
+                Err(_) => String::new(),
+            };
+            lines.push(format!(
+                "  {id} ({}): {text}",
+                reason(*why, args.max_age, args.max_count)
+            ));
+        }
+        let report = if args.dry_run {
+            report
+        } else {
+            let done = store
+                .prune(scope, &policy)
+                .await
+                .with_context(|| format!("prune {scope}"))?;
+            if done.removed != report.removed {
+                // Another process wrote in between: say what really went.
+                lines = done
+                    .removed
+                    .iter()
+                    .map(|(id, why)| {
+                        format!("  {id} ({})", reason(*why, args.max_age, args.max_count))
+                    })
+                    .collect();
+            }
+            done
+        };
+        writeln!(out, "{scope}: {verb} {}", report.removed.len())?;
+        for line in lines {
+            writeln!(out, "{line}")?;
+        }
+        total += report.removed.len();
+    }
+    writeln!(
+        out,
+        "{verb} {total} memories in {} chat(s){}",
+        scopes.len(),
+        if args.dry_run {
+            "; run without --dry-run to remove them"
+        } else {
+            ""
+        }
+    )?;
+    Ok(())
+}
+
+/// The prune rules `ava run` and `ava chat` apply to each chat as it is used.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct UpkeepArgs {
+    /// Do not prune chats as they are used.
+    #[arg(long)]
+    no_prune: bool,
+    /// Prune a chat's turns (and facts no longer valid) older than this (`90d`, `12h`)
+    /// [default: none removed for age].
+    #[arg(long, value_parser = parse_age)]
+    prune_max_age: Option<Duration>,
+    /// Keep at most this many memories per chat, removing the oldest first.
+    #[arg(long, default_value_t = DEFAULT_MAX_COUNT)]
+    prune_max_count: usize,
+    /// Prune each chat at most this often (`24h`, `1w`).
+    #[arg(long, value_parser = parse_age, default_value = "24h")]
+    prune_every: Duration,
+}
+
+impl UpkeepArgs {
+    /// The upkeep these arguments ask for, or `None` with `--no-prune`.
+    pub(crate) fn upkeep(&self) -> Option<Arc<Upkeep>> {
+        (!self.no_prune).then(|| {
+            Arc::new(Upkeep {
+                max_age: self.prune_max_age,
+                max_count: self.prune_max_count,
+                every: self.prune_every,
+                last: Mutex::new(HashMap::new()),
+                running: tokio::sync::Mutex::new(Vec::new()),
+            })
+        })
+    }
+}
+
+/// Prunes each chat after its first exchange and then at most every `every`, in the
+/// background: a reply never waits for it. What it removed is logged.
+#[derive(Debug)]
+pub(crate) struct Upkeep {
+    max_age: Option<Duration>,
+    max_count: usize,
+    every: Duration,
+    /// When each chat (by scope key) was last pruned by this process.
+    last: Mutex<HashMap<String, Instant>>,
+    running: tokio::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+impl Upkeep {
+    /// Prunes `scope` in the background if it is due.
+    pub(crate) async fn after_exchange(&self, store: &Arc<dyn MemoryBackend>, scope: &Scope) {
+        let due = {
+            let Ok(mut last) = self.last.lock() else {
+                return;
+            };
+            let now = Instant::now();
+            match last.get(&scope.key()) {
+                Some(at) if now.duration_since(*at) < self.every => false,
+                _ => {
+                    last.insert(scope.key(), now);
+                    true
+                }
+            }
+        };
+        if !due {
+            return;
+        }
+        let (store, scope) = (Arc::clone(store), scope.clone());
+        let policy = policy(self.max_age, self.max_count, Timestamp::now());
+        let task = tokio::spawn(async move {
+            match store.prune(&scope, &policy).await {
+                Ok(report) => log(&scope, &report),
+                Err(e) => tracing::warn!(scope = %scope, error = %e, "pruning the chat failed"),
+            }
+        });
+        let mut running = self.running.lock().await;
+        running.retain(|t| !t.is_finished());
+        running.push(task);
+    }
+
+    /// Waits for the prunes under way (before a one-shot process exits).
+    pub(crate) async fn finish(&self) {
+        let tasks = std::mem::take(&mut *self.running.lock().await);
+        for t in tasks {
+            let _ = t.await;
+        }
+    }
+}
+
+fn log(scope: &Scope, report: &PruneReport) {
+    if report.removed.is_empty() {
+        return;
+    }
+    tracing::info!(
+        scope = %scope,
+        removed = report.removed.len(),
+        expired = report.count(PruneReason::Expired),
+        over_count = report.count(PruneReason::OverCount),
+        "pruned the chat"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_parse_with_units_and_bad_ones_say_why() {
+        assert_eq!(parse_age("90d"), Ok(Duration::from_secs(90 * 86_400)));
+        assert_eq!(parse_age("12h"), Ok(Duration::from_secs(12 * 3_600)));
+        assert_eq!(parse_age("2w"), Ok(Duration::from_secs(14 * 86_400)));
+        assert!(parse_age("90").unwrap_err().contains("unknown unit"));
+        assert!(parse_age("d").unwrap_err().contains("expected a number"));
+        assert!(parse_age("0d").unwrap_err().contains("longer than zero"));
+        assert!(parse_age("3y").unwrap_err().contains("use s, m, h, d or w"));
+    }
+}

@@ -1,0 +1,935 @@
+//! Question understanding without a model: the time a question asks about, the phrases it
+//! quotes and the names it mentions, read from the observation so hydrate can widen its
+//! search to that time and weigh the candidates that match.
+//!
+//! Everything here is English and rule-based, and "now" is read in UTC: a question in
+//! another language simply has no cues, and retrieval works as without them.
+
+use chrono::{DateTime, Datelike, Duration, NaiveDate, TimeZone, Utc, Weekday};
+use memory_core::Timestamp;
+use serde::Serialize;
+
+/// What a question says beyond its words' meaning.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct QueryCues {
+    /// The time it asks about ("yesterday", "last week", "in June"), resolved against now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<TimeWindow>,
+    /// Phrases it quotes, lowercased.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub phrases: Vec<String>,
+    /// Names it mentions (capitalised words that are not common words), as written.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
+}
+
+/// A stretch of time a question refers to.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TimeWindow {
+    /// The first instant.
+    pub start: Timestamp,
+    /// The end (exclusive).
+    pub end: Timestamp,
+    /// Where memories about it are looked for until (exclusive): the end for times counted
+    /// from now ("yesterday", "last week": what was said then), and the end plus the
+    /// window's length again (at least a day) for calendar times ("in June", "on July 4"),
+    /// because what happened then is often told after it ("we went camping last month",
+    /// said in July of a June trip).
+    pub until: Timestamp,
+    /// The words it was read from, lowercased ("last week", "june").
+    pub said: String,
+}
+
+impl TimeWindow {
+    fn new(start: DateTime<Utc>, end: DateTime<Utc>, calendar: bool, said: String) -> Self {
+        let until = if calendar {
+            end + (end - start).max(Duration::days(1))
+        } else {
+            end
+        };
+        Self {
+            start: start.into(),
+            end: end.into(),
+            until: until.into(),
+            said,
+        }
+    }
+
+    /// Where matching memories are looked for: from the start until [`TimeWindow::until`].
+    pub fn reach(&self) -> (Timestamp, Timestamp) {
+        (self.start, self.until)
+    }
+
+    /// Whether `at` lies in [`TimeWindow::reach`].
+    pub fn reaches(&self, at: Timestamp) -> bool {
+        let (start, end) = self.reach();
+        start <= at && at < end
+    }
+}
+
+/// How much each kind of cue lifts a candidate that matches it: relevance `r` becomes
+/// `r + w·(1 − r)` for each matched cue, so a lift never passes 1 and never lowers anything.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct CueWeights {
+    /// For a memory from the time the question asks about. Default 0.3.
+    pub time: f64,
+    /// For a memory holding a phrase the question quotes. Default 0.3.
+    pub phrase: f64,
+    /// For a memory naming someone or something the question names, when fewer than half
+    /// of the candidates do (a name every candidate has tells nothing). Default 0: on the
+    /// LoCoMo dev file a 0.15 lift cost 0.01 to 0.05 of evidence in the prompt (questions
+    /// name the people of the chat, and turns that merely address them rose); keyword
+    /// search already weighs a rare name.
+    pub name: f64,
+}
+
+impl Default for CueWeights {
+    fn default() -> Self {
+        Self {
+            time: 0.3,
+            phrase: 0.3,
+            name: 0.0,
+        }
+    }
+}
+
+impl CueWeights {
+    /// No lift: cues are still read and reported, and a time window still widens search.
+    pub const OFF: Self = Self {
+        time: 0.0,
+        phrase: 0.0,
+        name: 0.0,
+    };
+}
+
+/// Which cues one candidate matched.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct CueMatch {
+    /// It is from the asked time.
+    pub time: bool,
+    /// The quoted phrases it holds.
+    pub phrases: usize,
+    /// The (informative) names it holds.
+    pub names: Vec<String>,
+}
+
+impl CueMatch {
+    /// Whether it matched anything.
+    pub fn any(&self) -> bool {
+        self.time || self.phrases > 0 || !self.names.is_empty()
+    }
+
+    /// `relevance` lifted by what matched (see [`CueWeights`]).
+    pub fn lift(&self, relevance: f64, w: CueWeights) -> f64 {
+        let mut r = relevance.clamp(0.0, 1.0);
+        let mut up = |w: f64| r += w.clamp(0.0, 1.0) * (1.0 - r);
+        if self.time {
+            up(w.time);
+        }
+        if self.phrases > 0 {
+            up(w.phrase);
+        }
+        if !self.names.is_empty() {
+            up(w.name);
+        }
+        r
+    }
+
+    /// A short description for the explain report: `time, phrase, name Oscar`.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if self.time {
+            parts.push("time".to_owned());
+        }
+        if self.phrases > 0 {
+            parts.push("phrase".to_owned());
+        }
+        if !self.names.is_empty() {
+            parts.push(format!("name {}", self.names.join(" ")));
+        }
+        parts.join(", ")
+    }
+}
+
+impl QueryCues {
+    /// Reads the cues of `text`, resolving times against `now`.
+    pub fn read(text: &str, now: Timestamp) -> Self {
+        let words = words(text);
+        Self {
+            window: window(&words, now.to_datetime()),
+            phrases: phrases(text),
+            names: names(&words),
+        }
+    }
+
+    /// Whether there is nothing to use.
+    pub fn is_empty(&self) -> bool {
+        self.window.is_none() && self.phrases.is_empty() && self.names.is_empty()
+    }
+
+    /// What `content` (created at `at`) matches. Names are returned as matched; whether
+    /// they are informative among the candidates is the caller's call.
+    pub fn matches(&self, content: &str, at: Option<Timestamp>) -> CueMatch {
+        let lower = content.to_lowercase();
+        let time = match (&self.window, at) {
+            (Some(w), Some(at)) => w.reaches(at),
+            _ => false,
+        };
+        let phrases = self
+            .phrases
+            .iter()
+            .filter(|p| lower.contains(p.as_str()))
+            .count();
+        let names = if self.names.is_empty() {
+            Vec::new()
+        } else {
+            let have: Vec<String> = words(content).into_iter().map(|w| w.lower).collect();
+            self.names
+                .iter()
+                .filter(|n| {
+                    let n = n.to_lowercase();
+                    have.contains(&n)
+                })
+                .cloned()
+                .collect()
+        };
+        CueMatch {
+            time,
+            phrases,
+            names,
+        }
+    }
+
+    /// One line for the explain report, or `None` when there are no cues.
+    pub fn describe(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        if let Some(w) = &self.window {
+            let day = |t: Timestamp| t.to_datetime().format("%Y-%m-%d").to_string();
+            let last = |t: Timestamp| day(t.minus(std::time::Duration::from_secs(1)));
+            let (first, end) = (day(w.start), last(w.end));
+            let mut text = if first == end {
+                format!("time \"{}\" = {first}", w.said)
+            } else {
+                format!("time \"{}\" = {first} to {end}", w.said)
+            };
+            if w.until != w.end {
+                text.push_str(&format!(
+                    " (and what was said of it until {})",
+                    last(w.until)
+                ));
+            }
+            parts.push(text);
+        }
+        if !self.phrases.is_empty() {
+            let quoted: Vec<String> = self.phrases.iter().map(|p| format!("\"{p}\"")).collect();
+            parts.push(format!("phrases {}", quoted.join(" ")));
+        }
+        if !self.names.is_empty() {
+            parts.push(format!("names {}", self.names.join(" ")));
+        }
+        (!parts.is_empty()).then(|| parts.join("; "))
+    }
+}
+
+/// A word of the text: as written and lowercased, and whether it starts a sentence.
+struct Word {
+    text: String,
+    lower: String,
+    initial: bool,
+}
+
+/// The words of `text`: runs of letters and digits (an apostrophe inside a word is kept,
+/// a trailing possessive `'s` dropped).
+fn words(text: &str) -> Vec<Word> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    let mut initial = true;
+    let mut next_initial = true;
+    let flush = |current: &mut String, out: &mut Vec<Word>, initial: bool| {
+        if current.is_empty() {
+            return;
+        }
+        let trimmed = current.trim_end_matches('\'');
+        let trimmed = trimmed
+            .strip_suffix("'s")
+            .or_else(|| trimmed.strip_suffix("’s"))
+            .unwrap_or(trimmed);
+        if !trimmed.is_empty() {
+            out.push(Word {
+                text: trimmed.to_owned(),
+                lower: trimmed.to_lowercase(),
+                initial,
+            });
+        }
+        current.clear();
+    };
+    for c in text.chars() {
+        if c.is_alphanumeric() || ((c == '\'' || c == '’') && !current.is_empty()) {
+            if current.is_empty() {
+                initial = next_initial;
+                next_initial = false;
+            }
+            current.push(c);
+        } else {
+            flush(&mut current, &mut out, initial);
+            if matches!(c, '.' | '?' | '!' | '\n' | ':' | ';') {
+                next_initial = true;
+            }
+        }
+    }
+    flush(&mut current, &mut out, initial);
+    out
+}
+
+/// Text between double quotes (straight, curly or guillemets), lowercased, 3 characters
+/// or more.
+fn phrases(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut open: Option<(usize, char)> = None;
+    for (i, c) in text.char_indices() {
+        match (open, c) {
+            (None, '"' | '“' | '«' | '„') => {
+                let close = match c {
+                    '“' | '„' => '”',
+                    '«' => '»',
+                    _ => '"',
+                };
+                open = Some((i + c.len_utf8(), close));
+            }
+            (Some((start, close)), c) if c == close || (close == '”' && c == '"') => {
+                let p = text[start..i].trim().to_lowercase();
+                if p.chars().count() >= 3 && !out.contains(&p) {
+                    out.push(p);
+                }
+                open = None;
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Capitalised words that are not common words, months or days; at most 8.
+fn names(words: &[Word]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for w in words {
+        let mut chars = w.text.chars();
+        let capital = chars.next().is_some_and(char::is_uppercase);
+        if !capital
+            || w.text.chars().count() < 2
+            || w.text.chars().all(|c| c.is_ascii_digit())
+            || COMMON.contains(&w.lower.as_str())
+            || month(&w.lower).is_some()
+            || weekday(&w.lower).is_some()
+        {
+            continue;
+        }
+        // A sentence's first word is capitalised anyway: a name only if it is not a
+        // common word (checked above) and not a word the sentence would start with.
+        if w.initial && STARTERS.contains(&w.lower.as_str()) {
+            continue;
+        }
+        if !out.iter().any(|n| n.to_lowercase() == w.lower) {
+            out.push(w.text.clone());
+        }
+        if out.len() == 8 {
+            break;
+        }
+    }
+    out
+}
+
+/// Words that are capitalised for reasons other than being names.
+const COMMON: &[&str] = &[
+    "i", "i'm", "i've", "i'll", "i'd", "ok", "okay", "yes", "no", "hey", "hi", "hello", "thanks",
+    "please", "ava", "mr", "mrs", "ms", "dr",
+];
+
+/// Words a sentence may start with that are not names.
+const STARTERS: &[&str] = &[
+    "what",
+    "when",
+    "where",
+    "who",
+    "whom",
+    "whose",
+    "which",
+    "why",
+    "how",
+    "did",
+    "do",
+    "does",
+    "is",
+    "are",
+    "was",
+    "were",
+    "will",
+    "would",
+    "should",
+    "could",
+    "can",
+    "may",
+    "might",
+    "have",
+    "has",
+    "had",
+    "tell",
+    "remind",
+    "remember",
+    "recall",
+    "find",
+    "show",
+    "list",
+    "give",
+    "let",
+    "the",
+    "a",
+    "an",
+    "my",
+    "our",
+    "your",
+    "his",
+    "her",
+    "their",
+    "its",
+    "we",
+    "you",
+    "he",
+    "she",
+    "they",
+    "it",
+    "this",
+    "that",
+    "these",
+    "those",
+    "there",
+    "and",
+    "but",
+    "or",
+    "so",
+    "if",
+    "in",
+    "on",
+    "at",
+    "for",
+    "from",
+    "to",
+    "of",
+    "with",
+    "about",
+    "after",
+    "before",
+    "during",
+    "since",
+    "last",
+    "next",
+    "yesterday",
+    "today",
+    "tonight",
+    "tomorrow",
+    "any",
+    "some",
+    "all",
+    "every",
+    "not",
+    "also",
+    "just",
+    "then",
+    "now",
+    "well",
+    "oh",
+    "sure",
+    "great",
+    "good",
+    "nice",
+    "cool",
+    "wow",
+    "sorry",
+    "actually",
+    "anyway",
+    "by",
+    "as",
+    "be",
+    "been",
+    "being",
+    "go",
+    "went",
+    "get",
+    "got",
+    "make",
+    "made",
+    "me",
+    "us",
+    "him",
+    "them",
+    "one",
+    "two",
+    "three",
+    "much",
+    "many",
+    "more",
+    "most",
+    "other",
+    "another",
+    "such",
+    "same",
+    "very",
+    "really",
+    "still",
+    "yet",
+    "again",
+    "ever",
+    "never",
+    "always",
+    "often",
+    "maybe",
+    "perhaps",
+    "please",
+    "thank",
+    "thanks",
+    "describe",
+    "explain",
+    "summarize",
+    "summarise",
+    "compare",
+    "according",
+    "based",
+    "considering",
+    "would've",
+    "could've",
+];
+
+fn month(word: &str) -> Option<u32> {
+    let m = match word {
+        "january" | "jan" => 1,
+        "february" | "feb" => 2,
+        "march" | "mar" => 3,
+        "april" | "apr" => 4,
+        "may" => 5,
+        "june" | "jun" => 6,
+        "july" | "jul" => 7,
+        "august" | "aug" => 8,
+        "september" | "sep" | "sept" => 9,
+        "october" | "oct" => 10,
+        "november" | "nov" => 11,
+        "december" | "dec" => 12,
+        _ => return None,
+    };
+    Some(m)
+}
+
+fn weekday(word: &str) -> Option<Weekday> {
+    let d = match word {
+        "monday" => Weekday::Mon,
+        "tuesday" => Weekday::Tue,
+        "wednesday" => Weekday::Wed,
+        "thursday" => Weekday::Thu,
+        "friday" => Weekday::Fri,
+        "saturday" => Weekday::Sat,
+        "sunday" => Weekday::Sun,
+        _ => return None,
+    };
+    Some(d)
+}
+
+fn number(word: &str) -> Option<i64> {
+    let n = match word {
+        "a" | "an" | "one" => 1,
+        "two" | "couple" => 2,
+        "three" | "few" => 3,
+        "four" => 4,
+        "five" => 5,
+        "six" => 6,
+        "seven" => 7,
+        "eight" => 8,
+        "nine" => 9,
+        "ten" => 10,
+        w => w.parse().ok().filter(|n| (1..=1000).contains(n))?,
+    };
+    Some(n)
+}
+
+fn year(word: &str) -> Option<i32> {
+    (word.len() == 4)
+        .then(|| word.parse().ok())
+        .flatten()
+        .filter(|y| (1900..=2200).contains(y))
+}
+
+fn midnight(date: NaiveDate) -> DateTime<Utc> {
+    Utc.from_utc_datetime(&date.and_hms_opt(0, 0, 0).unwrap_or_default())
+}
+
+fn month_start(year: i32, month: u32) -> Option<DateTime<Utc>> {
+    NaiveDate::from_ymd_opt(year, month, 1).map(midnight)
+}
+
+fn month_window(year: i32, month: u32) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
+    let start = month_start(year, month)?;
+    let end = if month == 12 {
+        month_start(year + 1, 1)?
+    } else {
+        month_start(year, month + 1)?
+    };
+    Some((start, end))
+}
+
+/// The first time expression of the text, resolved against `now`.
+fn window(words: &[Word], now: DateTime<Utc>) -> Option<TimeWindow> {
+    let today = midnight(now.date_naive());
+    let day = Duration::days(1);
+    let w = |i: usize| words.get(i).map(|w| w.lower.as_str());
+    for i in 0..words.len() {
+        let said = |n: usize| {
+            words[i..(i + n).min(words.len())]
+                .iter()
+                .map(|w| w.lower.as_str())
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let found = match (w(i), w(i + 1), w(i + 2)) {
+            (Some("day"), Some("before"), Some("yesterday")) => {
+                Some((today - day * 2, today - day, 3))
+            }
+            (Some("yesterday"), _, _) => Some((today - day, today, 1)),
+            (Some("last"), Some("night"), _) => Some((today - day, today + day, 2)),
+            (Some("today" | "tonight"), _, _) => Some((today, today + day, 1)),
+            (Some("this"), Some("morning" | "afternoon" | "evening"), _) => {
+                Some((today, today + day, 2))
+            }
+            (Some(n), Some(unit), Some("ago")) => number(n).and_then(|n| {
+                let (span, len) = match unit.trim_end_matches('s') {
+                    "day" => (Duration::days(n), day),
+                    "week" => (Duration::weeks(n), Duration::weeks(1)),
+                    "month" => (Duration::days(30 * n), Duration::days(30)),
+                    "year" => (Duration::days(365 * n), Duration::days(365)),
+                    _ => return None,
+                };
+                let centre = now - span;
+                if len == day {
+                    let d = midnight(centre.date_naive());
+                    Some((d, d + day, 3))
+                } else {
+                    Some((centre - len / 2, centre + len / 2, 3))
+                }
+            }),
+            (Some(which @ ("last" | "past" | "previous" | "this")), Some(unit), _) => {
+                let week_start =
+                    today - Duration::days(i64::from(now.weekday().num_days_from_monday()));
+                match (which, unit) {
+                    ("past", "week") => Some((now - Duration::weeks(1), now, 2)),
+                    ("past", "month") => Some((now - Duration::days(30), now, 2)),
+                    ("past", "year") => Some((now - Duration::days(365), now, 2)),
+                    ("this", "week") => Some((week_start, week_start + Duration::weeks(1), 2)),
+                    (_, "week") => Some((week_start - Duration::weeks(1), week_start, 2)),
+                    ("this", "weekend") => {
+                        let sat = week_start + Duration::days(5);
+                        Some((sat, sat + day * 2, 2))
+                    }
+                    (_, "weekend") => {
+                        let sat = week_start - Duration::days(2);
+                        Some((sat, sat + day * 2, 2))
+                    }
+                    ("this", "month") => {
+                        month_window(now.year(), now.month()).map(|(s, e)| (s, e, 2))
+                    }
+                    (_, "month") => {
+                        let (y, m) = if now.month() == 1 {
+                            (now.year() - 1, 12)
+                        } else {
+                            (now.year(), now.month() - 1)
+                        };
+                        month_window(y, m).map(|(s, e)| (s, e, 2))
+                    }
+                    ("this", "year") => month_start(now.year(), 1)
+                        .zip(month_start(now.year() + 1, 1))
+                        .map(|(s, e)| (s, e, 2)),
+                    (_, "year") => month_start(now.year() - 1, 1)
+                        .zip(month_start(now.year(), 1))
+                        .map(|(s, e)| (s, e, 2)),
+                    (_, d) => weekday(d).map(|d| {
+                        // The latest such day before today.
+                        let back = (7 + i64::from(now.weekday().num_days_from_monday())
+                            - i64::from(d.num_days_from_monday())
+                            - 1)
+                            % 7
+                            + 1;
+                        let s = today - Duration::days(back);
+                        (s, s + day, 2)
+                    }),
+                }
+            }
+            (Some("on"), Some(d), _) if weekday(d).is_some() => weekday(d).map(|d| {
+                let back = (7 + i64::from(now.weekday().num_days_from_monday())
+                    - i64::from(d.num_days_from_monday())
+                    - 1)
+                    % 7
+                    + 1;
+                let s = today - Duration::days(back);
+                (s, s + day, 2)
+            }),
+            (Some(m), next, after) if month(m).is_some() => {
+                let m_num = month(m).unwrap_or(1);
+                let before = i.checked_sub(1).and_then(w);
+                let lead = matches!(
+                    before,
+                    Some(
+                        "in" | "during"
+                            | "since"
+                            | "early"
+                            | "late"
+                            | "mid"
+                            | "of"
+                            | "last"
+                            | "this"
+                            | "on"
+                            | "until"
+                            | "by"
+                    )
+                );
+                let day_of = next
+                    .and_then(|n| n.parse::<u32>().ok())
+                    .filter(|d| (1..=31).contains(d));
+                let year_at = if day_of.is_some() { after } else { next };
+                let given = year_at.and_then(year);
+                // "may" and "march" are also verbs; the abbreviations are words too.
+                let ambiguous = matches!(
+                    m,
+                    "may"
+                        | "march"
+                        | "mar"
+                        | "jan"
+                        | "sep"
+                        | "dec"
+                        | "oct"
+                        | "aug"
+                        | "jun"
+                        | "jul"
+                        | "apr"
+                        | "feb"
+                        | "nov"
+                        | "sept"
+                );
+                if ambiguous && !lead && day_of.is_none() && given.is_none() {
+                    None
+                } else {
+                    let y = given.unwrap_or_else(|| {
+                        // The latest such month that has begun by now.
+                        if m_num > now.month() {
+                            now.year() - 1
+                        } else {
+                            now.year()
+                        }
+                    });
+                    let n = 1 + usize::from(day_of.is_some()) + usize::from(given.is_some());
+                    match day_of {
+                        Some(d) => NaiveDate::from_ymd_opt(y, m_num, d)
+                            .map(midnight)
+                            .map(|s| (s, s + day, n)),
+                        None => month_window(y, m_num).map(|(s, e)| (s, e, n)),
+                    }
+                }
+            }
+            (Some(y), _, _) if year(y).is_some() => year(y).and_then(|y| {
+                month_start(y, 1)
+                    .zip(month_start(y + 1, 1))
+                    .map(|(s, e)| (s, e, 1))
+            }),
+            _ => None,
+        };
+        if let Some((start, end, n)) = found {
+            // Months, dates and years are calendar times; the rest count from now.
+            let calendar = month(&words[i].lower).is_some() || year(&words[i].lower).is_some();
+            return Some(TimeWindow::new(start, end, calendar, said(n)));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Monday 2023-10-16 15:00 UTC.
+    fn now() -> Timestamp {
+        Utc.with_ymd_and_hms(2023, 10, 16, 15, 0, 0).unwrap().into()
+    }
+
+    fn days(text: &str) -> Option<(String, String, String)> {
+        QueryCues::read(text, now()).window.map(|w| {
+            (
+                w.start.to_datetime().format("%Y-%m-%d").to_string(),
+                w.end.to_datetime().format("%Y-%m-%d").to_string(),
+                w.said,
+            )
+        })
+    }
+
+    fn span(start: &str, end: &str, said: &str) -> Option<(String, String, String)> {
+        Some((start.into(), end.into(), said.into()))
+    }
+
+    #[test]
+    fn relative_days_and_weeks_resolve_against_now() {
+        assert_eq!(
+            days("What did I say yesterday?"),
+            span("2023-10-15", "2023-10-16", "yesterday")
+        );
+        assert_eq!(
+            days("what did we plan today"),
+            span("2023-10-16", "2023-10-17", "today")
+        );
+        assert_eq!(
+            days("and the day before yesterday?"),
+            span("2023-10-14", "2023-10-15", "day before yesterday")
+        );
+        assert_eq!(
+            days("What did I do last week?"),
+            span("2023-10-09", "2023-10-16", "last week")
+        );
+        assert_eq!(
+            days("this week"),
+            span("2023-10-16", "2023-10-23", "this week")
+        );
+        assert_eq!(
+            days("last weekend"),
+            span("2023-10-14", "2023-10-16", "last weekend")
+        );
+        assert_eq!(
+            days("three days ago"),
+            span("2023-10-13", "2023-10-14", "three days ago")
+        );
+        assert_eq!(
+            days("2 days ago"),
+            span("2023-10-14", "2023-10-15", "2 days ago")
+        );
+        assert_eq!(
+            days("What happened last Friday?"),
+            span("2023-10-13", "2023-10-14", "last friday")
+        );
+        // Today is Monday: "on Monday" is the one before.
+        assert_eq!(
+            days("the call on Monday"),
+            span("2023-10-09", "2023-10-10", "on monday")
+        );
+        assert_eq!(
+            days("last month"),
+            span("2023-09-01", "2023-10-01", "last month")
+        );
+        assert_eq!(
+            days("last year"),
+            span("2022-01-01", "2023-01-01", "last year")
+        );
+    }
+
+    #[test]
+    fn months_and_years_resolve_to_the_latest_that_began() {
+        assert_eq!(
+            days("When did Melanie go camping in June?"),
+            span("2023-06-01", "2023-07-01", "june")
+        );
+        // December has not begun this year: last year's.
+        assert_eq!(
+            days("the party in December"),
+            span("2022-12-01", "2023-01-01", "december")
+        );
+        assert_eq!(
+            days("in May 2021"),
+            span("2021-05-01", "2021-06-01", "may 2021")
+        );
+        assert_eq!(
+            days("on July 4"),
+            span("2023-07-04", "2023-07-05", "july 4")
+        );
+        assert_eq!(
+            days("on March 3, 2020"),
+            span("2020-03-03", "2020-03-04", "march 3 2020")
+        );
+        assert_eq!(
+            days("How many times has Melanie gone to the beach in 2023?"),
+            span("2023-01-01", "2024-01-01", "2023")
+        );
+    }
+
+    #[test]
+    fn words_that_only_look_like_times_are_not() {
+        assert_eq!(days("May I ask what my cat is called?"), None);
+        assert_eq!(days("They march every day"), None);
+        assert_eq!(days("Who is my manager?"), None);
+        assert_eq!(days("I have 20 cats"), None);
+        assert_eq!(days("the last time"), None);
+    }
+
+    #[test]
+    fn reach_extends_past_the_window_by_its_length() {
+        let cues = QueryCues::read("camping in June", now());
+        let w = cues.window.unwrap();
+        let july_10: Timestamp = Utc.with_ymd_and_hms(2023, 7, 10, 0, 0, 0).unwrap().into();
+        let august_10: Timestamp = Utc.with_ymd_and_hms(2023, 8, 10, 0, 0, 0).unwrap().into();
+        let may_31: Timestamp = Utc.with_ymd_and_hms(2023, 5, 31, 0, 0, 0).unwrap().into();
+        assert!(w.reaches(july_10));
+        assert!(!w.reaches(august_10));
+        assert!(!w.reaches(may_31));
+        // Counted from now: what was said then, not after.
+        let y = QueryCues::read("what did I say yesterday", now())
+            .window
+            .unwrap();
+        assert_eq!(y.reach(), (y.start, y.end));
+        let d = QueryCues::read("on July 4", now()).window.unwrap();
+        let (start, until) = d.reach();
+        assert_eq!(
+            until.since(start),
+            std::time::Duration::from_secs(2 * 86_400)
+        );
+    }
+
+    #[test]
+    fn quoted_phrases_and_names_are_read() {
+        let cues = QueryCues::read(
+            "When did Melanie read the book \"nothing is impossible\"? Oscar said “Hello there”.",
+            now(),
+        );
+        assert_eq!(cues.phrases, vec!["nothing is impossible", "hello there"]);
+        assert_eq!(cues.names, vec!["Melanie", "Oscar"]);
+        let plain = QueryCues::read("What is my cat called? I think it was Tuesday.", now());
+        assert!(plain.names.is_empty(), "{:?}", plain.names);
+        let start = QueryCues::read("Caroline's mentor: who is it?", now());
+        assert_eq!(start.names, vec!["Caroline"]);
+        assert!(
+            QueryCues::read("wer ist mein Chef?", now())
+                .window
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn matches_and_lift() {
+        let cues = QueryCues::read("Did Oscar like the \"blue lagoon\" in June?", now());
+        let june_5: Timestamp = Utc.with_ymd_and_hms(2023, 6, 5, 0, 0, 0).unwrap().into();
+        let m = cues.matches("oscar's trip to the Blue Lagoon", Some(june_5));
+        assert!(m.time);
+        assert_eq!(m.phrases, 1);
+        assert_eq!(m.names, vec!["Oscar"]);
+        assert_eq!(m.describe(), "time, phrase, name Oscar");
+        assert_eq!(
+            cues.describe().unwrap(),
+            "time \"june\" = 2023-06-01 to 2023-06-30 (and what was said of it until \
+             2023-07-30); phrases \"blue lagoon\"; names Oscar"
+        );
+        assert_eq!(
+            QueryCues::read("what did I say yesterday", now())
+                .describe()
+                .unwrap(),
+            "time \"yesterday\" = 2023-10-15"
+        );
+        let none = cues.matches("nothing here", None);
+        assert!(!none.any());
+        assert_eq!(none.lift(0.4, CueWeights::default()), 0.4);
+        let w = CueWeights::default();
+        let lifted = m.lift(0.5, w);
+        assert!(lifted > 0.5 && lifted < 1.0, "{lifted}");
+        assert_eq!(m.lift(0.5, CueWeights::OFF), 0.5);
+        // A name inside a longer word does not match.
+        assert!(cues.matches("Oscarsson", None).names.is_empty());
+    }
+}
