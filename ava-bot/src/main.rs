@@ -35,6 +35,8 @@ enum Command {
     Recall(commands::recall::Args),
     /// Forget one memory of a user by id.
     Forget(commands::forget::Args),
+    /// Show the versions of one of a user's memories: what it replaced, what replaced it.
+    History(commands::history::Args),
     /// Import a Telegram Desktop chat export (result.json) as a user's memories.
     Import(commands::import::Args),
     /// Print the prompt the LLM would get for a message, without calling it.
@@ -117,6 +119,7 @@ async fn run() -> anyhow::Result<()> {
         Command::Remember(args) => commands::remember::run(&cli.settings, &args, out).await,
         Command::Recall(args) => commands::recall::run(&cli.settings, &args, out).await,
         Command::Forget(args) => commands::forget::run(&cli.settings, &args, out).await,
+        Command::History(args) => commands::history::run(&cli.settings, &args, out).await,
         Command::Import(args) => commands::import::run(&cli.settings, &args, out).await,
         Command::Context(args) => commands::context::run(&cli.settings, &args, out).await,
         Command::Chat(args) => commands::chat::run(&cli.settings, &args, out).await,

@@ -826,3 +826,102 @@ fn remembering_the_same_fact_twice_keeps_one_memory() {
         "tags merged: {hits}"
     );
 }
+
+#[test]
+fn a_replaced_fact_leaves_the_prompt_but_stays_in_the_history() {
+    let (_dir, db) = store();
+    let pixel = ok(ava(
+        &db,
+        &[
+            "remember",
+            "--user",
+            "42",
+            "--chat",
+            "7",
+            "My cat is called Pixel",
+        ],
+    ));
+    let pixel = pixel.trim();
+    let max = ok(ava(
+        &db,
+        &[
+            "remember",
+            "--user",
+            "42",
+            "--chat",
+            "7",
+            "--replaces",
+            pixel,
+            "We renamed the cat to Max",
+        ],
+    ));
+    let max = max.trim();
+    let prompt = ok(ava(
+        &db,
+        &[
+            "context",
+            "--user",
+            "42",
+            "--chat",
+            "7",
+            "What is my cat called?",
+        ],
+    ));
+    assert!(prompt.contains("We renamed the cat to Max"), "{prompt}");
+    assert!(
+        !prompt.contains("Pixel"),
+        "the replaced fact is not in the prompt: {prompt}"
+    );
+    for from in [pixel, max] {
+        let history = ok(ava(&db, &["history", "--user", "42", from]));
+        let lines: Vec<&str> = history.lines().collect();
+        assert_eq!(lines.len(), 2, "{history}");
+        assert!(
+            lines[0].contains(pixel)
+                && lines[0].contains(&format!("by {max}"))
+                && lines[0].contains("My cat is called Pixel"),
+            "{history}"
+        );
+        assert!(
+            lines[1].contains(max) && lines[1].contains("[current]"),
+            "{history}"
+        );
+    }
+    let stats = ok(ava(&db, &["stats", "--user", "42"]));
+    assert!(stats.contains("/c=7/h: 2"), "nothing deleted: {stats}");
+
+    // Replacing it again, or an id that is not there, stores nothing.
+    let again = ava(
+        &db,
+        &[
+            "remember",
+            "--user",
+            "42",
+            "--chat",
+            "7",
+            "--replaces",
+            pixel,
+            "Tom",
+        ],
+    );
+    assert!(
+        !again.status.success() && stderr(&again).contains("already replaced"),
+        "{}",
+        stderr(&again)
+    );
+    let missing = ava(
+        &db,
+        &[
+            "remember",
+            "--user",
+            "42",
+            "--chat",
+            "7",
+            "--replaces",
+            "01a209cf-9c5b-765f-aa78-b86db7dc6fef",
+            "Tom",
+        ],
+    );
+    assert!(!missing.status.success(), "{}", stderr(&missing));
+    assert!(ok(ava(&db, &["stats", "--user", "42"])).contains("/c=7/h: 2"));
+}

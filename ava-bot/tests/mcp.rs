@@ -236,6 +236,11 @@ async fn bad_arguments_are_tool_errors_and_the_server_keeps_serving() {
         ("remember", json!({"content": ""}), "empty"),
         (
             "remember",
+            json!({"content": "x", "replaces": "nope"}),
+            "bad `replaces`",
+        ),
+        (
+            "remember",
             json!({"content": "x", "user": "2"}),
             "unknown field `user`",
         ),
@@ -616,4 +621,37 @@ fn bad_setups_are_refused_before_serving() {
     let err = run(&["mcp", "--http", "127.0.0.1:0", "--tokens", file]);
     assert!(err.contains("entry 1") && !err.contains(TOKEN_A), "{err}");
     assert!(!db.exists(), "nothing was served, nothing created");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fact_that_changed_replaces_the_old_one() {
+    let (_dir, db) = store();
+    let client = stdio_client(&db, "1", "1").await;
+    let pixel = call(
+        &client,
+        "remember",
+        json!({"content": "My cat is called Pixel"}),
+    )
+    .await;
+    let pixel = data(&pixel)["id"].as_str().unwrap().to_owned();
+    let renamed = call(
+        &client,
+        "remember",
+        json!({"content": "We renamed the cat to Max", "replaces": pixel}),
+    )
+    .await;
+    assert!(text(&renamed).contains("replaces"), "{}", text(&renamed));
+    let now = data(&call(&client, "recall", json!({"query": "cat"})).await);
+    assert_eq!(contents(&now), ["We renamed the cat to Max"]);
+    assert_eq!(
+        data(&call(&client, "stats", json!({})).await)["memories"],
+        2,
+        "the old fact is kept"
+    );
+    let history = ok(ava(&db, &["history", "--user", "1", &pixel]));
+    assert!(
+        history.contains("My cat is called Pixel") && history.contains("[current] We renamed"),
+        "{history}"
+    );
+    client.cancel().await.unwrap();
 }

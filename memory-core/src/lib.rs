@@ -48,7 +48,7 @@ pub use query::{
     Filter, Fused, HybridWeights, ScoreBreakdown, ScoredMemory, SearchMode, SearchRequest,
     TagMatch, TagQuery, check_limit, fuse, rank,
 };
-pub use remember::{Remembered, normalise, remember_once};
+pub use remember::{Remembered, history, normalise, remember_once, supersede};
 pub use scope::{DEFAULT_TENANT, MAX_SCOPE_KEY_BYTES, Scope};
 pub use store_vectors::StoreVectors;
 pub use time::Timestamp;

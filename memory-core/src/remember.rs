@@ -1,16 +1,22 @@
-//! Remembering a fact twice keeps one memory: [`remember_once`] finds a memory of the same
-//! kind in the scope whose content is the same once normalised ([`normalise`]: case,
-//! whitespace, final punctuation) and merges the new one into it (tags joined, the higher
-//! importance, pinned if either is) instead of storing a second copy.
+//! How facts mature without losing anything. Remembering a fact twice keeps one memory:
+//! [`remember_once`] finds a memory of the same kind in the scope whose content is the same
+//! once normalised ([`normalise`]: case, whitespace, final punctuation) and merges the new one
+//! into it (tags joined, the higher importance, pinned if either is). A fact that changed is
+//! [`supersede`]d: the new one is stored and the old one's validity closed, never deleted, and
+//! [`history`] reads the chain back.
 
 use serde::Serialize;
 
 use crate::backend::MemoryBackend;
 use crate::capability::Capability;
-use crate::entry::{MemoryEntry, MemoryPatch, NewMemory};
-use crate::error::Result;
+use crate::entry::{MemoryEntry, MemoryId, MemoryPatch, NewMemory};
+use crate::error::{MemoryError, Result};
 use crate::query::{Filter, SearchRequest};
 use crate::scope::Scope;
+use crate::time::Timestamp;
+
+/// The longest chain [`history`] follows (a guard against a cycle written by hand).
+const MAX_HISTORY: usize = 100;
 
 /// How many search hits are compared with the new content.
 const CANDIDATES: usize = 20;
@@ -107,6 +113,93 @@ async fn merge(
         return Ok(existing);
     }
     backend.update(scope, existing.id, patch).await
+}
+
+/// Stores `new` as the current version of the memory `old` (a fact that changed: "we
+/// renamed the cat to Max"): `new` is stored, then `old` gets `valid_until = now` and
+/// `superseded_by = new`. Nothing is deleted; searches and the prompt show only the current
+/// version, [`history`] shows both. Needs [`Capability::Update`]; `old` must exist in `scope`
+/// and not be superseded already (checked before anything is stored).
+pub async fn supersede(
+    backend: &dyn MemoryBackend,
+    scope: &Scope,
+    old: MemoryId,
+    new: NewMemory,
+    now: Timestamp,
+) -> Result<MemoryEntry> {
+    backend
+        .capabilities()
+        .require(Capability::Update, &backend.info().name)?;
+    let previous = backend.get(scope, old).await?;
+    if let Some(by) = previous.superseded_by {
+        return Err(MemoryError::invalid(
+            "superseded memory",
+            format!("{old} was already replaced by {by}; replace that one instead"),
+        ));
+    }
+    let stored = backend.store(scope, new).await?;
+    let close = MemoryPatch {
+        valid_until: Some(Some(now.max(previous.valid_from.unwrap_or(now)))),
+        superseded_by: Some(Some(stored.id)),
+        ..MemoryPatch::default()
+    };
+    backend.update(scope, old, close).await.map_err(|e| {
+        MemoryError::invalid(
+            "supersede",
+            format!(
+                "stored the new memory {} but could not close {old}: {e}; both are current",
+                stored.id
+            ),
+        )
+    })?;
+    Ok(stored)
+}
+
+/// The versions of the memory `id`, oldest first: what it replaced (and what that replaced),
+/// the memory itself, and what replaced it since. A memory never superseded is its own
+/// history.
+pub async fn history(
+    backend: &dyn MemoryBackend,
+    scope: &Scope,
+    id: MemoryId,
+) -> Result<Vec<MemoryEntry>> {
+    let start = backend.get(scope, id).await?;
+    // Predecessors point at their successor: read the scope's memories of the same kind,
+    // superseded ones included, once.
+    let all = backend
+        .recent(
+            scope,
+            backend.info().limits.max_results,
+            &Filter {
+                kinds: vec![start.kind],
+                include_superseded: true,
+                ..Filter::default()
+            },
+        )
+        .await?;
+    let mut chain = vec![start];
+    while chain.len() < MAX_HISTORY {
+        let first = chain[0].id;
+        match all.iter().find(|e| e.superseded_by == Some(first)) {
+            Some(p) if !chain.iter().any(|c| c.id == p.id) => chain.insert(0, p.clone()),
+            _ => break,
+        }
+    }
+    while chain.len() < MAX_HISTORY {
+        let Some(next) = chain.last().and_then(|e| e.superseded_by) else {
+            break;
+        };
+        if chain.iter().any(|c| c.id == next) {
+            break;
+        }
+        match backend.get(scope, next).await {
+            Ok(e) => chain.push(e),
+            // Deleted since: the chain ends here.
+            Err(MemoryError::NotFound { .. }) => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(chain)
 }
 
 #[cfg(test)]

@@ -3,20 +3,21 @@
 use std::io::Write;
 
 use anyhow::{Context, bail};
-use memory_core::{DEFAULT_TENANT, MemoryError, MemoryId};
+use memory_core::{MemoryError, MemoryId};
 
 use crate::config::Settings;
 
+/// One of a user's memories, by id (`forget` and `history`).
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// The user whose memory it is.
     #[arg(long)]
-    user: String,
+    pub(crate) user: String,
     /// The chat it belongs to; without it, every chat of the user is searched for the id.
     #[arg(long)]
-    chat: Option<String>,
+    pub(crate) chat: Option<String>,
     /// The memory id (as printed by `ava remember` or `ava recall`).
-    id: String,
+    pub(crate) id: String,
 }
 
 pub(crate) async fn run(
@@ -27,13 +28,7 @@ pub(crate) async fn run(
     let id: MemoryId = args.id.parse()?;
     let opened = settings.open_existing().await?;
     let store = &*opened.store;
-    let scopes = match &args.chat {
-        Some(chat) => vec![memory_core::Scope::for_user(&args.user)?.in_chat(chat)?],
-        None => store
-            .user_scopes(DEFAULT_TENANT, &args.user)
-            .await
-            .context("list the user's chats")?,
-    };
+    let scopes = super::user_scopes(store, &args.user, args.chat.as_deref()).await?;
     for scope in &scopes {
         match store.delete(scope, id).await {
             Ok(()) => {

@@ -4,6 +4,7 @@ pub(crate) mod chat;
 pub(crate) mod context;
 pub(crate) mod demo;
 pub(crate) mod forget;
+pub(crate) mod history;
 pub(crate) mod import;
 pub(crate) mod mcp;
 pub(crate) mod prune;
@@ -12,7 +13,23 @@ pub(crate) mod remember;
 pub(crate) mod run;
 pub(crate) mod stats;
 
-use memory_core::{Capability, MemoryBackend, SearchRequest};
+use anyhow::Context;
+use memory_core::{Capability, DEFAULT_TENANT, MemoryBackend, Scope, SearchRequest};
+
+/// The scopes a command about `user` works in: `chat`'s, or every chat of the user.
+pub(crate) async fn user_scopes(
+    store: &dyn MemoryBackend,
+    user: &str,
+    chat: Option<&str>,
+) -> anyhow::Result<Vec<Scope>> {
+    Ok(match chat {
+        Some(chat) => vec![Scope::for_user(user)?.in_chat(chat)?],
+        None => store
+            .user_scopes(DEFAULT_TENANT, user)
+            .await
+            .context("list the user's chats")?,
+    })
+}
 
 /// The best search the store offers for `text`: hybrid when it has vectors, else keyword.
 pub(crate) fn best_search(store: &dyn MemoryBackend, text: &str, limit: usize) -> SearchRequest {

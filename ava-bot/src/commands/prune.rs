@@ -10,9 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use memory_core::{
-    DEFAULT_TENANT, MemoryBackend, PrunePolicy, PruneReason, PruneReport, Scope, Timestamp,
-};
+use memory_core::{MemoryBackend, PrunePolicy, PruneReason, PruneReport, Scope, Timestamp};
 
 use crate::agent::preview;
 use crate::commands::terminal_safe;
@@ -99,13 +97,7 @@ pub(crate) async fn run(
 ) -> anyhow::Result<()> {
     let opened = settings.open_existing().await?;
     let store = &*opened.store;
-    let scopes = match &args.chat {
-        Some(chat) => vec![Scope::for_user(&args.user)?.in_chat(chat)?],
-        None => store
-            .user_scopes(DEFAULT_TENANT, &args.user)
-            .await
-            .context("list the user's chats")?,
-    };
+    let scopes = super::user_scopes(store, &args.user, args.chat.as_deref()).await?;
     let mut policy = policy(args.max_age, args.max_count, Timestamp::now());
     policy.dry_run = args.dry_run;
     let verb = if args.dry_run {

@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use anyhow::Context;
-use memory_core::{MemoryKind, NewMemory, Tag, remember_once};
+use memory_core::{MemoryId, MemoryKind, NewMemory, Tag, Timestamp, remember_once, supersede};
 
 use crate::config::{Identity, Settings};
 
@@ -14,6 +14,10 @@ pub(crate) struct Args {
     /// A tag (repeatable).
     #[arg(long = "tag")]
     tags: Vec<String>,
+    /// The id of a fact this one replaces ("we renamed the cat to Max"): that one is kept in
+    /// the history (`ava history`) but no longer recalled or put in prompts.
+    #[arg(long, value_name = "ID")]
+    replaces: Option<String>,
     /// What to remember.
     text: String,
 }
@@ -29,12 +33,25 @@ pub(crate) async fn run(
         .iter()
         .map(Tag::new)
         .collect::<Result<Vec<_>, _>>()?;
+    let replaces: Option<MemoryId> = args
+        .replaces
+        .as_deref()
+        .map(str::parse)
+        .transpose()
+        .context("--replaces")?;
     let opened = settings.open().await?;
     let memory = NewMemory::new(args.text.clone())
         .with_kind(MemoryKind::Fact)
         .with_tags(tags)
         .with_source("cli")
         .with_context("remembered with `ava remember`");
+    if let Some(old) = replaces {
+        let entry = supersede(opened.store.as_ref(), &scope, old, memory, Timestamp::now())
+            .await
+            .with_context(|| format!("replace {old}"))?;
+        writeln!(out, "{}", entry.id)?;
+        return Ok(());
+    }
     let done = remember_once(opened.store.as_ref(), &scope, memory)
         .await
         .context("store the memory")?;

@@ -128,6 +128,10 @@ struct RememberArgs {
     /// (default false).
     #[serde(default)]
     pinned: bool,
+    /// The id of a fact this one replaces (e.g. "we renamed the cat to Max" replaces "my cat
+    /// is called Pixel"): the old one is kept in the history but no longer recalled.
+    #[serde(default)]
+    replaces: Option<String>,
 }
 
 /// How `recall` searches.
@@ -468,14 +472,35 @@ impl AvaMcp {
         if a.pinned {
             memory = memory.pinned();
         }
-        let done = memory_core::remember_once(self.store(), &self.scope, memory)
-            .await
-            .context("could not store the memory")?;
+        let done = match a.replaces.as_deref().filter(|r| !r.trim().is_empty()) {
+            Some(old) => {
+                let old: MemoryId = old.trim().parse().context("bad `replaces`")?;
+                let entry = memory_core::supersede(
+                    self.store(),
+                    &self.scope,
+                    old,
+                    memory,
+                    memory_core::Timestamp::now(),
+                )
+                .await
+                .with_context(|| format!("could not replace {old}"))?;
+                memory_core::Remembered {
+                    entry,
+                    merged: false,
+                }
+            }
+            None => memory_core::remember_once(self.store(), &self.scope, memory)
+                .await
+                .context("could not store the memory")?,
+        };
         let entry = done.entry;
-        let how = match (done.merged, entry.pinned) {
-            (true, _) => "Already remembered; merged into the same memory",
-            (false, true) => "Remembered and pinned",
-            (false, false) => "Remembered",
+        let how = match (done.merged, entry.pinned, &a.replaces) {
+            (true, _, _) => "Already remembered; merged into the same memory",
+            (false, _, Some(old)) if !old.trim().is_empty() => {
+                "Remembered; it replaces the old fact"
+            }
+            (false, true, _) => "Remembered and pinned",
+            (false, false, _) => "Remembered",
         };
         reply(
             format!("{how} (id {}).", entry.id),

@@ -932,6 +932,65 @@ pub async fn remembering_a_fact_twice_keeps_one(cx: Ctx) -> Outcome {
     Outcome::Passed
 }
 
+/// A fact that changed is superseded, not deleted: the new one is current, the old one's
+/// validity is closed and it points at its successor; the history reads both, oldest first;
+/// a bad or already-replaced id stores nothing.
+pub async fn superseding_keeps_the_history(cx: Ctx) -> Outcome {
+    require!(cx, Capability::Update);
+    let b = &*cx.backend;
+    let s = scope("wes", None);
+    let fact = |text: &str| NewMemory::new(text).with_kind(MemoryKind::Fact);
+    let old = b
+        .store(&s, fact("my cat is called Pixel").at(t0()))
+        .await
+        .unwrap();
+    let now = t0().plus(DAY);
+    let new = crate::supersede(b, &s, old.id, fact("we renamed the cat to Max"), now)
+        .await
+        .unwrap();
+    let current = Filter {
+        kinds: vec![MemoryKind::Fact],
+        valid_at: b
+            .capabilities()
+            .supports(Capability::TimeFilter)
+            .then_some(now.plus(DAY)),
+        ..Filter::default()
+    };
+    assert_eq!(
+        ids(&b.recent(&s, 10, &current).await.unwrap()),
+        vec![new.id]
+    );
+    if b.capabilities().supports(Capability::KeywordSearch) {
+        let hits = b.search(&s, &SearchRequest::keyword("cat")).await.unwrap();
+        assert_eq!(
+            hit_ids(&hits),
+            vec![new.id],
+            "only the current version is found"
+        );
+    }
+    let closed = b.get(&s, old.id).await.unwrap();
+    assert_eq!(closed.superseded_by, Some(new.id));
+    assert_eq!(closed.valid_until, Some(now));
+    for from in [old.id, new.id] {
+        let chain = ids(&crate::history(b, &s, from).await.unwrap());
+        assert_eq!(chain, vec![old.id, new.id], "history from {from}");
+    }
+    assert_invalid(
+        crate::supersede(b, &s, old.id, fact("the cat is called Tom"), now).await,
+        "superseded memory",
+    );
+    assert_not_found(
+        crate::supersede(b, &s, MemoryId::new(), fact("nothing"), now).await,
+        "supersede of a missing id",
+    );
+    assert_eq!(
+        b.count(&s).await.unwrap(),
+        2,
+        "nothing deleted, nothing extra stored"
+    );
+    Outcome::Passed
+}
+
 /// Search hits count as recalled; `get` and untracked searches do not.
 pub async fn recall_bumps_access_counts(cx: Ctx) -> Outcome {
     let caps = cx.backend.capabilities();

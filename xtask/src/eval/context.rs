@@ -928,8 +928,10 @@ mod tests {
             let text = match i {
                 1 => "I adopted a greyhound called Zephyr last spring".to_owned(),
                 2 => "Tom & Jerry <3 is on tonight".to_owned(),
+                // Distinct fillers: each has words of its own, so no two are
+                // near-duplicates (which compile would collapse).
                 _ => format!(
-                    "Filler message number {i} about weather, traffic and the usual errands of the day"
+                    "Filler {i} about the usual errands: q{i}a q{i}b q{i}c q{i}d q{i}e q{i}f q{i}g"
                 ),
             };
             session.push(json!({"speaker": speaker, "dia_id": format!("D1:{i}"), "text": text}));

@@ -1,0 +1,49 @@
+//! `ava history`: the versions of one of a user's memories, oldest first (what it replaced,
+//! and what replaced it), with when each stopped being valid.
+
+use std::io::Write;
+
+use anyhow::{Context, bail};
+use memory_core::{MemoryError, MemoryId};
+
+use crate::commands::terminal_safe;
+use crate::config::Settings;
+
+/// The same arguments as `ava forget`: the user, maybe the chat, the id (any version's).
+pub(crate) type Args = super::forget::Args;
+
+pub(crate) async fn run(
+    settings: &Settings,
+    args: &Args,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let id: MemoryId = args.id.parse()?;
+    let opened = settings.open_existing().await?;
+    let store = &*opened.store;
+    let scopes = super::user_scopes(store, &args.user, args.chat.as_deref()).await?;
+    for scope in &scopes {
+        let chain = match memory_core::history(store, scope, id).await {
+            Ok(chain) => chain,
+            Err(MemoryError::NotFound { .. }) => continue,
+            Err(e) => return Err(e).context("read the history"),
+        };
+        for e in &chain {
+            let state = match (e.superseded_by, e.valid_until) {
+                (Some(by), Some(until)) => format!("replaced {until} by {by}"),
+                (Some(by), None) => format!("replaced by {by}"),
+                (None, Some(until)) => format!("valid until {until}"),
+                (None, None) => "current".to_owned(),
+            };
+            writeln!(
+                out,
+                "{} {} [{}] {}",
+                e.created_at,
+                e.id,
+                state,
+                terminal_safe(&e.content, false)
+            )?;
+        }
+        return Ok(());
+    }
+    bail!("user {} has no memory {id}", args.user)
+}
