@@ -1,6 +1,7 @@
 //! The conversation pipeline `ava chat` and `ava run` share: hydrate + compile a prompt for a
-//! message, let the model answer (running its memory tool calls), store both turns; and the
-//! dry run `ava context` prints.
+//! message, let the model answer (running its memory tool calls), store both turns, then in
+//! the background learn facts from the exchange and prune the chat; and the dry run
+//! `ava context` prints.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -9,8 +10,8 @@ use std::sync::Arc;
 use anyhow::Context;
 use hydrate::product::in_reply_to;
 use hydrate::{
-    ChatModel, CompiledPrompt, ExplainReport, HydrateInput, HydrationConfig, Inference,
-    OPT_RECORD_ACCESS, Ops, ProviderOptions, product,
+    ChatModel, CompiledPrompt, Exchange, ExplainReport, FactExtractor, HydrateInput,
+    HydrationConfig, Inference, OPT_RECORD_ACCESS, Ops, ProviderOptions, product,
 };
 use memory_core::{
     EmbeddingProvider, Filter, MemoryBackend, MemoryId, MemoryKind, NewMemory, Role, Scope,
@@ -31,6 +32,31 @@ pub(crate) struct Agent {
     budget: TokenBudget,
     /// Prunes each chat as it is used (`ava run`, `ava chat`), unless turned off.
     upkeep: Option<Arc<Upkeep>>,
+    /// Learns facts from each exchange, one exchange at a time (the lock), unless turned off.
+    facts: Option<(FactExtractor, Arc<tokio::sync::Mutex<()>>)>,
+    /// Work started after a reply: fact learning and pruning.
+    background: Arc<Background>,
+}
+
+/// Tasks that run after a reply, awaited before a one-shot process exits.
+#[derive(Debug, Default)]
+struct Background {
+    running: tokio::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+impl Background {
+    async fn push(&self, task: tokio::task::JoinHandle<()>) {
+        let mut running = self.running.lock().await;
+        running.retain(|t| !t.is_finished());
+        running.push(task);
+    }
+
+    async fn finish(&self) {
+        let tasks = std::mem::take(&mut *self.running.lock().await);
+        for t in tasks {
+            let _ = t.await;
+        }
+    }
 }
 
 impl Agent {
@@ -76,6 +102,8 @@ impl Agent {
             config: Arc::new(config),
             budget,
             upkeep: None,
+            facts: None,
+            background: Arc::default(),
         })
     }
 
@@ -85,11 +113,16 @@ impl Agent {
         self
     }
 
-    /// Waits for background upkeep under way (before a one-shot process exits).
-    pub(crate) async fn finish_upkeep(&self) {
-        if let Some(u) = &self.upkeep {
-            u.finish().await;
-        }
+    /// The same agent, learning facts from each exchange with `extractor` (in the
+    /// background, after the reply; `None` learns nothing).
+    pub(crate) fn with_facts(mut self, extractor: Option<FactExtractor>) -> Self {
+        self.facts = extractor.map(|x| (x, Arc::default()));
+        self
+    }
+
+    /// Waits for the fact learning and pruning under way (before a one-shot process exits).
+    pub(crate) async fn finish_background(&self) {
+        self.background.finish().await;
     }
 
     /// The same agent, splitting each prompt's budget as `allocation` says (`None` keeps
@@ -224,12 +257,65 @@ impl Agent {
                 .map(drop)
                 .context("store the answer");
         }
-        if stored.is_ok()
-            && let Some(upkeep) = &self.upkeep
-        {
-            upkeep.after_exchange(&self.store, scope).await;
+        if stored.is_ok() {
+            if let Some((extractor, one_at_a_time)) = &self.facts {
+                let reply = answer.as_ref().ok().map(|i| i.reply.clone());
+                let task = learn(
+                    extractor.clone(),
+                    Arc::clone(one_at_a_time),
+                    Arc::clone(&self.store),
+                    scope.clone(),
+                    (message.to_owned(), reply, received, source.to_owned()),
+                );
+                self.background.push(tokio::spawn(task)).await;
+            }
+            if let Some(task) = self
+                .upkeep
+                .as_ref()
+                .and_then(|u| u.after_exchange(&self.store, scope))
+            {
+                self.background.push(task).await;
+            }
         }
         Ok(Turn { answer, stored })
+    }
+}
+
+/// Learns facts from one exchange (after the ones before it) and logs what changed; a
+/// failure changes nothing and is logged.
+async fn learn(
+    extractor: FactExtractor,
+    one_at_a_time: Arc<tokio::sync::Mutex<()>>,
+    store: Arc<dyn MemoryBackend>,
+    scope: Scope,
+    (user, reply, at, source): (String, Option<String>, Timestamp, String),
+) {
+    let _turn = one_at_a_time.lock().await;
+    let exchange = Exchange {
+        user: &user,
+        assistant: reply.as_deref(),
+        at,
+        source: &source,
+    };
+    match extractor.learn(&*store, &scope, exchange).await {
+        Ok(report) if report.is_empty() => {}
+        Ok(report) => {
+            tracing::info!(
+                scope = %scope,
+                added = report.added.len(),
+                superseded = report.superseded.len(),
+                invalidated = report.invalidated.len(),
+                "learned facts from the exchange"
+            );
+            for f in &report.failed {
+                tracing::warn!(scope = %scope, "a learned fact was not saved: {f}");
+            }
+        }
+        Err(e) => tracing::warn!(
+            scope = %scope,
+            error = %crate::llm::error_chain(&e),
+            "fact extraction failed; no memory was changed"
+        ),
     }
 }
 

@@ -17,7 +17,7 @@ use async_openai::types::chat::{
 };
 use async_trait::async_trait;
 use clap::ValueEnum;
-use hydrate::{ChatMessage, ChatModel, ChatResponse, ChatRole, ToolCall, ToolSpec};
+use hydrate::{ChatMessage, ChatModel, ChatResponse, ChatRole, FactExtractor, ToolCall, ToolSpec};
 use ollama_rs::Ollama;
 use ollama_rs::generation::chat::request::ChatMessageRequest;
 use ollama_rs::generation::chat::{ChatMessage as OllamaMessage, MessageRole};
@@ -50,6 +50,10 @@ pub(crate) struct LlmSettings {
     /// Seconds to wait for one answer of the model.
     #[arg(long, env = "AVA_LLM_TIMEOUT", default_value_t = 120)]
     pub(crate) llm_timeout: u64,
+    /// Do not ask the model, after each exchange, for facts to remember (one or two extra
+    /// calls per message, in the background).
+    #[arg(long, env = "AVA_NO_FACTS")]
+    pub(crate) no_facts: bool,
 }
 
 impl LlmSettings {
@@ -71,6 +75,17 @@ impl LlmSettings {
                 &Secret::from_env("OPENAI_API_KEY"),
                 timeout,
             )?),
+        })
+    }
+}
+
+impl LlmSettings {
+    /// The fact extractor over `model`, unless `--no-facts`; each call bounded by
+    /// `--llm-timeout`.
+    pub(crate) fn extractor(&self, model: &Arc<dyn ChatModel>) -> Option<FactExtractor> {
+        (!self.no_facts).then(|| {
+            FactExtractor::new(Arc::clone(model))
+                .with_timeout(Duration::from_secs(self.llm_timeout.max(1)))
         })
     }
 }

@@ -53,6 +53,9 @@ enum Command {
     /// Remove a user's old chat turns and what is beyond each chat's cap (pinned memories
     /// and valid facts stay); --dry-run lists what would go, and why.
     Prune(commands::prune::Args),
+    /// Fold a user's facts that say the same thing into one (the others stay in its
+    /// history); optionally prune too; --dry-run lists what would change.
+    Consolidate(commands::consolidate::Args),
     /// Re-embed every memory with the configured embedder (after changing models), or with
     /// --missing only those without a vector yet.
     Reembed(commands::stats::ReembedArgs),
@@ -127,6 +130,7 @@ async fn run() -> anyhow::Result<()> {
         Command::Mcp(args) => commands::mcp::run(&cli.settings, &args).await,
         Command::Stats(args) => commands::stats::run(&cli.settings, &args, out).await,
         Command::Prune(args) => commands::prune::run(&cli.settings, &args, out).await,
+        Command::Consolidate(args) => commands::consolidate::run(&cli.settings, &args, out).await,
         Command::Reembed(args) => commands::stats::reembed(&cli.settings, &args, out).await,
     }
 }

@@ -27,6 +27,9 @@
 //! - `render`: the `<recalled-memory>` blocks, [`escape_data`] and [`memory_block`].
 //! - `report`: [`ExplainReport`], [`SourceReport`], [`Degradation`].
 //! - `chat`: [`ChatMessage`], [`ToolSpec`], [`ChatResponse`] and the [`ChatModel`] trait.
+//! - `facts`: [`FactExtractor`]: after an exchange, a chat model lists durable facts and
+//!   decides for each ADD, UPDATE (supersede), NOOP or INVALIDATE against the nearest
+//!   current facts; an answer is checked in full before anything is written.
 //! - `ops`: [`Ops`] (`infer`, `infer_raw`, `remember`, `recall`, `forget`) and
 //!   [`memory_tools`].
 //! - [`product`]: Ava's own settings (system prompt, tokenizer, default budget, the memory
@@ -67,6 +70,7 @@ mod chat;
 mod compile;
 mod cues;
 mod error;
+mod facts;
 mod hydrate;
 mod memory;
 mod ops;
@@ -81,6 +85,7 @@ pub use chat::{ChatMessage, ChatModel, ChatResponse, ChatRole, ToolCall, ToolSpe
 pub use compile::{CompiledPrompt, MESSAGE_OVERHEAD_TOKENS, compile, prepare};
 pub use cues::{CueMatch, CueWeights, QueryCues, TimeWindow};
 pub use error::{Error, Result};
+pub use facts::{DEFAULT_EXTRACTION_TIMEOUT, Exchange, FactExtractor, MAX_FACT_BYTES, MAX_FACTS};
 pub use hydrate::{
     Block, HydrateInput, Hydrated, HydrationConfig, SectionInfo, SessionState, hydrate,
 };

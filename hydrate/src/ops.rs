@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use memory_core::{
-    Capability, MemoryBackend, MemoryEntry, MemoryId, MemoryKind, NewMemory, Remembered, Scope,
-    SearchRequest, remember_once, tags,
+    MemoryBackend, MemoryEntry, MemoryId, MemoryKind, NewMemory, Remembered, Scope, SearchRequest,
+    remember_once, tags,
 };
 use prompt_ir::{ContextRequest, Priority, RecencyDecay, ToolDef};
 use serde::Serialize;
@@ -264,14 +264,7 @@ impl Ops {
                 "is empty; say what to look for",
             ));
         }
-        let caps = self.backend.capabilities();
-        let request = if caps.supports(Capability::HybridSearch) {
-            SearchRequest::hybrid(query)
-        } else if caps.supports(Capability::KeywordSearch) {
-            SearchRequest::keyword(query)
-        } else {
-            SearchRequest::semantic(query)
-        };
+        let request = SearchRequest::best(&self.backend.capabilities(), query);
         let now = memory_core::Timestamp::now();
         let mut hits: Vec<_> = self
             .backend

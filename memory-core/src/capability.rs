@@ -34,11 +34,14 @@ pub enum Capability {
     PruneDecay,
     /// Memories survive a restart.
     Persistence,
+    /// The lifecycle of facts: duplicates merged, facts superseded or invalidated, each
+    /// kept with its history (`memory_core::consolidate`, `supersede`, `invalidate`).
+    Lifecycle,
 }
 
 impl Capability {
     /// Every capability, in a stable order.
-    pub const ALL: [Capability; 10] = [
+    pub const ALL: [Capability; 11] = [
         Self::SemanticSearch,
         Self::KeywordSearch,
         Self::HybridSearch,
@@ -49,6 +52,7 @@ impl Capability {
         Self::PruneMaxCount,
         Self::PruneDecay,
         Self::Persistence,
+        Self::Lifecycle,
     ];
 
     /// A short human name.
@@ -64,6 +68,7 @@ impl Capability {
             Self::PruneMaxCount => "max-count pruning",
             Self::PruneDecay => "decay pruning",
             Self::Persistence => "persistence",
+            Self::Lifecycle => "fact lifecycle",
         }
     }
 }
@@ -86,8 +91,8 @@ impl Capabilities {
         Self::default()
     }
 
-    /// What a complete store offers: keyword search, tag and time filters, updates and every
-    /// prune policy, plus semantic and hybrid search when it has an embedder.
+    /// What a complete store offers: keyword search, tag and time filters, updates, every
+    /// prune policy and the fact lifecycle, plus semantic and hybrid search when it has an embedder.
     pub fn full_store(with_embedder: bool) -> Self {
         let base = [
             Capability::KeywordSearch,
@@ -97,6 +102,7 @@ impl Capabilities {
             Capability::PruneTtl,
             Capability::PruneMaxCount,
             Capability::PruneDecay,
+            Capability::Lifecycle,
         ];
         let vectors = [Capability::SemanticSearch, Capability::HybridSearch];
         let extra: &[Capability] = if with_embedder { &vectors } else { &[] };

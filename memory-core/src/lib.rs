@@ -24,6 +24,7 @@ mod entry;
 mod error;
 mod hash_embedder;
 pub mod keyword;
+mod lifecycle;
 mod prune;
 mod query;
 mod remember;
@@ -43,6 +44,9 @@ pub use entry::{
 };
 pub use error::{BoxError, MemoryError, Result};
 pub use hash_embedder::HashingEmbedder;
+pub use lifecycle::{
+    Consolidation, ConsolidationReport, Invalidated, Merged, Superseded, consolidate, invalidate,
+};
 pub use prune::{DecayPolicy, PrunePolicy, PruneReason, PruneReport, decay_strength, plan_prune};
 pub use query::{
     Filter, Fused, HybridWeights, ScoreBreakdown, ScoredMemory, SearchMode, SearchRequest,

@@ -74,6 +74,17 @@ pub struct Filter {
 }
 
 impl Filter {
+    /// Memories as they stood at `at`: created by then and valid then, superseded ones
+    /// included (they may have held at `at`). Needs [`Capability::TimeFilter`].
+    pub fn as_of(at: Timestamp) -> Self {
+        Self {
+            created_before: Some(at.plus(std::time::Duration::from_millis(1))),
+            valid_at: Some(at),
+            include_superseded: true,
+            ..Self::default()
+        }
+    }
+
     /// Whether `entry` passes the filter.
     pub fn matches(&self, entry: &MemoryEntry) -> bool {
         self.tags.as_ref().is_none_or(|q| q.matches(&entry.tags))
@@ -256,6 +267,19 @@ impl SearchRequest {
     /// Hybrid search for `text` with equal weights, top 10.
     pub fn hybrid(text: impl Into<String>) -> Self {
         Self::with_mode(text, SearchMode::Hybrid(HybridWeights::default()))
+    }
+
+    /// The best search `caps` offer for `text`, top 10: hybrid when the store has vectors and
+    /// keywords, else keyword, else semantic (the one rule `recall`, the CLI and the fact
+    /// extractor share).
+    pub fn best(caps: &Capabilities, text: impl Into<String>) -> Self {
+        if caps.supports(Capability::HybridSearch) {
+            Self::hybrid(text)
+        } else if caps.supports(Capability::KeywordSearch) {
+            Self::keyword(text)
+        } else {
+            Self::semantic(text)
+        }
     }
 
     /// Sets the number of hits.

@@ -66,6 +66,8 @@ pub async fn remember_once(
             .limit(CANDIDATES)
             .filter(Filter {
                 kinds: vec![memory.kind],
+                // A fact that no longer holds is not the same as one told again now.
+                valid_at: caps.supports(Capability::TimeFilter).then(Timestamp::now),
                 ..Filter::default()
             })
             .without_access_tracking();

@@ -31,6 +31,7 @@ impl SqliteBackend {
             .without(Capability::PruneTtl)
             .without(Capability::PruneMaxCount)
             .without(Capability::PruneDecay)
+            .without(Capability::Lifecycle)
     }
 
     fn store_name(&self) -> String {

@@ -32,7 +32,8 @@ pub(crate) async fn run(
     let opened = settings.open().await?;
     let agent = Agent::new(opened.store, opened.embedder, args.budget)?
         .with_allocation(settings.allocation.clone())
-        .with_upkeep(args.upkeep.upkeep());
+        .with_upkeep(args.upkeep.upkeep())
+        .with_facts(args.llm.extractor(&model));
     let interactive = std::io::stdin().is_terminal();
     if interactive {
         eprintln!(
@@ -89,6 +90,6 @@ pub(crate) async fn run(
         }
         out.flush()?;
     }
-    agent.finish_upkeep().await;
+    agent.finish_background().await;
     Ok(())
 }

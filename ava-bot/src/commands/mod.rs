@@ -1,6 +1,7 @@
 //! One module per `ava` subcommand.
 
 pub(crate) mod chat;
+pub(crate) mod consolidate;
 pub(crate) mod context;
 pub(crate) mod demo;
 pub(crate) mod forget;
@@ -14,7 +15,7 @@ pub(crate) mod run;
 pub(crate) mod stats;
 
 use anyhow::Context;
-use memory_core::{Capability, DEFAULT_TENANT, MemoryBackend, Scope, SearchRequest};
+use memory_core::{DEFAULT_TENANT, MemoryBackend, Scope, SearchRequest};
 
 /// The scopes a command about `user` works in: `chat`'s, or every chat of the user.
 pub(crate) async fn user_scopes(
@@ -31,14 +32,9 @@ pub(crate) async fn user_scopes(
     })
 }
 
-/// The best search the store offers for `text`: hybrid when it has vectors, else keyword.
+/// The best search the store offers for `text` ([`SearchRequest::best`]).
 pub(crate) fn best_search(store: &dyn MemoryBackend, text: &str, limit: usize) -> SearchRequest {
-    let req = if store.capabilities().supports(Capability::HybridSearch) {
-        SearchRequest::hybrid(text)
-    } else {
-        SearchRequest::keyword(text)
-    };
-    req.limit(limit)
+    SearchRequest::best(&store.capabilities(), text).limit(limit)
 }
 
 /// `text` safe to print on a terminal: control characters (escape sequences that could

@@ -79,7 +79,8 @@ fn policy(max_age: Option<Duration>, max_count: usize, now: Timestamp) -> PruneP
     }
 }
 
-fn reason(r: PruneReason, max_age: Option<Duration>, max_count: usize) -> String {
+/// Why a rule removed a memory, for people.
+pub(crate) fn reason(r: PruneReason, max_age: Option<Duration>, max_count: usize) -> String {
     match r {
         PruneReason::Expired => format!(
             "older than {} days",
@@ -188,7 +189,6 @@ impl UpkeepArgs {
                 max_count: self.prune_max_count,
                 every: self.prune_every,
                 last: Mutex::new(HashMap::new()),
-                running: tokio::sync::Mutex::new(Vec::new()),
             })
         })
     }
@@ -203,47 +203,34 @@ pub(crate) struct Upkeep {
     every: Duration,
     /// When each chat (by scope key) was last pruned by this process.
     last: Mutex<HashMap<String, Instant>>,
-    running: tokio::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl Upkeep {
-    /// Prunes `scope` in the background if it is due.
-    pub(crate) async fn after_exchange(&self, store: &Arc<dyn MemoryBackend>, scope: &Scope) {
-        let due = {
-            let Ok(mut last) = self.last.lock() else {
-                return;
-            };
+    /// Starts pruning `scope` in the background if it is due; the task, if one started.
+    pub(crate) fn after_exchange(
+        &self,
+        store: &Arc<dyn MemoryBackend>,
+        scope: &Scope,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        {
+            let mut last = self.last.lock().ok()?;
             let now = Instant::now();
-            match last.get(&scope.key()) {
-                Some(at) if now.duration_since(*at) < self.every => false,
-                _ => {
-                    last.insert(scope.key(), now);
-                    true
-                }
+            if last
+                .get(&scope.key())
+                .is_some_and(|at| now.duration_since(*at) < self.every)
+            {
+                return None;
             }
-        };
-        if !due {
-            return;
+            last.insert(scope.key(), now);
         }
         let (store, scope) = (Arc::clone(store), scope.clone());
         let policy = policy(self.max_age, self.max_count, Timestamp::now());
-        let task = tokio::spawn(async move {
+        Some(tokio::spawn(async move {
             match store.prune(&scope, &policy).await {
                 Ok(report) => log(&scope, &report),
                 Err(e) => tracing::warn!(scope = %scope, error = %e, "pruning the chat failed"),
             }
-        });
-        let mut running = self.running.lock().await;
-        running.retain(|t| !t.is_finished());
-        running.push(task);
-    }
-
-    /// Waits for the prunes under way (before a one-shot process exits).
-    pub(crate) async fn finish(&self) {
-        let tasks = std::mem::take(&mut *self.running.lock().await);
-        for t in tasks {
-            let _ = t.await;
-        }
+        }))
     }
 }
 

@@ -44,7 +44,8 @@ pub(crate) async fn run(
     let opened = settings.open().await?;
     let agent = Agent::new(opened.store, opened.embedder, args.budget)?
         .with_allocation(settings.allocation.clone())
-        .with_upkeep(args.upkeep.upkeep());
+        .with_upkeep(args.upkeep.upkeep())
+        .with_facts(args.llm.extractor(&model));
     let bot = make_bot(token, args.telegram_api_url.as_deref(), Limits::default())?;
     tracing::info!(
         embedder = %opened.embedder_note,
@@ -52,8 +53,10 @@ pub(crate) async fn run(
         allow_list = allow.as_ref().map(BTreeSet::len),
         "starting the bot; Ctrl-C stops it"
     );
+    let background = agent.clone();
     let state = Arc::new(BotState::new(agent, model, allow));
     crate::bot::run(bot, state).await?;
+    background.finish_background().await;
     writeln!(out, "stopped")?;
     Ok(())
 }

@@ -278,3 +278,134 @@ fn turn_stored(turn: &crate::agent::Turn) {
         panic!("the turn was not stored: {e:#}");
     }
 }
+
+/// Answers a fact decision call by finding the labels of the facts it is told about in the
+/// request (their order depends on search ranking).
+struct Decide;
+
+impl wiremock::Respond for Decide {
+    fn respond(&self, request: &wiremock::Request) -> ResponseTemplate {
+        let body: Value = serde_json::from_slice(&request.body).unwrap();
+        let data = body["messages"][1]["content"].as_str().unwrap().to_owned();
+        let label = |text: &str| {
+            data.lines()
+                .find(|l| l.ends_with(text))
+                .and_then(|l| l.split(':').next())
+                .unwrap_or("missing")
+                .to_owned()
+        };
+        let decisions = json!({"decisions": [
+            {"new": label("I sold my bike."), "op": "ADD"},
+            {"op": "INVALIDATE", "existing": label("I own a red bike."), "reason": "sold"},
+            {"new": label("I started learning Welsh."), "op": "ADD"},
+        ]});
+        ResponseTemplate::new(200).set_body_json(openai_response(
+            json!({"role": "assistant", "content": decisions.to_string()}),
+        ))
+    }
+}
+
+#[tokio::test]
+async fn learned_facts_are_added_ended_and_not_repeated() {
+    use hydrate::{Exchange, FactExtractor};
+    use memory_core::{Filter, MemoryKind, NewMemory, Timestamp};
+
+    let server = MockServer::start().await;
+    let facts = json!({"facts": ["I sold my bike.", "I work at Acme.", "i work at acme", "I started learning Welsh."]});
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .and(wiremock::matchers::body_string_contains("<conversation>"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(openai_response(
+            json!({"role": "assistant", "content": format!("```json\n{facts}\n```")}),
+        )))
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .and(wiremock::matchers::body_string_contains("<new-facts>"))
+        .respond_with(Decide)
+        .mount(&server)
+        .await;
+    let model: Arc<dyn ChatModel> = Arc::new(
+        OpenAiChat::new(
+            &format!("{}/v1", server.uri()),
+            "gpt-test",
+            &Secret::default(),
+            LONG,
+        )
+        .unwrap(),
+    );
+    let backend = InMemoryBackend::new(Some(Arc::new(HashingEmbedder::new(64).unwrap())));
+    let scope = Scope::for_user("1").unwrap().in_chat("2").unwrap();
+    let fact = |t: &str| NewMemory::new(t).with_kind(MemoryKind::Fact);
+    let t0 = Timestamp::parse_rfc3339("2026-03-01T10:00:00Z").unwrap();
+    let bike = backend
+        .store(&scope, fact("I own a red bike.").at(t0))
+        .await
+        .unwrap();
+    let acme = backend
+        .store(&scope, fact("I work at Acme.").at(t0))
+        .await
+        .unwrap();
+    let at = Timestamp::parse_rfc3339("2026-03-02T10:00:00Z").unwrap();
+    let exchange = Exchange {
+        user: "Sold my bike <finally>; I still work at Acme, and I started Welsh lessons!",
+        assistant: Some("Congratulations!"),
+        at,
+        source: "test",
+    };
+    let report = FactExtractor::new(model)
+        .learn(&backend, &scope, exchange)
+        .await
+        .unwrap();
+    assert_eq!(report.added.len(), 2, "{report:?}");
+    assert_eq!(report.invalidated.len(), 1, "{report:?}");
+    assert_eq!(report.invalidated[0].id, bike.id);
+    assert_eq!(report.invalidated[0].why, "sold");
+    assert!(report.superseded.is_empty() && report.failed.is_empty());
+
+    let current = Filter {
+        kinds: vec![MemoryKind::Fact],
+        valid_at: Some(at),
+        ..Filter::default()
+    };
+    let mut now: Vec<String> = backend
+        .recent(&scope, 10, &current)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.content)
+        .collect();
+    now.sort();
+    assert_eq!(
+        now,
+        [
+            "I sold my bike.",
+            "I started learning Welsh.",
+            "I work at Acme."
+        ],
+        "Acme is neither repeated nor replaced"
+    );
+    let ended = backend.get(&scope, bike.id).await.unwrap();
+    assert_eq!(ended.valid_until, Some(at), "ended, not deleted");
+    assert_eq!(
+        backend.get(&scope, acme.id).await.unwrap().valid_until,
+        None
+    );
+    let learned = backend.get(&scope, report.added[0]).await.unwrap();
+    assert_eq!(learned.created_at, at);
+    assert_eq!(learned.source.as_deref(), Some("test"));
+
+    // The conversation reached the model escaped, inside its data block.
+    let sent = bodies(&server.received_requests().await.unwrap());
+    let data = sent[0]["messages"][1]["content"].as_str().unwrap();
+    assert!(
+        data.starts_with("<conversation>\nuser: Sold my bike &lt;finally&gt;;"),
+        "{data}"
+    );
+    assert!(
+        data.ends_with("assistant: Congratulations!\n</conversation>"),
+        "{data}"
+    );
+    assert_eq!(sent.len(), 2, "one extraction, one decision");
+}

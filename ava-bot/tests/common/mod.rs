@@ -19,6 +19,7 @@ pub(crate) fn command(db: impl AsRef<OsStr>) -> Command {
         .env_remove("AVA_LLM")
         .env_remove("AVA_LLM_URL")
         .env_remove("AVA_LLM_MODEL")
+        .env_remove("AVA_NO_FACTS")
         .env_remove("AVA_ALLOW_USERS")
         .env_remove("OPENAI_API_KEY")
         .current_dir(env!("CARGO_TARGET_TMPDIR"));

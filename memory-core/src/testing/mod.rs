@@ -246,6 +246,7 @@ macro_rules! __conformance_tests {
             prune_dry_run_reports_what_a_run_removes,
             remembering_a_fact_twice_keeps_one,
             superseding_keeps_the_history,
+            consolidation_merges_duplicates_and_keeps_the_history,
             recall_bumps_access_counts,
             superseded_memories_are_hidden_by_default,
             foreign_scope_ids_are_not_found,

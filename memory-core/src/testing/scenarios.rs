@@ -991,6 +991,150 @@ pub async fn superseding_keeps_the_history(cx: Ctx) -> Outcome {
     Outcome::Passed
 }
 
+/// The lifecycle capability: consolidation folds facts that say the same thing into the
+/// oldest (tags and pinning kept), deletes nothing, reports ids and why, and a dry run plans
+/// the same without changing anything; an invalidated fact leaves the current facts but is
+/// still there `as_of` a time it held; a backend without the capability says so.
+pub async fn consolidation_merges_duplicates_and_keeps_the_history(cx: Ctx) -> Outcome {
+    let b = &*cx.backend;
+    let s = scope("lin", Some("home"));
+    if !b.capabilities().supports(Capability::Lifecycle) {
+        let r = crate::consolidate(b, &s, &crate::Consolidation::new()).await;
+        assert!(
+            matches!(
+                r,
+                Err(MemoryError::Unsupported {
+                    capability: Capability::Lifecycle,
+                    ..
+                })
+            ),
+            "a backend without the capability refuses: {r:?}"
+        );
+        return Outcome::Skipped(Capability::Lifecycle);
+    }
+    let fact = |text: &str, at: Timestamp| NewMemory::new(text).with_kind(MemoryKind::Fact).at(at);
+    let first = b
+        .store(
+            &s,
+            fact("My sister lives in Lyon.", t0()).with_tag(tag("family")),
+        )
+        .await
+        .unwrap();
+    let second = b
+        .store(
+            &s,
+            fact("my sister lives in  lyon", t0().plus(DAY)).with_tag(tag("city")),
+        )
+        .await
+        .unwrap();
+    let third = b
+        .store(&s, fact("My sister lives in Lyon!", t0().plus(DAY * 2)))
+        .await
+        .unwrap();
+    let other = b
+        .store(&s, fact("My brother lives in Lyon.", t0()))
+        .await
+        .unwrap();
+    // A chat message with the same words is not a fact and stays as it is.
+    b.store(&s, NewMemory::new("my sister lives in lyon").at(t0()))
+        .await
+        .unwrap();
+    let now = t0().plus(DAY * 3);
+    let what = crate::Consolidation {
+        now,
+        ..crate::Consolidation::new()
+    };
+
+    let plan = crate::consolidate(
+        b,
+        &s,
+        &crate::Consolidation {
+            dry_run: true,
+            ..what
+        },
+    )
+    .await
+    .unwrap();
+    assert!(plan.dry_run);
+    assert_eq!(plan.merged.len(), 1, "{plan:?}");
+    assert_eq!(plan.merged[0].kept, first.id, "the oldest is kept");
+    let mut folded = plan.merged[0].merged.clone();
+    folded.sort();
+    let mut expected = vec![second.id, third.id];
+    expected.sort();
+    assert_eq!(folded, expected);
+    assert!(!plan.merged[0].why.is_empty());
+    assert!(
+        b.get(&s, second.id).await.unwrap().superseded_by.is_none(),
+        "a dry run changes nothing"
+    );
+
+    let done = crate::consolidate(b, &s, &what).await.unwrap();
+    assert!(!done.dry_run);
+    assert_eq!(done.merged, plan.merged, "the run does what the plan said");
+    assert_eq!(b.count(&s).await.unwrap(), 5, "nothing deleted");
+    let kept = b.get(&s, first.id).await.unwrap();
+    assert_eq!(kept.tags, tags(["family", "city"]).unwrap(), "tags joined");
+    for id in [second.id, third.id] {
+        let gone = b.get(&s, id).await.unwrap();
+        assert_eq!(gone.superseded_by, Some(first.id));
+        assert_eq!(gone.valid_until, Some(now));
+    }
+    let facts = Filter {
+        kinds: vec![MemoryKind::Fact],
+        ..Filter::default()
+    };
+    let mut current = ids(&b.recent(&s, 10, &facts).await.unwrap());
+    current.sort();
+    let mut expected = vec![first.id, other.id];
+    expected.sort();
+    assert_eq!(
+        current, expected,
+        "one sister fact and the brother fact remain"
+    );
+    let again = crate::consolidate(b, &s, &what).await.unwrap();
+    assert!(again.is_empty(), "a second run finds nothing: {again:?}");
+
+    // Invalidation: the fact leaves the current facts and stays in the past.
+    let later = now.plus(DAY);
+    crate::invalidate(b, &s, other.id, later).await.unwrap();
+    if b.capabilities().supports(Capability::TimeFilter) {
+        let valid = Filter {
+            valid_at: Some(later.plus(DAY)),
+            ..facts.clone()
+        };
+        assert_eq!(
+            ids(&b.recent(&s, 10, &valid).await.unwrap()),
+            vec![first.id]
+        );
+        let back_then = Filter {
+            kinds: vec![MemoryKind::Fact],
+            ..Filter::as_of(now)
+        };
+        let mut then = ids(&b.recent(&s, 10, &back_then).await.unwrap());
+        then.sort();
+        assert_eq!(then, expected, "as of before the invalidation it held");
+        let before_any = Filter {
+            kinds: vec![MemoryKind::Fact],
+            ..Filter::as_of(t0().plus(DAY / 2))
+        };
+        let mut early = ids(&b.recent(&s, 10, &before_any).await.unwrap());
+        early.sort();
+        let mut firsts = vec![first.id, other.id];
+        firsts.sort();
+        assert_eq!(
+            early, firsts,
+            "as of the first day, only the first two existed"
+        );
+    }
+    assert_invalid(
+        crate::invalidate(b, &s, other.id, later.plus(DAY)).await,
+        "invalidate",
+    );
+    assert_eq!(b.count(&s).await.unwrap(), 5, "still nothing deleted");
+    Outcome::Passed
+}
+
 /// Search hits count as recalled; `get` and untracked searches do not.
 pub async fn recall_bumps_access_counts(cx: Ctx) -> Outcome {
     let caps = cx.backend.capabilities();
