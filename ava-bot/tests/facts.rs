@@ -406,4 +406,17 @@ async fn consolidate_folds_a_fact_stored_twice_and_keeps_the_copy_in_the_history
     );
     let d = db.clone();
     assert_eq!(blocking(move || count(&d)).await, 2, "nothing deleted");
+
+    // A merge can be undone.
+    let (d, c) = (db.clone(), copy.clone());
+    let back =
+        blocking(move || ok(ava(&d, &["consolidate", "--user", "42", "--restore", &c]))).await;
+    assert!(back.contains("current again"), "{back}");
+    let d = db.clone();
+    assert_eq!(
+        blocking(move || current_facts(&d, "sister Lyon"))
+            .await
+            .len(),
+        2
+    );
 }

@@ -653,5 +653,27 @@ async fn a_fact_that_changed_replaces_the_old_one() {
         history.contains("My cat is called Pixel") && history.contains("[current] We renamed"),
         "{history}"
     );
+    // As of when Pixel was told, Pixel was the fact; before anything, nothing was.
+    let told = history.split_whitespace().next().unwrap();
+    let then = data(&call(&client, "recall", json!({"query": "cat", "as_of": told})).await);
+    assert!(
+        contents(&then).contains(&"My cat is called Pixel".to_owned()),
+        "{then}"
+    );
+    let before = data(
+        &call(
+            &client,
+            "recall",
+            json!({"query": "cat", "as_of": "2000-01-01"}),
+        )
+        .await,
+    );
+    assert!(contents(&before).is_empty(), "{before}");
+    let bad = call(&client, "recall", json!({"query": "cat", "as_of": "soon"})).await;
+    assert!(
+        tool_error(&bad).contains("expected a date"),
+        "{}",
+        text(&bad)
+    );
     client.cancel().await.unwrap();
 }

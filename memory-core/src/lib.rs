@@ -46,6 +46,7 @@ pub use error::{BoxError, MemoryError, Result};
 pub use hash_embedder::HashingEmbedder;
 pub use lifecycle::{
     Consolidation, ConsolidationReport, Invalidated, Merged, Superseded, consolidate, invalidate,
+    restore,
 };
 pub use prune::{DecayPolicy, PrunePolicy, PruneReason, PruneReport, decay_strength, plan_prune};
 pub use query::{

@@ -1,12 +1,15 @@
 //! `ava consolidate`: fold a user's facts that say the same thing into one (the oldest keeps
-//! the others' tags and pinning; the others stay in its history, no longer current), then
-//! optionally prune as `ava prune` does; `--dry-run` lists what would change.
+//! the others' tags and pinning; the others stay in its history, no longer current), with
+//! `--similar` also facts of nearly the same meaning, then optionally prune as `ava prune`
+//! does; `--dry-run` lists what would change, `--restore ID` undoes a merge.
 
 use std::io::Write;
 use std::time::Duration;
 
 use anyhow::Context;
-use memory_core::{Consolidation, MemoryBackend, MemoryId, PrunePolicy, Scope, Timestamp};
+use memory_core::{
+    Consolidation, MemoryBackend, MemoryError, MemoryId, PrunePolicy, Scope, Timestamp,
+};
 
 use crate::agent::preview;
 use crate::commands::prune::{parse_age, reason};
@@ -27,9 +30,17 @@ pub(crate) struct Args {
     /// Also keep at most this many memories per chat, removing the oldest first.
     #[arg(long)]
     max_count: Option<usize>,
+    /// Also fold facts whose meaning is nearly the same: the cosine similarity of their
+    /// vectors at least this (0.95 is cautious; see BENCHMARKS.md) [default: exact
+    /// duplicates only].
+    #[arg(long)]
+    similar: Option<f32>,
     /// List what would change, and why; change nothing.
     #[arg(long)]
     dry_run: bool,
+    /// Make this merged (or ended) memory current again, and do nothing else.
+    #[arg(long, value_name = "ID", conflicts_with_all = ["dry_run", "similar", "max_age", "max_count"])]
+    restore: Option<String>,
 }
 
 async fn describe(store: &dyn MemoryBackend, scope: &Scope, id: MemoryId) -> String {
@@ -50,6 +61,24 @@ pub(crate) async fn run(
     let opened = settings.open_existing().await?;
     let store = &*opened.store;
     let scopes = super::user_scopes(store, &args.user, args.chat.as_deref()).await?;
+    if let Some(id) = &args.restore {
+        let id: MemoryId = id.parse()?;
+        for scope in &scopes {
+            match memory_core::restore(store, scope, id).await {
+                Ok(m) => {
+                    let text = terminal_safe(&preview(&m.content, 60), false);
+                    writeln!(
+                        out,
+                        "restored {id} \"{text}\" in {scope}; it is current again"
+                    )?;
+                    return Ok(());
+                }
+                Err(MemoryError::NotFound { .. }) => continue,
+                Err(e) => return Err(e).context("restore the memory"),
+            }
+        }
+        anyhow::bail!("user {} has no memory {id}", args.user);
+    }
     let now = Timestamp::now();
     let prune = (args.max_age.is_some() || args.max_count.is_some()).then(|| PrunePolicy {
         max_age: args.max_age,
@@ -59,6 +88,7 @@ pub(crate) async fn run(
     });
     let what = Consolidation {
         prune,
+        similar: args.similar,
         dry_run: args.dry_run,
         now,
         ..Consolidation::new()

@@ -19,7 +19,7 @@ pub(crate) struct Args {
     json: bool,
     /// Search the memories as they stood then: a date (`2026-03-01`, the end of that day,
     /// UTC) or an RFC 3339 time; replaced and ended facts that held then are found.
-    #[arg(long, value_parser = parse_as_of)]
+    #[arg(long, value_parser = super::parse_as_of)]
     as_of: Option<Timestamp>,
     /// What to look for.
     query: String,
@@ -76,34 +76,4 @@ pub(crate) async fn run(
         )?;
     }
     Ok(())
-}
-
-/// Reads `2026-03-01` (the end of that day, UTC) or an RFC 3339 time.
-fn parse_as_of(text: &str) -> Result<Timestamp, String> {
-    let text = text.trim();
-    if let Ok(day) = chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d") {
-        let end = day
-            .and_hms_milli_opt(23, 59, 59, 999)
-            .ok_or_else(|| format!("`{text}`: not a day"))?;
-        return Timestamp::from_millis(end.and_utc().timestamp_millis())
-            .ok_or_else(|| format!("`{text}`: out of range"));
-    }
-    Timestamp::parse_rfc3339(text).map_err(|_| {
-        format!("`{text}`: expected a date (2026-03-01) or an RFC 3339 time (2026-03-01T09:30:00Z)")
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn as_of_reads_days_and_times() {
-        let day = parse_as_of("2026-03-01").unwrap();
-        assert_eq!(day.to_string(), "2026-03-01T23:59:59.999Z");
-        let t = parse_as_of("2026-03-01T09:30:00Z").unwrap();
-        assert_eq!(t.to_string(), "2026-03-01T09:30:00.000Z");
-        let e = parse_as_of("last week").unwrap_err();
-        assert!(e.contains("expected a date"), "{e}");
-    }
 }

@@ -173,6 +173,10 @@ struct RecallArgs {
     /// How to search: `auto` (default), `hybrid`, `keyword` or `semantic`.
     #[serde(default)]
     mode: Option<Mode>,
+    /// Search the memories as they stood at this time: a date (`2026-03-01`, the end of that
+    /// day, UTC) or an RFC 3339 time. Facts replaced or ended since, that held then, are found.
+    #[serde(default)]
+    as_of: Option<String>,
 }
 
 /// Arguments of `forget`.
@@ -539,6 +543,12 @@ impl AvaMcp {
             Mode::Hybrid => SearchRequest::hybrid(a.query.as_str()).limit(limit),
             Mode::Keyword => SearchRequest::keyword(a.query.as_str()).limit(limit),
             Mode::Semantic => SearchRequest::semantic(a.query.as_str()).limit(limit),
+        };
+        let request = match a.as_of.as_deref() {
+            Some(at) => request.filter(memory_core::Filter::as_of(
+                crate::commands::parse_as_of(at).map_err(|e| anyhow::anyhow!("`as_of` {e}"))?,
+            )),
+            None => request,
         };
         let ran = match request.mode {
             memory_core::SearchMode::Hybrid(_) => "hybrid",

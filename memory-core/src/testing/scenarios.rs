@@ -1132,7 +1132,64 @@ pub async fn consolidation_merges_duplicates_and_keeps_the_history(cx: Ctx) -> O
         "invalidate",
     );
     assert_eq!(b.count(&s).await.unwrap(), 5, "still nothing deleted");
+
+    // Restoring undoes a merge and an ending.
+    for id in [third.id, other.id] {
+        let back = crate::restore(b, &s, id).await.unwrap();
+        assert!(back.superseded_by.is_none() && back.valid_until.is_none());
+    }
+    assert_invalid(crate::restore(b, &s, other.id).await, "restore");
+
+    if b.capabilities().supports(Capability::SemanticSearch) {
+        similar_facts_merge_above_the_threshold_only(b).await;
+    }
     Outcome::Passed
+}
+
+/// Near-duplicate merging, with the threshold set just above and just below the measured
+/// similarity of two facts (so it holds for any embedder).
+async fn similar_facts_merge_above_the_threshold_only(b: &dyn MemoryBackend) {
+    let s = scope("lin", Some("tea"));
+    let fact = |text: &str, at: Timestamp| NewMemory::new(text).with_kind(MemoryKind::Fact).at(at);
+    let old = b
+        .store(&s, fact("I drink green tea every morning", t0()))
+        .await
+        .unwrap();
+    let new = b
+        .store(&s, fact("Every morning I drink green tea", t0().plus(DAY)))
+        .await
+        .unwrap();
+    let far = b
+        .store(&s, fact("My bicycle needs new brakes", t0().plus(DAY)))
+        .await
+        .unwrap();
+    let hits = b
+        .search(&s, &SearchRequest::semantic(new.content.clone()).limit(3))
+        .await
+        .unwrap();
+    let sim = hits
+        .iter()
+        .find(|h| h.entry.id == old.id)
+        .and_then(|h| h.breakdown.semantic)
+        .expect("the older fact is a neighbour");
+    let now = t0().plus(DAY * 2);
+    let with = |min: f32| crate::Consolidation {
+        similar: Some(min),
+        now,
+        ..crate::Consolidation::new()
+    };
+    if sim + 0.001 <= 1.0 {
+        let none = crate::consolidate(b, &s, &with(sim + 0.001)).await.unwrap();
+        assert!(none.merged.is_empty(), "{none:?}");
+    }
+    let done = crate::consolidate(b, &s, &with(sim - 0.001)).await.unwrap();
+    assert_eq!(done.merged.len(), 1, "{done:?}");
+    assert_eq!(done.merged[0].kept, old.id, "folded into the older");
+    assert_eq!(done.merged[0].merged, vec![new.id]);
+    assert!(done.merged[0].why.contains("cosine similarity"));
+    assert_eq!(b.get(&s, new.id).await.unwrap().superseded_by, Some(old.id));
+    assert!(b.get(&s, far.id).await.unwrap().superseded_by.is_none());
+    assert_invalid(crate::consolidate(b, &s, &with(1.5)).await, "similar");
 }
 
 /// Search hits count as recalled; `get` and untracked searches do not.

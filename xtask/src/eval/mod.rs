@@ -3,6 +3,7 @@
 
 mod cache;
 mod context;
+mod duplicates;
 mod locomo;
 
 use clap::{Args as ClapArgs, Subcommand, ValueEnum};
@@ -18,6 +19,9 @@ pub(crate) struct Args {
 enum Dataset {
     /// Retrieval-only evaluation on LoCoMo-format data (recall@k of the evidence turns).
     Locomo(locomo::Args),
+    /// How many facts near-duplicate merging (`ava consolidate --similar`) would fold on
+    /// LoCoMo-format data, with sample pairs to judge.
+    Duplicates(duplicates::Args),
 }
 
 /// Which backend stores the memories under test.
@@ -58,5 +62,6 @@ pub(crate) fn local_embedder() -> anyhow::Result<memory_core::embedders::LocalEm
 pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
     match &args.dataset {
         Dataset::Locomo(a) => locomo::run(a),
+        Dataset::Duplicates(a) => duplicates::run(a),
     }
 }
