@@ -1,7 +1,9 @@
 //! Retrieval benches for the SQLite store: durable bulk ingest with precomputed 384-d
 //! vectors, and top-10 semantic / keyword / hybrid search in one scope at 10k and 100k
-//! memories over 100 scopes, and one scope of 1M memories (`AVA_BENCH_CASES=1m`; slow to
-//! build, so not in the default set `ingest,10k,100k`).
+//! memories over 100 scopes, one scope of 100k memories (`100k1`: a big chat) and one of
+//! 1M (`1m`; slow to build); the default set is `ingest,10k,100k`. Each search case also
+//! prints the store's footprint (file bytes against raw vector and text bytes) and the time
+//! of a new process's first query (open the store, search a scope not yet in memory).
 //!
 //! Criterion measures each case; a second pass times single queries and prints
 //! `ava-bench: percentiles <name> p50=<ms> p95=<ms> n=<queries>` lines, and the bytes a
@@ -130,6 +132,18 @@ fn bench_search(
     let default_mib = SqliteConfig::default().vector_cache_mib;
     measure(c, rt, &store, &queries, per_scope, label, default_mib);
     store.close();
+    footprint(dir.path(), n, label);
+    // A new process's first query: open the store, search a scope whose block is not loaded.
+    for (i, q) in queries.iter().take(3).enumerate() {
+        let t = Instant::now();
+        let store = rt.block_on(open(dir.path()));
+        black_box(rt.block_on(store.search(&q.scope, &q.semantic())).unwrap());
+        println!(
+            "ava-bench: note sqlite/search_top10/{label}/semantic cold open + first query #{i} {:.3}s",
+            t.elapsed().as_secs_f64()
+        );
+        store.close();
+    }
     if let Some(mib) = big_cache_mib {
         let config = SqliteConfig {
             vector_cache_mib: mib,
@@ -148,6 +162,28 @@ fn bench_search(
         measure(c, rt, &store, &queries, per_scope, &label, mib);
         store.close();
     }
+}
+
+/// The store file's size against the raw data it holds: the vectors (4 bytes a float) and
+/// the text (content and context), as `ava-bench: footprint` lines.
+fn footprint(dir: &std::path::Path, n: usize, label: &str) {
+    let path = dir.join("bench.db");
+    let file = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    let conn =
+        rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    let text: i64 = conn
+        .query_row(
+            "SELECT coalesce(sum(length(CAST(content AS BLOB)) + coalesce(length(CAST(context AS BLOB)), 0)), 0) FROM memories",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let raw = (n * DIMS * 4) as u64 + text as u64;
+    println!(
+        "ava-bench: footprint sqlite/{label} file={file} raw={raw} ratio={:.2}",
+        file as f64 / raw as f64
+    );
 }
 
 /// Criterion and single-call percentiles for semantic, keyword and hybrid top-10 queries.
@@ -223,7 +259,7 @@ fn main() {
         .build()
         .unwrap();
     let mut c = Criterion::default().configure_from_args();
-    // `AVA_BENCH_CASES` picks cases (comma separated): ingest, 10k, 100k, 1m.
+    // `AVA_BENCH_CASES` picks cases (comma separated): ingest, 10k, 100k, 100k1, 1m.
     let cases = std::env::var("AVA_BENCH_CASES").unwrap_or_else(|_| "ingest,10k,100k".into());
     let on = |name: &str| {
         cases
@@ -238,6 +274,10 @@ fn main() {
     }
     if on("100k") {
         bench_search(&mut c, &rt, 100_000, SCOPES, "100k_in_100_scopes", None);
+    }
+    if on("100k1") {
+        // One chat of 100k memories: what a new process's first search there costs.
+        bench_search(&mut c, &rt, 100_000, 1, "100k_in_1_scope", None);
     }
     if on("1m") {
         // Default config (the scope does not fit the cache: sqlite-vec KNN), then reopened

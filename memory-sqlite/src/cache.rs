@@ -6,7 +6,7 @@
 //! update or drop the affected blocks; writes by any other connection (another process)
 //! change SQLite's `data_version`, which is checked before every use and clears the cache.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use rusqlite::{Connection, OptionalExtension};
 
@@ -34,7 +34,12 @@ pub(crate) struct VectorCache {
     clock: u64,
     blocks: HashMap<i64, Block>,
     data_version: Option<i64>,
+    /// Scopes searched once by streaming (see [`VectorCache::scan`]).
+    streamed: HashSet<i64>,
 }
+
+/// Scopes at least this big are streamed on their first search instead of loaded.
+pub(crate) const STREAM_FIRST: usize = 10_000;
 
 /// Dot product with eight independent accumulators, so the compiler can keep them in SIMD
 /// lanes without reordering a single sum. The portable path (SSE2 on x86_64).
@@ -108,10 +113,17 @@ fn dot_fn() -> fn(&[f32], &[f32]) -> f32 {
     dot_portable
 }
 
+/// Appends `v` scaled to unit length (zero stays zero): one SIMD dot and one division.
+fn extend_unit(out: &mut Vec<f32>, v: &[f32], dot: fn(&[f32], &[f32]) -> f32) {
+    let norm = dot(v, v).sqrt();
+    let inv = if norm > 0.0 { 1.0 / norm } else { 0.0 };
+    out.extend(v.iter().map(|x| x * inv));
+}
+
 fn unit(v: &[f32]) -> Vec<f32> {
-    let mut v = v.to_vec();
-    memory_core::normalize(&mut v);
-    v
+    let mut out = Vec::with_capacity(v.len());
+    extend_unit(&mut out, v, dot_fn());
+    out
 }
 
 impl VectorCache {
@@ -123,6 +135,7 @@ impl VectorCache {
             clock: 0,
             blocks: HashMap::new(),
             data_version: None,
+            streamed: HashSet::new(),
         }
     }
 
@@ -176,7 +189,14 @@ impl VectorCache {
     }
 
     /// Similarity of `query` to every vector of the scope (unordered), or `None` when the
-    /// scope's block does not fit the budget (the caller then asks vec0).
+    /// chunks cannot be read directly and the block does not fit the budget (the caller
+    /// then asks vec0).
+    ///
+    /// A scope of at least [`STREAM_FIRST`] vectors is not loaded on its first search in
+    /// this process: that search streams over vec0's chunks without keeping them (a
+    /// one-shot `ava recall` then pays no allocation for a block it never reuses); the
+    /// second search loads the block. A scope too big for the budget is always streamed.
+    /// Both paths compute the same similarities, to the bit.
     pub(crate) fn scan(
         &mut self,
         conn: &Connection,
@@ -184,13 +204,20 @@ impl VectorCache {
         query: &[f32],
         vector_count: usize,
     ) -> rusqlite::Result<Option<Vec<(i64, f32)>>> {
-        let need = vector_count * (self.dims * 4 + 8);
-        if need > self.budget || query.len() != self.dims {
+        if query.len() != self.dims {
             return Ok(None);
+        }
+        let q = unit(query);
+        let need = vector_count * (self.dims * 4 + 8);
+        let loaded = self.blocks.contains_key(&scope_id);
+        if need > self.budget
+            || (!loaded && vector_count >= STREAM_FIRST && self.streamed.insert(scope_id))
+        {
+            return Ok(self.stream_chunks(conn, scope_id, &q));
         }
         self.clock += 1;
         let clock = self.clock;
-        if !self.blocks.contains_key(&scope_id) {
+        if !loaded {
             self.evict_to(self.budget.saturating_sub(need));
             let block = self.load(conn, scope_id, clock)?;
             self.used += block.bytes();
@@ -200,7 +227,6 @@ impl VectorCache {
             return Ok(None);
         };
         block.last_used = clock;
-        let q = unit(query);
         let dot = dot_fn();
         let hits: Vec<(i64, f32)> = block
             .pks
@@ -211,14 +237,129 @@ impl VectorCache {
         Ok(Some(hits))
     }
 
+    /// `unit_query`'s similarity to every vector of the scope, read from vec0's chunks
+    /// without keeping them; `None` as for [`Self::read_chunks`].
+    fn stream_chunks(
+        &self,
+        conn: &Connection,
+        scope_id: i64,
+        unit_query: &[f32],
+    ) -> Option<Vec<(i64, f32)>> {
+        let dot = dot_fn();
+        let mut scratch = Vec::with_capacity(self.dims);
+        let mut hits = Vec::new();
+        self.read_chunks(conn, scope_id, |id, v| {
+            scratch.clear();
+            extend_unit(&mut scratch, v, dot);
+            hits.push((id, dot(unit_query, &scratch)));
+        })?;
+        Some(hits)
+    }
+
+    /// The scope's vectors: read from vec0's chunk tables in bulk (a 100k-vector scope in
+    /// one pass over ~1,600 blobs), or, should those not look as this build of sqlite-vec
+    /// lays them out, one rowid lookup per vector.
     fn load(&self, conn: &Connection, scope_id: i64, clock: u64) -> rusqlite::Result<Block> {
-        // vec0 serves rowid lookups directly; a partition filter alone would scan the table.
+        if let Some(block) = self.load_chunks(conn, scope_id, clock) {
+            return Ok(block);
+        }
         let mut pks_stmt = conn.prepare_cached(
             "SELECT pk FROM memories WHERE scope_id = ?1 AND embedded = 1 ORDER BY pk",
         )?;
         let pks: Vec<i64> = pks_stmt
             .query_map([scope_id], |r| r.get(0))?
             .collect::<rusqlite::Result<_>>()?;
+        self.load_by_rowid(conn, pks, clock)
+    }
+
+    /// The scope's block from vec0's chunks (see [`Self::read_chunks`]).
+    fn load_chunks(&self, conn: &Connection, scope_id: i64, clock: u64) -> Option<Block> {
+        let dot = dot_fn();
+        let mut pks = Vec::new();
+        let mut vecs = Vec::new();
+        self.read_chunks(conn, scope_id, |id, v| {
+            if pks.is_empty() {
+                // Sized on the first vector: most calls load the whole scope.
+                vecs.reserve(v.len() * 64);
+            }
+            extend_unit(&mut vecs, v, dot);
+            pks.push(id);
+        })?;
+        Some(Block {
+            pks,
+            vecs,
+            last_used: clock,
+        })
+    }
+
+    /// Reads the partition's chunks of vec0's shadow tables directly (`memory_vec_chunks`:
+    /// slot validity bits and rowids; `memory_vec_vector_chunks00`: the vectors) and hands
+    /// each stored vector to `each`. `None` when anything is not as expected (another
+    /// sqlite-vec layout, a rowid twice, fewer or more vectors than the scope has embedded
+    /// memories): the caller then falls back to vec0's own queries, so what it gets is
+    /// every embedded memory of the scope, or nothing.
+    fn read_chunks(
+        &self,
+        conn: &Connection,
+        scope_id: i64,
+        mut each: impl FnMut(i64, &[f32]),
+    ) -> Option<()> {
+        // Both counts come from indexes (the scope index, the partial index of memories
+        // without a vector), without visiting a row.
+        let expected: i64 = conn
+            .prepare_cached(
+                "SELECT (SELECT count(*) FROM memories WHERE scope_id = ?1) \
+                      - (SELECT count(*) FROM memories WHERE scope_id = ?1 AND embedded = 0)",
+            )
+            .ok()?
+            .query_row([scope_id], |r| r.get(0))
+            .ok()?;
+        let expected = usize::try_from(expected).ok()?;
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT c.size, c.validity, c.rowids, v.vectors FROM memory_vec_chunks c \
+                 JOIN memory_vec_vector_chunks00 v ON v.rowid = c.chunk_id \
+                 WHERE c.partition00 = ?1",
+            )
+            .ok()?;
+        let mut rows = stmt.query([scope_id]).ok()?;
+        let width = self.dims * 4;
+        let mut seen = HashSet::with_capacity(expected);
+        let mut v = vec![0f32; self.dims];
+        while let Some(row) = rows.next().ok()? {
+            let size = usize::try_from(row.get::<_, i64>(0).ok()?).ok()?;
+            let validity = row.get_ref(1).ok()?.as_blob().ok()?;
+            let rowids = row.get_ref(2).ok()?.as_blob().ok()?;
+            let vectors = row.get_ref(3).ok()?.as_blob().ok()?;
+            if validity.len() * 8 < size || rowids.len() < size * 8 || vectors.len() < size * width
+            {
+                return None;
+            }
+            for slot in 0..size {
+                if validity[slot / 8] >> (slot % 8) & 1 == 0 {
+                    continue;
+                }
+                let id = i64::from_le_bytes(rowids[slot * 8..slot * 8 + 8].try_into().ok()?);
+                if !seen.insert(id) || seen.len() > expected {
+                    return None;
+                }
+                let raw = &vectors[slot * width..(slot + 1) * width];
+                for (x, c) in v.iter_mut().zip(raw.chunks_exact(4)) {
+                    *x = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                }
+                each(id, &v);
+            }
+        }
+        (seen.len() == expected).then_some(())
+    }
+
+    fn load_by_rowid(
+        &self,
+        conn: &Connection,
+        pks: Vec<i64>,
+        clock: u64,
+    ) -> rusqlite::Result<Block> {
+        // vec0 serves rowid lookups directly; a partition filter alone would scan the table.
         let mut vec_stmt =
             conn.prepare_cached("SELECT embedding FROM memory_vec WHERE rowid = ?1")?;
         let mut vecs = Vec::with_capacity(pks.len() * self.dims);
@@ -257,5 +398,104 @@ mod tests {
             assert!((dot_fn()(&a, &b) - naive).abs() < 1e-3, "n={n}");
             assert!((dot_portable(&a, &b) - naive).abs() < 1e-3, "n={n}");
         }
+    }
+
+    /// The bulk read of vec0's chunks finds exactly what rowid lookups find, after
+    /// deletes and across partitions (so a sqlite-vec upgrade that changes the layout is
+    /// caught here, not by slow searches).
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn chunk_reads_match_rowid_lookups() {
+        crate::schema::register_sqlite_vec();
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(
+            "CREATE TABLE memories (pk INTEGER PRIMARY KEY, scope_id INTEGER, embedded INTEGER); \
+             CREATE INDEX memories_unembedded ON memories (scope_id) WHERE embedded = 0;",
+        )
+        .unwrap();
+        let dims = 8;
+        crate::schema::create_vec_table(&conn, dims).unwrap();
+        let vector = |pk: i64| -> Vec<f32> {
+            (0..dims)
+                .map(|d| (pk * 7 + d as i64) as f32 % 5.0 + 0.5)
+                .collect()
+        };
+        // 174 vectors in scope 1 (three chunks of 64), 16 in scope 2, interleaved.
+        for pk in 1..=190_i64 {
+            let scope = if pk % 5 == 0 && pk <= 200 && pk > 150 - 40 {
+                2
+            } else {
+                1
+            };
+            let blob: Vec<u8> = vector(pk).iter().flat_map(|x| x.to_le_bytes()).collect();
+            conn.execute(
+                "INSERT INTO memories VALUES (?1, ?2, 1)",
+                rusqlite::params![pk, scope],
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO memory_vec (rowid, scope_id, embedding) VALUES (?1, ?2, ?3)",
+                rusqlite::params![pk, scope, blob],
+            )
+            .unwrap();
+        }
+        for pk in [3_i64, 64, 65, 120, 115] {
+            conn.execute("DELETE FROM memories WHERE pk = ?1", [pk])
+                .unwrap();
+            conn.execute("DELETE FROM memory_vec WHERE rowid = ?1", [pk])
+                .unwrap();
+        }
+        let cache = VectorCache::new(dims, 1 << 20);
+        for scope in [1_i64, 2] {
+            let pks: Vec<i64> = conn
+                .prepare("SELECT pk FROM memories WHERE scope_id = ?1 ORDER BY pk")
+                .unwrap()
+                .query_map([scope], |r| r.get(0))
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap();
+            assert!(pks.len() > 10, "scope {scope}");
+            let bulk = cache
+                .load_chunks(&conn, scope, 0)
+                .expect("the chunk layout is understood");
+            let one_by_one = cache.load_by_rowid(&conn, pks, 0).unwrap();
+            let sorted = |b: &Block| {
+                let mut rows: Vec<(i64, Vec<u32>)> = b
+                    .pks
+                    .iter()
+                    .zip(b.vecs.chunks_exact(dims))
+                    .map(|(pk, v)| (*pk, v.iter().map(|x| x.to_bits()).collect()))
+                    .collect();
+                rows.sort();
+                rows
+            };
+            assert_eq!(sorted(&bulk), sorted(&one_by_one), "scope {scope}");
+            // Streaming computes what a scan of the loaded block computes, to the bit.
+            let q = unit(&vector(11));
+            let mut streamed: Vec<(i64, u32)> = cache
+                .stream_chunks(&conn, scope, &q)
+                .unwrap()
+                .into_iter()
+                .map(|(pk, s)| (pk, s.to_bits()))
+                .collect();
+            let mut scanned: Vec<(i64, u32)> = bulk
+                .pks
+                .iter()
+                .zip(bulk.vecs.chunks_exact(dims))
+                .map(|(pk, v)| (*pk, dot_fn()(&q, v).to_bits()))
+                .collect();
+            streamed.sort();
+            scanned.sort();
+            assert_eq!(streamed, scanned, "scope {scope}");
+        }
+        // A memory stored without a vector (no embedder in that process) is not missed.
+        let before = cache.load_chunks(&conn, 1, 0).unwrap().pks.len();
+        conn.execute("INSERT INTO memories VALUES (998, 1, 0)", [])
+            .unwrap();
+        assert_eq!(cache.load_chunks(&conn, 1, 0).unwrap().pks.len(), before);
+        // A memory whose vector is missing makes the bulk read step aside.
+        conn.execute("INSERT INTO memories VALUES (999, 1, 1)", [])
+            .unwrap();
+        assert!(cache.load_chunks(&conn, 1, 0).is_none());
     }
 }

@@ -1,6 +1,6 @@
-//! The three ways a semantic search can run (the in-process block scan, sqlite-vec KNN when
-//! the cache is off, and KNN when the cache is on but the scope does not fit it) return
-//! the same hits, and a filter still holds on each path.
+//! The ways a semantic search can run (the in-process block scan, sqlite-vec KNN when the
+//! cache is off, a stream over vec0's chunks when the scope does not fit the cache or is
+//! big and not loaded yet) return the same hits, and a filter still holds on each path.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -32,11 +32,15 @@ fn scope() -> Scope {
 }
 
 fn memories() -> Vec<NewMemory> {
+    memories_n(MEMORIES)
+}
+
+fn memories_n(n: usize) -> Vec<NewMemory> {
     let words = [
         "cat", "dog", "tea", "rain", "bike", "piano", "garden", "train", "soup", "river", "book",
         "lamp",
     ];
-    (0..MEMORIES)
+    (0..n)
         .map(|i| {
             let text = format!(
                 "{} {} {} note {i}",
@@ -63,12 +67,51 @@ async fn hits(store: &SqliteBackend, req: &SearchRequest) -> Vec<(MemoryId, f32)
         .collect()
 }
 
+/// `got` and `want` are the same ranking: scores equal rank by rank (to 1e-4, as sqlite-vec
+/// computes cosine distance in its own order of operations), and the same memories, except
+/// that memories whose scores are that close may trade places (or the last place).
+fn same_hits(got: &[(MemoryId, f32)], want: &[(MemoryId, f32)], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: {got:?} vs {want:?}");
+    for (a, b) in got.iter().zip(want) {
+        assert!((a.1 - b.1).abs() < 1e-4, "{what}: {a:?} vs {b:?}");
+    }
+    let Some(last) = want.last().map(|w| w.1) else {
+        return;
+    };
+    let clear = |h: &[(MemoryId, f32)]| {
+        let mut ids: Vec<MemoryId> = h
+            .iter()
+            .filter(|x| x.1 > last + 1e-4)
+            .map(|x| x.0)
+            .collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(clear(got), clear(want), "{what}: {got:?} vs {want:?}");
+    let mut rank = 0;
+    while rank < want.len() {
+        // A run of near-equal scores holds the same memories in any order.
+        let end = (rank..want.len())
+            .take_while(|&i| (want[i].1 - want[rank].1).abs() < 1e-4)
+            .last()
+            .map_or(rank + 1, |i| i + 1);
+        if end < want.len() {
+            let mut a: Vec<MemoryId> = got[rank..end].iter().map(|x| x.0).collect();
+            let mut b: Vec<MemoryId> = want[rank..end].iter().map(|x| x.0).collect();
+            a.sort();
+            b.sort();
+            assert_eq!(a, b, "{what}: ranks {rank}..{end}");
+        }
+        rank = end;
+    }
+}
+
 #[tokio::test]
 async fn block_scan_and_both_knn_paths_agree() {
     let data = memories();
     let mut stores = Vec::new();
     let mut dirs = Vec::new();
-    // Big cache (block scan), no cache (vec0 KNN), a cache too small for the scope.
+    // Big cache (block scan), no cache (vec0 KNN), a cache too small for the scope (stream).
     for mib in [256, 0, 1] {
         let dir = tempfile::tempdir().unwrap();
         let store = store_with(dir.path(), mib).await;
@@ -94,12 +137,36 @@ async fn block_scan_and_both_knn_paths_agree() {
             assert_eq!(scan.len(), 10, "{query}: {scan:?}");
             for (other, name) in [(&stores[1], "no cache"), (&stores[2], "small cache")] {
                 let got = hits(other, &req).await;
-                let ids = |h: &[(MemoryId, f32)]| h.iter().map(|x| x.0).collect::<Vec<_>>();
-                assert_eq!(ids(&got), ids(&scan), "{query} ({name}, {filter:?})");
-                for (a, b) in got.iter().zip(&scan) {
-                    assert!((a.1 - b.1).abs() < 1e-4, "{query} ({name}): {a:?} vs {b:?}");
-                }
+                same_hits(&got, &scan, &format!("{query} ({name}, {filter:?})"));
             }
         }
     }
+}
+
+/// A scope of more than `STREAM_FIRST` (10,000) vectors: a new process's first search
+/// streams over vec0's chunks, the next one loads and scans the block; both find what
+/// vec0's own KNN finds, and the two in-process paths agree to the bit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_big_scope_streams_its_first_search_and_scans_a_block_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_with(dir.path(), 256).await;
+    for batch in memories_n(10_200).chunks(2_000) {
+        store.store_batch(&scope(), batch.to_vec()).await.unwrap();
+    }
+    store.close();
+    let req = SearchRequest::semantic("rain on the river with a cat")
+        .limit(10)
+        .without_access_tracking();
+    let fresh = store_with(dir.path(), 256).await;
+    let first = hits(&fresh, &req).await;
+    let second = hits(&fresh, &req).await;
+    let third = hits(&fresh, &req).await;
+    assert_eq!(first.len(), 10);
+    let bits = |h: &[(MemoryId, f32)]| h.iter().map(|x| (x.0, x.1.to_bits())).collect::<Vec<_>>();
+    assert_eq!(bits(&first), bits(&second), "stream and block scan");
+    assert_eq!(bits(&second), bits(&third));
+    fresh.close();
+    let knn = store_with(dir.path(), 0).await;
+    let exact = hits(&knn, &req).await;
+    same_hits(&first, &exact, "the same as sqlite-vec KNN");
 }
