@@ -710,6 +710,36 @@ fn prune_dry_run_lists_what_a_real_run_then_removes() {
         ],
     ));
 
+    // Faded: untouched for far more than three half-lives of a day.
+    let faded = ok(ava(
+        &db,
+        &[
+            "prune",
+            "--user",
+            "42",
+            "--max-count",
+            "1000",
+            "--decay-half-life",
+            "1d",
+            "--dry-run",
+        ],
+    ));
+    assert!(faded.contains("would remove 5"), "{faded}");
+    assert!(faded.contains("faded (decay)"), "{faded}");
+    assert!(!faded.contains("Miso"), "{faded}");
+    let fresh = ok(ava(
+        &db,
+        &[
+            "prune",
+            "--user",
+            "42",
+            "--decay-half-life",
+            "100000d",
+            "--dry-run",
+        ],
+    ));
+    assert!(fresh.contains("would remove 0"), "{fresh}");
+
     let dry = ok(ava(
         &db,
         &["prune", "--user", "42", "--max-age", "30d", "--dry-run"],

@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use memory_core::{MemoryBackend, PrunePolicy, PruneReason, PruneReport, Scope, Timestamp};
+use memory_core::{
+    DecayPolicy, MemoryBackend, PrunePolicy, PruneReason, PruneReport, Scope, Timestamp,
+};
 
 use crate::agent::preview;
 use crate::commands::terminal_safe;
@@ -34,6 +36,8 @@ pub(crate) struct Args {
     /// Keep at most this many memories per chat, removing the oldest first.
     #[arg(long, default_value_t = DEFAULT_MAX_COUNT)]
     max_count: usize,
+    #[command(flatten)]
+    decay: DecayArgs,
     /// List what would be removed, and why; remove nothing.
     #[arg(long)]
     dry_run: bool,
@@ -69,11 +73,40 @@ pub(crate) fn parse_age(text: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("`{text}`: too long"))
 }
 
+/// Forgetting what faded: memories neither recalled nor important lose strength with time
+/// (`memory_core::decay_strength`), and those below a threshold go.
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub(crate) struct DecayArgs {
+    /// Remove memories whose strength fell below `--decay-min-strength`, strength halving
+    /// every this long without a recall (`30d`); a memory of default importance, never
+    /// recalled, goes after about three half-lives [default: no decay].
+    #[arg(long, value_parser = parse_age)]
+    decay_half_life: Option<Duration>,
+    /// The strength under which a memory has faded (importance 0..1, times the decay).
+    #[arg(long, default_value_t = 0.05)]
+    decay_min_strength: f32,
+}
+
+impl DecayArgs {
+    fn policy(self) -> Option<DecayPolicy> {
+        self.decay_half_life.map(|half_life| DecayPolicy {
+            half_life,
+            min_strength: self.decay_min_strength,
+        })
+    }
+}
+
 /// The policy for the rules, measured from `now`.
-fn policy(max_age: Option<Duration>, max_count: usize, now: Timestamp) -> PrunePolicy {
+fn policy(
+    max_age: Option<Duration>,
+    max_count: usize,
+    decay: DecayArgs,
+    now: Timestamp,
+) -> PrunePolicy {
     PrunePolicy {
         max_age,
         max_count: Some(max_count),
+        decay: decay.policy(),
         now,
         ..PrunePolicy::new()
     }
@@ -99,7 +132,7 @@ pub(crate) async fn run(
     let opened = settings.open_existing().await?;
     let store = &*opened.store;
     let scopes = super::user_scopes(store, &args.user, args.chat.as_deref()).await?;
-    let mut policy = policy(args.max_age, args.max_count, Timestamp::now());
+    let mut policy = policy(args.max_age, args.max_count, args.decay, Timestamp::now());
     policy.dry_run = args.dry_run;
     let verb = if args.dry_run {
         "would remove"
@@ -175,6 +208,10 @@ pub(crate) struct UpkeepArgs {
     /// Keep at most this many memories per chat, removing the oldest first.
     #[arg(long, default_value_t = DEFAULT_MAX_COUNT)]
     prune_max_count: usize,
+    /// Also prune what faded: strength halves every this long without a recall (`30d`)
+    /// [default: no decay].
+    #[arg(long, value_parser = parse_age)]
+    prune_decay_half_life: Option<Duration>,
     /// Prune each chat at most this often (`24h`, `1w`).
     #[arg(long, value_parser = parse_age, default_value = "24h")]
     prune_every: Duration,
@@ -186,6 +223,10 @@ impl UpkeepArgs {
         (!self.no_prune).then(|| {
             Arc::new(Upkeep {
                 max_age: self.prune_max_age,
+                decay: DecayArgs {
+                    decay_half_life: self.prune_decay_half_life,
+                    decay_min_strength: 0.05,
+                },
                 max_count: self.prune_max_count,
                 every: self.prune_every,
                 last: Mutex::new(HashMap::new()),
@@ -200,6 +241,7 @@ impl UpkeepArgs {
 pub(crate) struct Upkeep {
     max_age: Option<Duration>,
     max_count: usize,
+    decay: DecayArgs,
     every: Duration,
     /// When each chat (by scope key) was last pruned by this process.
     last: Mutex<HashMap<String, Instant>>,
@@ -224,7 +266,7 @@ impl Upkeep {
             last.insert(scope.key(), now);
         }
         let (store, scope) = (Arc::clone(store), scope.clone());
-        let policy = policy(self.max_age, self.max_count, Timestamp::now());
+        let policy = policy(self.max_age, self.max_count, self.decay, Timestamp::now());
         Some(tokio::spawn(async move {
             match store.prune(&scope, &policy).await {
                 Ok(report) => log(&scope, &report),
