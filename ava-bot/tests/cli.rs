@@ -4,11 +4,10 @@
 
 mod common;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
-use common::{ava, command, ok, stderr};
+use common::{ava, command, ok, stderr, with_stdin};
 use serde_json::{Value, json};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -520,8 +519,8 @@ fn chat(db: &Path, llm: &str, input: &str) -> Output {
 
 /// `ava chat` as user 42 in chat 7 against a fake Ollama at `llm`, with `extra` arguments.
 fn chat_with(db: &Path, llm: &str, extra: &[&str], input: &str) -> Output {
-    let mut child = command(db)
-        .args(["chat", "--user", "42", "--chat", "7", "--llm", "ollama"])
+    let mut chat = command(db);
+    chat.args(["chat", "--user", "42", "--chat", "7", "--llm", "ollama"])
         .args([
             "--llm-url",
             llm,
@@ -530,19 +529,8 @@ fn chat_with(db: &Path, llm: &str, extra: &[&str], input: &str) -> Output {
             "--llm-timeout",
             "30",
         ])
-        .args(extra)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run ava chat");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+        .args(extra);
+    with_stdin(chat, input)
 }
 
 fn ollama_answer(text: &str) -> Value {

@@ -8,12 +8,11 @@
 
 mod common;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Output, Stdio};
+use std::process::Output;
 use std::time::Duration;
 
-use common::{ava, command, ok, stderr, stdout};
+use common::{ava, command, count_in, ok, stderr, stdout, with_stdin};
 use serde_json::{Value, json};
 use wiremock::matchers::{body_string_contains, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -66,24 +65,13 @@ fn json_answer(v: Value) -> ResponseTemplate {
 /// `ava chat` as user 42 in chat 7 against the OpenAI-compatible server at `llm`; the
 /// process exits once the background learning is done.
 fn chat(db: &Path, llm: &str, input: &str, timeout: &str) -> Output {
-    let mut child = command(db)
-        .args(["chat", "--user", "42", "--chat", "7", "--llm", "openai"])
+    let mut chat = command(db);
+    chat.args(["chat", "--user", "42", "--chat", "7", "--llm", "openai"])
         .args(["--llm-url", &format!("{llm}/v1"), "--llm-model", "gpt-test"])
         .args(["--llm-timeout", timeout, "--no-prune"])
         .env("RUST_LOG", "warn,ava=info")
-        .env_remove("RUST_BACKTRACE")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run ava chat");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+        .env_remove("RUST_BACKTRACE");
+    with_stdin(chat, input)
 }
 
 /// The facts of user 42 in chat 7 that hold now, as `ava recall --json` lists them.
@@ -102,12 +90,7 @@ fn current_facts(db: &Path, query: &str) -> Vec<Value> {
 }
 
 fn count(db: &Path) -> u64 {
-    let out = ok(ava(db, &["stats", "--user", "42"]));
-    out.lines()
-        .find(|l| l.contains("c=7/"))
-        .and_then(|l| l.rsplit(": ").next())
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no count for chat 7 in {out}"))
+    count_in(db, "42", "7")
 }
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {

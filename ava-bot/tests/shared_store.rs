@@ -9,7 +9,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use common::{ava, command, ok, stderr, stdout};
+use common::{ava, command, count_in, ok, stderr, stdout, with_stdin};
 use serde_json::{Value, json};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -53,16 +53,6 @@ fn failures(outs: &[Output]) -> Vec<String> {
         .filter(|o| !o.status.success())
         .map(stderr)
         .collect()
-}
-
-fn count_in(db: &Path, user: &str, chat: &str) -> u64 {
-    let out = ok(ava(db, &["stats", "--user", user]));
-    let key = format!("c={chat}/");
-    out.lines()
-        .find(|l| l.contains(&key))
-        .and_then(|l| l.rsplit(": ").next())
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no count for chat {chat} in {out}"))
 }
 
 #[test]
@@ -158,21 +148,10 @@ async fn a_terminal_chat_beside_two_writers_loses_no_turn() {
     let input: String = (0..20).map(|i| format!("message number {i}\n")).collect();
     let (uri, db2) = (llm.uri(), db.clone());
     let chat = std::thread::spawn(move || {
-        let mut child = command(&db2)
-            .args(["chat", "--user", "42", "--chat", "7", "--llm", "ollama"])
-            .args(["--llm-url", &uri, "--llm-model", "fake"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-        child.wait_with_output().unwrap()
+        let mut chat = command(&db2);
+        chat.args(["chat", "--user", "42", "--chat", "7", "--llm", "ollama"])
+            .args(["--llm-url", &uri, "--llm-model", "fake"]);
+        with_stdin(chat, &input)
     });
     let db3 = db.clone();
     let writers = tokio::task::spawn_blocking(move || {

@@ -5,7 +5,9 @@
 #![allow(dead_code, clippy::expect_used)]
 
 use std::ffi::OsStr;
-use std::process::{Command, Output};
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
 
 /// `ava` with the store `db`, the hashing embedder (deterministic, no model needed), and no
 /// `.env` or settings leaking in from the environment; add the arguments and run it.
@@ -50,4 +52,32 @@ pub(crate) fn ok(o: Output) -> String {
         stdout(&o)
     );
     stdout(&o)
+}
+
+/// Runs `command` with `input` on its stdin (then closed) and waits for it.
+pub(crate) fn with_stdin(mut command: Command, input: &str) -> Output {
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run ava");
+    child
+        .stdin
+        .take()
+        .expect("stdin is piped")
+        .write_all(input.as_bytes())
+        .expect("write stdin");
+    child.wait_with_output().expect("wait for ava")
+}
+
+/// How many memories `ava stats` counts in `user`'s chat `chat`.
+pub(crate) fn count_in(db: &Path, user: &str, chat: &str) -> u64 {
+    let out = ok(ava(db, &["stats", "--user", user]));
+    let key = format!("c={chat}/");
+    out.lines()
+        .find(|l| l.contains(&key))
+        .and_then(|l| l.rsplit(": ").next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no count for chat {chat} in {out}"))
 }
