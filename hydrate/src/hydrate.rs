@@ -1068,24 +1068,57 @@ fn near_duplicates(
             .then(cb.created_at.cmp(&ca.created_at))
             .then(ca.key.cmp(&cb.key))
     });
-    let mut kept: Vec<usize> = Vec::new();
+    collapse(&sets, order, protected, threshold)
+}
+
+/// Goes through `sets` in `order` (best first) and returns those whose Jaccard similarity
+/// to an earlier set that was kept reaches `threshold` (never a protected one, nor a set of
+/// fewer than [`NEAR_DUPLICATE_MIN_WORDS`]). Each set is sorted and distinct.
+fn collapse(
+    sets: &[Vec<u64>],
+    order: impl IntoIterator<Item = usize>,
+    protected: &HashSet<usize>,
+    threshold: f64,
+) -> HashSet<usize> {
+    // Prefix filtering: with every set sorted in one global order (by hash), two sets of
+    // Jaccard >= t share an element among the first `len - ceil(t * len) + 1` of each. Kept
+    // sets are indexed by those prefix elements, so each candidate is compared only with
+    // the kept sets it could be a near-duplicate of, not with all of them.
+    let prefix = |set: &[u64]| -> usize {
+        // A hair under t * len, so rounding can only lengthen the prefix (never miss a pair).
+        let overlap = (threshold * set.len() as f64 - 1e-9).ceil().max(0.0) as usize;
+        (set.len() + 1)
+            .saturating_sub(overlap)
+            .clamp(1, set.len().max(1))
+    };
+    let mut index: HashMap<u64, Vec<usize>> = HashMap::new();
     let mut dropped = HashSet::new();
+    let mut compared = HashSet::new();
     for i in order {
         let a = &sets[i];
-        let duplicate = a.len() >= NEAR_DUPLICATE_MIN_WORDS
-            && !protected.contains(&i)
-            && kept.iter().any(|&k| {
-                let b = &sets[k];
-                // Jaccard is at most min/max of the sizes: skip pairs that cannot reach it.
-                let (lo, hi) = (a.len().min(b.len()), a.len().max(b.len()));
-                b.len() >= NEAR_DUPLICATE_MIN_WORDS
-                    && lo as f64 >= threshold * hi as f64
-                    && jaccard(a, b) >= threshold
-            });
+        if a.len() < NEAR_DUPLICATE_MIN_WORDS {
+            continue;
+        }
+        compared.clear();
+        let duplicate = !protected.contains(&i)
+            && a[..prefix(a)]
+                .iter()
+                .filter_map(|w| index.get(w))
+                .flatten()
+                .any(|&k| {
+                    let b = &sets[k];
+                    // Jaccard is at most min/max of the sizes: skip pairs that cannot reach it.
+                    let (lo, hi) = (a.len().min(b.len()), a.len().max(b.len()));
+                    compared.insert(k)
+                        && lo as f64 >= threshold * hi as f64
+                        && jaccard(a, b) >= threshold
+                });
         if duplicate {
             dropped.insert(i);
         } else {
-            kept.push(i);
+            for w in &a[..prefix(a)] {
+                index.entry(*w).or_default().push(i);
+            }
         }
     }
     dropped
@@ -1288,4 +1321,57 @@ async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
     })
     .await;
     outputs.into_iter().flatten().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Prefix filtering finds exactly the pairs a comparison of every pair finds.
+    #[test]
+    fn prefix_filtered_near_duplicates_match_all_pairs() {
+        let mut seed = 7_u64;
+        let mut next = move || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            seed >> 33
+        };
+        for threshold in [0.5, 0.7, 0.8, 0.9] {
+            let mut sets: Vec<Vec<u64>> = Vec::new();
+            for i in 0..300 {
+                let len = 2 + (next() % 12) as usize;
+                // A small vocabulary, so many sets overlap a lot; every tenth set repeats
+                // an earlier one with one word more.
+                let mut s: Vec<u64> = if i % 10 == 9 {
+                    let mut copy = sets[(next() as usize) % sets.len()].clone();
+                    copy.push(next() % 24);
+                    copy
+                } else {
+                    (0..len).map(|_| next() % 24).collect()
+                };
+                s.sort_unstable();
+                s.dedup();
+                sets.push(s);
+            }
+            let mut brute = HashSet::new();
+            let mut kept: Vec<usize> = Vec::new();
+            for (i, a) in sets.iter().enumerate() {
+                if a.len() < NEAR_DUPLICATE_MIN_WORDS {
+                    continue;
+                }
+                if kept.iter().any(|&k| jaccard(a, &sets[k]) >= threshold) {
+                    brute.insert(i);
+                } else {
+                    kept.push(i);
+                }
+            }
+            let fast = collapse(&sets, 0..sets.len(), &HashSet::new(), threshold);
+            assert_eq!(fast, brute, "threshold {threshold}");
+            assert!(
+                !brute.is_empty(),
+                "the data has near-duplicates at {threshold}"
+            );
+        }
+    }
 }

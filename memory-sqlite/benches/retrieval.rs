@@ -2,8 +2,10 @@
 //! vectors, and top-10 semantic / keyword / hybrid search in one scope at 10k and 100k
 //! memories over 100 scopes, one scope of 100k memories (`100k1`: a big chat) and one of
 //! 1M (`1m`; slow to build); the default set is `ingest,10k,100k`. Each search case also
-//! prints the store's footprint (file bytes against raw vector and text bytes) and the time
-//! of a new process's first query (open the store, search a scope not yet in memory).
+//! prints the store's footprint (file bytes against raw vector and text bytes), the time
+//! of a new process's first query (open the store, search a scope not yet in memory), and a
+//! peer: the same vectors in plain sqlite-vec as a user would write it by hand, searched
+//! with vec0's KNN (`plain_sqlite_vec`), with its ingest rate.
 //!
 //! Criterion measures each case; a second pass times single queries and prints
 //! `ava-bench: percentiles <name> p50=<ms> p95=<ms> n=<queries>` lines, and the bytes a
@@ -133,6 +135,9 @@ fn bench_search(
     measure(c, rt, &store, &queries, per_scope, label, default_mib);
     store.close();
     footprint(dir.path(), n, label);
+    if per_scope < 1_000_000 {
+        plain_sqlite_vec(dir.path(), n, scopes, label, &queries);
+    }
     // A new process's first query: open the store, search a scope whose block is not loaded.
     for (i, q) in queries.iter().take(3).enumerate() {
         let t = Instant::now();
@@ -163,6 +168,79 @@ fn bench_search(
         measure(c, rt, &store, &queries, per_scope, &label, mib);
         store.close();
     }
+}
+
+/// The peer: the same vectors in a vec0 table as a user would write it by hand (a partition
+/// key per scope, cosine distance, sqlite-vec's default chunk size, `synchronous=NORMAL`),
+/// inserted in 5000-row transactions and searched with vec0's KNN, printed as
+/// `ava-bench: percentiles sqlite/search_top10/<label>/plain_sqlite_vec` and an ingest note.
+fn plain_sqlite_vec(
+    dir: &std::path::Path,
+    n: usize,
+    scopes: usize,
+    label: &str,
+    queries: &[Query],
+) {
+    // Opening a `SqliteBackend` registered sqlite-vec with every connection of the process.
+    let mut conn = rusqlite::Connection::open(dir.join("plain.db")).unwrap();
+    conn.execute_batch(&format!(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
+         CREATE VIRTUAL TABLE v USING vec0(scope_id INTEGER PARTITION KEY, \
+         embedding float[{DIMS}] distance_metric=cosine)"
+    ))
+    .unwrap();
+    let space = memory_core::EmbeddingProvider::space(&*embedder());
+    // The same generator and seed as `build`, so the same vectors in the same scopes.
+    let mut rng = Rng::new(7);
+    let per_scope = n / scopes;
+    let blob = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    let t = Instant::now();
+    for s in 0..scopes {
+        let mut left = per_scope;
+        while left > 0 {
+            let batch = left.min(5000);
+            let tx = conn.transaction().unwrap();
+            {
+                let mut insert = tx
+                    .prepare_cached("INSERT INTO v (scope_id, embedding) VALUES (?1, ?2)")
+                    .unwrap();
+                for m in memories(&mut rng, &space, batch) {
+                    let e = m.embedding.unwrap();
+                    insert
+                        .execute(rusqlite::params![s as i64, blob(e.vector())])
+                        .unwrap();
+                }
+            }
+            tx.commit().unwrap();
+            left -= batch;
+        }
+    }
+    println!(
+        "ava-bench: note sqlite/search_top10/{label}/plain_sqlite_vec ingest {:.0} vectors/s ({n} in {:.1}s)",
+        n as f64 / t.elapsed().as_secs_f64(),
+        t.elapsed().as_secs_f64()
+    );
+    let index = |q: &Query| -> i64 { q.scope.user().trim_start_matches("user-").parse().unwrap() };
+    let mut knn = conn
+        .prepare(
+            "SELECT rowid, distance FROM v WHERE embedding MATCH ?1 AND k = 10 AND scope_id = ?2",
+        )
+        .unwrap();
+    percentiles(
+        &format!("sqlite/search_top10/{label}/plain_sqlite_vec"),
+        1000,
+        |i| {
+            let q = &queries[i % queries.len()];
+            let rows: Vec<(i64, f64)> = knn
+                .query_map(rusqlite::params![blob(q.vector.vector()), index(q)], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap();
+            black_box(rows);
+        },
+    );
 }
 
 /// The store file's size against the raw data it holds: the vectors (4 bytes a float) and
