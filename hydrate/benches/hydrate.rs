@@ -6,9 +6,11 @@
 //!
 //! Criterion measures the whole call; a second pass times single calls and prints
 //! `ava-bench: percentiles <name> p50=<ms> p95=<ms> n=<calls>` lines for `cargo xtask bench`.
-//! Two cases:
-//! `tracked` (the default: searches record access, one write per search) and `untracked`
-//! (`record_access = false`).
+//! Three cases:
+//! `tracked` (the default: searches record access, one write per search), `untracked`
+//! (`record_access = false`), and `untracked/count_cache` (untracked, with the product's
+//! tokenizer, which remembers the token counts of texts it has seen:
+//! `hydrate::product::tokenizer`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -135,6 +137,16 @@ fn main() {
             .with_options(ProviderOptions::new().with("record_access", false)),
     );
 
+    // The product's tokenizer: the same counts, remembered across calls.
+    let counted = HydrationConfig::new(
+        "You are Ava, a helpful assistant with long-term memory.",
+        hydrate::product::tokenizer().unwrap(),
+    )
+    .with_provider(
+        memory_provider(Arc::clone(&backend), None)
+            .with_options(ProviderOptions::new().with("record_access", false)),
+    );
+
     let mut rng = Rng::new(99);
     let inputs: Vec<HydrateInput> = (0..256)
         .map(|_| {
@@ -181,7 +193,11 @@ fn main() {
     group
         .sample_size(50)
         .measurement_time(Duration::from_secs(5));
-    for (name, config) in [("tracked", &tracked), ("untracked", &untracked)] {
+    for (name, config) in [
+        ("tracked", &tracked),
+        ("untracked", &untracked),
+        ("untracked/count_cache", &counted),
+    ] {
         let call = |i: usize| {
             let input = &inputs[i % inputs.len()];
             rt.block_on(async {

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use memory_core::{EmbeddingProvider, MemoryBackend};
-use prompt_ir::TiktokenTokenizer;
+use prompt_ir::{CountCache, TiktokenTokenizer, Tokenizer};
 
 use crate::error::Result;
 use crate::hydrate::HydrationConfig;
@@ -40,9 +40,18 @@ pub fn config(
     store: Arc<dyn MemoryBackend>,
     embedder: Option<Arc<dyn EmbeddingProvider>>,
 ) -> Result<HydrationConfig> {
-    let tokenizer = TiktokenTokenizer::for_model(TOKENIZER_MODEL)?;
-    Ok(HydrationConfig::new(SYSTEM_PROMPT, Arc::new(tokenizer))
+    Ok(HydrationConfig::new(SYSTEM_PROMPT, tokenizer()?)
         .with_provider(memory_provider(store, embedder)))
+}
+
+/// Texts whose token counts [`tokenizer`] remembers (about 10 MB of text at most).
+pub const COUNTED_TEXTS: usize = 100_000;
+
+/// The tokenizer of [`TOKENIZER_MODEL`], remembering the counts of up to [`COUNTED_TEXTS`]
+/// texts: every prompt of a chat counts the same recent turns and facts again.
+pub fn tokenizer() -> Result<Arc<dyn Tokenizer>> {
+    let bpe = TiktokenTokenizer::for_model(TOKENIZER_MODEL)?;
+    Ok(Arc::new(CountCache::new(Arc::new(bpe), COUNTED_TEXTS)))
 }
 
 /// The context `ava` records for a chat turn: the message it answers, cut to

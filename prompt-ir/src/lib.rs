@@ -67,5 +67,5 @@ pub use ir::{Observation, PromptIR, PromptMeta, ToolDef};
 pub use section::{
     CompositionMode, ContentHash, Embedding, Priority, Section, SectionSource, TokenCount,
 };
-pub use tokenizer::{Encoding, TiktokenTokenizer, Tokenizer, WhitespaceTokenizer};
+pub use tokenizer::{CountCache, Encoding, TiktokenTokenizer, Tokenizer, WhitespaceTokenizer};
 pub use unit::{Ratio, Relevance};

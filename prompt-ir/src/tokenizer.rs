@@ -1,9 +1,11 @@
 //! Token counting: the object-safe [`Tokenizer`] trait, the `tiktoken-rs` implementation chosen
-//! by model name, and a clearly approximate whitespace counter for tests.
+//! by model name, [`CountCache`] (remembered counts of texts seen before), and a clearly
+//! approximate whitespace counter for tests.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use serde::{Deserialize, Serialize};
 use tiktoken_rs::CoreBPE;
@@ -241,6 +243,77 @@ impl Tokenizer for TiktokenTokenizer {
     }
 }
 
+/// A tokenizer that remembers the counts of the texts it has counted: an agent counts the
+/// same memories for every prompt of a chat (the recent turns, the facts), and BPE over a
+/// regex is most of what counting costs. Same name and same answers as the inner
+/// tokenizer; `token_ends` is not cached. At most `capacity` texts are held; when full, the
+/// memory is cleared and refills.
+pub struct CountCache {
+    inner: Arc<dyn Tokenizer>,
+    capacity: usize,
+    counts: Mutex<HashMap<Box<str>, u32>>,
+}
+
+impl CountCache {
+    /// Counts of at most `capacity` texts, counted by `inner`.
+    pub fn new(inner: Arc<dyn Tokenizer>, capacity: usize) -> Self {
+        Self {
+            inner,
+            capacity,
+            counts: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// How many counts are held.
+    pub fn len(&self) -> usize {
+        self.counts.lock().map_or(0, |c| c.len())
+    }
+
+    /// Whether no count is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl fmt::Debug for CountCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CountCache")
+            .field("inner", &self.inner.name())
+            .field("capacity", &self.capacity)
+            .field("held", &self.len())
+            .finish()
+    }
+}
+
+impl Tokenizer for CountCache {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn token_ends(&self, text: &str) -> Vec<usize> {
+        self.inner.token_ends(text)
+    }
+
+    fn count(&self, text: &str) -> u32 {
+        if let Ok(counts) = self.counts.lock()
+            && let Some(n) = counts.get(text)
+        {
+            return *n;
+        }
+        // Counted outside the lock: another thread may count the same text meanwhile.
+        let n = self.inner.count(text);
+        if let Ok(mut counts) = self.counts.lock() {
+            if counts.len() >= self.capacity {
+                counts.clear();
+            }
+            if self.capacity > 0 {
+                counts.insert(text.into(), n);
+            }
+        }
+        n
+    }
+}
+
 /// **Not a model tokenizer.** Counts one token per whitespace-separated word; whitespace
 /// belongs to the word after it. Deterministic and dependency-free, for tests and rough
 /// offline estimates; real prompts should use [`TiktokenTokenizer`].
@@ -276,6 +349,33 @@ impl Tokenizer for WhitespaceTokenizer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Counts like the inner tokenizer, holds at most `capacity`, and starts over when full.
+    #[test]
+    fn count_cache_answers_as_the_tokenizer_does() {
+        let inner: Arc<dyn Tokenizer> =
+            Arc::new(TiktokenTokenizer::new(Encoding::O200kBase).unwrap());
+        let cache = CountCache::new(Arc::clone(&inner), 3);
+        assert_eq!(cache.name(), inner.name());
+        let texts = [
+            "Hello, world!",
+            "My cat is called Pixel.",
+            "ünïcödé ✓ 12345",
+            "",
+            "a b c",
+        ];
+        for _ in 0..2 {
+            for t in texts {
+                assert_eq!(cache.count(t), inner.count(t), "{t:?}");
+                assert_eq!(cache.token_ends(t), inner.token_ends(t));
+                assert!(cache.len() <= 3);
+            }
+        }
+        assert!(!cache.is_empty());
+        let none = CountCache::new(inner, 0);
+        assert_eq!(none.count("Hello"), 1);
+        assert!(none.is_empty(), "a capacity of 0 holds nothing");
+    }
 
     #[test]
     fn model_names_choose_the_encoding() {
