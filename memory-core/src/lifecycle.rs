@@ -17,7 +17,7 @@ use crate::entry::{MemoryEntry, MemoryId, MemoryKind, MemoryPatch};
 use crate::error::{MemoryError, Result};
 use crate::prune::{PrunePolicy, PruneReason};
 use crate::query::{Filter, SearchRequest};
-use crate::remember::normalise;
+use crate::remember::{absorb, closing, normalise};
 use crate::scope::Scope;
 use crate::time::Timestamp;
 
@@ -213,7 +213,8 @@ async fn merge_duplicates(
 const NEIGHBOURS: usize = 8;
 
 /// Folds each current fact into the oldest older fact it is at least `min` similar to.
-/// Facts merged by an earlier step (or a dry run's plan) are left out.
+/// Facts merged by an earlier step (or a dry run's plan) are left out. The facts are read
+/// again after that step, so a fact it kept brings the tags it was given.
 async fn merge_similar(
     backend: &dyn MemoryBackend,
     scope: &Scope,
@@ -313,36 +314,17 @@ async fn fold(
     duplicates: &[MemoryEntry],
     now: Timestamp,
 ) -> Result<()> {
-    let mut patch = MemoryPatch::default();
-    let mut tags = kept.tags.clone();
-    let mut importance = kept.importance;
-    let mut pinned = kept.pinned;
-    for d in duplicates {
-        tags.extend(d.tags.iter().cloned());
-        if d.importance.get() > importance.get() {
-            importance = d.importance;
-        }
-        pinned |= d.pinned;
-    }
-    if tags != kept.tags {
-        patch.tags = Some(tags);
-    }
-    if importance != kept.importance {
-        patch.importance = Some(importance);
-    }
-    if pinned != kept.pinned {
-        patch.pinned = Some(true);
-    }
+    let patch = absorb(
+        kept,
+        duplicates.iter().map(|d| (&d.tags, d.importance, d.pinned)),
+    );
     if !patch.is_empty() {
         backend.update(scope, kept.id, patch).await?;
     }
     for d in duplicates {
-        let close = MemoryPatch {
-            valid_until: Some(Some(now.max(d.valid_from.unwrap_or(now)))),
-            superseded_by: Some(Some(kept.id)),
-            ..MemoryPatch::default()
-        };
-        backend.update(scope, d.id, close).await?;
+        backend
+            .update(scope, d.id, closing(d, now, Some(kept.id)))
+            .await?;
     }
     Ok(())
 }
@@ -365,9 +347,5 @@ pub async fn invalidate(
             format!("{id} no longer holds already (superseded or past its validity)"),
         ));
     }
-    let close = MemoryPatch {
-        valid_until: Some(Some(now.max(entry.valid_from.unwrap_or(now)))),
-        ..MemoryPatch::default()
-    };
-    backend.update(scope, id, close).await
+    backend.update(scope, id, closing(&entry, now, None)).await
 }

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::backend::MemoryBackend;
 use crate::capability::Capability;
-use crate::entry::{MemoryEntry, MemoryId, MemoryPatch, NewMemory};
+use crate::entry::{Importance, MemoryEntry, MemoryId, MemoryPatch, NewMemory, TagSet};
 use crate::error::{MemoryError, Result};
 use crate::query::{Filter, SearchRequest};
 use crate::scope::Scope;
@@ -101,20 +101,47 @@ async fn merge(
     if !backend.capabilities().supports(Capability::Update) {
         return Ok(existing);
     }
-    let mut patch = MemoryPatch::default();
-    if !new.tags.is_subset(&existing.tags) {
-        patch.tags = Some(existing.tags.union(&new.tags).cloned().collect());
-    }
-    if new.importance.get() > existing.importance.get() {
-        patch.importance = Some(new.importance);
-    }
-    if new.pinned && !existing.pinned {
-        patch.pinned = Some(true);
-    }
+    let patch = absorb(&existing, [(&new.tags, new.importance, new.pinned)]);
     if patch.is_empty() {
         return Ok(existing);
     }
     backend.update(scope, existing.id, patch).await
+}
+
+/// The patch that gives `kept` what `others` (tags, importance, pinned) had: their tags
+/// joined, the highest importance, pinned if any is. Empty when `kept` has all of it.
+pub(crate) fn absorb<'a>(
+    kept: &MemoryEntry,
+    others: impl IntoIterator<Item = (&'a TagSet, Importance, bool)>,
+) -> MemoryPatch {
+    let (mut tags, mut importance, mut pinned) = (kept.tags.clone(), kept.importance, kept.pinned);
+    for (t, i, p) in others {
+        tags.extend(t.iter().cloned());
+        if i.get() > importance.get() {
+            importance = i;
+        }
+        pinned |= p;
+    }
+    MemoryPatch {
+        tags: (tags != kept.tags).then_some(tags),
+        importance: (importance != kept.importance).then_some(importance),
+        pinned: (pinned != kept.pinned).then_some(true),
+        ..MemoryPatch::default()
+    }
+}
+
+/// The patch that ends `entry`'s validity at `now` (never before it began), replaced by
+/// `successor` if there is one.
+pub(crate) fn closing(
+    entry: &MemoryEntry,
+    now: Timestamp,
+    successor: Option<MemoryId>,
+) -> MemoryPatch {
+    MemoryPatch {
+        valid_until: Some(Some(now.max(entry.valid_from.unwrap_or(now)))),
+        superseded_by: successor.map(Some),
+        ..MemoryPatch::default()
+    }
 }
 
 /// Stores `new` as the current version of the memory `old` (a fact that changed: "we
@@ -140,20 +167,18 @@ pub async fn supersede(
         ));
     }
     let stored = backend.store(scope, new).await?;
-    let close = MemoryPatch {
-        valid_until: Some(Some(now.max(previous.valid_from.unwrap_or(now)))),
-        superseded_by: Some(Some(stored.id)),
-        ..MemoryPatch::default()
-    };
-    backend.update(scope, old, close).await.map_err(|e| {
-        MemoryError::invalid(
-            "supersede",
-            format!(
-                "stored the new memory {} but could not close {old}: {e}; both are current",
-                stored.id
-            ),
-        )
-    })?;
+    backend
+        .update(scope, old, closing(&previous, now, Some(stored.id)))
+        .await
+        .map_err(|e| {
+            MemoryError::invalid(
+                "supersede",
+                format!(
+                    "stored the new memory {} but could not close {old}: {e}; both are current",
+                    stored.id
+                ),
+            )
+        })?;
     Ok(stored)
 }
 
