@@ -126,6 +126,20 @@ fn unit(v: &[f32]) -> Vec<f32> {
     out
 }
 
+/// How many of the scope's memories have a vector. Both counts come from indexes (the scope
+/// index, the partial index of memories without a vector), without visiting a row.
+fn embedded_count(conn: &Connection, scope_id: i64) -> Option<usize> {
+    let n: i64 = conn
+        .prepare_cached(
+            "SELECT (SELECT count(*) FROM memories WHERE scope_id = ?1) \
+                  - (SELECT count(*) FROM memories WHERE scope_id = ?1 AND embedded = 0)",
+        )
+        .ok()?
+        .query_row([scope_id], |r| r.get(0))
+        .ok()?;
+    usize::try_from(n).ok()
+}
+
 impl VectorCache {
     pub(crate) fn new(dims: usize, budget_bytes: usize) -> Self {
         Self {
@@ -247,8 +261,9 @@ impl VectorCache {
     ) -> Option<Vec<(i64, f32)>> {
         let dot = dot_fn();
         let mut scratch = Vec::with_capacity(self.dims);
-        let mut hits = Vec::new();
-        self.read_chunks(conn, scope_id, |id, v| {
+        let expected = embedded_count(conn, scope_id)?;
+        let mut hits = Vec::with_capacity(expected);
+        self.read_chunks(conn, scope_id, expected, |id, v| {
             scratch.clear();
             extend_unit(&mut scratch, v, dot);
             hits.push((id, dot(unit_query, &scratch)));
@@ -275,13 +290,10 @@ impl VectorCache {
     /// The scope's block from vec0's chunks (see [`Self::read_chunks`]).
     fn load_chunks(&self, conn: &Connection, scope_id: i64, clock: u64) -> Option<Block> {
         let dot = dot_fn();
-        let mut pks = Vec::new();
-        let mut vecs = Vec::new();
-        self.read_chunks(conn, scope_id, |id, v| {
-            if pks.is_empty() {
-                // Sized on the first vector: most calls load the whole scope.
-                vecs.reserve(v.len() * 64);
-            }
+        let expected = embedded_count(conn, scope_id)?;
+        let mut pks = Vec::with_capacity(expected);
+        let mut vecs = Vec::with_capacity(expected * self.dims);
+        self.read_chunks(conn, scope_id, expected, |id, v| {
             extend_unit(&mut vecs, v, dot);
             pks.push(id);
         })?;
@@ -294,7 +306,7 @@ impl VectorCache {
 
     /// Reads the partition's chunks of vec0's shadow tables directly (`memory_vec_chunks`:
     /// slot validity bits and rowids; `memory_vec_vector_chunks00`: the vectors) and hands
-    /// each stored vector to `each`. `None` when anything is not as expected (another
+    /// each stored vector to `each`; `expected` is [`embedded_count`]. `None` when anything is not as expected (another
     /// sqlite-vec layout, a rowid twice, fewer or more vectors than the scope has embedded
     /// memories): the caller then falls back to vec0's own queries, so what it gets is
     /// every embedded memory of the scope, or nothing.
@@ -302,19 +314,9 @@ impl VectorCache {
         &self,
         conn: &Connection,
         scope_id: i64,
+        expected: usize,
         mut each: impl FnMut(i64, &[f32]),
     ) -> Option<()> {
-        // Both counts come from indexes (the scope index, the partial index of memories
-        // without a vector), without visiting a row.
-        let expected: i64 = conn
-            .prepare_cached(
-                "SELECT (SELECT count(*) FROM memories WHERE scope_id = ?1) \
-                      - (SELECT count(*) FROM memories WHERE scope_id = ?1 AND embedded = 0)",
-            )
-            .ok()?
-            .query_row([scope_id], |r| r.get(0))
-            .ok()?;
-        let expected = usize::try_from(expected).ok()?;
         let mut stmt = conn
             .prepare_cached(
                 "SELECT c.size, c.validity, c.rowids, v.vectors FROM memory_vec_chunks c \
@@ -364,6 +366,7 @@ impl VectorCache {
             conn.prepare_cached("SELECT embedding FROM memory_vec WHERE rowid = ?1")?;
         let mut vecs = Vec::with_capacity(pks.len() * self.dims);
         let mut kept = Vec::with_capacity(pks.len());
+        let dot = dot_fn();
         for pk in pks {
             let blob: Option<Vec<u8>> = vec_stmt.query_row([pk], |r| r.get(0)).optional()?;
             let Some(blob) = blob.filter(|b| b.len() == self.dims * 4) else {
@@ -373,7 +376,7 @@ impl VectorCache {
                 .chunks_exact(4)
                 .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
                 .collect();
-            vecs.extend(unit(&v));
+            extend_unit(&mut vecs, &v, dot);
             kept.push(pk);
         }
         Ok(Block {
@@ -422,11 +425,7 @@ mod tests {
         };
         // 174 vectors in scope 1 (three chunks of 64), 16 in scope 2, interleaved.
         for pk in 1..=190_i64 {
-            let scope = if pk % 5 == 0 && pk <= 200 && pk > 150 - 40 {
-                2
-            } else {
-                1
-            };
+            let scope = if pk % 5 == 0 && pk > 110 { 2 } else { 1 };
             let blob: Vec<u8> = vector(pk).iter().flat_map(|x| x.to_le_bytes()).collect();
             conn.execute(
                 "INSERT INTO memories VALUES (?1, ?2, 1)",
