@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use anyhow::Context;
+pub(crate) use hydrate::preview;
 use hydrate::product::in_reply_to;
 use hydrate::{
     ChatModel, CompiledPrompt, Exchange, ExplainReport, FactExtractor, HydrateInput,
@@ -349,15 +350,6 @@ impl Agent {
             }
         }
         render_report(report, &previews)
-    }
-}
-
-/// `text` on one line, cut after `max_chars` characters (with `...`).
-pub(crate) fn preview(text: &str, max_chars: usize) -> String {
-    let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    match one_line.char_indices().nth(max_chars) {
-        Some((i, _)) => format!("{}...", &one_line[..i]),
-        None => one_line,
     }
 }
 

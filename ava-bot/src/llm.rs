@@ -77,9 +77,7 @@ impl LlmSettings {
             )?),
         })
     }
-}
 
-impl LlmSettings {
     /// The fact extractor over `model`, unless `--no-facts`; each call bounded by
     /// `--llm-timeout`.
     pub(crate) fn extractor(&self, model: &Arc<dyn ChatModel>) -> Option<FactExtractor> {

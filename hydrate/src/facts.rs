@@ -19,7 +19,7 @@ use serde::Deserialize;
 
 use crate::chat::{ChatMessage, ChatModel};
 use crate::error::{Error, Result};
-use crate::render::escape_data;
+use crate::render::{escape_data, preview};
 
 /// Default bound on each model call of an extraction.
 pub const DEFAULT_EXTRACTION_TIMEOUT: Duration = Duration::from_secs(60);
@@ -148,7 +148,7 @@ impl FactExtractor {
                 .with_source(exchange.source)
                 .with_context(format!(
                     "learned from the user's message: {}",
-                    preview(exchange.user)
+                    preview(exchange.user, 80)
                 ))
                 .at(exchange.at)
         };
@@ -381,7 +381,7 @@ impl FactExtractor {
         serde_json::from_str(json_body(&text)).map_err(|e| {
             garbage(format!(
                 "not the JSON asked for ({e}); the answer began: {}",
-                preview(&text)
+                preview(&text, 80)
             ))
         })
     }
@@ -401,14 +401,6 @@ fn unescape(text: &str) -> String {
     text.replace("&lt;", "<")
         .replace("&gt;", ">")
         .replace("&amp;", "&")
-}
-
-fn preview(text: &str) -> String {
-    let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    match line.char_indices().nth(80) {
-        Some((i, _)) => format!("{}...", &line[..i]),
-        None => line,
-    }
 }
 
 fn garbage(problem: impl Into<String>) -> Error {

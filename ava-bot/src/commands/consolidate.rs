@@ -7,9 +7,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use anyhow::Context;
-use memory_core::{
-    Consolidation, MemoryBackend, MemoryError, MemoryId, PrunePolicy, Scope, Timestamp,
-};
+use memory_core::{Consolidation, MemoryBackend, MemoryId, PrunePolicy, Scope, Timestamp};
 
 use crate::agent::preview;
 use crate::commands::prune::{parse_age, reason};
@@ -63,21 +61,20 @@ pub(crate) async fn run(
     let scopes = super::user_scopes(store, &args.user, args.chat.as_deref()).await?;
     if let Some(id) = &args.restore {
         let id: MemoryId = id.parse()?;
-        for scope in &scopes {
-            match memory_core::restore(store, scope, id).await {
-                Ok(m) => {
-                    let text = terminal_safe(&preview(&m.content, 60), false);
-                    writeln!(
-                        out,
-                        "restored {id} \"{text}\" in {scope}; it is current again"
-                    )?;
-                    return Ok(());
-                }
-                Err(MemoryError::NotFound { .. }) => continue,
-                Err(e) => return Err(e).context("restore the memory"),
-            }
-        }
-        anyhow::bail!("user {} has no memory {id}", args.user);
+        let (scope, restored) = super::in_scope_holding(
+            &scopes,
+            &args.user,
+            id,
+            "restore the memory",
+            async |scope| memory_core::restore(store, scope, id).await,
+        )
+        .await?;
+        let text = terminal_safe(&preview(&restored.content, 60), false);
+        writeln!(
+            out,
+            "restored {id} \"{text}\" in {scope}; it is current again"
+        )?;
+        return Ok(());
     }
     let now = Timestamp::now();
     let prune = (args.max_age.is_some() || args.max_count.is_some()).then(|| PrunePolicy {

@@ -2,8 +2,7 @@
 
 use std::io::Write;
 
-use anyhow::{Context, bail};
-use memory_core::{MemoryError, MemoryId};
+use memory_core::MemoryId;
 
 use crate::config::Settings;
 
@@ -29,15 +28,14 @@ pub(crate) async fn run(
     let opened = settings.open_existing().await?;
     let store = &*opened.store;
     let scopes = super::user_scopes(store, &args.user, args.chat.as_deref()).await?;
-    for scope in &scopes {
-        match store.delete(scope, id).await {
-            Ok(()) => {
-                writeln!(out, "forgot {id}")?;
-                return Ok(());
-            }
-            Err(MemoryError::NotFound { .. }) => {}
-            Err(e) => return Err(e).context("delete the memory"),
-        }
-    }
-    bail!("user {} has no memory {id}", args.user)
+    super::in_scope_holding(
+        &scopes,
+        &args.user,
+        id,
+        "delete the memory",
+        async |scope| store.delete(scope, id).await,
+    )
+    .await?;
+    writeln!(out, "forgot {id}")?;
+    Ok(())
 }

@@ -3,8 +3,7 @@
 
 use std::io::Write;
 
-use anyhow::{Context, bail};
-use memory_core::{MemoryError, MemoryId};
+use memory_core::MemoryId;
 
 use crate::commands::terminal_safe;
 use crate::config::Settings;
@@ -21,29 +20,26 @@ pub(crate) async fn run(
     let opened = settings.open_existing().await?;
     let store = &*opened.store;
     let scopes = super::user_scopes(store, &args.user, args.chat.as_deref()).await?;
-    for scope in &scopes {
-        let chain = match memory_core::history(store, scope, id).await {
-            Ok(chain) => chain,
-            Err(MemoryError::NotFound { .. }) => continue,
-            Err(e) => return Err(e).context("read the history"),
+    let (_, chain) =
+        super::in_scope_holding(&scopes, &args.user, id, "read the history", async |scope| {
+            memory_core::history(store, scope, id).await
+        })
+        .await?;
+    for e in &chain {
+        let state = match (e.superseded_by, e.valid_until) {
+            (Some(by), Some(until)) => format!("replaced {until} by {by}"),
+            (Some(by), None) => format!("replaced by {by}"),
+            (None, Some(until)) => format!("valid until {until}"),
+            (None, None) => "current".to_owned(),
         };
-        for e in &chain {
-            let state = match (e.superseded_by, e.valid_until) {
-                (Some(by), Some(until)) => format!("replaced {until} by {by}"),
-                (Some(by), None) => format!("replaced by {by}"),
-                (None, Some(until)) => format!("valid until {until}"),
-                (None, None) => "current".to_owned(),
-            };
-            writeln!(
-                out,
-                "{} {} [{}] {}",
-                e.created_at,
-                e.id,
-                state,
-                terminal_safe(&e.content, false)
-            )?;
-        }
-        return Ok(());
+        writeln!(
+            out,
+            "{} {} [{}] {}",
+            e.created_at,
+            e.id,
+            state,
+            terminal_safe(&e.content, false)
+        )?;
     }
-    bail!("user {} has no memory {id}", args.user)
+    Ok(())
 }

@@ -15,7 +15,9 @@ pub(crate) mod run;
 pub(crate) mod stats;
 
 use anyhow::Context;
-use memory_core::{DEFAULT_TENANT, MemoryBackend, Scope, SearchRequest, Timestamp};
+use memory_core::{
+    DEFAULT_TENANT, MemoryBackend, MemoryError, MemoryId, Scope, SearchRequest, Timestamp,
+};
 
 /// The scopes a command about `user` works in: `chat`'s, or every chat of the user.
 pub(crate) async fn user_scopes(
@@ -30,6 +32,26 @@ pub(crate) async fn user_scopes(
             .await
             .context("list the user's chats")?,
     })
+}
+
+/// Runs `op` in each of `scopes` in turn until one holds the memory `id` (in the others
+/// `op` answers "not found"): the scope that held it and what `op` gave. An error names
+/// `user` when no scope holds it, or says what failed (`doing`).
+pub(crate) async fn in_scope_holding<'s, T>(
+    scopes: &'s [Scope],
+    user: &str,
+    id: MemoryId,
+    doing: &'static str,
+    mut op: impl AsyncFnMut(&Scope) -> memory_core::Result<T>,
+) -> anyhow::Result<(&'s Scope, T)> {
+    for scope in scopes {
+        match op(scope).await {
+            Ok(done) => return Ok((scope, done)),
+            Err(MemoryError::NotFound { .. }) => {}
+            Err(e) => return Err(e).context(doing),
+        }
+    }
+    anyhow::bail!("user {user} has no memory {id}")
 }
 
 /// The best search the store offers for `text` ([`SearchRequest::best`]).

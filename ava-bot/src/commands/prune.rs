@@ -73,6 +73,9 @@ pub(crate) fn parse_age(text: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("`{text}`: too long"))
 }
 
+/// The strength under which a memory has faded, by default (`ava prune` and the upkeep).
+const DEFAULT_MIN_STRENGTH: f32 = 0.05;
+
 /// Forgetting what faded: memories neither recalled nor important lose strength with time
 /// (`memory_core::decay_strength`), and those below a threshold go.
 #[derive(Debug, Clone, Copy, clap::Args)]
@@ -83,7 +86,7 @@ pub(crate) struct DecayArgs {
     #[arg(long, value_parser = parse_age)]
     decay_half_life: Option<Duration>,
     /// The strength under which a memory has faded (importance 0..1, times the decay).
-    #[arg(long, default_value_t = 0.05)]
+    #[arg(long, default_value_t = DEFAULT_MIN_STRENGTH)]
     decay_min_strength: f32,
 }
 
@@ -225,7 +228,7 @@ impl UpkeepArgs {
                 max_age: self.prune_max_age,
                 decay: DecayArgs {
                     decay_half_life: self.prune_decay_half_life,
-                    decay_min_strength: 0.05,
+                    decay_min_strength: DEFAULT_MIN_STRENGTH,
                 },
                 max_count: self.prune_max_count,
                 every: self.prune_every,

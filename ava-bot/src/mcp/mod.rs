@@ -535,11 +535,8 @@ impl AvaMcp {
             );
         }
         let request = match mode {
-            // What `ava recall` does: hybrid when the store has vectors, else keyword.
-            Mode::Auto if caps.supports(Capability::HybridSearch) => {
-                SearchRequest::hybrid(a.query.as_str()).limit(limit)
-            }
-            Mode::Auto => SearchRequest::keyword(a.query.as_str()).limit(limit),
+            // What `ava recall` does: the best search the store offers.
+            Mode::Auto => SearchRequest::best(&caps, a.query.as_str()).limit(limit),
             Mode::Hybrid => SearchRequest::hybrid(a.query.as_str()).limit(limit),
             Mode::Keyword => SearchRequest::keyword(a.query.as_str()).limit(limit),
             Mode::Semantic => SearchRequest::semantic(a.query.as_str()).limit(limit),
