@@ -17,6 +17,7 @@
 //! budget after the framing (block headers, separators, about
 //! [`MESSAGE_OVERHEAD_TOKENS`] per message), so the messages as sent fit.
 
+use std::collections::HashMap;
 use std::time::Instant;
 
 use prompt_ir::{Action, ContentHash, PromptIR, TokenBudget, Tokenizer, compress};
@@ -25,6 +26,7 @@ use serde::Serialize;
 use crate::chat::{ChatMessage, ChatRole, ToolSpec};
 use crate::error::Result;
 use crate::hydrate::{Block, Hydrated, HydrationConfig, canonical_json};
+use crate::source::SourceKind;
 use crate::render::{self, BLOCK_CLOSE};
 use crate::report::{
     BudgetExplain, Degradation, DegradationKind, ExplainReport, SectionExplain, ToolExplain,
@@ -58,14 +60,16 @@ fn block_of(hydrated: &Hydrated, ir: &PromptIR, id: &str) -> Block {
 }
 
 /// The sections of `ir` grouped by block: system, state, then data blocks in order of first
-/// appearance.
-fn grouped<'a>(hydrated: &Hydrated, ir: &'a PromptIR) -> Vec<(Block, Vec<&'a str>)> {
-    let mut groups: Vec<(Block, Vec<&'a str>)> = Vec::new();
+/// appearance; each with the day header its line sits under, if any.
+fn grouped<'a>(hydrated: &'a Hydrated, ir: &'a PromptIR) -> Vec<(Block, Vec<Part<'a>>)> {
+    let mut groups: Vec<(Block, Vec<Part<'a>>)> = Vec::new();
     for s in ir.sections() {
+        let info = hydrated.sections.get(s.id());
         let block = block_of(hydrated, ir, s.id());
+        let part = (info.and_then(|i| i.day.as_deref()), s.content());
         match groups.iter_mut().find(|(b, _)| *b == block) {
-            Some((_, parts)) => parts.push(s.content()),
-            None => groups.push((block, vec![s.content()])),
+            Some((_, parts)) => parts.push(part),
+            None => groups.push((block, vec![part])),
         }
     }
     groups.sort_by_key(|(b, _)| match b {
@@ -77,40 +81,133 @@ fn grouped<'a>(hydrated: &Hydrated, ir: &'a PromptIR) -> Vec<(Block, Vec<&'a str
     groups
 }
 
-/// Tokens of everything compile adds around sections, counted generously (one token per
-/// separator).
-fn framing(hydrated: &Hydrated, ir: &PromptIR, tokenizer: &dyn Tokenizer) -> u32 {
-    let mut total = 0u32;
-    for (block, parts) in grouped(hydrated, ir) {
-        let n = u32::try_from(parts.len()).unwrap_or(u32::MAX);
-        total = total.saturating_add(MESSAGE_OVERHEAD_TOKENS);
-        total = total.saturating_add(match block {
-            Block::System | Block::State | Block::Observation => n.saturating_sub(1),
-            Block::Data(kind) => tokenizer
-                .count(&render::block_open(kind, hydrated.partial.contains(&kind)))
-                .saturating_add(tokenizer.count(BLOCK_CLOSE))
-                .saturating_add(n.saturating_add(1)),
-        });
+/// A section's text and the day header it sits under.
+type Part<'a> = (Option<&'a str>, &'a str);
+
+fn contents<'a>(parts: &[Part<'a>]) -> Vec<&'a str> {
+    parts.iter().map(|&(_, text)| text).collect()
+}
+
+/// What compile adds around the sections of a hydrated IR, measured once per compile so
+/// that the framing of any subset of them is a cheap sum: per section its block and day
+/// header, and the token counts of each block's opening and closing and of each header.
+struct Frame<'a> {
+    /// Per section of the hydrated IR, in order.
+    parts: Vec<(Block, Option<&'a str>)>,
+    /// Block opening and closing, per kind of data block.
+    data: Vec<(SourceKind, u32)>,
+    /// Each header line (days, [`render::UNDATED`]) with its line break.
+    headers: HashMap<&'a str, u32>,
+    observation: bool,
+}
+
+impl<'a> Frame<'a> {
+    fn new(hydrated: &'a Hydrated, tokenizer: &dyn Tokenizer) -> Self {
+        let ir = &hydrated.ir;
+        let mut parts = Vec::with_capacity(ir.sections().len());
+        let mut data = Vec::new();
+        let mut headers = HashMap::new();
+        headers.insert(render::UNDATED, tokenizer.count(render::UNDATED).saturating_add(1));
+        for s in ir.sections() {
+            let block = block_of(hydrated, ir, s.id());
+            let day = hydrated.sections.get(s.id()).and_then(|i| i.day.as_deref());
+            if let Block::Data(kind) = block
+                && !data.iter().any(|(k, _)| *k == kind)
+            {
+                let open = render::block_open(kind, hydrated.partial.contains(&kind));
+                let cost = tokenizer
+                    .count(&open)
+                    .saturating_add(tokenizer.count(BLOCK_CLOSE));
+                data.push((kind, cost));
+            }
+            if let Some(d) = day {
+                headers
+                    .entry(d)
+                    .or_insert_with(|| tokenizer.count(d).saturating_add(1));
+            }
+            parts.push((block, day));
+        }
+        Self {
+            parts,
+            data,
+            headers,
+            observation: ir.observation().is_some(),
+        }
     }
-    if ir.observation().is_some() {
-        total = total.saturating_add(MESSAGE_OVERHEAD_TOKENS);
+
+    /// Tokens of everything compile adds around the sections `kept` says are rendered,
+    /// counted generously (one token per separator): message overheads, block openings and
+    /// closings, separators, and day headers as [`render::with_days`] writes them.
+    fn cost(&self, kept: impl Iterator<Item = bool>) -> u32 {
+        // Per block: (block, sections, current day run, header tokens).
+        let mut blocks: Vec<(Block, u32, Option<&str>, u32)> = Vec::with_capacity(6);
+        for (&(block, day), keep) in self.parts.iter().zip(kept) {
+            if !keep {
+                continue;
+            }
+            let i = match blocks.iter().position(|b| b.0 == block) {
+                Some(i) => i,
+                None => {
+                    blocks.push((block, 0, None, 0));
+                    blocks.len() - 1
+                }
+            };
+            let Some(b) = blocks.get_mut(i) else { continue };
+            b.1 = b.1.saturating_add(1);
+            let header = match day {
+                Some(d) if b.2 != Some(d) => Some(d),
+                None if b.2.is_some() => Some(render::UNDATED),
+                _ => None,
+            };
+            if let Some(h) = header {
+                b.3 = b.3.saturating_add(self.headers.get(h).copied().unwrap_or(16));
+            }
+            b.2 = day;
+        }
+        let mut total = 0u32;
+        for (block, n, _, headers) in blocks {
+            total = total.saturating_add(MESSAGE_OVERHEAD_TOKENS);
+            total = total.saturating_add(match block {
+                Block::System | Block::State | Block::Observation => n.saturating_sub(1),
+                Block::Data(kind) => self
+                    .data
+                    .iter()
+                    .find(|(k, _)| *k == kind)
+                    .map_or(0, |(_, c)| *c)
+                    .saturating_add(n.saturating_add(1))
+                    .saturating_add(headers),
+            });
+        }
+        if self.observation {
+            total = total.saturating_add(MESSAGE_OVERHEAD_TOKENS);
+        }
+        total
     }
-    total
+
+    /// The framing of what `report` kept of the hydrated IR.
+    fn of(&self, report: &prompt_ir::CompressionReport) -> u32 {
+        let kept = report
+            .sections
+            .iter()
+            .map(|o| !matches!(o.action, Action::Dropped { .. }))
+            .chain(std::iter::repeat(true));
+        self.cost(kept)
+    }
 }
 
 fn render_messages(hydrated: &Hydrated, ir: &PromptIR) -> Vec<(Block, ChatMessage)> {
     let mut messages = Vec::new();
     for (block, parts) in grouped(hydrated, ir) {
         let message = match block {
-            Block::System => ChatMessage::system(parts.join("\n\n")),
-            Block::State => ChatMessage::system(parts.join("\n")),
+            Block::System => ChatMessage::system(contents(&parts).join("\n\n")),
+            Block::State => ChatMessage::system(contents(&parts).join("\n")),
             Block::Data(kind) => ChatMessage::user(render::block(
                 kind,
                 hydrated.partial.contains(&kind),
-                &parts,
+                &render::with_days(&parts),
             )),
             // Sections never claim the observation's block; treat one that does as data.
-            Block::Observation => ChatMessage::user(parts.join("\n")),
+            Block::Observation => ChatMessage::user(contents(&parts).join("\n")),
         };
         messages.push((block, message));
     }
@@ -140,24 +237,52 @@ pub fn compile(config: &HydrationConfig, hydrated: &Hydrated) -> Result<Compiled
     let tokenizer = config.tokenizer.as_ref();
     let budget = &hydrated.budget;
     let available = budget.available();
+    let frame = Frame::new(hydrated, tokenizer);
     let fit = |framing: u32| -> Result<_> {
         let for_sections = available.saturating_sub(framing).max(1);
         let section_budget =
             TokenBudget::new(for_sections)?.with_allocation(budget.allocation().clone());
         let compressed = compress(&section_budget, &hydrated.ir, tokenizer);
-        let used = self::framing(hydrated, &compressed.ir, tokenizer);
+        let used = frame.of(&compressed.report);
         Ok((compressed, for_sections, used))
     };
-    let mut framing = self::framing(hydrated, &hydrated.ir, tokenizer);
+    // The framing of the whole IR bounds that of any part of it (dropping items never adds a
+    // block, a separator or a day header), so the first fit fits. Emptied blocks and dropped
+    // day runs free framing, and those tokens are offered to the sections: a binary search
+    // for the least framing to reserve whose fit still fits with the framing it renders
+    // with. Only a fit that fits is kept, and the one holding the most wins.
+    let mut framing = frame.cost(std::iter::repeat(true));
     let (mut compressed, mut for_sections, mut used) = fit(framing)?;
-    // A block whose items were all dropped costs no framing: offer those tokens to the
-    // sections once, and keep the result if it still fits with its own framing.
-    if used < framing {
-        let (retry, retry_for, retry_used) = fit(used)?;
-        if retry.report.fits() && retry.report.tokens_after.saturating_add(retry_used) <= available
-        {
-            framing = used;
-            (compressed, for_sections, used) = (retry, retry_for, retry_used);
+    let (mut lo, mut hi) = (used, framing);
+    let mut best = compressed.report.tokens_after.saturating_add(used);
+    // Nothing more can fit once what is left is less than the smallest dropped section.
+    let smallest_dropped = |report: &prompt_ir::CompressionReport| {
+        report
+            .sections
+            .iter()
+            .filter_map(|o| match o.action {
+                Action::Dropped { tokens } => Some(tokens),
+                _ => None,
+            })
+            .min()
+    };
+    while lo < hi
+        && compressed.report.fits()
+        && smallest_dropped(&compressed.report)
+            .is_some_and(|t| t < available.saturating_sub(best))
+    {
+        let mid = lo + (hi - lo) / 2;
+        let (retry, retry_for, retry_used) = fit(mid)?;
+        let total = retry.report.tokens_after.saturating_add(retry_used);
+        if retry.report.fits() && total <= available {
+            hi = mid;
+            if total > best {
+                best = total;
+                framing = mid;
+                (compressed, for_sections, used) = (retry, retry_for, retry_used);
+            }
+        } else {
+            lo = mid + 1;
         }
     }
     let ir = &compressed.ir;

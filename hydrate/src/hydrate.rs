@@ -387,6 +387,8 @@ pub struct SectionInfo {
     /// Every kind of source that found the item, in precedence order (empty for sections
     /// that were not retrieved). A memory found by several sources is one section.
     pub found_by: Vec<SourceKind>,
+    /// The day header its line sits under in its block (`[2023-05-08 Mon]`), if dated.
+    pub day: Option<String>,
 }
 
 /// The result of [`hydrate`]: the Prompt IR and what is needed to compile and explain it.
@@ -540,15 +542,16 @@ async fn hydrate_inner(
     acc.merge(config, &cues)?;
     acc.reports.sort_by_key(|r| r.kind);
 
-    // Retrieved sections in render order: background first, the conversation last and in
-    // time order; within other blocks, best first.
+    // Retrieved sections in render order: background first, the conversation last; messages
+    // (the conversation, related messages) in time order, so a day's lines share one header;
+    // within other blocks, best first.
     let mut retrieved = std::mem::take(&mut acc.retrieved);
     retrieved.sort_by(|(a, _), (b, _)| {
         a.kind
             .render_rank()
             .cmp(&b.kind.render_rank())
             .then_with(|| {
-                if a.kind == SourceKind::Temporal {
+                if matches!(a.kind, SourceKind::Temporal | SourceKind::Semantic) {
                     a.item
                         .created_at
                         .cmp(&b.item.created_at)
@@ -574,6 +577,7 @@ async fn hydrate_inner(
                 memory_id: cand.item.memory_id,
                 scores: Some(score_explain(&cand.item, &cand.cues)),
                 found_by: cand.found_by,
+                day: render::item_day(&cand.item),
             },
         );
         ir.push_section(section)?;
@@ -622,6 +626,7 @@ fn fixed_sections(
             memory_id: None,
             scores: None,
             found_by: Vec::new(),
+            day: None,
         };
         infos.insert(section.id().to_owned(), info);
         Ok(ir.push_section(section)?)

@@ -101,7 +101,7 @@ pub use provider::{
     ProviderIdentity, ProviderOptions, Reranker, ResolvedOption, ResolvedOptions, Secret,
     SourceBuilder, SourceChoice, SourceProvider, plan_sources, resolve_options,
 };
-pub use render::{DATA_TAG, DEFAULT_CONSTRAINTS, escape_data, memory_block, preview};
+pub use render::{DATA_TAG, DEFAULT_CONSTRAINTS, day_header, escape_data, memory_block, preview};
 pub use report::{
     BudgetExplain, Degradation, DegradationKind, ExplainReport, ScoreExplain, SectionExplain,
     SourceReport, SourceStatus, ToolExplain,

@@ -67,24 +67,21 @@ pub fn escape_data(text: &str) -> String {
     out
 }
 
-fn format_time(at: Timestamp, with_time: bool) -> String {
-    let dt = at.to_datetime();
-    if with_time {
-        dt.format("%Y-%m-%d %H:%M").to_string()
-    } else {
-        dt.format("%Y-%m-%d").to_string()
-    }
+fn format_time(at: Timestamp) -> String {
+    at.to_datetime().format("%Y-%m-%d %H:%M").to_string()
 }
 
-/// One item as a line of its block: `- [date] role: text (note)`, the text escaped.
+/// One item as a line of its block: `- HH:MM role: text (note)`, the text escaped. The time
+/// of day is shown for messages; the date is the line's [`item_day`] header, shared by a run
+/// of lines from the same day.
 pub(crate) fn item_line(item: &SourceItem) -> String {
-    let mut line = String::with_capacity(item.content.len() + 32);
+    let mut line = String::with_capacity(item.content.len() + 24);
     line.push_str("- ");
-    if let Some(at) = item.created_at {
-        let with_time = matches!(item.memory_kind, Some(MemoryKind::Message) | None);
-        line.push('[');
-        line.push_str(&format_time(at, with_time));
-        line.push_str("] ");
+    if let Some(at) = item.created_at
+        && matches!(item.memory_kind, Some(MemoryKind::Message) | None)
+    {
+        line.push_str(&at.to_datetime().format("%H:%M").to_string());
+        line.push(' ');
     }
     if let Some(role) = item.role {
         line.push_str(role.as_str());
@@ -99,11 +96,47 @@ pub(crate) fn item_line(item: &SourceItem) -> String {
     line
 }
 
+/// The day header an item's line sits under (`[2023-05-08 Mon]`), if it is dated.
+pub(crate) fn item_day(item: &SourceItem) -> Option<String> {
+    item.created_at.map(day_header)
+}
+
+/// The header line of the day of `at`: `[YYYY-MM-DD Ddd]`.
+pub fn day_header(at: Timestamp) -> String {
+    at.to_datetime().format("[%Y-%m-%d %a]").to_string()
+}
+
+/// The header that separates undated lines from a dated run before them.
+pub(crate) const UNDATED: &str = "[undated]";
+
+/// The lines of a block with their day headers: a header before each run of lines from one
+/// day, and [`UNDATED`] before undated lines that follow dated ones. Item lines start with
+/// `- ` and their continuation lines with two spaces, so no item text can pass for a header.
+pub(crate) fn with_days<'a>(lines: &[(Option<&'a str>, &'a str)]) -> Vec<&'a str> {
+    let mut out = Vec::with_capacity(lines.len() + 4);
+    let mut current: Option<&str> = None;
+    for &(day, line) in lines {
+        match day {
+            Some(d) if current != Some(d) => {
+                out.push(d);
+                current = Some(d);
+            }
+            None if current.is_some() => {
+                out.push(UNDATED);
+                current = None;
+            }
+            _ => {}
+        }
+        out.push(line);
+    }
+    out
+}
+
 fn describe(kind: SourceKind) -> &'static str {
     match kind {
         SourceKind::Temporal => "the recent conversation, oldest first",
         SourceKind::Knowledge => "long-term facts about the user",
-        SourceKind::Semantic => "related messages from earlier conversations",
+        SourceKind::Semantic => "related messages from earlier conversations, oldest first",
         SourceKind::Graph => "facts from a knowledge graph",
         SourceKind::Vector => "passages from documents",
         SourceKind::Web => "web search results",
@@ -156,7 +189,7 @@ pub fn memory_block(kind: &str, what: &str, entries: &[MemoryEntry], if_empty: &
     for e in entries {
         out.push_str(&format!(
             "\n- [{}] (id {}) {}",
-            format_time(e.created_at, true),
+            format_time(e.created_at),
             e.id,
             escape_data(&e.content)
         ));
@@ -202,6 +235,36 @@ mod tests {
             "{text}"
         );
         assert_eq!(text.matches("</recalled-memory>").count(), 1);
+    }
+
+    #[test]
+    fn a_day_header_heads_each_run_of_lines_from_one_day() {
+        let (a, b) = ("[2023-05-08 Mon]", "[2023-05-09 Tue]");
+        let lines = [
+            (None, "- undated first"),
+            (Some(a), "- 10:00 user: one"),
+            (Some(a), "- 10:01 assistant: two"),
+            (Some(b), "- 09:00 user: three"),
+            (None, "- undated after"),
+            (Some(a), "- 11:00 user: four"),
+        ];
+        assert_eq!(
+            with_days(&lines),
+            [
+                "- undated first",
+                a,
+                "- 10:00 user: one",
+                "- 10:01 assistant: two",
+                b,
+                "- 09:00 user: three",
+                UNDATED,
+                "- undated after",
+                a,
+                "- 11:00 user: four",
+            ]
+        );
+        let at = Timestamp::from_millis(1_683_540_000_000).unwrap();
+        assert_eq!(day_header(at), "[2023-05-08 Mon]");
     }
 
     #[test]

@@ -78,6 +78,14 @@ async fn tight_budget() {
     let report = &prompt.report;
     assert!(report.fits, "{report:#?}");
     assert!(report.estimated_prompt_tokens <= TIGHT);
+    // The estimate covers the messages as sent.
+    let tokenizer = common::tokenizer();
+    let sent: u32 = prompt
+        .messages
+        .iter()
+        .map(|m| tokenizer.count(&m.content) + hydrate::MESSAGE_OVERHEAD_TOKENS)
+        .sum();
+    assert!(sent <= report.estimated_prompt_tokens, "{sent}");
     assert!(
         report
             .sections

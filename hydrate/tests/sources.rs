@@ -254,7 +254,7 @@ async fn a_memory_found_by_the_conversation_and_by_search_survives_a_tight_budge
     let (backend, scope) = maya_chat().await;
     let cfg = config(Arc::clone(&backend), Some(embedder()));
     // The whole window (10 turns) does not fit: some of it must go.
-    let mut req = request("Who is my manager at work?", 560);
+    let mut req = request("Who is my manager at work?", 470);
     req.strategy.temporal_window = 10;
     let hydrated = hydrate(&cfg, &input(scope, req)).await.unwrap();
     let prompt = compile(&cfg, &hydrated).unwrap();
@@ -329,4 +329,81 @@ async fn an_older_turn_no_search_matched_ranks_below_every_search_hit() {
         unmatched.iter().all(|r| *r <= weakest),
         "the search saw these turns and ranked them lower: {unmatched:?} vs hits {hits:?}"
     );
+}
+
+/// Day headers are framing compile pays for: over many days and budgets, the messages as
+/// sent fit, every line sits under the header of its own day, and the budget is used.
+#[tokio::test]
+async fn day_headers_are_counted_and_lines_sit_under_their_day() {
+    use hydrate::{MESSAGE_OVERHEAD_TOKENS, compile, day_header};
+    use memory_core::{NewMemory, Role};
+    let backend: Arc<dyn MemoryBackend> = Arc::new(InMemoryBackend::new(Some(embedder())));
+    let scope = chat_scope("dora");
+    // 60 turns over 20 days, three a day, all about the garden.
+    let turns: Vec<(String, memory_core::Timestamp)> = (0..60u32)
+        .map(|i| {
+            let day = i / 3 + 1;
+            let when = common::at(&format!("2026-02-{day:02}T1{}:00:00Z", i % 3));
+            (format!("Garden note {i}: planted {} rows of beans today.", i % 7 + 1), when)
+        })
+        .collect();
+    let batch = turns
+        .iter()
+        .enumerate()
+        .map(|(i, (t, when))| {
+            NewMemory::new(t.clone())
+                .with_role(if i % 2 == 0 { Role::User } else { Role::Assistant })
+                .at(*when)
+        })
+        .collect();
+    backend.store_batch(&scope, batch).await.unwrap();
+    let cfg = config(Arc::clone(&backend), Some(embedder()));
+    let tokenizer = common::tokenizer();
+    let mut kept_at = Vec::new();
+    for budget in (450..=1800).step_by(45) {
+        let req = request("What did I plant in the garden?", budget);
+        let hydrated = hydrate(&cfg, &input(scope.clone(), req)).await.unwrap();
+        let prompt = compile(&cfg, &hydrated).unwrap();
+        let report = &prompt.report;
+        assert!(report.fits, "{budget}: {report:#?}");
+        let sent: u32 = prompt
+            .messages
+            .iter()
+            .map(|m| tokenizer.count(&m.content) + MESSAGE_OVERHEAD_TOKENS)
+            .sum();
+        assert!(
+            sent <= report.estimated_prompt_tokens,
+            "{budget}: {sent} tokens sent, {} estimated",
+            report.estimated_prompt_tokens
+        );
+        let data: String = prompt
+            .messages
+            .iter()
+            .zip(&prompt.layout)
+            .filter(|(_, b)| matches!(b, hydrate::Block::Data(_)))
+            .map(|(m, _)| format!("{}\n", m.content))
+            .collect();
+        let mut kept = 0;
+        for (text, when) in &turns {
+            let Some(at) = data.find(&format!(": {text}\n")) else {
+                continue;
+            };
+            kept += 1;
+            let header = data[..at].rfind("\n[").map(|h| {
+                data[h + 1..].split('\n').next().unwrap_or_default().to_owned()
+            });
+            assert_eq!(header, Some(day_header(*when)), "{budget}: {text}\n{data}");
+        }
+        // What is left is less than the next item would cost: its line, its day's header
+        // and, when it is the first of its kind, its block's framing.
+        assert!(
+            report.budget.available - report.estimated_prompt_tokens < 70 || report.tokens_after == report.tokens_before,
+            "{budget}: {} of {} used, {kept} turns kept\n{data}\n{report:#?}",
+            report.estimated_prompt_tokens,
+            report.budget.available
+        );
+        kept_at.push(kept);
+    }
+    assert!(kept_at.windows(2).all(|w| w[0] <= w[1]), "{kept_at:?}");
+    assert!(kept_at.first() < kept_at.last(), "{kept_at:?}");
 }
