@@ -899,7 +899,7 @@ impl Gathered {
                 continue;
             }
             if capped {
-                let t = config.tokenizer.count(&render::item_line(&item));
+                let t = config.tokenizer.count(&render::item_line(kind, &item));
                 if tokens.saturating_add(t) > params.max_tokens {
                     over_limits += 1;
                     continue;
@@ -1262,7 +1262,7 @@ fn rank(kind: SourceKind, items: &mut [SourceItem]) {
 /// `protected` (the newest messages of the conversation) and pinned facts rank High.
 fn item_section(cand: &Candidate, protected: bool, relevance: Relevance) -> Result<Section> {
     let (kind, item) = (cand.kind, &cand.item);
-    let line = render::item_line(item);
+    let line = render::item_line(kind, item);
     let long = line.len() > SHRINKABLE_BYTES;
     let priority = if protected || (item.pinned && kind == SourceKind::Knowledge) {
         Priority::High

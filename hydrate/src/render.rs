@@ -71,13 +71,15 @@ fn format_time(at: Timestamp) -> String {
     at.to_datetime().format("%Y-%m-%d %H:%M").to_string()
 }
 
-/// One item as a line of its block: `- HH:MM role: text (note)`, the text escaped. The time
-/// of day is shown for messages; the date is the line's [`item_day`] header, shared by a run
-/// of lines from the same day.
-pub(crate) fn item_line(item: &SourceItem) -> String {
+/// One item as a line of a `kind` block: `- HH:MM role: text (note)`, the text escaped. The
+/// date is the line's [`item_day`] header, shared by a run of lines from the same day; the
+/// time of day is shown for messages of the recent conversation only (in older messages it
+/// costs tokens and rarely matters).
+pub(crate) fn item_line(kind: SourceKind, item: &SourceItem) -> String {
     let mut line = String::with_capacity(item.content.len() + 24);
     line.push_str("- ");
     if let Some(at) = item.created_at
+        && kind == SourceKind::Temporal
         && matches!(item.memory_kind, Some(MemoryKind::Message) | None)
     {
         line.push_str(&at.to_datetime().format("%H:%M").to_string());

@@ -14,14 +14,58 @@ use rusqlite::{Connection, OptionalExtension};
 #[derive(Debug)]
 struct Block {
     pks: Vec<i64>,
-    /// `pks.len() × dims` unit-length components, row-major.
-    vecs: Vec<f32>,
+    vectors: Vectors,
     last_used: u64,
+}
+
+/// A block's vectors: whole, or quantized when the whole block would not fit the budget.
+#[derive(Debug)]
+enum Vectors {
+    /// `pks.len() × dims` unit-length components, row-major.
+    Full(Vec<f32>),
+    /// Each unit-length vector as `dims` codes and a step (component ≈ code × step): a
+    /// quarter of the memory. Searched by an integer scan whose best candidates are then
+    /// scored exactly from the stored vectors (see [`VectorCache::scan`]).
+    Quantized(Quantized),
+}
+
+#[derive(Debug, Default)]
+struct Quantized {
+    codes: Vec<i8>,
+    steps: Vec<f32>,
+    /// The largest step: what bounds the scan's error.
+    max_step: f32,
+}
+
+impl Quantized {
+    /// Appends `unit` (a unit-length vector) as codes and its step.
+    fn push(&mut self, unit: &[f32]) {
+        let m = unit.iter().fold(0f32, |a, x| a.max(x.abs()));
+        if m > 0.0 && m.is_finite() {
+            let step = m / 127.0;
+            let inv = 1.0 / step;
+            self.codes.extend(unit.iter().map(|x| {
+                // In [-127, 127] since |x| <= m; the cast cannot truncate.
+                #[allow(clippy::cast_possible_truncation)]
+                let c = (x * inv).round().clamp(-127.0, 127.0) as i8;
+                c
+            }));
+            self.steps.push(step);
+            self.max_step = self.max_step.max(step);
+        } else {
+            self.codes.extend(std::iter::repeat_n(0, unit.len()));
+            self.steps.push(0.0);
+        }
+    }
 }
 
 impl Block {
     fn bytes(&self) -> usize {
-        self.vecs.len() * 4 + self.pks.len() * 8
+        let vectors = match &self.vectors {
+            Vectors::Full(v) => v.len() * 4,
+            Vectors::Quantized(q) => q.codes.len() + q.steps.len() * 4,
+        };
+        vectors + self.pks.len() * 8
     }
 }
 
@@ -113,6 +157,116 @@ fn dot_fn() -> fn(&[f32], &[f32]) -> f32 {
     dot_portable
 }
 
+/// Integer dot product of a vector's codes with the quantized query (the portable path).
+fn dot_codes_portable(codes: &[i8], q: &[i16]) -> i32 {
+    codes
+        .iter()
+        .zip(q)
+        .fold(0i32, |acc, (&c, &x)| acc.wrapping_add(i32::from(c) * i32::from(x)))
+}
+
+/// AVX2: sixteen codes widened to i16 and multiplied pairwise into eight i32 sums per step.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+#[target_feature(enable = "avx2")]
+fn dot_codes_avx2(codes: &[i8], q: &[i16]) -> i32 {
+    use std::arch::x86_64::{
+        __m128i, __m256i, _mm_loadu_si128, _mm256_add_epi32, _mm256_cvtepi8_epi16,
+        _mm256_loadu_si256, _mm256_madd_epi16, _mm256_setzero_si256, _mm256_storeu_si256,
+    };
+    let n = codes.len().min(q.len());
+    let mut acc = [_mm256_setzero_si256(); 2];
+    let mut i = 0;
+    while i + 32 <= n {
+        for (j, lane) in acc.iter_mut().enumerate() {
+            let at = i + 16 * j;
+            // SAFETY: `at + 16 <= n`, so 16 codes (16 bytes) and 16 query values (32 bytes)
+            // are in bounds; `loadu` has no alignment requirement, and AVX2 is enabled.
+            let (c, x) = unsafe {
+                (
+                    _mm_loadu_si128(codes.as_ptr().add(at).cast::<__m128i>()),
+                    _mm256_loadu_si256(q.as_ptr().add(at).cast::<__m256i>()),
+                )
+            };
+            *lane = _mm256_add_epi32(*lane, _mm256_madd_epi16(_mm256_cvtepi8_epi16(c), x));
+        }
+        i += 32;
+    }
+    let mut lanes = [0i32; 8];
+    // SAFETY: `lanes` holds exactly 8 i32 (32 bytes); `storeu` has no alignment requirement.
+    unsafe {
+        _mm256_storeu_si256(
+            lanes.as_mut_ptr().cast::<__m256i>(),
+            _mm256_add_epi32(acc[0], acc[1]),
+        );
+    };
+    lanes
+        .iter()
+        .fold(0i32, |a, &b| a.wrapping_add(b))
+        .wrapping_add(dot_codes_portable(&codes[i..n], &q[i..n]))
+}
+
+/// Which integer dot product this CPU runs, decided once per scan.
+fn dot_codes_fn() -> fn(&[i8], &[i16]) -> i32 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        #[allow(unsafe_code)]
+        return |a, b| {
+            // SAFETY: the CPU supports AVX2, checked just above before this function was
+            // handed out.
+            unsafe { dot_codes_avx2(a, b) }
+        };
+    }
+    dot_codes_portable
+}
+
+/// A unit-length query quantized for the integer scan: values, the step (component ≈
+/// value × step) and the query's L1 norm. Values are at most `i32::MAX / (127 · dims)` in
+/// magnitude, so no dot product with codes (at most 127) can overflow an i32.
+struct QueryCodes {
+    values: Vec<i16>,
+    step: f32,
+    l1: f32,
+}
+
+impl QueryCodes {
+    fn new(unit: &[f32]) -> Self {
+        let dims = unit.len().max(1);
+        let cap = (i32::MAX as usize / (127 * dims)).min(i16::MAX as usize);
+        // At most i16::MAX: exact as f32.
+        #[allow(clippy::cast_precision_loss)]
+        let top = cap as f32;
+        let m = unit.iter().fold(0f32, |a, x| a.max(x.abs()));
+        let step = if m > 0.0 && m.is_finite() { m / top } else { 0.0 };
+        let inv = if step > 0.0 { 1.0 / step } else { 0.0 };
+        let values = unit
+            .iter()
+            .map(|x| {
+                // In [-cap, cap] since |x| <= m; the cast cannot truncate.
+                #[allow(clippy::cast_possible_truncation)]
+                let v = (x * inv).round().clamp(-top, top) as i16;
+                v
+            })
+            .collect();
+        Self {
+            values,
+            step,
+            l1: unit.iter().map(|x| x.abs()).sum(),
+        }
+    }
+
+    /// How far an approximate similarity can be from the exact one, for vectors quantized
+    /// with steps up to `max_step`: each code is off by at most half its step, each query
+    /// value by half the query's, and a small allowance covers f32 rounding of both sums.
+    fn error_bound(&self, dims: usize, max_step: f32) -> f32 {
+        // A dimension count: exact as f32 for any real embedding.
+        #[allow(clippy::cast_precision_loss)]
+        let d = dims as f32;
+        let code_l1 = d.sqrt() + d * max_step / 2.0;
+        self.l1 * max_step / 2.0 + self.step / 2.0 * code_l1 + 1e-4 + d * 2.5e-7
+    }
+}
+
 /// Appends `v` scaled to unit length (zero stays zero): one SIMD dot and one division.
 fn extend_unit(out: &mut Vec<f32>, v: &[f32], dot: fn(&[f32], &[f32]) -> f32) {
     let norm = dot(v, v).sqrt();
@@ -120,7 +274,7 @@ fn extend_unit(out: &mut Vec<f32>, v: &[f32], dot: fn(&[f32], &[f32]) -> f32) {
     out.extend(v.iter().map(|x| x * inv));
 }
 
-fn unit(v: &[f32]) -> Vec<f32> {
+pub(crate) fn unit(v: &[f32]) -> Vec<f32> {
     let mut out = Vec::with_capacity(v.len());
     extend_unit(&mut out, v, dot_fn());
     out
@@ -138,6 +292,115 @@ fn embedded_count(conn: &Connection, scope_id: i64) -> Option<usize> {
         .query_row([scope_id], |r| r.get(0))
         .ok()?;
     usize::try_from(n).ok()
+}
+
+/// At most this many candidates of a quantized scan are scored again exactly.
+pub(crate) const MAX_RESCORED: usize = 4096;
+
+/// What a scan found: every vector's similarity (unordered), and for a quantized block
+/// the error bound of the similarities beyond the best it was asked to make exact.
+#[derive(Debug)]
+pub(crate) struct Scanned {
+    pub(crate) all: Vec<(i64, f32)>,
+    /// `Some(bound)`: apart from the best ones, each similarity is within `bound` of the
+    /// exact one ([`rescore`] makes more of them exact).
+    pub(crate) approximate: Option<f32>,
+}
+
+/// A quantized block's similarities to `q` (unit length): every vector's approximation,
+/// then the best `exact` made exact by [`rescore`].
+fn quantized_scan(
+    conn: &Connection,
+    pks: &[i64],
+    block: &Quantized,
+    dims: usize,
+    q: &[f32],
+    exact: usize,
+) -> rusqlite::Result<Scanned> {
+    let query = QueryCodes::new(q);
+    let dot_codes = dot_codes_fn();
+    let mut all: Vec<(i64, f32)> = pks
+        .iter()
+        .zip(block.codes.chunks_exact(dims))
+        .zip(&block.steps)
+        .map(|((pk, codes), step)| {
+            // The integer sum is exact; as f32 it is off by at most one part in 2^24.
+            #[allow(clippy::cast_precision_loss)]
+            let sum = dot_codes(codes, &query.values) as f32;
+            (*pk, sum * step * query.step)
+        })
+        .collect();
+    let bound = query.error_bound(dims, block.max_step);
+    rescore(conn, dims, q, &mut all, exact, bound)?;
+    Ok(Scanned {
+        all,
+        approximate: Some(bound),
+    })
+}
+
+/// Makes the best `exact` of `items` (similarities to `q`, unit length, each within `bound`
+/// of the exact one) exact: candidates in order of their similarity are scored again from
+/// their stored vectors (normalised and multiplied as a whole block's scan does, so to the
+/// bit the same) until the next one's similarity plus `bound` falls below the `exact`-th
+/// best exact similarity, when no item left can be among the best `exact` (at most
+/// [`MAX_RESCORED`] are scored again). `items` is reordered.
+pub(crate) fn rescore(
+    conn: &Connection,
+    dims: usize,
+    q: &[f32],
+    items: &mut [(i64, f32)],
+    exact: usize,
+    bound: f32,
+) -> rusqlite::Result<()> {
+    let exact = exact.max(1).min(items.len());
+    let by_score = |a: &(i64, f32), b: &(i64, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+    let mut stmt = conn.prepare_cached("SELECT embedding FROM memory_vec WHERE rowid = ?1")?;
+    let dot = dot_fn();
+    let mut scratch = Vec::with_capacity(dims);
+    let mut raw = vec![0f32; dims];
+    // The best exact similarities so far, highest first (at most `exact` of them).
+    let mut best: Vec<f32> = Vec::with_capacity(exact + 1);
+    let mut done = 0;
+    let mut batch = (exact * 4).max(64);
+    'outer: while done < items.len() && done < MAX_RESCORED {
+        let end = (done + batch).min(items.len());
+        let rest = &mut items[done..];
+        if end - done < rest.len() {
+            rest.select_nth_unstable_by(end - done - 1, by_score);
+        }
+        rest[..end - done].sort_by(by_score);
+        for i in done..end {
+            let Some(&(pk, approx)) = items.get(i) else {
+                break 'outer;
+            };
+            if i >= MAX_RESCORED
+                || (best.len() >= exact && best.last().is_some_and(|&kth| approx + bound < kth))
+            {
+                break 'outer;
+            }
+            let blob: Option<Vec<u8>> = stmt.query_row([pk], |r| r.get(0)).optional()?;
+            let Some(blob) = blob.filter(|b| b.len() == dims * 4) else {
+                continue;
+            };
+            for (x, c) in raw.iter_mut().zip(blob.chunks_exact(4)) {
+                *x = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
+            scratch.clear();
+            extend_unit(&mut scratch, &raw, dot);
+            let score = dot(q, &scratch);
+            if let Some(slot) = items.get_mut(i) {
+                slot.1 = score;
+            }
+            let at = best.partition_point(|&b| b >= score);
+            if at < exact {
+                best.insert(at, score);
+                best.truncate(exact);
+            }
+        }
+        done = end;
+        batch *= 4;
+    }
+    Ok(())
 }
 
 impl VectorCache {
@@ -181,9 +444,13 @@ impl VectorCache {
             return;
         }
         if let Some(b) = self.blocks.get_mut(&scope_id) {
+            let before = b.bytes();
             b.pks.push(pk);
-            b.vecs.extend(unit(v));
-            self.used += self.dims * 4 + 8;
+            match &mut b.vectors {
+                Vectors::Full(vecs) => vecs.extend(unit(v)),
+                Vectors::Quantized(q) => q.push(&unit(v)),
+            }
+            self.used += b.bytes() - before;
         }
         self.evict_to(self.budget);
     }
@@ -204,36 +471,60 @@ impl VectorCache {
 
     /// Similarity of `query` to every vector of the scope (unordered), or `None` when the
     /// chunks cannot be read directly and the block does not fit the budget (the caller
-    /// then asks vec0).
+    /// then asks vec0). The best `exact` similarities are exact; so are all of them unless
+    /// the block is quantized.
+    ///
+    /// A scope whose vectors do not fit the budget whole is kept quantized (a quarter of the
+    /// memory): an integer scan ranks every vector, and the best candidates are scored again
+    /// from their stored vectors, in order, until the error bound of the scan proves that no
+    /// other vector can be among the best `exact` (at most [`MAX_RESCORED`] of them).
     ///
     /// A scope of at least [`STREAM_FIRST`] vectors is not loaded on its first search in
     /// this process: that search streams over vec0's chunks without keeping them (a
     /// one-shot `ava recall` then pays no allocation for a block it never reuses); the
-    /// second search loads the block. A scope too big for the budget is always streamed.
-    /// Both paths compute the same similarities, to the bit.
+    /// second search loads the block. A scope too big for the budget even quantized is
+    /// always streamed. Streaming and the whole block compute the same similarities, to the
+    /// bit.
     pub(crate) fn scan(
         &mut self,
         conn: &Connection,
         scope_id: i64,
         query: &[f32],
         vector_count: usize,
-    ) -> rusqlite::Result<Option<Vec<(i64, f32)>>> {
+        exact: usize,
+    ) -> rusqlite::Result<Option<Scanned>> {
         if query.len() != self.dims {
             return Ok(None);
         }
         let q = unit(query);
-        let need = vector_count * (self.dims * 4 + 8);
+        let whole = vector_count * (self.dims * 4 + 8);
+        let quantize = whole > self.budget;
+        let need = if quantize {
+            vector_count * (self.dims + 12)
+        } else {
+            whole
+        };
         let loaded = self.blocks.contains_key(&scope_id);
-        if need > self.budget
+        if (!loaded && need > self.budget)
             || (!loaded && vector_count >= STREAM_FIRST && self.streamed.insert(scope_id))
         {
-            return Ok(self.stream_chunks(conn, scope_id, &q));
+            return Ok(self.stream_chunks(conn, scope_id, &q).map(|all| Scanned {
+                all,
+                approximate: None,
+            }));
         }
         self.clock += 1;
         let clock = self.clock;
         if !loaded {
             self.evict_to(self.budget.saturating_sub(need));
-            let block = self.load(conn, scope_id, clock)?;
+            let block = if quantize {
+                match self.load_quantized(conn, scope_id, clock) {
+                    Some(b) => b,
+                    None => return Ok(None),
+                }
+            } else {
+                self.load(conn, scope_id, clock)?
+            };
             self.used += block.bytes();
             self.blocks.insert(scope_id, block);
         }
@@ -242,13 +533,20 @@ impl VectorCache {
         };
         block.last_used = clock;
         let dot = dot_fn();
-        let hits: Vec<(i64, f32)> = block
-            .pks
-            .iter()
-            .zip(block.vecs.chunks_exact(self.dims))
-            .map(|(pk, v)| (*pk, dot(&q, v)))
-            .collect();
-        Ok(Some(hits))
+        match &block.vectors {
+            Vectors::Full(vecs) => Ok(Some(Scanned {
+                all: block
+                    .pks
+                    .iter()
+                    .zip(vecs.chunks_exact(self.dims))
+                    .map(|(pk, v)| (*pk, dot(&q, v)))
+                    .collect(),
+                approximate: None,
+            })),
+            Vectors::Quantized(codes) => {
+                quantized_scan(conn, &block.pks, codes, self.dims, &q, exact).map(Some)
+            }
+        }
     }
 
     /// `unit_query`'s similarity to every vector of the scope, read from vec0's chunks
@@ -299,7 +597,32 @@ impl VectorCache {
         })?;
         Some(Block {
             pks,
-            vecs,
+            vectors: Vectors::Full(vecs),
+            last_used: clock,
+        })
+    }
+
+    /// The scope's block quantized, from vec0's chunks (see [`Self::read_chunks`]); `None`
+    /// when they cannot be read directly.
+    fn load_quantized(&self, conn: &Connection, scope_id: i64, clock: u64) -> Option<Block> {
+        let dot = dot_fn();
+        let expected = embedded_count(conn, scope_id)?;
+        let mut pks = Vec::with_capacity(expected);
+        let mut q = Quantized {
+            codes: Vec::with_capacity(expected * self.dims),
+            steps: Vec::with_capacity(expected),
+            max_step: 0.0,
+        };
+        let mut scratch = Vec::with_capacity(self.dims);
+        self.read_chunks(conn, scope_id, expected, |id, v| {
+            scratch.clear();
+            extend_unit(&mut scratch, v, dot);
+            q.push(&scratch);
+            pks.push(id);
+        })?;
+        Some(Block {
+            pks,
+            vectors: Vectors::Quantized(q),
             last_used: clock,
         })
     }
@@ -381,7 +704,7 @@ impl VectorCache {
         }
         Ok(Block {
             pks: kept,
-            vecs,
+            vectors: Vectors::Full(vecs),
             last_used: clock,
         })
     }
@@ -401,6 +724,88 @@ mod tests {
             assert!((dot_fn()(&a, &b) - naive).abs() < 1e-3, "n={n}");
             assert!((dot_portable(&a, &b) - naive).abs() < 1e-3, "n={n}");
         }
+    }
+
+    #[test]
+    fn integer_dot_matches_the_naive_sum() {
+        for n in [0, 1, 15, 16, 17, 31, 32, 33, 48, 384, 389] {
+            let c: Vec<i8> = (0..n).map(|i| ((i * 37) % 255) as i8).collect();
+            let q: Vec<i16> = (0..n).map(|i| ((i * 7919) % 65_535) as i16).collect();
+            let naive: i64 = c.iter().zip(&q).map(|(&a, &b)| i64::from(a) * i64::from(b)).sum();
+            assert_eq!(i64::from(dot_codes_fn()(&c, &q)), naive, "n={n}");
+            assert_eq!(i64::from(dot_codes_portable(&c, &q)), naive, "n={n}");
+        }
+    }
+
+    /// A scope too big for the budget whole is kept quantized, and its best similarities
+    /// are still exactly those of the whole block: same memories, same scores to the bit.
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn quantized_scans_find_the_exact_best() {
+        crate::schema::register_sqlite_vec();
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(
+            "CREATE TABLE memories (pk INTEGER PRIMARY KEY, scope_id INTEGER, embedded INTEGER); \
+             CREATE INDEX memories_unembedded ON memories (scope_id) WHERE embedded = 0;",
+        )
+        .unwrap();
+        let dims = 48;
+        crate::schema::create_vec_table(&conn, dims).unwrap();
+        let mut seed = 7_u64;
+        let mut next = move || {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            ((seed >> 33) as f32 / (1u64 << 31) as f32) - 0.5
+        };
+        let base: Vec<f32> = (0..dims).map(|_| next()).collect();
+        let n = 3000_i64;
+        for pk in 1..=n {
+            // Every tenth vector close to `base`, so the best candidates crowd together.
+            let v: Vec<f32> = if pk % 10 == 0 {
+                base.iter().map(|x| x + 0.05 * next()).collect()
+            } else {
+                (0..dims).map(|_| next()).collect()
+            };
+            let blob: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+            conn.execute("INSERT INTO memories VALUES (?1, 1, 1)", [pk])
+                .unwrap();
+            conn.execute(
+                "INSERT INTO memory_vec (rowid, scope_id, embedding) VALUES (?1, 1, ?2)",
+                rusqlite::params![pk, blob],
+            )
+            .unwrap();
+        }
+        let count = usize::try_from(n).unwrap();
+        let quantized_bytes = count * (dims + 12);
+        let mut whole = VectorCache::new(dims, 1 << 30);
+        let mut small = VectorCache::new(dims, quantized_bytes + 1024);
+        assert!(count * (dims * 4 + 8) > small.budget, "the whole block must not fit");
+        let by_score = |a: &(i64, f32), b: &(i64, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        let top = |mut all: Vec<(i64, f32)>, k: usize| -> Vec<(i64, u32)> {
+            all.sort_by(by_score);
+            all.iter().take(k).map(|(pk, s)| (*pk, s.to_bits())).collect()
+        };
+        let queries: Vec<Vec<f32>> = (0..6)
+            .map(|i| {
+                if i % 2 == 0 {
+                    base.iter().map(|x| x + 0.02 * next()).collect()
+                } else {
+                    (0..dims).map(|_| next()).collect()
+                }
+            })
+            .collect();
+        for q in &queries {
+            for k in [1, 10, 40] {
+                let expected = whole.scan(&conn, 1, q, count, k).unwrap().unwrap();
+                assert_eq!(expected.approximate, None);
+                let expected = top(expected.all, k);
+                let got = small.scan(&conn, 1, q, count, k).unwrap().unwrap();
+                assert!(got.approximate.is_some());
+                let got = top(got.all, k);
+                assert_eq!(got, expected, "k={k}");
+            }
+        }
+        assert_eq!(small.used, quantized_bytes, "the block is held quantized");
+        assert_eq!(whole.used, count * (dims * 4 + 8));
     }
 
     /// The bulk read of vec0's chunks finds exactly what rowid lookups find, after
@@ -458,11 +863,16 @@ mod tests {
                 .load_chunks(&conn, scope, 0)
                 .expect("the chunk layout is understood");
             let one_by_one = cache.load_by_rowid(&conn, pks, 0).unwrap();
+            let full = |b: &Block| match &b.vectors {
+                Vectors::Full(v) => v.clone(),
+                Vectors::Quantized(_) => panic!("a whole block was asked for"),
+            };
             let sorted = |b: &Block| {
+                let vecs = full(b);
                 let mut rows: Vec<(i64, Vec<u32>)> = b
                     .pks
                     .iter()
-                    .zip(b.vecs.chunks_exact(dims))
+                    .zip(vecs.chunks_exact(dims))
                     .map(|(pk, v)| (*pk, v.iter().map(|x| x.to_bits()).collect()))
                     .collect();
                 rows.sort();
@@ -480,7 +890,7 @@ mod tests {
             let mut scanned: Vec<(i64, u32)> = bulk
                 .pks
                 .iter()
-                .zip(bulk.vecs.chunks_exact(dims))
+                .zip(full(&bulk).chunks_exact(dims))
                 .map(|(pk, v)| (*pk, dot_fn()(&q, v).to_bits()))
                 .collect();
             streamed.sort();

@@ -73,7 +73,10 @@ pub struct SqliteConfig {
     /// Page size of a newly created file, in bytes (a power of two from 512 to 65536).
     pub page_size: u32,
     /// Memory for the in-process vector block cache, in MiB (0 turns it off and every
-    /// semantic search asks vec0). A scope whose vectors do not fit is searched with vec0.
+    /// semantic search asks vec0). A scope's vectors are held whole (4 bytes a dimension)
+    /// when they fit, else quantized (1 byte a dimension; the best hits are still scored
+    /// exactly): the default 512 holds about 1.3M 384-dimension vectors quantized. A scope
+    /// that does not fit even quantized is streamed from the file on each search.
     pub vector_cache_mib: u32,
     /// Hybrid search fuses the top `hybrid_pool_factor × limit` (at least 50) candidates of
     /// each signal.
@@ -96,7 +99,7 @@ impl Default for SqliteConfig {
             mmap_mib: 256,
             limits: Limits::default(),
             page_size: 16384,
-            vector_cache_mib: 256,
+            vector_cache_mib: 512,
             hybrid_pool_factor: 4,
             create_if_missing: true,
             read_only: false,

@@ -11,7 +11,7 @@ use rusqlite::types::Value;
 use rusqlite::{CachedStatement, Connection, OptionalExtension, params, params_from_iter};
 use uuid::Uuid;
 
-use crate::cache::VectorCache;
+use crate::cache::{self, Scanned, VectorCache};
 use crate::error::{SqliteError, sql_error};
 
 /// The largest `k` sqlite-vec accepts in one KNN query.
@@ -97,6 +97,12 @@ pub(crate) struct Inserter<'c> {
     vec: Option<CachedStatement<'c>>,
     /// Reused encoding buffer for vectors.
     blob: Vec<u8>,
+}
+
+/// How many of a scope scan's best similarities must be exact for a top-`limit` search:
+/// the candidates [`Sql::semantic`] checks against the filter first.
+fn exact_needed(limit: usize) -> usize {
+    (limit * 2).max(20)
 }
 
 impl<'c> Inserter<'c> {
@@ -519,11 +525,11 @@ impl Sql<'_> {
             if count == 0 {
                 return Ok(Vec::new());
             }
-            if let Some(all) = cache
-                .scan(self.conn, scope_id, q, count)
+            if let Some(scanned) = cache
+                .scan(self.conn, scope_id, q, count, exact_needed(limit))
                 .map_err(|e| self.err(e))?
             {
-                return self.filter_ranked(scope_id, all, filter, limit);
+                return self.filter_ranked(scope_id, scanned, q, filter, limit);
             }
             counted = Some(count);
         }
@@ -578,15 +584,24 @@ impl Sql<'_> {
     /// The best `limit` of `all` (every vector of the scope with its similarity, unordered)
     /// that pass the filter: the nearest candidates are checked first, and only if too few
     /// of them pass is the whole scope ranked against the filter.
+    ///
+    /// From a quantized block only the best candidates are exact; when the filter sends
+    /// the search past them, the scope's passing memories are made exact the same way
+    /// ([`cache::rescore`]) before they are ranked.
     fn filter_ranked(
         &self,
         scope_id: i64,
-        mut all: Vec<(i64, f32)>,
+        scanned: Scanned,
+        q: &[f32],
         filter: &Filter,
         limit: usize,
     ) -> R<Vec<(i64, MemoryId, f32)>> {
+        let Scanned {
+            mut all,
+            approximate,
+        } = scanned;
         let by_score = |a: &(i64, f32), b: &(i64, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-        let k = (limit * 2).max(20).min(all.len());
+        let k = exact_needed(limit).min(all.len());
         if k < all.len() {
             all.select_nth_unstable_by(k - 1, by_score);
         }
@@ -603,8 +618,13 @@ impl Sql<'_> {
         if hits.len() >= limit || k == all.len() {
             return Ok(hits);
         }
-        all.sort_by(by_score);
         let pass = self.passing(scope_id, None, filter)?;
+        if let Some(bound) = approximate {
+            all.retain(|(pk, _)| pass.contains_key(pk));
+            cache::rescore(self.conn, q.len(), &cache::unit(q), &mut all, limit, bound)
+                .map_err(|e| self.err(e))?;
+        }
+        all.sort_by(by_score);
         Ok(pick(&pass, &all))
     }
 

@@ -1,6 +1,7 @@
-//! The ways a semantic search can run (the in-process block scan, sqlite-vec KNN when the
-//! cache is off, a stream over vec0's chunks when the scope does not fit the cache or is
-//! big and not loaded yet) return the same hits, and a filter still holds on each path.
+//! The ways a semantic search can run (the in-process block scan, its quantized form when
+//! only that fits the cache, sqlite-vec KNN when the cache is off, a stream over vec0's
+//! chunks when the scope does not fit the cache even quantized or is big and not loaded
+//! yet) return the same hits, and a filter still holds on each path.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -13,8 +14,9 @@ use memory_core::{
 use memory_sqlite::{SqliteBackend, SqliteConfig};
 
 const DIMS: usize = 384;
-/// 700 vectors of 384 floats (~1.05 MiB with their keys) do not fit a 1 MiB cache.
-const MEMORIES: usize = 700;
+/// 3,000 vectors of 384 dimensions: 4.4 MiB whole, 1.13 MiB quantized (384 codes, a step
+/// and a key each), so a 1 MiB cache streams them and a 2 MiB cache holds them quantized.
+const MEMORIES: usize = 3000;
 
 async fn store_with(dir: &std::path::Path, vector_cache_mib: u32) -> SqliteBackend {
     let embedder: Arc<dyn EmbeddingProvider> = Arc::new(HashingEmbedder::new(DIMS).unwrap());
@@ -111,8 +113,9 @@ async fn block_scan_and_both_knn_paths_agree() {
     let data = memories();
     let mut stores = Vec::new();
     let mut dirs = Vec::new();
-    // Big cache (block scan), no cache (vec0 KNN), a cache too small for the scope (stream).
-    for mib in [256, 0, 1] {
+    // Big cache (block scan), no cache (vec0 KNN), a cache too small for the scope even
+    // quantized (stream), a cache that holds it quantized.
+    for mib in [256, 0, 1, 2] {
         let dir = tempfile::tempdir().unwrap();
         let store = store_with(dir.path(), mib).await;
         store.store_batch(&scope(), data.clone()).await.unwrap();
@@ -123,21 +126,30 @@ async fn block_scan_and_both_knn_paths_agree() {
         tags: Some(TagQuery::any([Tag::new("fifth").unwrap()])),
         ..Filter::default()
     };
+    let bits = |h: &[(MemoryId, f32)]| h.iter().map(|x| (x.0, x.1.to_bits())).collect::<Vec<_>>();
     for query in [
         "cat piano",
         "rain on the river",
         "soup and a book by the lamp",
     ] {
         for filter in [Filter::default(), tagged.clone()] {
-            let req = SearchRequest::semantic(query)
-                .limit(10)
-                .filter(filter.clone())
-                .without_access_tracking();
-            let scan = hits(&stores[0], &req).await;
-            assert_eq!(scan.len(), 10, "{query}: {scan:?}");
-            for (other, name) in [(&stores[1], "no cache"), (&stores[2], "small cache")] {
-                let got = hits(other, &req).await;
-                same_hits(&got, &scan, &format!("{query} ({name}, {filter:?})"));
+            for limit in [1, 10, 40] {
+                let req = SearchRequest::semantic(query)
+                    .limit(limit)
+                    .filter(filter.clone())
+                    .without_access_tracking();
+                let scan = hits(&stores[0], &req).await;
+                assert_eq!(scan.len(), limit, "{query}: {scan:?}");
+                for (other, name) in [(&stores[1], "no cache"), (&stores[2], "small cache")] {
+                    let got = hits(other, &req).await;
+                    same_hits(&got, &scan, &format!("{query} ({name}, {filter:?})"));
+                }
+                // The quantized block's hits are exact: those of the whole block, to the bit
+                // (its second search, once the block is loaded, and its first).
+                for _ in 0..2 {
+                    let quantized = hits(&stores[3], &req).await;
+                    assert_eq!(bits(&quantized), bits(&scan), "{query} (quantized, {filter:?})");
+                }
             }
         }
     }

@@ -285,33 +285,39 @@ impl Conversation {
 }
 
 /// How `compile` writes a chat turn into a `<recalled-memory>` block: the header of its day
-/// (`[2023-05-08 Mon]`) and, under it, the line `- HH:MM role: escaped text` between line
-/// breaks (a block's items always are).
-fn turn_line(turn: &Turn) -> (String, String) {
+/// (`[2023-05-08 Mon]`) and, under it, the line `- role: escaped text` between line breaks
+/// (a block's items always are), with the time of day after the dash (`- 13:56 role: ...`)
+/// in the recent conversation. Returns the header and both forms of the line.
+fn turn_line(turn: &Turn) -> (String, [String; 2]) {
+    let text = escape_data(&turn.text);
+    let role = turn.role.as_str();
     (
         day_header(turn.chat_at),
-        format!(
-            "\n- {} {}: {}\n",
-            turn.chat_at.to_datetime().format("%H:%M"),
-            turn.role.as_str(),
-            escape_data(&turn.text)
-        ),
+        [
+            format!("\n- {role}: {text}\n"),
+            format!(
+                "\n- {} {role}: {text}\n",
+                turn.chat_at.to_datetime().format("%H:%M")
+            ),
+        ],
     )
 }
 
 /// Whether one of `texts` holds `turn`'s whole line under the header of its day. A
 /// truncated line does not count; the date keeps equal texts apart.
 fn line_in<'a>(texts: impl IntoIterator<Item = &'a str>, turn: &Turn) -> bool {
-    let (day, line) = turn_line(turn);
+    let (day, lines) = turn_line(turn);
     texts.into_iter().any(|t| {
-        t.match_indices(&line).any(|(at, _)| {
-            // The nearest header above the line: headers are the only lines starting `[`.
-            let above = &t[..=at];
-            above.rfind("\n[").is_some_and(|h| {
-                above[h + 1..]
-                    .split('\n')
-                    .next()
-                    .is_some_and(|header| header == day)
+        lines.iter().any(|line| {
+            t.match_indices(line.as_str()).any(|(at, _)| {
+                // The nearest header above the line: headers are the only lines starting `[`.
+                let above = &t[..=at];
+                above.rfind("\n[").is_some_and(|h| {
+                    above[h + 1..]
+                        .split('\n')
+                        .next()
+                        .is_some_and(|header| header == day)
+                })
             })
         })
     })
@@ -1072,26 +1078,28 @@ mod tests {
     fn only_a_whole_line_is_evidence() {
         let sample = conversation(3);
         let turn = &sample.turns[0];
-        let (day, line) = turn_line(turn);
-        let block = format!(
-            "<recalled-memory kind=\"semantic\">\nRecalled data.\n{day}{line}</recalled-memory>"
-        );
-        assert!(line_in([block.as_str()], turn));
-        // Cut short by compile, or the same words in another line: not the turn.
-        let cut = block.replace("last spring\n", "last\n");
-        assert!(!line_in([cut.as_str()], turn));
-        let longer = block.replace("last spring\n", "last spring, and more\n");
-        assert!(!line_in([longer.as_str()], turn));
-        // The same line under another day's header, or under none: not the turn.
-        let other = block.replace(&day, "[1999-01-01 Fri]");
-        assert!(!line_in([other.as_str()], turn));
-        let undated = block.replace(&format!("\n{day}"), "");
-        assert!(!line_in([undated.as_str()], turn));
-        // A later day's run above the line's own header does not hide it.
-        let two = block.replace(
-            &format!("\n{day}"),
-            &format!("\n[1999-01-01 Fri]\n- 10:00 user: hi\n{day}"),
-        );
-        assert!(line_in([two.as_str()], turn));
+        let (day, [line, timed]) = turn_line(turn);
+        for line in [line, timed] {
+            let block = format!(
+                "<recalled-memory kind=\"semantic\">\nRecalled data.\n{day}{line}</recalled-memory>"
+            );
+            assert!(line_in([block.as_str()], turn));
+            // Cut short by compile, or the same words in another line: not the turn.
+            let cut = block.replace("last spring\n", "last\n");
+            assert!(!line_in([cut.as_str()], turn));
+            let longer = block.replace("last spring\n", "last spring, and more\n");
+            assert!(!line_in([longer.as_str()], turn));
+            // The same line under another day's header, or under none: not the turn.
+            let other = block.replace(&day, "[1999-01-01 Fri]");
+            assert!(!line_in([other.as_str()], turn));
+            let undated = block.replace(&format!("\n{day}"), "");
+            assert!(!line_in([undated.as_str()], turn));
+            // A later day's run above the line's own header does not hide it.
+            let two = block.replace(
+                &format!("\n{day}"),
+                &format!("\n[1999-01-01 Fri]\n- 10:00 user: hi\n{day}"),
+            );
+            assert!(line_in([two.as_str()], turn));
+        }
     }
 }
