@@ -26,11 +26,11 @@ use serde::Serialize;
 use crate::chat::{ChatMessage, ChatRole, ToolSpec};
 use crate::error::Result;
 use crate::hydrate::{Block, Hydrated, HydrationConfig, canonical_json};
-use crate::source::SourceKind;
 use crate::render::{self, BLOCK_CLOSE};
 use crate::report::{
     BudgetExplain, Degradation, DegradationKind, ExplainReport, SectionExplain, ToolExplain,
 };
+use crate::source::SourceKind;
 
 /// Tokens a chat format adds around each message (role markers), as an estimate.
 pub const MESSAGE_OVERHEAD_TOKENS: u32 = 4;
@@ -107,7 +107,10 @@ impl<'a> Frame<'a> {
         let mut parts = Vec::with_capacity(ir.sections().len());
         let mut data = Vec::new();
         let mut headers = HashMap::new();
-        headers.insert(render::UNDATED, tokenizer.count(render::UNDATED).saturating_add(1));
+        headers.insert(
+            render::UNDATED,
+            tokenizer.count(render::UNDATED).saturating_add(1),
+        );
         for s in ir.sections() {
             let block = block_of(hydrated, ir, s.id());
             let day = hydrated.sections.get(s.id()).and_then(|i| i.day.as_deref());
@@ -160,7 +163,8 @@ impl<'a> Frame<'a> {
                 _ => None,
             };
             if let Some(h) = header {
-                b.3 = b.3.saturating_add(self.headers.get(h).copied().unwrap_or(16));
+                b.3 =
+                    b.3.saturating_add(self.headers.get(h).copied().unwrap_or(16));
             }
             b.2 = day;
         }
@@ -268,8 +272,7 @@ pub fn compile(config: &HydrationConfig, hydrated: &Hydrated) -> Result<Compiled
     };
     while lo < hi
         && compressed.report.fits()
-        && smallest_dropped(&compressed.report)
-            .is_some_and(|t| t < available.saturating_sub(best))
+        && smallest_dropped(&compressed.report).is_some_and(|t| t < available.saturating_sub(best))
     {
         let mid = lo + (hi - lo) / 2;
         let (retry, retry_for, retry_used) = fit(mid)?;

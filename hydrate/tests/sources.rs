@@ -344,7 +344,13 @@ async fn day_headers_are_counted_and_lines_sit_under_their_day() {
         .map(|i| {
             let day = i / 3 + 1;
             let when = common::at(&format!("2026-02-{day:02}T1{}:00:00Z", i % 3));
-            (format!("Garden note {i}: planted {} rows of beans today.", i % 7 + 1), when)
+            (
+                format!(
+                    "Garden note {i}: planted {} rows of beans today.",
+                    i % 7 + 1
+                ),
+                when,
+            )
         })
         .collect();
     let batch = turns
@@ -352,7 +358,11 @@ async fn day_headers_are_counted_and_lines_sit_under_their_day() {
         .enumerate()
         .map(|(i, (t, when))| {
             NewMemory::new(t.clone())
-                .with_role(if i % 2 == 0 { Role::User } else { Role::Assistant })
+                .with_role(if i % 2 == 0 {
+                    Role::User
+                } else {
+                    Role::Assistant
+                })
                 .at(*when)
         })
         .collect();
@@ -390,14 +400,19 @@ async fn day_headers_are_counted_and_lines_sit_under_their_day() {
             };
             kept += 1;
             let header = data[..at].rfind("\n[").map(|h| {
-                data[h + 1..].split('\n').next().unwrap_or_default().to_owned()
+                data[h + 1..]
+                    .split('\n')
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned()
             });
             assert_eq!(header, Some(day_header(*when)), "{budget}: {text}\n{data}");
         }
         // What is left is less than the next item would cost: its line, its day's header
         // and, when it is the first of its kind, its block's framing.
         assert!(
-            report.budget.available - report.estimated_prompt_tokens < 70 || report.tokens_after == report.tokens_before,
+            report.budget.available - report.estimated_prompt_tokens < 70
+                || report.tokens_after == report.tokens_before,
             "{budget}: {} of {} used, {kept} turns kept\n{data}\n{report:#?}",
             report.estimated_prompt_tokens,
             report.budget.available

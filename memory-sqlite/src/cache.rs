@@ -159,10 +159,9 @@ fn dot_fn() -> fn(&[f32], &[f32]) -> f32 {
 
 /// Integer dot product of a vector's codes with the quantized query (the portable path).
 fn dot_codes_portable(codes: &[i8], q: &[i16]) -> i32 {
-    codes
-        .iter()
-        .zip(q)
-        .fold(0i32, |acc, (&c, &x)| acc.wrapping_add(i32::from(c) * i32::from(x)))
+    codes.iter().zip(q).fold(0i32, |acc, (&c, &x)| {
+        acc.wrapping_add(i32::from(c) * i32::from(x))
+    })
 }
 
 /// AVX2: sixteen codes widened to i16 and multiplied pairwise into eight i32 sums per step.
@@ -237,7 +236,11 @@ impl QueryCodes {
         #[allow(clippy::cast_precision_loss)]
         let top = cap as f32;
         let m = unit.iter().fold(0f32, |a, x| a.max(x.abs()));
-        let step = if m > 0.0 && m.is_finite() { m / top } else { 0.0 };
+        let step = if m > 0.0 && m.is_finite() {
+            m / top
+        } else {
+            0.0
+        };
         let inv = if step > 0.0 { 1.0 / step } else { 0.0 };
         let values = unit
             .iter()
@@ -731,7 +734,11 @@ mod tests {
         for n in [0, 1, 15, 16, 17, 31, 32, 33, 48, 384, 389] {
             let c: Vec<i8> = (0..n).map(|i| ((i * 37) % 255) as i8).collect();
             let q: Vec<i16> = (0..n).map(|i| ((i * 7919) % 65_535) as i16).collect();
-            let naive: i64 = c.iter().zip(&q).map(|(&a, &b)| i64::from(a) * i64::from(b)).sum();
+            let naive: i64 = c
+                .iter()
+                .zip(&q)
+                .map(|(&a, &b)| i64::from(a) * i64::from(b))
+                .sum();
             assert_eq!(i64::from(dot_codes_fn()(&c, &q)), naive, "n={n}");
             assert_eq!(i64::from(dot_codes_portable(&c, &q)), naive, "n={n}");
         }
@@ -778,11 +785,17 @@ mod tests {
         let quantized_bytes = count * (dims + 12);
         let mut whole = VectorCache::new(dims, 1 << 30);
         let mut small = VectorCache::new(dims, quantized_bytes + 1024);
-        assert!(count * (dims * 4 + 8) > small.budget, "the whole block must not fit");
+        assert!(
+            count * (dims * 4 + 8) > small.budget,
+            "the whole block must not fit"
+        );
         let by_score = |a: &(i64, f32), b: &(i64, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
         let top = |mut all: Vec<(i64, f32)>, k: usize| -> Vec<(i64, u32)> {
             all.sort_by(by_score);
-            all.iter().take(k).map(|(pk, s)| (*pk, s.to_bits())).collect()
+            all.iter()
+                .take(k)
+                .map(|(pk, s)| (*pk, s.to_bits()))
+                .collect()
         };
         let queries: Vec<Vec<f32>> = (0..6)
             .map(|i| {

@@ -148,7 +148,11 @@ async fn block_scan_and_both_knn_paths_agree() {
                 // (its second search, once the block is loaded, and its first).
                 for _ in 0..2 {
                     let quantized = hits(&stores[3], &req).await;
-                    assert_eq!(bits(&quantized), bits(&scan), "{query} (quantized, {filter:?})");
+                    assert_eq!(
+                        bits(&quantized),
+                        bits(&scan),
+                        "{query} (quantized, {filter:?})"
+                    );
                 }
             }
         }
