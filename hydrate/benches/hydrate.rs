@@ -1,16 +1,17 @@
 //! hydrate + compile over a 100k-memory SQLite store: 100 chat scopes of 980 memories (5 %
 //! facts) plus 20 user-wide facts per user, precomputed 384-d `HashingEmbedder` vectors; the
 //! memory provider's three sources (temporal, knowledge, semantic/hybrid), an 8k o200k
-//! budget, the default strategy but a semantic threshold of 0.3. The observation's vector
+//! budget, the default strategy (no semantic threshold). The observation's vector
 //! is precomputed, so no embedding call is timed.
 //!
 //! Criterion measures the whole call; a second pass times single calls and prints
 //! `ava-bench: percentiles <name> p50=<ms> p95=<ms> n=<calls>` lines for `cargo xtask bench`.
-//! Three cases:
+//! Four cases:
 //! `tracked` (the default: searches record access, one write per search), `untracked`
-//! (`record_access = false`), and `untracked/count_cache` (untracked, with the product's
+//! (`record_access = false`), `untracked/count_cache` (untracked, with the product's
 //! tokenizer, which remembers the token counts of texts it has seen:
-//! `hydrate::product::tokenizer`).
+//! `hydrate::product::tokenizer`), and `product`: exactly what `ava` runs
+//! (`hydrate::product::config`: tracked, with the product's tokenizer and system prompt).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -147,6 +148,10 @@ fn main() {
             .with_options(ProviderOptions::new().with("record_access", false)),
     );
 
+    // What `ava` runs: the product's own config (its system prompt, tokenizer with the
+    // count cache, and the memory provider with its defaults: searches record access).
+    let product = hydrate::product::config(Arc::clone(&backend), None).unwrap();
+
     let mut rng = Rng::new(99);
     let inputs: Vec<HydrateInput> = (0..256)
         .map(|_| {
@@ -197,6 +202,7 @@ fn main() {
         ("tracked", &tracked),
         ("untracked", &untracked),
         ("untracked/count_cache", &counted),
+        ("product", &product),
     ] {
         let call = |i: usize| {
             let input = &inputs[i % inputs.len()];

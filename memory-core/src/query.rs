@@ -483,7 +483,9 @@ pub fn rank<K: Copy>(
             })
             .collect(),
         SearchMode::Keyword => {
-            let best = keyword.first().map_or(1.0, |h| h.2);
+            // The best score, as `fuse` takes it (candidates are best first, but a store's
+            // order must not change the scale).
+            let best = keyword.iter().map(|h| h.2).fold(0.0f32, f32::max);
             keyword
                 .iter()
                 .map(|&(key, _, raw)| {
@@ -557,6 +559,10 @@ mod tests {
         assert_eq!(hits[0].2.keyword_raw, Some(8.0));
         let all = rank(&SearchRequest::keyword("q"), &sem, &kw);
         assert_eq!(all[1].1, 0.25);
+        // Keyword mode and hybrid fusion scale by the same best score, whatever the order.
+        let unsorted = [(3, c, 2.0), (2, b, 8.0)];
+        let all = rank(&SearchRequest::keyword("q"), &sem, &unsorted);
+        assert_eq!((all[0].1, all[1].1), (0.25, 1.0));
 
         let hits = rank(&SearchRequest::hybrid("q"), &sem, &kw);
         // b is in both lists and comes first; every key is the one its candidate carried.

@@ -9,6 +9,7 @@ mod bench;
 mod eval;
 mod fetch_model;
 mod snapshots;
+mod tidy;
 
 /// Project automation for Ava.
 #[derive(Debug, Parser)]
