@@ -281,16 +281,17 @@ fn measure(
     let query = |i: usize| &queries[i % queries.len()];
     // What a brute-force pass over the queried scope reads: its vectors, 4 bytes a float.
     // What a scan reads: the scope's whole block (4 bytes a dimension and an 8-byte key per
-    // vector) if it fits the cache, else its quantized block (1 byte a dimension, a 4-byte
+    // vector) if it fits the cache and is small, else its quantized block (1 byte a dimension, a 4-byte
     // step and the key), else the stream over vec0's chunks (the raw vectors).
     let cache = u64::from(cache_mib) << 20;
     let whole = (per_scope * (DIMS * 4 + 8)) as u64;
     let quantized = (per_scope * (DIMS + 12)) as u64;
-    let scanned = if whole <= cache {
+    // Scopes of 10,000 vectors or more are held quantized even when they fit whole.
+    let scanned = if whole <= cache && per_scope < 10_000 {
         (per_scope * DIMS * 4) as u64
     } else if quantized <= cache {
         println!(
-            "ava-bench: note sqlite/search_top10/{label}/semantic the scope's vectors do not fit the vector cache whole: held quantized (int8 scan, exact rescoring)"
+            "ava-bench: note sqlite/search_top10/{label}/semantic the scope is held quantized (int8 scan, exact rescoring)"
         );
         (per_scope * (DIMS + 4)) as u64
     } else {

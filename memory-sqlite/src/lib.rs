@@ -74,9 +74,10 @@ pub struct SqliteConfig {
     pub page_size: u32,
     /// Memory for the in-process vector block cache, in MiB (0 turns it off and every
     /// semantic search asks vec0). A scope's vectors are held whole (4 bytes a dimension)
-    /// when they fit, else quantized (1 byte a dimension; the best hits are still scored
-    /// exactly): the default 512 holds about 1.3M 384-dimension vectors quantized. A scope
-    /// that does not fit even quantized is streamed from the file on each search.
+    /// when they fit and number under 10,000, else quantized (1 byte a dimension; the best
+    /// hits are still scored exactly): the default 512 holds about 1.3M 384-dimension
+    /// vectors quantized. A scope that does not fit even quantized is streamed from the file
+    /// on each search.
     pub vector_cache_mib: u32,
     /// Hybrid search fuses the top `hybrid_pool_factor × limit` (at least 50) candidates of
     /// each signal.

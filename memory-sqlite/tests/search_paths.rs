@@ -160,8 +160,9 @@ async fn block_scan_and_both_knn_paths_agree() {
 }
 
 /// A scope of more than `STREAM_FIRST` (10,000) vectors: a new process's first search
-/// streams over vec0's chunks, the next one loads and scans the block; both find what
-/// vec0's own KNN finds, and the two in-process paths agree to the bit.
+/// streams over vec0's chunks, the next one loads the block (quantized, as every scope of
+/// that size) and scans it; both find what vec0's own KNN finds, and the two in-process
+/// paths agree to the bit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_big_scope_streams_its_first_search_and_scans_a_block_after() {
     let dir = tempfile::tempdir().unwrap();
