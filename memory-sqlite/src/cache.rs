@@ -735,6 +735,21 @@ mod tests {
         }
     }
 
+    /// An in-memory database with the store's `memories` columns the cache reads and a
+    /// vec0 table of `dims` dimensions.
+    #[allow(clippy::unwrap_used)]
+    fn memories_with_vectors(dims: usize) -> Connection {
+        crate::schema::register_sqlite_vec();
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(
+            "CREATE TABLE memories (pk INTEGER PRIMARY KEY, scope_id INTEGER, embedded INTEGER); \
+             CREATE INDEX memories_unembedded ON memories (scope_id) WHERE embedded = 0;",
+        )
+        .unwrap();
+        crate::schema::create_vec_table(&conn, dims).unwrap();
+        conn
+    }
+
     #[test]
     fn integer_dot_matches_the_naive_sum() {
         for n in [0, 1, 15, 16, 17, 31, 32, 33, 48, 384, 389] {
@@ -755,15 +770,8 @@ mod tests {
     #[test]
     #[allow(clippy::unwrap_used)]
     fn quantized_scans_find_the_exact_best() {
-        crate::schema::register_sqlite_vec();
-        let conn = Connection::open_in_memory().unwrap();
-        conn.execute_batch(
-            "CREATE TABLE memories (pk INTEGER PRIMARY KEY, scope_id INTEGER, embedded INTEGER); \
-             CREATE INDEX memories_unembedded ON memories (scope_id) WHERE embedded = 0;",
-        )
-        .unwrap();
         let dims = 48;
-        crate::schema::create_vec_table(&conn, dims).unwrap();
+        let conn = memories_with_vectors(dims);
         let mut seed = 7_u64;
         let mut next = move || {
             seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
@@ -833,15 +841,8 @@ mod tests {
     #[test]
     #[allow(clippy::unwrap_used)]
     fn chunk_reads_match_rowid_lookups() {
-        crate::schema::register_sqlite_vec();
-        let conn = Connection::open_in_memory().unwrap();
-        conn.execute_batch(
-            "CREATE TABLE memories (pk INTEGER PRIMARY KEY, scope_id INTEGER, embedded INTEGER); \
-             CREATE INDEX memories_unembedded ON memories (scope_id) WHERE embedded = 0;",
-        )
-        .unwrap();
         let dims = 8;
-        crate::schema::create_vec_table(&conn, dims).unwrap();
+        let conn = memories_with_vectors(dims);
         let vector = |pk: i64| -> Vec<f32> {
             (0..dims)
                 .map(|d| (pk * 7 + d as i64) as f32 % 5.0 + 0.5)
