@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use anyhow::Context;
-pub(crate) use hydrate::preview;
+use hydrate::preview;
 use hydrate::product::in_reply_to;
 use hydrate::{
     ChatModel, CompiledPrompt, Exchange, ExplainReport, FactExtractor, HydrateInput,

@@ -20,7 +20,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use prompt_ir::{Action, ContentHash, PromptIR, TokenBudget, Tokenizer, compress};
+use prompt_ir::{Action, ContentHash, PromptIR, Section, TokenBudget, Tokenizer, compress};
 use serde::Serialize;
 
 use crate::chat::{ChatMessage, ChatRole, ToolSpec};
@@ -64,9 +64,8 @@ fn block_of(hydrated: &Hydrated, ir: &PromptIR, id: &str) -> Block {
 fn grouped<'a>(hydrated: &'a Hydrated, ir: &'a PromptIR) -> Vec<(Block, Vec<Part<'a>>)> {
     let mut groups: Vec<(Block, Vec<Part<'a>>)> = Vec::new();
     for s in ir.sections() {
-        let info = hydrated.sections.get(s.id());
-        let block = block_of(hydrated, ir, s.id());
-        let part = (info.and_then(|i| i.day.as_deref()), s.content());
+        let (block, day) = placement(hydrated, s);
+        let part = (day, s.content());
         match groups.iter_mut().find(|(b, _)| *b == block) {
             Some((_, parts)) => parts.push(part),
             None => groups.push((block, vec![part])),
@@ -79,6 +78,15 @@ fn grouped<'a>(hydrated: &'a Hydrated, ir: &'a PromptIR) -> Vec<(Block, Vec<Part
         Block::Observation => 3,
     });
     groups
+}
+
+/// Where `section` (of the hydrated IR or a compressed copy) renders: its block and the day
+/// header its line sits under, if any.
+fn placement<'a>(hydrated: &'a Hydrated, section: &Section) -> (Block, Option<&'a str>) {
+    match hydrated.sections.get(section.id()) {
+        Some(info) => (info.block, info.day.as_deref()),
+        None => (Block::of_source(section.source()), None),
+    }
 }
 
 /// A section's text and the day header it sits under.
@@ -112,8 +120,7 @@ impl<'a> Frame<'a> {
             tokenizer.count(render::UNDATED).saturating_add(1),
         );
         for s in ir.sections() {
-            let block = block_of(hydrated, ir, s.id());
-            let day = hydrated.sections.get(s.id()).and_then(|i| i.day.as_deref());
+            let (block, day) = placement(hydrated, s);
             if let Block::Data(kind) = block
                 && !data.iter().any(|(k, _)| *k == kind)
             {
@@ -157,12 +164,7 @@ impl<'a> Frame<'a> {
             };
             let Some(b) = blocks.get_mut(i) else { continue };
             b.1 = b.1.saturating_add(1);
-            let header = match day {
-                Some(d) if b.2 != Some(d) => Some(d),
-                None if b.2.is_some() => Some(render::UNDATED),
-                _ => None,
-            };
-            if let Some(h) = header {
+            if let Some(h) = render::header_between(b.2, day) {
                 b.3 =
                     b.3.saturating_add(self.headers.get(h).copied().unwrap_or(16));
             }

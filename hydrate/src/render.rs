@@ -118,20 +118,21 @@ pub(crate) fn with_days<'a>(lines: &[(Option<&'a str>, &'a str)]) -> Vec<&'a str
     let mut out = Vec::with_capacity(lines.len() + 4);
     let mut current: Option<&str> = None;
     for &(day, line) in lines {
-        match day {
-            Some(d) if current != Some(d) => {
-                out.push(d);
-                current = Some(d);
-            }
-            None if current.is_some() => {
-                out.push(UNDATED);
-                current = None;
-            }
-            _ => {}
-        }
+        out.extend(header_between(current, day));
+        current = day;
         out.push(line);
     }
     out
+}
+
+/// The header a line from `day` needs when the lines above it are from `current` (`None`:
+/// undated, or none yet): its day's, [`UNDATED`] after a dated run, or none.
+pub(crate) fn header_between<'a>(current: Option<&str>, day: Option<&'a str>) -> Option<&'a str> {
+    match day {
+        Some(d) if current != Some(d) => Some(d),
+        None if current.is_some() => Some(UNDATED),
+        _ => None,
+    }
 }
 
 fn describe(kind: SourceKind) -> &'static str {

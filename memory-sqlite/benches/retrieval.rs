@@ -279,14 +279,13 @@ fn measure(
     let big = per_scope >= 1_000_000;
     let queries_timed = if big { 30 } else { 1000 };
     let query = |i: usize| &queries[i % queries.len()];
-    // What a brute-force pass over the queried scope reads: its vectors, 4 bytes a float.
-    // What a scan reads: the scope's whole block (4 bytes a dimension and an 8-byte key per
-    // vector) if it fits the cache and is small, else its quantized block (1 byte a dimension, a 4-byte
-    // step and the key), else the stream over vec0's chunks (the raw vectors).
+    // What a scan of the queried scope reads: its whole block (4 bytes a dimension) if it fits
+    // the cache (an 8-byte key per vector besides) and holds under 10,000 vectors, else its
+    // quantized block (1 byte a dimension and a 4-byte step; the key besides), else the
+    // stream over vec0's chunks (the raw vectors).
     let cache = u64::from(cache_mib) << 20;
     let whole = (per_scope * (DIMS * 4 + 8)) as u64;
     let quantized = (per_scope * (DIMS + 12)) as u64;
-    // Scopes of 10,000 vectors or more are held quantized even when they fit whole.
     let scanned = if whole <= cache && per_scope < 10_000 {
         (per_scope * DIMS * 4) as u64
     } else if quantized <= cache {

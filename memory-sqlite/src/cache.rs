@@ -8,7 +8,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::{CachedStatement, Connection, OptionalExtension};
 
 /// One scope's vectors.
 #[derive(Debug)]
@@ -289,6 +289,33 @@ pub(crate) fn unit(v: &[f32]) -> Vec<f32> {
     out
 }
 
+/// Decodes the little-endian floats of `bytes` into `out` (as many as both hold).
+fn decode_f32s(out: &mut [f32], bytes: &[u8]) {
+    for (x, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+        *x = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+    }
+}
+
+/// vec0 serves rowid lookups directly; a partition filter alone would scan the table.
+const VECTOR_BY_ROWID: &str = "SELECT embedding FROM memory_vec WHERE rowid = ?1";
+
+/// Reads the stored vector of `pk` into `out` (`stmt` is [`VECTOR_BY_ROWID`]); `false` when
+/// it has none of `out.len()` dimensions.
+fn stored_vector(
+    stmt: &mut CachedStatement<'_>,
+    pk: i64,
+    out: &mut [f32],
+) -> rusqlite::Result<bool> {
+    let blob: Option<Vec<u8>> = stmt.query_row([pk], |r| r.get(0)).optional()?;
+    Ok(match blob.filter(|b| b.len() == out.len() * 4) {
+        Some(b) => {
+            decode_f32s(out, &b);
+            true
+        }
+        None => false,
+    })
+}
+
 /// How many of the scope's memories have a vector. Both counts come from indexes (the scope
 /// index, the partial index of memories without a vector), without visiting a row.
 fn embedded_count(conn: &Connection, scope_id: i64) -> Option<usize> {
@@ -363,7 +390,7 @@ pub(crate) fn rescore(
 ) -> rusqlite::Result<()> {
     let exact = exact.max(1).min(items.len());
     let by_score = |a: &(i64, f32), b: &(i64, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-    let mut stmt = conn.prepare_cached("SELECT embedding FROM memory_vec WHERE rowid = ?1")?;
+    let mut stmt = conn.prepare_cached(VECTOR_BY_ROWID)?;
     let dot = dot_fn();
     let mut scratch = Vec::with_capacity(dims);
     let mut raw = vec![0f32; dims];
@@ -387,12 +414,8 @@ pub(crate) fn rescore(
             {
                 break 'outer;
             }
-            let blob: Option<Vec<u8>> = stmt.query_row([pk], |r| r.get(0)).optional()?;
-            let Some(blob) = blob.filter(|b| b.len() == dims * 4) else {
+            if !stored_vector(&mut stmt, pk, &mut raw)? {
                 continue;
-            };
-            for (x, c) in raw.iter_mut().zip(blob.chunks_exact(4)) {
-                *x = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
             }
             scratch.clear();
             extend_unit(&mut scratch, &raw, dot);
@@ -484,9 +507,10 @@ impl VectorCache {
     /// the block is quantized.
     ///
     /// A scope whose vectors do not fit the budget whole, or of at least [`QUANTIZE_FROM`]
-    /// vectors, is kept quantized (a quarter of the memory): an integer scan ranks every vector, and the best candidates are scored again
-    /// from their stored vectors, in order, until the error bound of the scan proves that no
-    /// other vector can be among the best `exact` (at most [`MAX_RESCORED`] of them).
+    /// vectors, is kept quantized (a quarter of the memory): an integer scan ranks every
+    /// vector, and the best candidates are scored again from their stored vectors, in order,
+    /// until the error bound of the scan proves that no other vector can be among the best
+    /// `exact` (at most [`MAX_RESCORED`] of them).
     ///
     /// A scope of at least [`STREAM_FIRST`] vectors is not loaded on its first search in
     /// this process: that search streams over vec0's chunks without keeping them (a
@@ -514,8 +538,9 @@ impl VectorCache {
             whole
         };
         let loaded = self.blocks.contains_key(&scope_id);
-        if (!loaded && need > self.budget)
-            || (!loaded && vector_count >= STREAM_FIRST && self.streamed.insert(scope_id))
+        if !loaded
+            && (need > self.budget
+                || (vector_count >= STREAM_FIRST && self.streamed.insert(scope_id)))
         {
             return Ok(self.stream_chunks(conn, scope_id, &q).map(|all| Scanned {
                 all,
@@ -678,9 +703,7 @@ impl VectorCache {
                     return None;
                 }
                 let raw = &vectors[slot * width..(slot + 1) * width];
-                for (x, c) in v.iter_mut().zip(raw.chunks_exact(4)) {
-                    *x = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-                }
+                decode_f32s(&mut v, raw);
                 each(id, &v);
             }
         }
@@ -693,23 +716,16 @@ impl VectorCache {
         pks: Vec<i64>,
         clock: u64,
     ) -> rusqlite::Result<Block> {
-        // vec0 serves rowid lookups directly; a partition filter alone would scan the table.
-        let mut vec_stmt =
-            conn.prepare_cached("SELECT embedding FROM memory_vec WHERE rowid = ?1")?;
+        let mut vec_stmt = conn.prepare_cached(VECTOR_BY_ROWID)?;
         let mut vecs = Vec::with_capacity(pks.len() * self.dims);
         let mut kept = Vec::with_capacity(pks.len());
+        let mut raw = vec![0f32; self.dims];
         let dot = dot_fn();
         for pk in pks {
-            let blob: Option<Vec<u8>> = vec_stmt.query_row([pk], |r| r.get(0)).optional()?;
-            let Some(blob) = blob.filter(|b| b.len() == self.dims * 4) else {
-                continue;
-            };
-            let v: Vec<f32> = blob
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect();
-            extend_unit(&mut vecs, &v, dot);
-            kept.push(pk);
+            if stored_vector(&mut vec_stmt, pk, &mut raw)? {
+                extend_unit(&mut vecs, &raw, dot);
+                kept.push(pk);
+            }
         }
         Ok(Block {
             pks: kept,

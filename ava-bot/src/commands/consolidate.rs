@@ -9,10 +9,10 @@ use std::time::Duration;
 use anyhow::Context;
 use memory_core::{Consolidation, MemoryBackend, MemoryId, PrunePolicy, Scope, Timestamp};
 
-use crate::agent::preview;
 use crate::commands::prune::{parse_age, reason};
 use crate::commands::terminal_safe;
 use crate::config::Settings;
+use hydrate::preview;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {

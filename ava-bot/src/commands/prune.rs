@@ -14,9 +14,9 @@ use memory_core::{
     DecayPolicy, MemoryBackend, PrunePolicy, PruneReason, PruneReport, Scope, Timestamp,
 };
 
-use crate::agent::preview;
 use crate::commands::terminal_safe;
 use crate::config::Settings;
+use hydrate::preview;
 
 /// Memories a chat keeps at most by default (pinned memories and valid facts not counted).
 pub(crate) const DEFAULT_MAX_COUNT: usize = 20_000;
