@@ -1,9 +1,10 @@
 //! Retrieval benches for the Postgres store, the same cases and data as memory-sqlite's:
-//! durable bulk ingest of precomputed 384-d vectors, and top-10 semantic / keyword / hybrid
-//! search in one scope at 100k memories over 100 scopes (`AVA_BENCH_CASES`, comma
-//! separated: `ingest`, `10k`, `100k`; default `ingest,100k`). Also measures recall@10 of
-//! the HNSW index against exact search, over the whole table (the index path) and through
-//! the store's own large-scope path.
+//! durable bulk ingest of precomputed 384-d vectors (into ordinary scopes, and into a scope
+//! large enough to have its HNSW index), and top-10 semantic / keyword / hybrid search in one
+//! scope at 100k memories over 100 scopes, and in one scope of 50k that has its own HNSW
+//! index (`AVA_BENCH_CASES`, comma separated: `ingest`, `10k`, `100k`, `large`; default
+//! `ingest,100k,large`). Also measures recall@10 of the store's large-scope path (a scope's
+//! own HNSW index) against its exact scan.
 //!
 //! Needs `MEMORY_PG_URL` (a server with pgvector); without it, prints one skip line and
 //! exits 0. Output for `cargo xtask bench`: `ava-bench: percentiles <id> p50=.. p95=.. n=..`
@@ -69,11 +70,10 @@ async fn drop_schema(url: &str, schema: &str) {
         .unwrap();
 }
 
-/// A store with `n` memories spread evenly over `scopes` scopes, loaded without the HNSW
-/// index, which the returned (default-configured) store then builds in one go.
+/// A store with `n` memories spread evenly over `scopes` scopes, default-configured (scopes
+/// this small are searched exactly and have no HNSW index).
 async fn build(url: &str, schema: &str, n: usize, scopes: usize) -> PostgresBackend {
-    let default_max = PostgresConfig::default().exact_scan_max;
-    let store = open(url, schema, default_max, false).await;
+    let store = open(url, schema, PostgresConfig::default().exact_scan_max, true).await;
     let space = memory_core::EmbeddingProvider::space(&*embedder());
     let mut rng = Rng::new(7);
     let per_scope = n / scopes;
@@ -88,13 +88,6 @@ async fn build(url: &str, schema: &str, n: usize, scopes: usize) -> PostgresBack
             left -= batch;
         }
     }
-    store.close();
-    let t = Instant::now();
-    let store = open(url, schema, default_max, true).await;
-    println!(
-        "ava-bench: note postgres/build/{n} HNSW index built over {n} vectors at connect in {:.1}s",
-        t.elapsed().as_secs_f64()
-    );
     store
 }
 
@@ -108,9 +101,15 @@ fn bench_ingest(c: &mut Criterion, rt: &Runtime, url: &str) {
     group.throughput(Throughput::Elements(N as u64));
     let mut rng = Rng::new(1);
     let data: Vec<NewMemory> = memories(&mut rng, &space, N);
-    for (name, hnsw) in [
-        ("10k_precomputed_384d_batches_of_1000", true),
-        ("10k_precomputed_384d_batches_of_1000_no_hnsw", false),
+    // Ordinary scopes (the default config: none reaches exact_scan_max, so no HNSW upkeep),
+    // and one scope that already has its HNSW index (exact_scan_max 0), whose every write
+    // also inserts into the graph.
+    for (name, indexed) in [
+        ("10k_precomputed_384d_batches_of_1000", false),
+        (
+            "10k_precomputed_384d_batches_of_1000_into_an_indexed_scope",
+            true,
+        ),
     ] {
         let mut rates = Vec::new();
         group.bench_function(name, |b| {
@@ -118,13 +117,24 @@ fn bench_ingest(c: &mut Criterion, rt: &Runtime, url: &str) {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
                     let schema = fresh_schema("ingest");
-                    let store = rt.block_on(open(url, &schema, 20_000, hnsw));
+                    let max = if indexed { 0 } else { 20_000 };
+                    let store = rt.block_on(open(url, &schema, max, true));
+                    if indexed {
+                        rt.block_on(async {
+                            store
+                                .store(&scope(0), NewMemory::new("first"))
+                                .await
+                                .unwrap();
+                            // Waits for the build the write started.
+                            store.index_large_scopes().await.unwrap();
+                        });
+                    }
                     let batches: Vec<Vec<NewMemory>> =
                         data.chunks(1000).map(<[NewMemory]>::to_vec).collect();
                     let t = Instant::now();
                     for (i, batch) in batches.into_iter().enumerate() {
-                        rt.block_on(store.store_batch(&scope(i % SCOPES), batch))
-                            .unwrap();
+                        let s = if indexed { 0 } else { i % SCOPES };
+                        rt.block_on(store.store_batch(&scope(s), batch)).unwrap();
                     }
                     let took = t.elapsed();
                     rates.push(N as f64 / took.as_secs_f64());
@@ -138,87 +148,35 @@ fn bench_ingest(c: &mut Criterion, rt: &Runtime, url: &str) {
         rates.sort_by(f64::total_cmp);
         if let Some(median) = rates.get(rates.len() / 2) {
             println!(
-                "ava-bench: note postgres/ingest/{name} median {median:.0} memories/s over {} runs (one transaction per batch, synchronous_commit on, HNSW index {})",
+                "ava-bench: note postgres/ingest/{name} median {median:.0} memories/s over {} runs (one transaction per batch, synchronous_commit on, {})",
                 rates.len(),
-                if hnsw { "maintained" } else { "off" }
+                if indexed {
+                    "one scope with its HNSW index maintained"
+                } else {
+                    "100 scopes of at most exact_scan_max memories: no HNSW upkeep"
+                }
             );
         }
     }
     group.finish();
 }
 
-/// recall@10 of the HNSW index against an exact scan over the whole table, through SQL.
-async fn index_recall(url: &str, schema: &str, queries: &[Query]) -> String {
+/// Index scans served so far by the schema's per-scope HNSW indexes.
+async fn hnsw_scans(url: &str, schema: &str) -> i64 {
     let client = sql_client(url).await;
-    let m = format!("\"{schema}\".memories");
-    let ext: String = client
+    client
+        .batch_execute("SELECT pg_stat_clear_snapshot()")
+        .await
+        .unwrap();
+    client
         .query_one(
-            "SELECT n.nspname::text FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'vector'",
-            &[],
+            "SELECT coalesce(sum(idx_scan), 0)::int8 FROM pg_stat_user_indexes \
+             WHERE schemaname = $1 AND indexrelname LIKE 'memories_hnsw_%'",
+            &[&schema],
         )
         .await
         .unwrap()
-        .get(0);
-    let sql = format!(
-        "SELECT pk FROM {m} ORDER BY embedding OPERATOR(\"{ext}\".<=>) $1::\"{ext}\".vector LIMIT 10"
-    );
-    let top = |rows: Vec<tokio_postgres::Row>| -> HashSet<i64> {
-        rows.iter().map(|r| r.get(0)).collect()
-    };
-    let vectors: Vec<pgvector::Vector> = queries
-        .iter()
-        .map(|q| pgvector::Vector::from(q.vector.vector().to_vec()))
-        .collect();
-    client
-        .batch_execute("SET enable_indexscan = off; SET enable_bitmapscan = off")
-        .await
-        .unwrap();
-    let mut exact = Vec::new();
-    for q in &vectors {
-        exact.push(top(client.query(&sql, &[q]).await.unwrap()));
-    }
-    client
-        .batch_execute("RESET enable_indexscan; RESET enable_bitmapscan")
-        .await
-        .unwrap();
-    let mut parts = Vec::new();
-    for ef in [40, 100, 400] {
-        client
-            .batch_execute(&format!("SET hnsw.ef_search = {ef}"))
-            .await
-            .unwrap();
-        let (mut hit, mut total) = (0usize, 0usize);
-        let mut times = Vec::new();
-        for (q, want) in vectors.iter().zip(&exact) {
-            let t = Instant::now();
-            let got = top(client.query(&sql, &[q]).await.unwrap());
-            times.push(t.elapsed());
-            hit += want.intersection(&got).count();
-            total += want.len();
-        }
-        times.sort();
-        parts.push(format!(
-            "ef_search={ef}: recall@10={:.3} p50={:.3}ms",
-            hit as f64 / total.max(1) as f64,
-            times[times.len() / 2].as_secs_f64() * 1e3
-        ));
-    }
-    let plan: Vec<String> = client
-        .query(
-            &format!("EXPLAIN {sql}"),
-            &[&pgvector::Vector::from(queries[0].vector.vector().to_vec())],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get::<_, String>(0))
-        .collect();
-    let uses_index = plan.iter().any(|l| l.contains("memories_embedding_hnsw"));
-    format!(
-        "HNSW index vs exact scan, unscoped top-10 over all vectors, {} queries (index used: {uses_index}): {}",
-        queries.len(),
-        parts.join("; ")
-    )
+        .get(0)
 }
 
 fn bench_search(c: &mut Criterion, rt: &Runtime, url: &str, n: usize, scopes: usize, label: &str) {
@@ -278,16 +236,23 @@ fn bench_search(c: &mut Criterion, rt: &Runtime, url: &str, n: usize, scopes: us
     );
     group.finish();
 
-    // Recall: the HNSW index over the whole table, and the store's large-scope path (HNSW
-    // with iterative scan, filtered by scope) forced on these 1k-vector scopes.
-    let note = rt.block_on(index_recall(url, &schema, &queries));
-    println!("ava-bench: note {group_id}/semantic_unscoped_index {note}");
+    // Recall of the store's large-scope path (each scope's own HNSW index, iterative scan)
+    // forced on these 1k-vector scopes.
     let hnsw_store = rt.block_on(open(url, &schema, 0, true));
+    // Exact: a store with indexes off never searches through one.
+    let exact_store = rt.block_on(open(url, &schema, 0, false));
+    let t = Instant::now();
+    let built = rt.block_on(hnsw_store.index_large_scopes()).unwrap();
+    println!(
+        "ava-bench: note {group_id}/hnsw_build {built} per-scope HNSW indexes of {} vectors built in {:.1}s",
+        n / scopes,
+        t.elapsed().as_secs_f64()
+    );
     let (mut hit, mut total) = (0usize, 0usize);
     for q in &queries {
         let req = q.semantic();
         let exact: HashSet<_> = rt
-            .block_on(store.search(&q.scope, &req))
+            .block_on(exact_store.search(&q.scope, &req))
             .unwrap()
             .into_iter()
             .map(|h| h.entry.id)
@@ -301,6 +266,9 @@ fn bench_search(c: &mut Criterion, rt: &Runtime, url: &str, n: usize, scopes: us
         hit += exact.intersection(&approx).count();
         total += exact.len();
     }
+    // Statistics reach the views when a backend goes idle, within a second or so.
+    std::thread::sleep(Duration::from_secs(2));
+    let scans_before = rt.block_on(hnsw_scans(url, &schema));
     percentiles(
         &format!("{group_id}/semantic_hnsw_path"),
         queries_timed,
@@ -312,12 +280,156 @@ fn bench_search(c: &mut Criterion, rt: &Runtime, url: &str, n: usize, scopes: us
             );
         },
     );
+    std::thread::sleep(Duration::from_secs(2));
+    let scans = rt.block_on(hnsw_scans(url, &schema)) - scans_before;
     println!(
-        "ava-bench: note {group_id}/semantic_hnsw_path recall@10={:.3} (store's HNSW path, iterative scan filtered by scope, forced with exact_scan_max=0, vs the default exact per-scope scan; {} queries)",
+        "ava-bench: note {group_id}/semantic_hnsw_path recall@10={:.3} (store's large-scope path, the scope's own HNSW index with iterative scan, forced with exact_scan_max=0, vs the exact per-scope scan; {} queries); the planner scanned a per-scope index in {scans} of the {queries_timed} timed searches",
         hit as f64 / total.max(1) as f64,
         queries.len()
     );
     hnsw_store.close();
+    exact_store.close();
+    store.close();
+    rt.block_on(drop_schema(url, &schema));
+}
+
+/// One scope past `exact_scan_max`: the write that crosses it starts the scope's index
+/// build, searches then go through that index. Measures the build, the search, its
+/// recall@10 against an exact scan, and how many searches the planner served from it.
+fn bench_large_scope(c: &mut Criterion, rt: &Runtime, url: &str, n: usize) {
+    let label = format!("{}k_in_one_scope", n / 1000);
+    let group_id = format!("postgres/search_top10/{label}");
+    let schema = fresh_schema("large");
+    let space = memory_core::EmbeddingProvider::space(&*embedder());
+    let store = rt.block_on(open(
+        url,
+        &schema,
+        PostgresConfig::default().exact_scan_max,
+        true,
+    ));
+    let mut rng = Rng::new(11);
+    let t = Instant::now();
+    for _ in 0..n / 1000 {
+        rt.block_on(store.store_batch(&scope(0), memories(&mut rng, &space, 1000)))
+            .unwrap();
+    }
+    let loaded = t.elapsed();
+    // The build started in the background at the crossing write; this waits for it.
+    let t = Instant::now();
+    rt.block_on(store.index_large_scopes()).unwrap();
+    println!(
+        "ava-bench: note {group_id}/hnsw_build {n} memories stored in {:.1}s; the scope's HNSW index was ready {:.1}s later",
+        loaded.as_secs_f64(),
+        t.elapsed().as_secs_f64()
+    );
+    rt.block_on(async {
+        sql_client(url)
+            .await
+            .batch_execute(&format!("VACUUM ANALYZE \"{schema}\".memories"))
+            .await
+            .unwrap();
+    });
+    let exact_store = rt.block_on(open(url, &schema, 0, false));
+    let queries = queries(&mut Rng::new(98), &space, 256, 1);
+    let (mut hit, mut total) = (0usize, 0usize);
+    for q in &queries {
+        let req = q.semantic();
+        let ids = |store: &PostgresBackend| -> HashSet<_> {
+            rt.block_on(store.search(&q.scope, &req))
+                .unwrap()
+                .into_iter()
+                .map(|h| h.entry.id)
+                .collect()
+        };
+        let exact = ids(&exact_store);
+        hit += exact.intersection(&ids(&store)).count();
+        total += exact.len();
+    }
+    let mut group = c.benchmark_group(&group_id);
+    group
+        .sample_size(30)
+        .measurement_time(Duration::from_secs(5));
+    let mut i = 0;
+    group.bench_function("semantic", |b| {
+        b.iter(|| {
+            i += 1;
+            let q = &queries[i % queries.len()];
+            black_box(rt.block_on(store.search(&q.scope, &q.semantic())).unwrap())
+        })
+    });
+    group.finish();
+    std::thread::sleep(Duration::from_secs(2));
+    let scans_before = rt.block_on(hnsw_scans(url, &schema));
+    let timed = 1000;
+    percentiles(&format!("{group_id}/semantic"), timed, |i| {
+        let q = &queries[i % queries.len()];
+        black_box(rt.block_on(store.search(&q.scope, &q.semantic())).unwrap());
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let scans = rt.block_on(hnsw_scans(url, &schema)) - scans_before;
+    percentiles(&format!("{group_id}/semantic_exact"), 100, |i| {
+        let q = &queries[i % queries.len()];
+        black_box(
+            rt.block_on(exact_store.search(&q.scope, &q.semantic()))
+                .unwrap(),
+        );
+    });
+    println!(
+        "ava-bench: note {group_id}/semantic recall@10={:.3} against the exact scan ({} queries, hnsw_ef_search {}); the planner scanned the scope's HNSW index in {scans} of the {timed} timed searches",
+        hit as f64 / total.max(1) as f64,
+        queries.len(),
+        PostgresConfig::default().hnsw_ef_search
+    );
+    // What a larger `hnsw_ef_search` buys on this data, and costs.
+    let exact: Vec<HashSet<_>> = queries
+        .iter()
+        .map(|q| {
+            rt.block_on(exact_store.search(&q.scope, &q.semantic()))
+                .unwrap()
+                .into_iter()
+                .map(|h| h.entry.id)
+                .collect()
+        })
+        .collect();
+    let mut parts = Vec::new();
+    for ef in [400, 1000] {
+        let e: Arc<dyn memory_core::EmbeddingProvider> = embedder();
+        let config = PostgresConfig {
+            schema: schema.clone(),
+            hnsw_ef_search: ef,
+            ..PostgresConfig::default()
+        };
+        let wide = rt
+            .block_on(PostgresBackend::connect(url, Some(e), config))
+            .unwrap();
+        let (mut hit, mut total) = (0usize, 0usize);
+        let mut times = Vec::new();
+        for (q, want) in queries.iter().zip(&exact) {
+            let t = Instant::now();
+            let got: HashSet<_> = rt
+                .block_on(wide.search(&q.scope, &q.semantic()))
+                .unwrap()
+                .into_iter()
+                .map(|h| h.entry.id)
+                .collect();
+            times.push(t.elapsed());
+            hit += want.intersection(&got).count();
+            total += want.len();
+        }
+        times.sort();
+        parts.push(format!(
+            "hnsw_ef_search {ef}: recall@10={:.3} p50={:.2}ms",
+            hit as f64 / total.max(1) as f64,
+            times[times.len() / 2].as_secs_f64() * 1e3
+        ));
+        wide.close();
+    }
+    println!(
+        "ava-bench: note {group_id}/semantic_wider_search {} ({} queries)",
+        parts.join("; "),
+        queries.len()
+    );
+    exact_store.close();
     store.close();
     rt.block_on(drop_schema(url, &schema));
 }
@@ -338,7 +450,7 @@ fn main() {
         .build()
         .unwrap();
     let mut c = Criterion::default().configure_from_args();
-    let cases = std::env::var("AVA_BENCH_CASES").unwrap_or_else(|_| "ingest,100k".into());
+    let cases = std::env::var("AVA_BENCH_CASES").unwrap_or_else(|_| "ingest,100k,large".into());
     let on = |name: &str| {
         cases
             .split(',')
@@ -352,6 +464,9 @@ fn main() {
     }
     if on("100k") {
         bench_search(&mut c, &rt, &url, 100_000, SCOPES, "100k_in_100_scopes");
+    }
+    if on("large") {
+        bench_large_scope(&mut c, &rt, &url, 50_000);
     }
     c.final_summary();
 }

@@ -12,14 +12,24 @@ use memory_core::{
     rank, validate_content,
 };
 use pgvector::Vector;
+use tokio_postgres::Row;
 use tokio_postgres::error::SqlState;
 use uuid::Uuid;
 
 use crate::PostgresBackend;
 use crate::error::{BACKEND, PostgresError};
-use crate::sql::{Query, entries, entry, entry_cols, push_filter, scored, tsquery};
+use crate::index::Indexes;
+use crate::sql::{
+    Query, SCORE_COL, entries, entry, entry_cols, push_filter, scored, scored_entries, tsquery,
+};
 
-type Candidates = Vec<(i64, MemoryId, f32)>;
+/// What a candidate statement found: `(pk, id, score)` best first, and the entries by pk
+/// when it read them.
+#[derive(Default)]
+struct Found {
+    ranked: Vec<(i64, MemoryId, f32)>,
+    entries: HashMap<i64, MemoryEntry>,
+}
 
 impl PostgresBackend {
     fn caps(&self) -> Capabilities {
@@ -45,142 +55,174 @@ impl PostgresBackend {
         format!("(SELECT id FROM {} WHERE key = {p})", self.names.scopes)
     }
 
-    /// The scope's id and, when `vectors` is set, how many vectors it holds (counted up to
-    /// just past `exact_scan_max`, which is all the choice of search path needs).
-    async fn scope_info(
-        &self,
-        c: &Object,
-        scope: &Scope,
-        vectors: bool,
-    ) -> std::result::Result<Option<(i64, usize)>, PostgresError> {
-        let key = scope.key();
-        let row = if vectors {
-            let cap = i64::try_from(self.config.exact_scan_max)
-                .unwrap_or(i64::MAX - 1)
-                .saturating_add(1);
-            let sql = format!(
-                "SELECT sc.id, (SELECT count(*) FROM (SELECT 1 FROM {m} m WHERE m.scope_id = sc.id \
-                 AND m.embedding IS NOT NULL LIMIT $2) x) FROM {s} sc WHERE sc.key = $1",
-                m = self.names.memories,
-                s = self.names.scopes
-            );
-            let stmt = c
-                .prepare_cached(&sql)
-                .await
-                .map_err(|e| self.query_err(e))?;
-            c.query_opt(&stmt, &[&key, &cap]).await
+    /// The statement's last part over the ranked candidates `t` (pk, id, score): with
+    /// `entries`, `SELECT <entry columns>, t.score[, extra] FROM t JOIN memories m ...`;
+    /// without, `SELECT t.pk, t.id, t.score[, extra] FROM t`. Best first.
+    fn candidate_rows(&self, entries: bool, extra: &str) -> String {
+        if entries {
+            format!(
+                "SELECT {}, t.score::float8{extra} FROM t JOIN {} m ON m.pk = t.pk \
+                 JOIN {} sc ON sc.id = m.scope_id LEFT JOIN {} a ON a.pk = m.pk \
+                 ORDER BY t.score DESC, t.id",
+                entry_cols("a"),
+                self.names.memories,
+                self.names.scopes,
+                self.names.access
+            )
         } else {
-            let sql = format!(
-                "SELECT id, 0::bigint FROM {} WHERE key = $1",
-                self.names.scopes
-            );
-            let stmt = c
-                .prepare_cached(&sql)
-                .await
-                .map_err(|e| self.query_err(e))?;
-            c.query_opt(&stmt, &[&key]).await
+            format!("SELECT t.pk, t.id, t.score::float8{extra} FROM t ORDER BY t.score DESC, t.id")
         }
-        .map_err(|e| self.query_err(e))?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        let id: i64 = row.try_get(0).map_err(|e| self.query_err(e))?;
-        let n: i64 = row.try_get(1).map_err(|e| self.query_err(e))?;
-        Ok(Some((id, usize::try_from(n).unwrap_or(0))))
     }
 
-    /// Top-`limit` by cosine similarity among the scope's memories passing `filter`.
+    /// Maps the rows of [`Self::candidate_rows`].
+    fn found(&self, rows: &[Row], entries: bool) -> std::result::Result<Found, PostgresError> {
+        if entries {
+            let mut found = Found::default();
+            for (pk, e, score) in scored_entries(rows, &self.schema)? {
+                found.ranked.push((pk, e.id, score));
+                found.entries.insert(pk, e);
+            }
+            Ok(found)
+        } else {
+            Ok(Found {
+                ranked: scored(rows, &self.schema)?,
+                entries: HashMap::new(),
+            })
+        }
+    }
+
+    /// Top-`limit` by cosine similarity among the scope's memories passing `filter`, with
+    /// their entries if `entries`.
     ///
-    /// A scope of at most `exact_scan_max` vectors is ranked exactly: the scope's rows come
-    /// through the scope index and every distance is computed (the materialized CTE keeps
-    /// the planner from using the HNSW index, which cannot filter by scope first). A larger
-    /// scope goes through the HNSW index with iterative scan, filtered by scope in the
-    /// same statement, and is approximate.
+    /// With `indexed` (the scope's id, its HNSW index being ready), the scope's own index
+    /// ranks them with iterative scan, which is approximate; the id is written into the
+    /// statement so the planner can match the partial index. Otherwise every distance in
+    /// the scope is computed: its rows come through the scope index (the materialized CTE
+    /// keeps the planner from an index that cannot filter by scope first), and the rows
+    /// also say whether the scope has a ready index now, so searches learn of indexes
+    /// other processes built.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one search's parts, each used once; a struct would only rename them"
+    )]
     async fn semantic(
         &self,
         c: &Object,
-        scope_id: i64,
-        vectors: usize,
+        scope: &Scope,
+        indexed: Option<i64>,
         q: &[f32],
         filter: &Filter,
         limit: usize,
-    ) -> std::result::Result<Candidates, PostgresError> {
-        if vectors == 0 {
-            return Ok(Vec::new());
-        }
+        entries: bool,
+    ) -> std::result::Result<Found, PostgresError> {
         let (m, op) = (&self.names.memories, &self.names.cosine);
         let mut query = Query::default();
-        let sid = query.bind(scope_id);
         let qv = query.bind(Vector::from(q.to_vec()));
+        let sid = match indexed {
+            Some(id) => {
+                query.push("WITH ");
+                id.to_string()
+            }
+            None => {
+                // The scope, and whether its index is ready, looked up once per statement.
+                let key = query.bind(scope.key());
+                let schema = query.bind(self.schema.clone());
+                query.push(&format!(
+                    "WITH s AS MATERIALIZED (SELECT sc.id, {} AS ready FROM {} sc \
+                     WHERE sc.key = {key}), ",
+                    Indexes::ready_sql("sc.id", &schema),
+                    self.names.scopes
+                ));
+                "(SELECT id FROM s)".to_owned()
+            }
+        };
         query.push(&format!(
-            "WITH c AS MATERIALIZED (SELECT m.pk, m.id, m.embedding {op} {qv} AS d FROM {m} m \
+            "c AS MATERIALIZED (SELECT m.pk, m.id, m.embedding {op} {qv} AS d FROM {m} m \
              WHERE m.scope_id = {sid} AND m.embedding IS NOT NULL AND m.embedded"
         ));
         push_filter(&mut query, filter);
         let lim = query.bind(i64::try_from(limit).unwrap_or(i64::MAX));
-        if vectors <= self.config.exact_scan_max {
+        if indexed.is_some() {
             query.push(&format!(
-                ") SELECT pk, id, 1 - d FROM c ORDER BY d, id LIMIT {lim}"
+                " ORDER BY m.embedding {op} {qv} LIMIT {lim}), \
+                 t AS (SELECT pk, id, 1 - d AS score FROM c) "
             ));
+            query.push(&self.candidate_rows(entries, ""));
         } else {
             query.push(&format!(
-                " ORDER BY m.embedding {op} {qv} LIMIT {lim}) SELECT pk, id, 1 - d FROM c ORDER BY d, id"
+                "), t AS (SELECT pk, id, 1 - d AS score FROM c ORDER BY d, id LIMIT {lim}) "
             ));
+            query
+                .push(&self.candidate_rows(entries, ", (SELECT id FROM s), (SELECT ready FROM s)"));
         }
-        self.candidates(c, &query).await
+        let rows = self.rows(c, &query).await?;
+        if indexed.is_none()
+            && let Some(r) = rows.first()
+        {
+            let extra = if entries { SCORE_COL + 1 } else { 3 };
+            let id: i64 = r.try_get(extra).map_err(|e| self.query_err(e))?;
+            let ready: bool = r.try_get(extra + 1).map_err(|e| self.query_err(e))?;
+            self.indexes.learn(&scope.key(), id, ready);
+        }
+        self.found(&rows, entries)
     }
 
-    /// Top-`limit` full-text matches (raw `ts_rank`, higher is better) in the scope.
+    /// Top-`limit` full-text matches (raw `ts_rank`, higher is better) in the scope, with
+    /// their entries if `entries`.
     async fn keyword(
         &self,
         c: &Object,
-        scope_id: i64,
+        scope: &Scope,
         text: &str,
         filter: &Filter,
         limit: usize,
-    ) -> std::result::Result<Candidates, PostgresError> {
+        entries: bool,
+    ) -> std::result::Result<Found, PostgresError> {
         let Some(tsq) = tsquery(text) else {
-            return Ok(Vec::new());
+            return Ok(Found::default());
         };
         let mut query = Query::default();
-        let sid = query.bind(scope_id);
+        let sid = self.scope_id_of(&mut query, scope);
         let tq = query.bind(tsq);
         // Weights {D, C, B, A}: content is A, context B at 0.3 of it (as memory-sqlite's
         // bm25 column weights); normalization 1 divides by 1 + log(document length).
         query.push(&format!(
-            "SELECT m.pk, m.id, ts_rank('{{0, 0, 0.3, 1}}'::float4[], m.fts, q.q, 1)::float8 AS r \
+            "WITH t AS (SELECT m.pk, m.id, \
+             ts_rank('{{0, 0, 0.3, 1}}'::float4[], m.fts, q.q, 1) AS score \
              FROM {m} m, to_tsquery('english', {tq}) AS q(q) \
              WHERE m.scope_id = {sid} AND m.fts @@ q.q",
             m = self.names.memories
         ));
         push_filter(&mut query, filter);
         let lim = query.bind(i64::try_from(limit).unwrap_or(i64::MAX));
-        query.push(&format!(" ORDER BY r DESC, m.id LIMIT {lim}"));
-        self.candidates(c, &query).await
+        query.push(&format!(" ORDER BY score DESC, m.id LIMIT {lim}) "));
+        query.push(&self.candidate_rows(entries, ""));
+        let rows = self.rows(c, &query).await?;
+        self.found(&rows, entries)
     }
 
-    /// Runs a ranking query whose rows are `(pk, id, score)`.
-    async fn candidates(
+    /// Runs a prepared (cached) query.
+    async fn rows(
         &self,
         c: &Object,
         query: &Query,
-    ) -> std::result::Result<Candidates, PostgresError> {
+    ) -> std::result::Result<Vec<tokio_postgres::Row>, PostgresError> {
         let stmt = c
             .prepare_cached(&query.sql)
             .await
             .map_err(|e| self.query_err(e))?;
-        let rows = c
-            .query(&stmt, &query.params())
+        c.query(&stmt, &query.params())
             .await
-            .map_err(|e| self.query_err(e))?;
-        scored(&rows, &self.schema)
+            .map_err(|e| self.query_err(e))
     }
 
-    /// Loads the entries of these pks in the scope, counting a recall if `bump`.
+    /// Loads the entries of these pks in the scope with key `key`, counting a recall of
+    /// each if `bump` (the new counts come back with them). A memory deleted since it was
+    /// ranked is not among them.
     async fn load(
         &self,
         c: &Object,
-        scope_id: i64,
+        key: &str,
         pks: Vec<i64>,
         bump: bool,
     ) -> std::result::Result<HashMap<i64, MemoryEntry>, PostgresError> {
@@ -189,15 +231,15 @@ impl PostgresBackend {
         }
         let (m, s, acc) = (&self.names.memories, &self.names.scopes, &self.names.access);
         let rows = if bump {
-            // The new counts come back from the upsert; the rest of the row is unchanged.
             let sql = format!(
                 "WITH b AS (INSERT INTO {acc} AS x (pk, accessed_at, access_count) \
-                 SELECT m.pk, $3, 1 FROM {m} m WHERE m.scope_id = $1 AND m.pk = ANY($2) \
+                 SELECT m.pk, $3, 1 FROM {m} m \
+                 WHERE m.scope_id = (SELECT id FROM {s} WHERE key = $1) AND m.pk = ANY($2) \
                  ON CONFLICT (pk) DO UPDATE SET access_count = x.access_count + 1, \
                  accessed_at = GREATEST(x.accessed_at, excluded.accessed_at) \
                  RETURNING pk, accessed_at, access_count) \
                  SELECT {} FROM {m} m JOIN {s} sc ON sc.id = m.scope_id JOIN b ON b.pk = m.pk \
-                 WHERE m.scope_id = $1",
+                 WHERE sc.key = $1",
                 entry_cols("b")
             );
             let stmt = c
@@ -205,14 +247,14 @@ impl PostgresBackend {
                 .await
                 .map_err(|e| self.query_err(e))?;
             let now = Timestamp::now().as_millis();
-            c.query(&stmt, &[&scope_id, &pks, &now]).await
+            c.query(&stmt, &[&key, &pks, &now]).await
         } else {
-            let sql = self.select_entries("WHERE m.scope_id = $1 AND m.pk = ANY($2)");
+            let sql = self.select_entries("WHERE sc.key = $1 AND m.pk = ANY($2)");
             let stmt = c
                 .prepare_cached(&sql)
                 .await
                 .map_err(|e| self.query_err(e))?;
-            c.query(&stmt, &[&scope_id, &pks]).await
+            c.query(&stmt, &[&key, &pks]).await
         }
         .map_err(|e| self.query_err(e))?;
         Ok(entries(&rows, &self.schema)?.into_iter().collect())
@@ -231,51 +273,43 @@ impl PostgresBackend {
         )
     }
 
-    /// The id of `scope`, creating its row if needed.
-    async fn ensure_scope_id(
+    /// Adds `n` to the memories stored in `scope` (creating its row if needed); returns
+    /// the scope's id and that count. The scope's row stays locked until `tx` ends, so
+    /// writers into one scope take turns.
+    async fn count_into_scope(
         &self,
         tx: &deadpool_postgres::Transaction<'_>,
         scope: &Scope,
-    ) -> std::result::Result<i64, PostgresError> {
-        let key = scope.key();
-        let s = &self.names.scopes;
-        let find = tx
-            .prepare_cached(&format!("SELECT id FROM {s} WHERE key = $1"))
+        n: usize,
+    ) -> std::result::Result<(i64, i64), PostgresError> {
+        let sql = format!(
+            "INSERT INTO {} AS x (key, tenant, user_id, chat, thread, stored) \
+             VALUES ($1, $2, $3, $4, $5, $6) \
+             ON CONFLICT (key) DO UPDATE SET stored = x.stored + excluded.stored \
+             RETURNING id, stored",
+            self.names.scopes
+        );
+        let stmt = tx
+            .prepare_cached(&sql)
             .await
             .map_err(|e| self.query_err(e))?;
-        if let Some(r) = tx
-            .query_opt(&find, &[&key])
-            .await
-            .map_err(|e| self.query_err(e))?
-        {
-            return r.try_get(0).map_err(|e| self.query_err(e));
-        }
-        let insert = format!(
-            "INSERT INTO {s} (key, tenant, user_id, chat, thread) VALUES ($1, $2, $3, $4, $5) \
-             ON CONFLICT (key) DO NOTHING RETURNING id"
-        );
-        let inserted = tx
-            .query_opt(
-                &insert,
+        let n = i64::try_from(n).unwrap_or(i64::MAX);
+        let row = tx
+            .query_one(
+                &stmt,
                 &[
-                    &key,
+                    &scope.key(),
                     &scope.tenant(),
                     &scope.user(),
                     &scope.chat(),
                     &scope.thread(),
+                    &n,
                 ],
             )
             .await
             .map_err(|e| self.query_err(e))?;
-        // Another process created it at the same moment: it is visible to a new statement.
-        let row = match inserted {
-            Some(r) => r,
-            None => tx
-                .query_one(&find, &[&key])
-                .await
-                .map_err(|e| self.query_err(e))?,
-        };
-        row.try_get(0).map_err(|e| self.query_err(e))
+        let get = |i| row.try_get::<_, i64>(i).map_err(|e| self.query_err(e));
+        Ok((get(0)?, get(1)?))
     }
 
     async fn insert_all(
@@ -284,7 +318,7 @@ impl PostgresBackend {
         scope: &Scope,
         entries: &[MemoryEntry],
         vectors: Vec<Option<Vec<f32>>>,
-    ) -> std::result::Result<std::result::Result<(), MemoryId>, PostgresError> {
+    ) -> std::result::Result<std::result::Result<(i64, i64), MemoryId>, PostgresError> {
         let tx = client.transaction().await.map_err(|e| self.query_err(e))?;
         let m = &self.names.memories;
         let ids: Vec<Uuid> = entries.iter().map(|e| *e.id.as_uuid()).collect();
@@ -299,7 +333,7 @@ impl PostgresBackend {
             let id: Uuid = r.try_get(0).map_err(|e| self.query_err(e))?;
             return Ok(Err(MemoryId::from_uuid(id)));
         }
-        let scope_id = self.ensure_scope_id(&tx, scope).await?;
+        let (scope_id, stored) = self.count_into_scope(&tx, scope, entries.len()).await?;
         let mut q = Query::default();
         let sid = q.bind(scope_id);
         let cols: [String; 16] = [
@@ -442,7 +476,7 @@ impl PostgresBackend {
             Err(e) => return Err(self.query_err(e)),
         }
         tx.commit().await.map_err(|e| self.query_err(e))?;
-        Ok(Ok(()))
+        Ok(Ok((scope_id, stored)))
     }
 }
 
@@ -486,7 +520,14 @@ impl MemoryBackend for PostgresBackend {
             .insert_all(&mut client, scope, &entries, vectors)
             .await?
         {
-            Ok(()) => Ok(entries),
+            Ok((scope_id, stored)) => {
+                // This write took the scope past exact scans: index it in the background.
+                let key = scope.key();
+                if self.indexes.wants(&key, stored) {
+                    self.indexes.spawn_build(key, scope_id);
+                }
+                Ok(entries)
+            }
             Err(id) => Err(MemoryError::Conflict { id }),
         }
     }
@@ -508,6 +549,10 @@ impl MemoryBackend for PostgresBackend {
         Ok(entry)
     }
 
+    /// One round trip when the candidates are the hits (semantic or keyword, recalls not
+    /// counted): the statement returns their entries too. Otherwise (hybrid, or counting
+    /// recalls) two: the candidates (both kinds at once, pipelined, for hybrid), then the
+    /// winners' entries, counted in the same statement.
     async fn search(&self, scope: &Scope, request: &SearchRequest) -> Result<Vec<ScoredMemory>> {
         request.validate(&self.caps(), &self.config.limits, BACKEND)?;
         let query_vec = match request.mode {
@@ -517,41 +562,47 @@ impl MemoryBackend for PostgresBackend {
             SearchMode::Keyword => None,
         };
         let c = self.client().await?;
-        let Some((scope_id, vectors)) = self.scope_info(&c, scope, query_vec.is_some()).await?
-        else {
-            return Ok(Vec::new());
-        };
+        let key = scope.key();
+        let indexed = self.indexes.ready(&key);
         let text = request.query_text().unwrap_or_default();
         let f = &request.filter;
         let q = query_vec.as_deref().unwrap_or_default();
         let pool = (request.limit * self.config.hybrid_pool_factor).max(50);
+        let load_after = request.record_access || matches!(request.mode, SearchMode::Hybrid(_));
+        let with = !load_after;
         let (sem, kw) = match request.mode {
             SearchMode::Semantic => (
-                self.semantic(&c, scope_id, vectors, q, f, request.limit)
+                self.semantic(&c, scope, indexed, q, f, request.limit, with)
                     .await?,
-                Vec::new(),
+                Found::default(),
             ),
             SearchMode::Keyword => (
-                Vec::new(),
-                self.keyword(&c, scope_id, text, f, request.limit).await?,
+                Found::default(),
+                self.keyword(&c, scope, text, f, request.limit, with)
+                    .await?,
             ),
-            // Both candidate queries go out on the connection at once (pipelined).
             SearchMode::Hybrid(_) => {
                 futures_util::future::try_join(
-                    self.semantic(&c, scope_id, vectors, q, f, pool),
-                    self.keyword(&c, scope_id, text, f, pool),
+                    self.semantic(&c, scope, indexed, q, f, pool, with),
+                    self.keyword(&c, scope, text, f, pool, with),
                 )
                 .await?
             }
         };
-        let ranked = rank(request, &sem, &kw);
-        let pks: Vec<i64> = ranked.iter().map(|(pk, _, _)| *pk).collect();
-        let mut loaded = self.load(&c, scope_id, pks, request.record_access).await?;
+        let ranked = rank(request, &sem.ranked, &kw.ranked);
+        let mut found = if load_after {
+            let pks = ranked.iter().map(|(pk, _, _)| *pk).collect();
+            self.load(&c, &key, pks, request.record_access).await?
+        } else {
+            let mut all = sem.entries;
+            all.extend(kw.entries);
+            all
+        };
         // A memory deleted between ranking and loading is left out.
         let hits: Vec<ScoredMemory> = ranked
             .into_iter()
             .filter_map(|(pk, score, breakdown)| {
-                loaded.remove(&pk).map(|entry| ScoredMemory {
+                found.remove(&pk).map(|entry| ScoredMemory {
                     entry,
                     score,
                     breakdown,

@@ -1,6 +1,6 @@
 //! A memory backend on a Postgres server: many bot processes (replicas behind a webhook,
 //! agents sharing memory) read and write one store. pgvector holds the vectors (an exact
-//! per-scope scan for ordinary scopes, an HNSW index for very large ones), Postgres
+//! per-scope scan for ordinary scopes, a per-scope HNSW index for very large ones), Postgres
 //! full-text search does keyword search, and hybrid search fuses both like every backend.
 //!
 //! ```no_run
@@ -28,6 +28,7 @@
 
 mod backend;
 mod error;
+mod index;
 mod schema;
 mod sql;
 
@@ -42,7 +43,8 @@ use tokio_postgres::config::Host;
 pub use error::PostgresError;
 
 use crate::error::{connect_error, query_error};
-use crate::schema::{Opened, Target, quote_ident, valid_schema_name};
+use crate::index::{IndexSettings, Indexes};
+use crate::schema::{HNSW_MAX_DIMS, Opened, Target, quote_ident, valid_schema_name};
 
 /// How a store is reached and searched. The defaults suit a few bot processes sharing one
 /// server.
@@ -64,19 +66,21 @@ pub struct PostgresConfig {
     /// Hybrid search fuses the top `hybrid_pool_factor × limit` (at least 50) candidates of
     /// each signal.
     pub hybrid_pool_factor: usize,
-    /// A scope with at most this many vectors is searched exactly (a scan of its rows
-    /// through the scope index); a larger one goes through the HNSW index with pgvector's
-    /// iterative scan, which is approximate.
+    /// A scope that has held more memories than this gets its own HNSW index, built in the
+    /// background (see [`PostgresBackend::index_large_scopes`]); its searches then go
+    /// through that index with pgvector's iterative scan, which is approximate. Every other
+    /// scope, and a large one until its index is ready, is searched exactly (a scan of its
+    /// rows through the scope index).
     pub exact_scan_max: usize,
-    /// `hnsw.ef_search` for searches that use the HNSW index.
+    /// `hnsw.ef_search` for searches that use an HNSW index.
     pub hnsw_ef_search: u32,
-    /// Whether the vector column gets an HNSW index (cosine), built at connect when
-    /// missing. Keeping it up to date is most of the cost of a write (see BENCHMARKS.md);
-    /// without it, scopes larger than `exact_scan_max` are scanned exactly, only slower.
-    /// `false` never drops an existing index.
+    /// Whether scopes larger than `exact_scan_max` get an HNSW index (cosine) and are
+    /// searched through it. Keeping one up to date is most of the cost of a write into that
+    /// scope (see BENCHMARKS.md). With `false`, every search is an exact scan, only slower
+    /// in large scopes, and indexes that exist are neither used nor dropped.
     pub hnsw_index: bool,
-    /// `maintenance_work_mem` (MiB) for building that index at connect: a graph that fits
-    /// builds many times faster.
+    /// `maintenance_work_mem` (MiB) for building a scope's index: a graph that fits builds
+    /// many times faster.
     pub hnsw_build_mib: u32,
 }
 
@@ -167,6 +171,8 @@ pub struct PostgresBackend {
     /// The space the store's vectors live in (recorded in the store), if any.
     space: Option<Arc<EmbeddingSpace>>,
     config: PostgresConfig,
+    /// The per-scope HNSW indexes.
+    indexes: Arc<Indexes>,
 }
 
 /// Quoted, schema-qualified names used in statements.
@@ -255,6 +261,18 @@ impl PostgresBackend {
                 reason: format!("cannot build the connection pool: {e}"),
             })?;
         let given = embedder.as_ref().map(|e| e.space());
+        let settings = |ext_schema: String, enabled: bool| IndexSettings {
+            schema: config.schema.clone(),
+            quoted_schema: quote_ident(&config.schema),
+            memories: format!("{}.memories", quote_ident(&config.schema)),
+            scopes: format!("{}.scopes", quote_ident(&config.schema)),
+            ext_schema,
+            enabled,
+            threshold: config.exact_scan_max,
+            build_mib: config.hnsw_build_mib,
+        };
+        // Replaced once the store is open and pgvector's schema known.
+        let indexes = Arc::new(Indexes::new(pool.clone(), settings(String::new(), false)));
         let mut backend = Self {
             pool,
             server,
@@ -268,7 +286,8 @@ impl PostgresBackend {
             },
             embedder,
             space: None,
-            config,
+            config: config.clone(),
+            indexes,
         };
         let opened = {
             let mut client = backend.client().await?;
@@ -280,16 +299,7 @@ impl PostgresBackend {
                 server: &backend.server,
                 schema: &backend.schema,
             };
-            let opened: Opened = schema::open(
-                &mut tx,
-                &target,
-                given.as_deref(),
-                backend
-                    .config
-                    .hnsw_index
-                    .then_some(backend.config.hnsw_build_mib),
-            )
-            .await?;
+            let opened: Opened = schema::open(&mut tx, &target, given.as_deref()).await?;
             tx.commit().await.map_err(|e| backend.query_err(e))?;
             opened
         };
@@ -306,10 +316,46 @@ impl PostgresBackend {
             (Some(s), None) => Some(Arc::new(s)),
             (None, _) => None,
         };
+        let indexable = backend
+            .space
+            .as_ref()
+            .is_some_and(|s| s.dims <= HNSW_MAX_DIMS);
+        backend.indexes = Arc::new(Indexes::new(
+            backend.pool.clone(),
+            settings(opened.ext_schema, config.hnsw_index && indexable),
+        ));
         if backend.embedder.is_some() {
             backend.backfill_vectors().await?;
         }
+        {
+            let c = backend.client().await?;
+            backend.indexes.load(&c).await?;
+            // Scopes that outgrew exact scans while no process was indexing them.
+            for (key, id) in backend.indexes.wanting(&c).await? {
+                backend.indexes.spawn_build(key, id);
+            }
+        }
         Ok(backend)
+    }
+
+    /// Builds the HNSW index of every scope that has held more than `exact_scan_max`
+    /// memories and has none yet, and waits for the builds. Such builds otherwise start in
+    /// the background, at connect and after the write that takes a scope past the
+    /// threshold; this is for tools and benchmarks that want them done now, and it waits
+    /// for builds already under way. Returns how many of those scopes have a ready index
+    /// afterwards (not one that holds fewer memories now than its count of memories ever
+    /// stored). Does nothing when `hnsw_index` is off.
+    pub async fn index_large_scopes(&self) -> Result<usize> {
+        let c = self.client().await?;
+        let wanting = self.indexes.wanting(&c).await?;
+        drop(c);
+        let mut ready = 0;
+        for (key, id) in wanting {
+            if self.indexes.build(&key, id, true).await? {
+                ready += 1;
+            }
+        }
+        Ok(ready)
     }
 
     /// The Postgres schema holding the store.

@@ -9,7 +9,7 @@ use tokio_postgres::Transaction;
 use crate::error::{PostgresError, query_error};
 
 /// The schema version this build writes and understands.
-pub(crate) const SCHEMA_VERSION: i64 = 1;
+pub(crate) const SCHEMA_VERSION: i64 = 2;
 
 /// `meta.format` of Ava stores.
 pub(crate) const FORMAT: &str = "ava-memory-store";
@@ -18,8 +18,17 @@ pub(crate) const FORMAT: &str = "ava-memory-store";
 const SETUP_LOCK: i64 = 0x4156_414d_454d_5047;
 
 /// Migrations: entry `i` upgrades a store from version `i + 1` to `i + 2`; `{s}` stands for
-/// the quoted schema name. Version 1 is created directly by [`schema_v1`].
-const MIGRATIONS: &[&str] = &[];
+/// the quoted schema name. A new store is created at version 1 by [`schema_v1`] and
+/// migrated from there, so every migration runs on every new store too.
+const MIGRATIONS: &[&str] = &[
+    // 2: one HNSW index per large scope (built in the background, see index.rs) instead of
+    // one over the whole table, whose upkeep made every write ~40x slower while scopes under
+    // `exact_scan_max` never used it. `stored` counts the memories ever stored in a scope,
+    // so a write knows when the scope outgrows exact scans without counting rows.
+    "DROP INDEX IF EXISTS {s}.memories_embedding_hnsw;
+     ALTER TABLE {s}.scopes ADD COLUMN stored bigint NOT NULL DEFAULT 0;
+     UPDATE {s}.scopes sc SET stored = (SELECT count(*) FROM {s}.memories m WHERE m.scope_id = sc.id);",
+];
 
 /// pgvector's HNSW index handles `vector` columns of at most this many dimensions.
 pub(crate) const HNSW_MAX_DIMS: usize = 2000;
@@ -125,14 +134,12 @@ impl Target<'_> {
     }
 }
 
-/// Inspects, creates or migrates the store in `tx`, makes sure pgvector is there, settles
-/// the embedding space against `given`, and with `hnsw` (the build memory, MiB) makes sure
-/// the vector column has its HNSW index. The caller commits.
+/// Inspects, creates or migrates the store in `tx`, makes sure pgvector is there, and
+/// settles the embedding space against `given`. The caller commits.
 pub(crate) async fn open(
     tx: &mut Transaction<'_>,
     t: &Target<'_>,
     given: Option<&EmbeddingSpace>,
-    hnsw: Option<u32>,
 ) -> Result<Opened, PostgresError> {
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SETUP_LOCK])
         .await
@@ -146,8 +153,7 @@ pub(crate) async fn open(
             tx.batch_execute(&schema_v1(&s))
                 .await
                 .map_err(|e| t.err(e))?;
-            let version = SCHEMA_VERSION.to_string();
-            for (k, v) in [("format", FORMAT), ("schema_version", version.as_str())] {
+            for (k, v) in [("format", FORMAT), ("schema_version", "1")] {
                 tx.execute(
                     &format!("INSERT INTO {s}.meta (key, value) VALUES ($1, $2)"),
                     &[&k, &v],
@@ -155,6 +161,7 @@ pub(crate) async fn open(
                 .await
                 .map_err(|e| t.err(e))?;
             }
+            migrate(tx, t, &s, 1).await?;
         }
         Existing::Store { version } => migrate(tx, t, &s, version).await?,
     }
@@ -175,22 +182,6 @@ pub(crate) async fn open(
         }
         (None, None) => None,
     };
-    if let Some(build_mib) = hnsw
-        && let Some(space) = &space
-        && space.dims <= HNSW_MAX_DIMS
-    {
-        // Built in one go when missing (fast on a filled table, unlike row-by-row inserts);
-        // not bound by the statement timeout.
-        // A graph that fits in maintenance_work_mem builds many times faster.
-        tx.batch_execute(&format!(
-            "SET LOCAL statement_timeout = 0;
-             SET LOCAL maintenance_work_mem = '{build_mib}MB';
-             CREATE INDEX IF NOT EXISTS memories_embedding_hnsw ON {s}.memories \
-             USING hnsw (embedding {ext_schema}.vector_cosine_ops);"
-        ))
-        .await
-        .map_err(|e| t.err(e))?;
-    }
     Ok(Opened { ext_schema, space })
 }
 

@@ -181,6 +181,23 @@ pub(crate) fn entries(
     rows.iter().map(|r| entry(r, schema)).collect()
 }
 
+/// The column after [`entry_cols`] where ranking statements put the score.
+pub(crate) const SCORE_COL: usize = 21;
+
+/// Maps rows of [`entry_cols`] followed by a score to `(pk, entry, score)`.
+pub(crate) fn scored_entries(
+    rows: &[Row],
+    schema: &str,
+) -> Result<Vec<(i64, MemoryEntry, f32)>, PostgresError> {
+    rows.iter()
+        .map(|r| {
+            let (pk, e) = entry(r, schema)?;
+            let score: f64 = r.try_get(SCORE_COL).map_err(|e| query_error(schema, e))?;
+            Ok((pk, e, score as f32))
+        })
+        .collect()
+}
+
 /// Maps `(pk, id, score)` rows.
 pub(crate) fn scored(
     rows: &[Row],

@@ -195,7 +195,7 @@ async fn newer_schema_is_refused_and_left_untouched() {
                 pg_error(&err),
                 PostgresError::NewerSchema {
                     found: 99,
-                    supported: 1,
+                    supported: 2,
                     ..
                 }
             ),
@@ -331,17 +331,95 @@ async fn missing_pgvector_is_a_clear_error() {
     assert!(msg.contains(&db), "names the database: {msg}");
 }
 
+/// `url` with session settings under which the planner takes an index that yields rows in
+/// order over any sort, as it does for large scopes: at the few rows a test stores, a scan
+/// and a sort cost less and would hide whether a scope's index can serve its searches.
+fn preferring_ordered_indexes(url: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}options=-c%20enable_seqscan%3Doff%20-c%20enable_sort%3Doff")
+}
+
+/// A plain connection for looking at the catalog.
+async fn sql_client(url: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    client
+}
+
+/// The scope's id in the store.
+async fn scope_id(client: &tokio_postgres::Client, schema: &str, scope: &Scope) -> i64 {
+    client
+        .query_one(
+            &format!("SELECT id FROM \"{schema}\".scopes WHERE key = $1"),
+            &[&scope.key()],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// The definition of index `name` in `schema` and whether it is valid, if it exists.
+async fn index_state(
+    client: &tokio_postgres::Client,
+    schema: &str,
+    name: &str,
+) -> Option<(String, bool)> {
+    client
+        .query_opt(
+            "SELECT pg_get_indexdef(c.oid), i.indisvalid FROM pg_class c \
+             JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_index i ON i.indexrelid = c.oid \
+             WHERE n.nspname = $1 AND c.relname = $2",
+            &[&schema, &name],
+        )
+        .await
+        .unwrap()
+        .map(|r| (r.get(0), r.get(1)))
+}
+
+/// How many scans index `name` has served, as the statistics report it once they have
+/// been flushed: waits (up to 10 s) for the count to reach `at_least`.
+async fn index_scans(
+    client: &tokio_postgres::Client,
+    schema: &str,
+    name: &str,
+    at_least: i64,
+) -> i64 {
+    let mut n = 0;
+    for _ in 0..100 {
+        client
+            .batch_execute("SELECT pg_stat_clear_snapshot()")
+            .await
+            .unwrap();
+        n = client
+            .query_one(
+                "SELECT coalesce(sum(idx_scan), 0)::int8 FROM pg_stat_user_indexes \
+                 WHERE schemaname = $1 AND indexrelname = $2",
+                &[&schema, &name],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if n >= at_least {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    n
+}
+
 #[tokio::test]
-async fn large_scopes_use_the_hnsw_index_and_stay_in_scope() {
+async fn large_scopes_use_their_own_hnsw_index_and_stay_in_scope() {
     let Some(url) = common::pg_url() else { return };
     let schema = common::fresh_schema();
     let _guard = common::DropSchema {
         url: url.clone(),
         schema: schema.clone(),
     };
-    // Every scope of more than 5 vectors takes the HNSW path.
+    // Every scope of more than 5 memories gets an index.
     let store = PostgresBackend::connect(
-        &url,
+        &preferring_ordered_indexes(&url),
         embedder(64),
         PostgresConfig {
             exact_scan_max: 5,
@@ -350,9 +428,10 @@ async fn large_scopes_use_the_hnsw_index_and_stay_in_scope() {
     )
     .await
     .unwrap();
-    let (mine, other) = (
+    let (mine, other, small) = (
         Scope::for_user("u").unwrap().in_chat("1").unwrap(),
         Scope::for_user("u").unwrap().in_chat("2").unwrap(),
+        Scope::for_user("u").unwrap().in_chat("3").unwrap(),
     );
     let topics = ["garden", "violin", "harbour", "glacier", "orchard", "comet"];
     for s in [&mine, &other] {
@@ -364,6 +443,47 @@ async fn large_scopes_use_the_hnsw_index_and_stay_in_scope() {
             .collect();
         store.store_batch(s, batch).await.unwrap();
     }
+    store
+        .store(&small, NewMemory::new("a small scope"))
+        .await
+        .unwrap();
+    // The writes started builds in the background; this waits for them.
+    store.index_large_scopes().await.unwrap();
+    let client = sql_client(&url).await;
+    let (mine_id, other_id, small_id) = (
+        scope_id(&client, &schema, &mine).await,
+        scope_id(&client, &schema, &other).await,
+        scope_id(&client, &schema, &small).await,
+    );
+    let (mine_idx, other_idx) = (
+        format!("memories_hnsw_{mine_id}"),
+        format!("memories_hnsw_{other_id}"),
+    );
+    for (name, id) in [(&mine_idx, mine_id), (&other_idx, other_id)] {
+        let (def, valid) = index_state(&client, &schema, name)
+            .await
+            .unwrap_or_else(|| panic!("{name} exists"));
+        assert!(valid, "{def}");
+        assert!(
+            def.contains("hnsw")
+                && def.contains("vector_cosine_ops")
+                && def.contains(&format!("WHERE (scope_id = {id})")),
+            "{def}"
+        );
+    }
+    assert!(
+        index_state(&client, &schema, &format!("memories_hnsw_{small_id}"))
+            .await
+            .is_none(),
+        "a small scope has no index"
+    );
+    assert!(
+        index_state(&client, &schema, "memories_embedding_hnsw")
+            .await
+            .is_none(),
+        "no index over the whole table"
+    );
+
     let hits = store
         .search(
             &mine,
@@ -394,22 +514,174 @@ async fn large_scopes_use_the_hnsw_index_and_stay_in_scope() {
             && h.entry.tags.contains(&memory_core::Tag::new("t0").unwrap())),
         "{hits:?}"
     );
-
-    // The index is there (built at connect), on the vector column.
-    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+    // Both searches went through this scope's index, none through the other's.
+    assert_eq!(index_scans(&client, &schema, &mine_idx, 2).await, 2);
+    // (Read after the first count is in: the same flushes carried any scan of this one.)
+    assert_eq!(index_scans(&client, &schema, &other_idx, 0).await, 0);
+    let hits = store
+        .search(&small, &SearchRequest::semantic("note 7 about the violin"))
         .await
         .unwrap();
-    tokio::spawn(conn);
-    let def: String = client
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].entry.scope, small);
+}
+
+#[tokio::test]
+async fn a_write_past_the_threshold_indexes_its_scope_in_the_background() {
+    let Some(url) = common::pg_url() else { return };
+    let schema = common::fresh_schema();
+    let _guard = common::DropSchema {
+        url: url.clone(),
+        schema: schema.clone(),
+    };
+    let cfg = PostgresConfig {
+        exact_scan_max: 30,
+        ..config(&schema)
+    };
+    let store = PostgresBackend::connect(&url, embedder(32), cfg.clone())
+        .await
+        .unwrap();
+    let scope = Scope::for_user("u").unwrap();
+    let batch = |from: usize| {
+        (from..from + 20)
+            .map(|i| NewMemory::new(format!("memory number {i}")))
+            .collect::<Vec<_>>()
+    };
+    store.store_batch(&scope, batch(0)).await.unwrap();
+    let client = sql_client(&url).await;
+    let id = scope_id(&client, &schema, &scope).await;
+    let name = format!("memories_hnsw_{id}");
+    assert!(
+        index_state(&client, &schema, &name).await.is_none(),
+        "20 of 30"
+    );
+
+    // A second process (its own store and pool) searches exactly meanwhile.
+    let reader = PostgresBackend::connect(&preferring_ordered_indexes(&url), embedder(32), cfg)
+        .await
+        .unwrap();
+    let exact = reader
+        .search(&scope, &SearchRequest::semantic("memory number 3").limit(3))
+        .await
+        .unwrap();
+    assert_eq!(exact[0].entry.content, "memory number 3");
+
+    store.store_batch(&scope, batch(20)).await.unwrap();
+    // 40 > 30: the build runs in the background, with no call to wait for it.
+    let mut state = None;
+    for _ in 0..600 {
+        state = index_state(&client, &schema, &name).await;
+        if state.as_ref().is_some_and(|(_, valid)| *valid) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let (def, valid) = state.expect("the index was created");
+    assert!(valid, "{def}");
+    // The other process learns of the index from its next (exact) search and then uses it.
+    for _ in 0..2 {
+        let hits = reader
+            .search(
+                &scope,
+                &SearchRequest::semantic("memory number 33").limit(3),
+            )
+            .await
+            .unwrap();
+        assert_eq!(hits[0].entry.content, "memory number 33");
+    }
+    assert_eq!(index_scans(&client, &schema, &name, 1).await, 1);
+}
+
+#[tokio::test]
+async fn a_version_1_store_is_migrated_and_its_large_scopes_indexed() {
+    let Some(url) = common::pg_url() else { return };
+    let schema = common::fresh_schema();
+    let _guard = common::DropSchema {
+        url: url.clone(),
+        schema: schema.clone(),
+    };
+    let (big, small) = (
+        Scope::for_user("u").unwrap().in_chat("big").unwrap(),
+        Scope::for_user("u").unwrap().in_chat("small").unwrap(),
+    );
+    {
+        let store = PostgresBackend::connect(
+            &url,
+            embedder(16),
+            PostgresConfig {
+                hnsw_index: false,
+                ..config(&schema)
+            },
+        )
+        .await
+        .unwrap();
+        let many = (0..25)
+            .map(|i| NewMemory::new(format!("fact {i}")))
+            .collect();
+        store.store_batch(&big, many).await.unwrap();
+        store
+            .store(&small, NewMemory::new("one fact"))
+            .await
+            .unwrap();
+        store.close();
+    }
+    // Version 1 as it was: no `stored` count, one HNSW index over the whole table.
+    common::run_sql(
+        &url,
+        &format!(
+            "UPDATE \"{schema}\".meta SET value = '1' WHERE key = 'schema_version';
+             ALTER TABLE \"{schema}\".scopes DROP COLUMN stored;
+             CREATE INDEX memories_embedding_hnsw ON \"{schema}\".memories USING hnsw (embedding vector_cosine_ops);"
+        ),
+    )
+    .unwrap();
+    let store = PostgresBackend::connect(
+        &url,
+        embedder(16),
+        PostgresConfig {
+            exact_scan_max: 20,
+            ..config(&schema)
+        },
+    )
+    .await
+    .unwrap();
+    // Connect started the big scope's build; this waits for it.
+    store.index_large_scopes().await.unwrap();
+    let client = sql_client(&url).await;
+    let version: String = client
         .query_one(
-            "SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND indexname = 'memories_embedding_hnsw'",
-            &[&schema],
+            &format!("SELECT value FROM \"{schema}\".meta WHERE key = 'schema_version'"),
+            &[],
         )
         .await
         .unwrap()
         .get(0);
+    assert_eq!(version, "2");
+    let counts: Vec<(String, i64)> = client
+        .query(
+            &format!("SELECT chat, stored FROM \"{schema}\".scopes ORDER BY chat"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(counts, [("big".to_owned(), 25), ("small".to_owned(), 1)]);
     assert!(
-        def.contains("hnsw") && def.contains("vector_cosine_ops"),
-        "{def}"
+        index_state(&client, &schema, "memories_embedding_hnsw")
+            .await
+            .is_none(),
+        "the whole-table index is gone"
     );
+    let id = scope_id(&client, &schema, &big).await;
+    let (def, valid) = index_state(&client, &schema, &format!("memories_hnsw_{id}"))
+        .await
+        .expect("the big scope is indexed");
+    assert!(valid, "{def}");
+    let hits = store
+        .search(&big, &SearchRequest::semantic("fact 12").limit(1))
+        .await
+        .unwrap();
+    assert_eq!(hits[0].entry.content, "fact 12");
 }

@@ -88,7 +88,7 @@ const SPECS: &[Spec] = &[
         package: "memory-postgres",
         bench: "retrieval",
         features: &[],
-        env: &[("AVA_BENCH_CASES", "ingest,100k", "ingest")],
+        env: &[("AVA_BENCH_CASES", "ingest,100k,large", "ingest")],
         needs: Some("MEMORY_PG_URL"),
     },
     Spec {
