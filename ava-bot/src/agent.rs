@@ -126,6 +126,25 @@ impl Agent {
         self.background.finish().await;
     }
 
+    /// The same agent, reranking retrieved memories with `reranker` (`None` keeps the
+    /// scored order).
+    pub(crate) fn with_reranker(mut self, reranker: Option<Arc<dyn hydrate::Reranker>>) -> Self {
+        if let Some(r) = reranker {
+            Arc::make_mut(&mut self.config).reranker = r;
+        }
+        self
+    }
+
+    /// The same agent, adding web results from `web` to each prompt (`None` adds none).
+    pub(crate) fn with_web(mut self, web: Option<Arc<dyn hydrate::ContextSource>>) -> Self {
+        if let Some(source) = web {
+            let config = Arc::make_mut(&mut self.config);
+            config.kinds.insert(hydrate::SourceKind::Web);
+            config.sources.insert(hydrate::SourceKind::Web, source);
+        }
+        self
+    }
+
     /// The same agent, splitting each prompt's budget as `allocation` says (`None` keeps
     /// the default).
     pub(crate) fn with_allocation(mut self, allocation: Option<BudgetAllocation>) -> Self {

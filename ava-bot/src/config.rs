@@ -99,6 +99,106 @@ pub(crate) struct Settings {
     /// e.g. `fixed:0.3,0.6,0.1`) [default: relevance].
     #[arg(long, env = "AVA_ALLOCATION", global = true)]
     pub(crate) allocation: Option<BudgetAllocation>,
+    #[command(flatten)]
+    pub(crate) rerank: RerankArgs,
+    #[command(flatten)]
+    pub(crate) web: WebArgs,
+}
+
+/// Optional web search: a SearxNG-compatible server.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub(crate) struct WebArgs {
+    /// The root of a SearxNG-compatible server (its JSON format enabled), e.g.
+    /// http://127.0.0.1:8888: each prompt also gets web results, with their URLs; off when
+    /// unset. A bearer key, if a proxy in front needs one, is read from AVA_WEB_SEARCH_KEY.
+    #[arg(long, env = "AVA_WEB_SEARCH_URL", global = true)]
+    pub(crate) web_search_url: Option<String>,
+    /// The `language` of web searches, e.g. `en` [default: the server's].
+    #[arg(long, env = "AVA_WEB_LANGUAGE", global = true)]
+    pub(crate) web_language: Option<String>,
+}
+
+impl WebArgs {
+    /// The web source, or `None` without `--web-search-url`. `embedder` (the store's)
+    /// scores results against the question.
+    pub(crate) fn build(
+        &self,
+        embedder: Option<Arc<dyn EmbeddingProvider>>,
+    ) -> anyhow::Result<Option<Arc<dyn hydrate::ContextSource>>> {
+        let Some(url) = &self.web_search_url else {
+            return Ok(None);
+        };
+        let config = hydrate::WebSearchConfig {
+            language: self.web_language.clone(),
+            api_key: Secret::from_env("AVA_WEB_SEARCH_KEY")
+                .expose()
+                .map(hydrate::Secret::new),
+            ..hydrate::WebSearchConfig::new(url.clone())
+        };
+        Ok(Some(Arc::new(hydrate::WebSearchSource::new(
+            config, embedder,
+        )?)))
+    }
+}
+
+/// An optional reranker of retrieved memories: a `/rerank` server.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct RerankArgs {
+    /// A `/rerank` endpoint (Cohere v2, Jina, vLLM, Infinity or text-embeddings-inference)
+    /// that reorders retrieved memories before the budget, e.g.
+    /// http://127.0.0.1:8080/rerank; off when unset. A key, if the server needs one, is
+    /// read from AVA_RERANK_KEY.
+    #[arg(long, env = "AVA_RERANK_URL", global = true)]
+    pub(crate) rerank_url: Option<String>,
+    /// The reranking model (Cohere-shaped APIs need one, e.g. rerank-v3.5).
+    #[arg(long, env = "AVA_RERANK_MODEL", global = true)]
+    pub(crate) rerank_model: Option<String>,
+    /// The server's API: `cohere` (also Jina, vLLM, Infinity) or `tei`.
+    #[arg(long, env = "AVA_RERANK_API", default_value = "cohere", global = true)]
+    pub(crate) rerank_api: String,
+    /// Milliseconds to wait for the reranker; past it the scored order is kept.
+    #[arg(
+        long,
+        env = "AVA_RERANK_TIMEOUT_MS",
+        default_value_t = 2000,
+        global = true
+    )]
+    pub(crate) rerank_timeout_ms: u64,
+    /// Reranked memories scoring under this (0 to 1) are left out.
+    #[arg(long, env = "AVA_RERANK_MIN_SCORE", global = true)]
+    pub(crate) rerank_min_score: Option<f32>,
+}
+
+impl Default for RerankArgs {
+    fn default() -> Self {
+        Self {
+            rerank_url: None,
+            rerank_model: None,
+            rerank_api: "cohere".to_owned(),
+            rerank_timeout_ms: 2000,
+            rerank_min_score: None,
+        }
+    }
+}
+
+impl RerankArgs {
+    /// The configured reranker, or `None` without `--rerank-url`.
+    pub(crate) fn build(&self) -> anyhow::Result<Option<Arc<dyn hydrate::Reranker>>> {
+        let Some(url) = &self.rerank_url else {
+            return Ok(None);
+        };
+        let config = hydrate::HttpRerankerConfig {
+            model: self.rerank_model.clone(),
+            api: hydrate::RerankApi::parse(&self.rerank_api)?,
+            api_key: Secret::from_env("AVA_RERANK_KEY")
+                .expose()
+                .map(hydrate::Secret::new),
+            timeout: std::time::Duration::from_millis(self.rerank_timeout_ms),
+            min_score: self.rerank_min_score,
+            ..hydrate::HttpRerankerConfig::new(url.clone())
+        };
+        Ok(Some(Arc::new(hydrate::HttpReranker::new(config)?)))
+    }
 }
 
 /// The identity a command works as.
@@ -410,6 +510,8 @@ mod tests {
             ollama_url: String::new(),
             openai_url: String::new(),
             allocation: None,
+            rerank: RerankArgs::default(),
+            web: WebArgs::default(),
         };
         let url = "postgres://ava:s3cret@db.example:5432/mem?schema=bot";
         let t = settings(url).db_target().unwrap();
@@ -434,6 +536,8 @@ mod tests {
             ollama_url: String::new(),
             openai_url: String::new(),
             allocation: None,
+            rerank: RerankArgs::default(),
+            web: WebArgs::default(),
         };
         let err = settings.open().await.err().expect("no postgres support");
         let msg = format!("{err:#}");

@@ -66,6 +66,15 @@ pub enum Error {
         source: Option<BoxError>,
     },
 
+    /// A part of this crate that the build leaves out (a cargo feature that is off).
+    #[error("{what} is not in this build; rebuild with the cargo feature `{feature}`")]
+    Unavailable {
+        /// What was asked for.
+        what: &'static str,
+        /// The cargo feature that builds it.
+        feature: &'static str,
+    },
+
     /// The model was still calling tools when the step limit was reached.
     #[error(
         "chat model `{model}` was still calling tools after {steps} steps; raise the step \

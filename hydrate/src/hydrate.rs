@@ -868,14 +868,38 @@ impl Gathered {
         rank(kind, &mut items);
         if kind != SourceKind::Temporal && items.len() > 1 {
             let n = items.len();
-            match config.reranker.rerank(query, items.clone()).await {
-                Ok(reranked) => {
+            // Under the kind's deadline, like its source.
+            let deadline = config.deadline_for(kind);
+            match tokio::time::timeout(deadline, config.reranker.rerank(query, items.clone())).await
+            {
+                Ok(Ok(reranked)) => {
                     over_limits += n.saturating_sub(reranked.len());
                     items = reranked;
+                    // A reranker may set a new similarity: score again, in its order.
+                    for item in &mut items {
+                        score_item(
+                            item,
+                            query.now,
+                            query.strategy.recency_decay,
+                            config.scoring,
+                        );
+                    }
                 }
-                Err(e) => {
+                Ok(Err(e)) => {
+                    // A reranker's own failure is said once, without the error's prefix.
+                    let why = match &e {
+                        Error::Source { message, .. } => message.clone(),
+                        other => other.to_string(),
+                    };
                     let message = format!(
-                        "reranker {} failed: {e}; kept the scored order",
+                        "reranker {} failed: {why}; kept the scored order",
+                        config.reranker.name()
+                    );
+                    self.degrade(kind, DegradationKind::RerankFailed, message);
+                }
+                Err(_) => {
+                    let message = format!(
+                        "reranker {} did not answer within {deadline:?}; kept the scored order",
                         config.reranker.name()
                     );
                     self.degrade(kind, DegradationKind::RerankFailed, message);

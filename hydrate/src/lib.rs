@@ -16,6 +16,10 @@
 //! - `provider`: [`SourceProvider`] (capabilities, builders per kind, [`ProviderConfig`] with
 //!   identity, options and redacted [`Auth`]), option precedence ([`resolve_options`]),
 //!   source precedence ([`plan_sources`]), the [`Reranker`] family ([`NoopReranker`]).
+//! - `rerank`: [`HttpReranker`], a client for the common `/rerank` APIs (Cohere, Jina,
+//!   vLLM, text-embeddings-inference), behind the cargo feature `rerank-http`.
+//! - `web`: [`WebSearchSource`], web results from a SearxNG-compatible JSON API with their
+//!   URLs as provenance, behind the cargo feature `web-search`.
 //! - `memory`: the memory-backed provider ([`memory_provider`], [`MemorySource`]) over any
 //!   `Arc<dyn MemoryBackend>`, with the hybrid → keyword fallback recorded.
 //! - `cues`: question understanding without a model ([`QueryCues`]: the time a question
@@ -78,8 +82,10 @@ pub mod product;
 mod provider;
 mod render;
 mod report;
+mod rerank;
 pub mod scoring;
 mod source;
+mod web;
 
 pub use chat::{ChatMessage, ChatModel, ChatResponse, ChatRole, ToolCall, ToolSpec};
 pub use compile::{CompiledPrompt, MESSAGE_OVERHEAD_TOKENS, compile, prepare};
@@ -106,8 +112,10 @@ pub use report::{
     BudgetExplain, Degradation, DegradationKind, ExplainReport, ScoreExplain, SectionExplain,
     SourceReport, SourceStatus, ToolExplain,
 };
+pub use rerank::{HttpReranker, HttpRerankerConfig, RERANK_FEATURE, RerankApi};
 pub use scoring::ScoringWeights;
 pub use source::{
     ContextSource, Honours, QueryEmbeddings, SourceItem, SourceKind, SourceOutput, SourceParams,
     SourceQuery,
 };
+pub use web::{WEB_FEATURE, WebSearchConfig, WebSearchSource};

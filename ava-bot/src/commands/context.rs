@@ -39,8 +39,11 @@ pub(crate) async fn run(
         anyhow::bail!("token budget 0: expected at least 1");
     }
     let opened = settings.open_existing().await?;
+    let web = settings.web.build(opened.embedder.clone())?;
     let agent = Agent::dry_run(opened.store, opened.embedder, args.budget)?
-        .with_allocation(settings.allocation.clone());
+        .with_allocation(settings.allocation.clone())
+        .with_reranker(settings.rerank.build()?)
+        .with_web(web);
     let prompt = agent.prepare(&scope, &args.message).await?;
     // Printed first, then judged: a prompt missing a source is still worth seeing.
     let problems = incomplete(&prompt.report);

@@ -82,7 +82,9 @@ pub(crate) async fn run(settings: &Settings, args: &Args) -> anyhow::Result<()> 
             opened.embedder.clone(),
             opened.embedder_note.clone(),
         )?
-        .with_allocation(settings.allocation.clone()),
+        .with_allocation(settings.allocation.clone())
+        .with_reranker(settings.rerank.build()?)
+        .with_web(settings.web.build(opened.embedder.clone())?),
     );
     let ended = match plan {
         Plan::Http(addr, tokens) => {

@@ -65,6 +65,10 @@ pub(crate) struct Memory {
     embedder_note: String,
     /// How `context` splits its budget (`ava --allocation`; `None`: the default).
     allocation: Option<BudgetAllocation>,
+    /// How `context` reranks retrieved memories (`ava --rerank-url`; `None`: not at all).
+    reranker: Option<Arc<dyn hydrate::Reranker>>,
+    /// Where `context` gets web results (`ava --web-search-url`; `None`: nowhere).
+    web: Option<Arc<dyn hydrate::ContextSource>>,
     tools: Vec<Tool>,
 }
 
@@ -80,6 +84,8 @@ impl Memory {
             embedder,
             embedder_note,
             allocation: None,
+            reranker: None,
+            web: None,
             tools: tools()?,
         })
     }
@@ -87,6 +93,18 @@ impl Memory {
     /// Splits each `context` prompt's budget as `allocation` says (`None`: the default).
     pub(crate) fn with_allocation(mut self, allocation: Option<BudgetAllocation>) -> Self {
         self.allocation = allocation;
+        self
+    }
+
+    /// Reranks each `context` prompt's retrieved memories with `reranker`.
+    pub(crate) fn with_reranker(mut self, reranker: Option<Arc<dyn hydrate::Reranker>>) -> Self {
+        self.reranker = reranker;
+        self
+    }
+
+    /// Adds web results from `web` to each `context` prompt.
+    pub(crate) fn with_web(mut self, web: Option<Arc<dyn hydrate::ContextSource>>) -> Self {
+        self.web = web;
         self
     }
 }
@@ -609,7 +627,9 @@ impl AvaMcp {
             self.memory.embedder.clone(),
             budget,
         )?
-        .with_allocation(self.memory.allocation.clone());
+        .with_allocation(self.memory.allocation.clone())
+        .with_reranker(self.memory.reranker.clone())
+        .with_web(self.memory.web.clone());
         let prompt = agent.prepare(&self.scope, &a.message).await?;
         let blocks: Vec<String> = prompt
             .messages

@@ -24,6 +24,11 @@ pub(crate) fn command(db: impl AsRef<OsStr>) -> Command {
         .env_remove("AVA_NO_FACTS")
         .env_remove("AVA_ALLOW_USERS")
         .env_remove("OPENAI_API_KEY")
+        .env_remove("AVA_RERANK_URL")
+        .env_remove("AVA_RERANK_MODEL")
+        .env_remove("AVA_RERANK_API")
+        .env_remove("AVA_RERANK_KEY")
+        .env_remove("AVA_RERANK_MIN_SCORE")
         .current_dir(env!("CARGO_TARGET_TMPDIR"));
     command
 }
