@@ -128,6 +128,19 @@ pub(crate) fn make_bot(
     Ok(bot.throttle(limits))
 }
 
+/// The username of the bot `token` belongs to, asked of the Bot API (for `ava check`).
+pub(crate) async fn whoami(token: &str, api_url: Option<&str>) -> anyhow::Result<String> {
+    let mut bot = Bot::new(token);
+    if let Some(url) = api_url {
+        bot = bot.set_api_url(reqwest_url(url)?);
+    }
+    let me = bot
+        .get_me()
+        .await
+        .context("ask the Telegram Bot API whose token TELOXIDE_TOKEN is")?;
+    Ok(me.username().to_owned())
+}
+
 fn reqwest_url(url: &str) -> anyhow::Result<url::Url> {
     url::Url::parse(url).with_context(|| {
         format!("Telegram API URL `{url}` is not a URL; expected e.g. https://api.telegram.org")

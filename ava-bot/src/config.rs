@@ -125,6 +125,16 @@ impl WebArgs {
         &self,
         embedder: Option<Arc<dyn EmbeddingProvider>>,
     ) -> anyhow::Result<Option<Arc<dyn hydrate::ContextSource>>> {
+        Ok(self
+            .source(embedder)?
+            .map(|s| Arc::new(s) as Arc<dyn hydrate::ContextSource>))
+    }
+
+    /// The web source itself, or `None` without `--web-search-url`.
+    pub(crate) fn source(
+        &self,
+        embedder: Option<Arc<dyn EmbeddingProvider>>,
+    ) -> anyhow::Result<Option<hydrate::WebSearchSource>> {
         let Some(url) = &self.web_search_url else {
             return Ok(None);
         };
@@ -135,9 +145,7 @@ impl WebArgs {
                 .map(hydrate::Secret::new),
             ..hydrate::WebSearchConfig::new(url.clone())
         };
-        Ok(Some(Arc::new(hydrate::WebSearchSource::new(
-            config, embedder,
-        )?)))
+        Ok(Some(hydrate::WebSearchSource::new(config, embedder)?))
     }
 }
 
@@ -184,6 +192,13 @@ impl Default for RerankArgs {
 impl RerankArgs {
     /// The configured reranker, or `None` without `--rerank-url`.
     pub(crate) fn build(&self) -> anyhow::Result<Option<Arc<dyn hydrate::Reranker>>> {
+        Ok(self
+            .http()?
+            .map(|r| Arc::new(r) as Arc<dyn hydrate::Reranker>))
+    }
+
+    /// The configured HTTP reranker itself, or `None` without `--rerank-url`.
+    pub(crate) fn http(&self) -> anyhow::Result<Option<hydrate::HttpReranker>> {
         let Some(url) = &self.rerank_url else {
             return Ok(None);
         };
@@ -197,7 +212,7 @@ impl RerankArgs {
             min_score: self.rerank_min_score,
             ..hydrate::HttpRerankerConfig::new(url.clone())
         };
-        Ok(Some(Arc::new(hydrate::HttpReranker::new(config)?)))
+        Ok(Some(hydrate::HttpReranker::new(config)?))
     }
 }
 

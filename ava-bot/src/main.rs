@@ -59,6 +59,9 @@ enum Command {
     /// Re-embed every memory with the configured embedder (after changing models), or with
     /// --missing only those without a vector yet.
     Reembed(commands::stats::ReembedArgs),
+    /// Check the configuration and ask each service it names once (store, embedder, chat
+    /// model, reranker, web search, Telegram): one line each; fails if any check fails.
+    Check(commands::check::Args),
 }
 
 /// What to do about an error, shown on its own line after it (an outermost context).
@@ -132,6 +135,7 @@ async fn run() -> anyhow::Result<()> {
         Command::Prune(args) => commands::prune::run(&cli.settings, &args, out).await,
         Command::Consolidate(args) => commands::consolidate::run(&cli.settings, &args, out).await,
         Command::Reembed(args) => commands::stats::reembed(&cli.settings, &args, out).await,
+        Command::Check(args) => commands::check::run(&cli.settings, &args, out).await,
     }
 }
 

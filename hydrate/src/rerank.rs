@@ -186,6 +186,22 @@ impl HttpReranker {
         Error::source_failed(format!("reranker {}", self.name), message)
     }
 
+    /// Asks the server to judge two documents and checks its answer; returns how many it
+    /// judged. For health checks (`ava check`).
+    pub async fn check(&self) -> Result<usize> {
+        let documents = [
+            "Ava remembers what users tell her.",
+            "The weather is mild today.",
+        ];
+        let body = self.call("What does Ava remember?", &documents).await?;
+        Ok(self.parse(&body, documents.len())?.len())
+    }
+
+    /// The endpoint it calls.
+    pub fn url(&self) -> &str {
+        self.config.url.trim()
+    }
+
     /// The request body for these documents.
     #[cfg(feature = "rerank-http")]
     fn body(&self, query: &str, documents: &[&str]) -> serde_json::Value {

@@ -161,6 +161,18 @@ impl WebSearchSource {
         Error::source_failed(self.name(), message)
     }
 
+    /// Runs one search and checks the answer; returns how many results it gave. For
+    /// health checks (`ava check`).
+    pub async fn check(&self) -> Result<usize> {
+        let body = self.call("long-term memory").await?;
+        Ok(self.parse(&body)?.len())
+    }
+
+    /// The endpoint it calls.
+    pub fn url(&self) -> String {
+        self.config.endpoint()
+    }
+
     /// The items of an answer: at most `max_results`, text cut to [`MAX_RESULT_BYTES`].
     fn parse(&self, body: &[u8]) -> Result<Vec<SourceItem>> {
         let answer: WebAnswer = serde_json::from_slice(body).map_err(|e| {

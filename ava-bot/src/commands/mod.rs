@@ -1,6 +1,7 @@
 //! One module per `ava` subcommand.
 
 pub(crate) mod chat;
+pub(crate) mod check;
 pub(crate) mod consolidate;
 pub(crate) mod context;
 pub(crate) mod demo;

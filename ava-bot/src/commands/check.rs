@@ -1,0 +1,220 @@
+//! `ava check`: the whole configuration checked, and each service it names asked once (the
+//! store opened, a sentence embedded, the chat model asked for one word, the reranker and
+//! the web search called, the Telegram token shown to the Bot API), one line each. Exits
+//! non-zero when any check fails; nothing is stored.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use hydrate::ChatMessage;
+
+use crate::config::{DbTarget, Secret, Settings, redact_url};
+use crate::error_chain;
+use crate::llm::{LlmChoice, LlmSettings};
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    #[command(flatten)]
+    llm: LlmSettings,
+    /// Do not ask the chat model (the check costs one short completion).
+    #[arg(long)]
+    no_llm: bool,
+    /// The Bot API's address (for a local Bot API server or tests).
+    #[arg(long, env = "AVA_TELEGRAM_API_URL")]
+    telegram_api_url: Option<String>,
+}
+
+/// How one check went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Status {
+    Ok,
+    /// Not configured, so not used.
+    Off,
+    Fail,
+}
+
+/// Prints one check's line as soon as it is known.
+struct Lines<'a, W: Write> {
+    out: &'a mut W,
+    failed: Vec<&'static str>,
+}
+
+impl<W: Write> Lines<'_, W> {
+    fn line(&mut self, name: &'static str, status: Status, detail: &str) -> anyhow::Result<()> {
+        let word = match status {
+            Status::Ok => "ok",
+            Status::Off => "off",
+            Status::Fail => {
+                self.failed.push(name);
+                "FAIL"
+            }
+        };
+        writeln!(self.out, "{name:<11} {word:<5} {detail}")?;
+        self.out.flush()?;
+        Ok(())
+    }
+
+    fn result(&mut self, name: &'static str, r: anyhow::Result<String>) -> anyhow::Result<()> {
+        match r {
+            Ok(detail) => self.line(name, Status::Ok, &detail),
+            Err(e) => self.line(name, Status::Fail, &error_chain(&e)),
+        }
+    }
+}
+
+fn ms(d: Duration) -> String {
+    format!("{} ms", d.as_millis())
+}
+
+pub(crate) async fn run(
+    settings: &Settings,
+    args: &Args,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let mut lines = Lines {
+        out,
+        failed: Vec::new(),
+    };
+
+    // The store: opened as every command opens it, but never created.
+    let target = settings.db_target();
+    let missing = matches!(&target, Ok(DbTarget::Sqlite(p)) if !p.exists());
+    let mut embedder = None;
+    match target {
+        Err(e) => lines.line("store", Status::Fail, &error_chain(&e))?,
+        Ok(DbTarget::Sqlite(path)) if missing => lines.line(
+            "store",
+            Status::Ok,
+            &format!(
+                "sqlite {} does not exist yet; the first command that stores creates it",
+                path.display()
+            ),
+        )?,
+        Ok(target) => {
+            let shown = match &target {
+                DbTarget::Sqlite(p) => format!("sqlite {}", p.display()),
+                DbTarget::Postgres(url) => format!("postgres {}", redact_url(url)),
+            };
+            let started = Instant::now();
+            match settings.open_existing().await {
+                Ok(opened) => {
+                    let info = opened.store.info();
+                    let space = info
+                        .embedding_space
+                        .map_or_else(|| "no vectors yet".to_owned(), |s| format!("vectors {s}"));
+                    lines.line(
+                        "store",
+                        Status::Ok,
+                        &format!("{shown}, {space}, opened in {}", ms(started.elapsed())),
+                    )?;
+                    embedder = Some((opened.embedder, opened.embedder_note));
+                }
+                Err(e) => lines.line("store", Status::Fail, &error_chain(&e))?,
+            }
+        }
+    }
+
+    // The embedder the store was opened with, or the configured one.
+    let embedder = match embedder {
+        Some(e) => Ok(e),
+        None => settings.embedder().await,
+    };
+    match embedder {
+        Err(e) => lines.line("embedder", Status::Fail, &error_chain(&e))?,
+        Ok((None, note)) => lines.line("embedder", Status::Off, &note)?,
+        Ok((Some(e), note)) => {
+            let note = note.strip_prefix("embedder ").unwrap_or(&note);
+            let started = Instant::now();
+            let r = e
+                .embed("Ava checks that this sentence can be embedded.")
+                .await
+                .map(|v| {
+                    format!(
+                        "{note}; embedded a sentence ({} dims) in {}",
+                        v.vector().len(),
+                        ms(started.elapsed())
+                    )
+                })
+                .map_err(anyhow::Error::new);
+            lines.result("embedder", r)?;
+        }
+    }
+
+    // The chat model: one short completion.
+    if args.no_llm {
+        lines.line("llm", Status::Off, "not asked (--no-llm)")?;
+    } else {
+        let (kind, url) = match args.llm.llm {
+            LlmChoice::Ollama => ("ollama", &settings.ollama_url),
+            LlmChoice::Openai => ("openai", &settings.openai_url),
+        };
+        let url = args.llm.llm_url.as_ref().unwrap_or(url);
+        let r: anyhow::Result<String> = async {
+            let model = args.llm.build(settings)?;
+            let started = Instant::now();
+            let messages = [
+                ChatMessage::system("Reply with the single word OK."),
+                ChatMessage::user("Are you there?"),
+            ];
+            model.chat(&messages, &[]).await?;
+            Ok(format!(
+                "{kind} {} at {url} answered in {}",
+                model.name(),
+                ms(started.elapsed())
+            ))
+        }
+        .await;
+        let r = r.map_err(|e| e.context(format!("{kind} at {url}")));
+        lines.result("llm", r)?;
+    }
+
+    // The reranker: two documents judged.
+    match settings.rerank.http() {
+        Err(e) => lines.line("reranker", Status::Fail, &error_chain(&e))?,
+        Ok(None) => lines.line("reranker", Status::Off, "no --rerank-url")?,
+        Ok(Some(r)) => {
+            let started = Instant::now();
+            let judged = r.check().await.map_err(anyhow::Error::new).map(|n| {
+                format!(
+                    "{} judged {n} of 2 documents in {}",
+                    r.url(),
+                    ms(started.elapsed())
+                )
+            });
+            lines.result("reranker", judged)?;
+        }
+    }
+
+    // Web search: one query.
+    match settings.web.source(None) {
+        Err(e) => lines.line("web search", Status::Fail, &error_chain(&e))?,
+        Ok(None) => lines.line("web search", Status::Off, "no --web-search-url")?,
+        Ok(Some(w)) => {
+            let started = Instant::now();
+            let found = w.check().await.map_err(anyhow::Error::new).map(|n| {
+                format!(
+                    "{} gave {n} result(s) in {}",
+                    w.url(),
+                    ms(started.elapsed())
+                )
+            });
+            lines.result("web search", found)?;
+        }
+    }
+
+    // Telegram: the token shown to the Bot API.
+    match Secret::from_env("TELOXIDE_TOKEN").expose() {
+        None => lines.line("telegram", Status::Off, "no TELOXIDE_TOKEN")?,
+        Some(token) => {
+            let r = crate::bot::whoami(token, args.telegram_api_url.as_deref())
+                .await
+                .map(|name| format!("the token belongs to @{name}"));
+            lines.result("telegram", r)?;
+        }
+    }
+
+    match lines.failed.as_slice() {
+        [] => Ok(()),
+        failed => anyhow::bail!("{} check(s) failed: {}", failed.len(), failed.join(", ")),
+    }
+}
