@@ -1,10 +1,12 @@
-//! Chat messages, tool specs, and the object-safe [`ChatModel`] trait an LLM client
-//! implements (Ollama and OpenAI-compatible clients live with the bot, not here).
+//! Chat messages, tool specs, the object-safe [`ChatModel`] trait an LLM client implements
+//! (Ollama and OpenAI-compatible clients live with the bot, not here), and [`ToolHandler`],
+//! which runs an application's own tool when the model calls it.
 
 use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use memory_core::Scope;
 use prompt_ir::ToolDef;
 use serde::{Deserialize, Serialize};
 
@@ -158,3 +160,14 @@ macro_rules! forward_model {
 }
 
 forward_model!(Arc<T>, Box<T>, &T);
+
+/// Runs an application tool when the model calls it (register it with
+/// [`crate::HydrationConfig::with_app_tool`]): the scope the call is made for and the call's
+/// arguments (a JSON object) in, what the model is told out. An error, or a call that
+/// outlasts [`crate::HydrationConfig::tool_timeout`], goes back to the model as a tool
+/// error; it never fails the request.
+#[async_trait]
+pub trait ToolHandler: Send + Sync + fmt::Debug {
+    /// Runs one call.
+    async fn call(&self, scope: &Scope, arguments: serde_json::Value) -> Result<String>;
+}

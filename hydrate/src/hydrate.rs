@@ -19,6 +19,7 @@ use prompt_ir::{
 use serde::Serialize;
 use tracing::Instrument;
 
+use crate::chat::ToolHandler;
 use crate::cues::{CueMatch, CueWeights, QueryCues};
 use crate::error::{Error, Result};
 use crate::ops::memory_tools;
@@ -54,6 +55,11 @@ pub struct HydrationConfig {
     /// Whether to offer the memory tools (`remember`, `recall`, `forget`; see
     /// [`crate::Ops`]) after the application's tools. Default on.
     pub memory_tools: bool,
+    /// What runs each application tool the model calls, by tool name (see
+    /// [`HydrationConfig::with_app_tool`]); a tool without one is only offered.
+    pub tool_handlers: BTreeMap<String, Arc<dyn ToolHandler>>,
+    /// Longest an application tool call may run. Default 30 s.
+    pub tool_timeout: Duration,
     /// The kinds of context wanted. Default: temporal, knowledge, semantic.
     pub kinds: BTreeSet<SourceKind>,
     /// Sources set explicitly; they win over providers.
@@ -123,6 +129,8 @@ impl HydrationConfig {
             constraints: DEFAULT_CONSTRAINTS.to_owned(),
             tools: Vec::new(),
             memory_tools: true,
+            tool_handlers: BTreeMap::new(),
+            tool_timeout: Duration::from_secs(30),
             kinds: SourceKind::MEMORY.into_iter().collect(),
             sources: BTreeMap::new(),
             providers: Vec::new(),
@@ -164,10 +172,27 @@ impl HydrationConfig {
         self
     }
 
-    /// Adds an application tool.
+    /// Adds an application tool (offered to the model; see [`Self::with_app_tool`] to run
+    /// its calls too).
     pub fn with_tool(mut self, tool: ToolDef) -> Self {
         self.tools.push(tool);
         self
+    }
+
+    /// Adds an application tool and what runs it: [`crate::Ops::infer`] runs the model's
+    /// calls to it with `handler` and gives the model the result. A second tool of the same
+    /// name is refused (a clash with a memory tool is refused when compiling).
+    pub fn with_app_tool(mut self, tool: ToolDef, handler: Arc<dyn ToolHandler>) -> Result<Self> {
+        let name = tool.name().to_owned();
+        if self.tools.iter().any(|t| t.name() == name) {
+            return Err(Error::invalid(
+                "application tool",
+                format!("`{name}` is there already; tool names must be unique"),
+            ));
+        }
+        self.tools.push(tool);
+        self.tool_handlers.insert(name, handler);
+        Ok(self)
     }
 
     /// Sets bot/app state options for the provider named `provider`.
@@ -207,6 +232,11 @@ impl fmt::Debug for HydrationConfig {
                 &self.tools.iter().map(ToolDef::name).collect::<Vec<_>>(),
             )
             .field("memory_tools", &self.memory_tools)
+            .field(
+                "tool_handlers",
+                &self.tool_handlers.keys().collect::<Vec<_>>(),
+            )
+            .field("tool_timeout", &self.tool_timeout)
             .field("kinds", &self.kinds)
             .field("sources", &self.sources)
             .field("providers", &self.providers)
@@ -416,6 +446,9 @@ pub struct Hydrated {
 struct Runnable {
     kind: SourceKind,
     source: Arc<dyn ContextSource>,
+    /// The next providers of the kind (name, source), in precedence order: if the source
+    /// fails before finding anything, the next one runs in what is left of the deadline.
+    fallbacks: Vec<(String, Arc<dyn ContextSource>)>,
     params: SourceParams,
     deadline: Duration,
     report: SourceReport,
@@ -514,14 +547,14 @@ async fn hydrate_inner(
         .iter()
         .zip(&queries)
         .zip(outputs.iter_mut())
-        .map(|((r, q), out)| run_source(r.source.as_ref(), q, out, r.deadline))
+        .map(|((r, q), out)| run_source(r, q, out))
         .collect();
     let outcomes = join_all(runs).await;
 
     // In precedence order (runnables are in kind order), so the earlier kind keeps a memory
     // two sources returned.
     let mut returned = 0usize;
-    for (((r, query), out), (outcome, elapsed)) in runnables
+    for (((r, query), out), (outcome, elapsed, served_by)) in runnables
         .into_iter()
         .zip(&queries)
         .zip(outputs)
@@ -529,6 +562,12 @@ async fn hydrate_inner(
     {
         let (items, notes, search) = out.into_parts();
         let mut r = r;
+        if served_by > 0 {
+            let (provider, source) = r.fallbacks.swap_remove(served_by - 1);
+            r.report.provider = Some(provider);
+            r.report.source = Some(source.name().to_owned());
+            r.source = source;
+        }
         r.report.elapsed_ms = (elapsed.as_secs_f64() * 1e6).round() / 1e3;
         r.report.search = search;
         r.report.returned = items.len();
@@ -764,6 +803,7 @@ impl Gathered {
         let mut runnables = Vec::new();
         for (kind, choice) in plan_sources(&wanted, &config.sources, &config.providers) {
             let mut report = SourceReport::new(kind, SourceStatus::Complete);
+            let mut fallbacks = Vec::new();
             let source = match choice {
                 SourceChoice::Missing => {
                     report.status = SourceStatus::Missing;
@@ -776,17 +816,40 @@ impl Gathered {
                     continue;
                 }
                 SourceChoice::Explicit(source) => Arc::clone(source),
-                SourceChoice::Provider(provider) => {
-                    report.provider = Some(provider.name().to_owned());
-                    match build_from_provider(provider, kind, config, input, &mut report) {
-                        Ok(source) => source,
-                        Err(d) => {
-                            report.status = SourceStatus::Failed;
-                            self.reports.push(report);
-                            self.degradations.push(d.for_source(kind));
-                            continue;
+                SourceChoice::Provider(first) => {
+                    // Routing: every provider of the kind, in precedence order. One whose
+                    // identity does not admit the scope is passed over; one that cannot build
+                    // its source is recorded and the next is tried; the first that builds
+                    // serves, and the rest stand by should it fail.
+                    let mut chain = Vec::new();
+                    let mut passed_over = Vec::new();
+                    for provider in config.providers.iter().filter(|p| p.supports(kind)) {
+                        let mut built = SourceReport::new(kind, SourceStatus::Complete);
+                        match build_from_provider(provider, kind, config, input, &mut built) {
+                            Ok(source) => {
+                                if chain.is_empty() {
+                                    report.provider = Some(provider.name().to_owned());
+                                    report.options = built.options;
+                                }
+                                chain.push((provider.name().to_owned(), source));
+                            }
+                            Err(d) if d.kind == DegradationKind::IdentityMismatch => {
+                                passed_over.push(d);
+                            }
+                            Err(d) => self.degradations.push(d.for_source(kind)),
                         }
                     }
+                    if chain.is_empty() {
+                        report.provider = Some(first.name().to_owned());
+                        report.status = SourceStatus::Failed;
+                        self.reports.push(report);
+                        self.degradations
+                            .extend(passed_over.into_iter().map(|d| d.for_source(kind)));
+                        continue;
+                    }
+                    let (_, source) = chain.remove(0);
+                    fallbacks = chain;
+                    source
                 }
             };
             report.source = Some(source.name().to_owned());
@@ -795,6 +858,7 @@ impl Gathered {
             runnables.push(Runnable {
                 kind,
                 source,
+                fallbacks,
                 params,
                 deadline: config.deadline_for(kind),
                 report,
@@ -826,8 +890,10 @@ impl Gathered {
                     SourceStatus::Partial
                 };
                 tracing::warn!(source = name, kind = r.kind.as_str(), error = %e, "context source failed");
-                let message =
-                    format!("{name} failed: {e}; kept the {arrived} item(s) it found before");
+                let message = format!(
+                    "{name} failed: {}; kept the {arrived} item(s) it found before",
+                    failure(&e)
+                );
                 self.degrade(r.kind, DegradationKind::SourceFailed, message);
             }
         }
@@ -886,14 +952,10 @@ impl Gathered {
                     }
                 }
                 Ok(Err(e)) => {
-                    // A reranker's own failure is said once, without the error's prefix.
-                    let why = match &e {
-                        Error::Source { message, .. } => message.clone(),
-                        other => other.to_string(),
-                    };
                     let message = format!(
-                        "reranker {} failed: {why}; kept the scored order",
-                        config.reranker.name()
+                        "reranker {} failed: {}; kept the scored order",
+                        config.reranker.name(),
+                        failure(&e)
                     );
                     self.degrade(kind, DegradationKind::RerankFailed, message);
                 }
@@ -1312,19 +1374,55 @@ fn item_section(cand: &Candidate, protected: bool, relevance: Relevance) -> Resu
     Ok(s)
 }
 
+/// Why a source or reranker failed, said once: its own message, without the error's
+/// "source `name` failed:" prefix, which the degradation names already.
+fn failure(e: &Error) -> String {
+    match e {
+        Error::Source { message, .. } => message.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Runs a kind's source under its deadline; if it fails before finding anything, the next
+/// provider of the kind runs in what is left of the deadline (recorded in `out`), and so on.
+/// Returns how it ended, how long it took, and which ran last (0: the source itself, `i`:
+/// fallback `i - 1`).
 async fn run_source(
-    source: &dyn ContextSource,
+    r: &Runnable,
     query: &SourceQuery<'_>,
     out: &mut SourceOutput,
-    deadline: Duration,
-) -> (Outcome, Duration) {
+) -> (Outcome, Duration, usize) {
     let started = Instant::now();
-    let outcome = match tokio::time::timeout(deadline, source.fetch(query, out)).await {
-        Ok(Ok(())) => Outcome::Done,
-        Ok(Err(e)) => Outcome::Failed(e),
-        Err(_) => Outcome::TimedOut,
+    let fetch = async |source: &dyn ContextSource, out: &mut SourceOutput, limit: Duration| {
+        match tokio::time::timeout(limit, source.fetch(query, out)).await {
+            Ok(Ok(())) => Outcome::Done,
+            Ok(Err(e)) => Outcome::Failed(e),
+            Err(_) => Outcome::TimedOut,
+        }
     };
-    (outcome, started.elapsed())
+    let mut outcome = fetch(r.source.as_ref(), out, r.deadline).await;
+    let mut served_by = 0;
+    let mut name = r.source.name().to_owned();
+    while let Outcome::Failed(e) = &outcome
+        && out.items().is_empty()
+        && let Some((provider, next)) = r.fallbacks.get(served_by)
+    {
+        let left = r.deadline.saturating_sub(started.elapsed());
+        if left.is_zero() {
+            break;
+        }
+        out.degrade(
+            DegradationKind::ProviderFailed,
+            format!(
+                "{name} failed: {}; fell back to provider {provider}",
+                failure(e)
+            ),
+        );
+        name = next.name().to_owned();
+        outcome = fetch(next.as_ref(), out, left).await;
+        served_by += 1;
+    }
+    (outcome, started.elapsed(), served_by)
 }
 
 /// Polls every future in turn until all are ready; outputs in input order. (A small

@@ -30,7 +30,8 @@
 //! - `compile`: [`compile()`] → [`CompiledPrompt`]; the message layout is in its module docs.
 //! - `render`: the `<recalled-memory>` blocks, [`escape_data`] and [`memory_block`].
 //! - `report`: [`ExplainReport`], [`SourceReport`], [`Degradation`].
-//! - `chat`: [`ChatMessage`], [`ToolSpec`], [`ChatResponse`] and the [`ChatModel`] trait.
+//! - `chat`: [`ChatMessage`], [`ToolSpec`], [`ChatResponse`], the [`ChatModel`] trait, and
+//!   [`ToolHandler`], which runs an application tool the model calls.
 //! - `facts`: [`FactExtractor`]: after an exchange, a chat model lists durable facts and
 //!   decides for each ADD, UPDATE (supersede), NOOP or INVALIDATE against the nearest
 //!   current facts; an answer is checked in full before anything is written.
@@ -87,7 +88,7 @@ pub mod scoring;
 mod source;
 mod web;
 
-pub use chat::{ChatMessage, ChatModel, ChatResponse, ChatRole, ToolCall, ToolSpec};
+pub use chat::{ChatMessage, ChatModel, ChatResponse, ChatRole, ToolCall, ToolHandler, ToolSpec};
 pub use compile::{CompiledPrompt, MESSAGE_OVERHEAD_TOKENS, compile, prepare};
 pub use cues::{CueMatch, CueWeights, QueryCues, TimeWindow};
 pub use error::{Error, Result};

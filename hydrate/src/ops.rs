@@ -1,5 +1,5 @@
-//! The agent-facing layer: `infer` (hydrate, compile, call the model, run its memory tool
-//! calls, repeat until it answers), `infer_raw` (the legacy path: messages straight to the
+//! The agent-facing layer: `infer` (hydrate, compile, call the model, run its tool calls,
+//! memory tools and the application's own, repeat until it answers), `infer_raw` (the legacy path: messages straight to the
 //! model), and the memory operations `remember`, `recall` and `forget`, also offered to the
 //! model as tools ([`memory_tools`]). Every operation acts on one scope.
 
@@ -165,8 +165,8 @@ impl Ops {
         self.infer_with(model, input).await
     }
 
-    /// Answers a fully specified request: compile it, call the model, run the memory tools it
-    /// calls and call it again with their results, until it answers without tool calls or the
+    /// Answers a fully specified request: compile it, call the model, run the tools it calls
+    /// (memory tools, and application tools with a handler) and call it again with their results, until it answers without tool calls or the
     /// step bound is reached ([`Error::MaxSteps`]). Unknown tools and bad arguments are
     /// reported to the model as tool errors, not returned.
     pub async fn infer_with(
@@ -286,7 +286,8 @@ impl Ops {
         Ok(self.backend.delete(&self.scope, id).await?)
     }
 
-    /// Runs one memory tool call; failures become an `{"error": ...}` output.
+    /// Runs one tool call (a memory tool, or an application tool with a handler); failures
+    /// become an `{"error": ...}` output.
     pub async fn call_tool(&self, call: &ToolCall) -> ToolRun {
         let result = self.dispatch(call).await;
         tracing::debug!(gen_ai.tool.name = %call.name, gen_ai.tool.call.id = %call.id, ok = result.is_ok(), "tool call");
@@ -356,10 +357,29 @@ impl Ops {
                 self.forget(id).await?;
                 Ok(canonical_json(&json!({ "forgotten": id.to_string() })))
             }
-            other => Err(Error::invalid(
-                "tool call",
-                format!("there is no tool `{other}`; the tools are {REMEMBER}, {RECALL}, {FORGET}"),
-            )),
+            other => match self.config.tool_handlers.get(other) {
+                Some(handler) => {
+                    let limit = self.config.tool_timeout;
+                    match tokio::time::timeout(limit, handler.call(&self.scope, args)).await {
+                        Ok(result) => result,
+                        Err(_) => Err(Error::invalid(
+                            "tool call",
+                            format!("`{other}` did not finish within {limit:?}"),
+                        )),
+                    }
+                }
+                None => {
+                    let mut names = vec![REMEMBER, RECALL, FORGET];
+                    names.extend(self.config.tool_handlers.keys().map(String::as_str));
+                    Err(Error::invalid(
+                        "tool call",
+                        format!(
+                            "there is no tool `{other}` that runs; the tools are {}",
+                            names.join(", ")
+                        ),
+                    ))
+                }
+            },
         }
     }
 

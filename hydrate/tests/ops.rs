@@ -1,7 +1,7 @@
 //! The agent layer with a scripted `ChatModel` (it records what it was sent and answers from
 //! a script): `infer` runs memory tool calls against the backend and loops until the model
-//! answers, within a step bound; `infer_raw` passes messages through; the memory operations
-//! act on the ops' scope only.
+//! answers, within a step bound; application tools run through their handlers; `infer_raw`
+//! passes messages through; the memory operations act on the ops' scope only.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use common::{OBSERVATION, chat_scope, config, embedder, input, request, seed_alice};
 use hydrate::{
     ChatMessage, ChatModel, ChatResponse, ChatRole, Error, FORGET, Ops, RECALL, REMEMBER, ToolCall,
-    ToolSpec,
+    ToolHandler, ToolSpec,
 };
 use memory_core::{MemoryBackend, MemoryKind, NewMemory};
 use memory_inmem::InMemoryBackend;
@@ -331,4 +331,117 @@ async fn infer_runs_on_a_spawned_task() {
     .unwrap();
     assert_eq!(out.reply, "spawned");
     assert_eq!(model.calls().len(), 1);
+}
+
+/// An application tool: the weather by city, recording who asked. `Slow` never answers
+/// in time; `Broken` fails.
+#[derive(Debug, Default)]
+struct Weather {
+    asked: Mutex<Vec<(memory_core::Scope, serde_json::Value)>>,
+}
+
+#[async_trait]
+impl ToolHandler for Weather {
+    async fn call(
+        &self,
+        scope: &memory_core::Scope,
+        arguments: serde_json::Value,
+    ) -> hydrate::Result<String> {
+        self.asked
+            .lock()
+            .unwrap()
+            .push((scope.clone(), arguments.clone()));
+        match arguments["city"].as_str() {
+            Some("Oslo") => Ok(json!({"city": "Oslo", "celsius": 4}).to_string()),
+            Some("Slow") => {
+                tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+                Ok("too late".into())
+            }
+            Some(other) => Err(Error::invalid("city", format!("no forecast for {other}"))),
+            None => Err(Error::invalid("tool arguments", "`city` is missing")),
+        }
+    }
+}
+
+fn weather_tool() -> prompt_ir::ToolDef {
+    prompt_ir::ToolDef::new(
+        "weather",
+        "Today's weather in a city.",
+        json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn application_tools_run_and_their_results_go_back_to_the_model() {
+    let backend: Arc<dyn MemoryBackend> = Arc::new(InMemoryBackend::new(Some(embedder())));
+    seed_alice(backend.as_ref()).await;
+    let weather = Arc::new(Weather::default());
+    let mut cfg = config(Arc::clone(&backend), Some(embedder()))
+        .with_app_tool(weather_tool(), Arc::clone(&weather) as Arc<dyn ToolHandler>)
+        .unwrap();
+    cfg.tool_timeout = std::time::Duration::from_millis(200);
+    // A second tool of the same name is refused.
+    let err = cfg
+        .clone()
+        .with_app_tool(weather_tool(), Arc::clone(&weather) as Arc<dyn ToolHandler>)
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("`weather` is there already"),
+        "{err}"
+    );
+    let ops = Ops::new(Arc::new(cfg), Arc::clone(&backend), chat_scope("alice"));
+    let model = Scripted::new(vec![
+        calls(vec![
+            call("w1", "weather", json!({"city": "Oslo"})),
+            call("w2", "weather", json!({"city": "Atlantis"})),
+            call("w3", "weather", json!({"city": "Slow"})),
+            call("w4", "lunch", json!({})),
+        ]),
+        text("It is 4 degrees in Oslo."),
+    ]);
+    let out = ops
+        .infer_with(
+            &model,
+            input(chat_scope("alice"), request("Weather in Oslo?", 8000)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.reply, "It is 4 degrees in Oslo.");
+    let runs: Vec<_> = out
+        .tool_runs
+        .iter()
+        .map(|r| (r.name.as_str(), r.ok, r.output.as_str()))
+        .collect();
+    assert_eq!(runs[0], ("weather", true, r#"{"celsius":4,"city":"Oslo"}"#));
+    assert!(
+        !runs[1].1 && runs[1].2.contains("no forecast for Atlantis"),
+        "{runs:?}"
+    );
+    assert!(
+        !runs[2].1 && runs[2].2.contains("did not finish within 200ms"),
+        "{runs:?}"
+    );
+    assert!(
+        !runs[3].1
+            && runs[3]
+                .2
+                .contains("the tools are remember, recall, forget, weather"),
+        "{runs:?}"
+    );
+    // The model saw the tool among its tools, and the result in the next call.
+    let seen = model.calls();
+    assert!(seen[0].1.contains(&"weather".to_owned()), "{:?}", seen[0].1);
+    let second = &seen[1].0;
+    assert!(
+        second
+            .iter()
+            .any(|m| m.role == ChatRole::Tool && m.content.contains(r#""celsius":4"#)),
+        "{second:?}"
+    );
+    // The handler ran for Alice's scope, with the model's arguments.
+    let asked = weather.asked.lock().unwrap().clone();
+    assert_eq!(asked.len(), 3);
+    assert!(asked.iter().all(|(s, _)| *s == chat_scope("alice")));
+    assert_eq!(asked[0].1, json!({"city": "Oslo"}));
 }

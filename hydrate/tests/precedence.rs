@@ -327,3 +327,112 @@ fn env_auth_reads_the_variable_and_names_it_when_missing() {
     let path = Auth::Env("PATH".into()).env_secret().unwrap().unwrap();
     assert!(!path.expose().is_empty());
 }
+
+/// A source that fails at once, having found nothing.
+#[derive(Debug)]
+struct Down;
+
+#[async_trait]
+impl ContextSource for Down {
+    fn name(&self) -> &str {
+        "down"
+    }
+
+    async fn fetch(
+        &self,
+        _query: &SourceQuery<'_>,
+        _out: &mut SourceOutput,
+    ) -> hydrate::Result<()> {
+        Err(hydrate::Error::source_failed("down", "503 from upstream"))
+    }
+}
+
+#[derive(Debug)]
+struct DownBuilder;
+
+impl SourceBuilder for DownBuilder {
+    fn build(&self, _ctx: &BuildContext<'_>) -> hydrate::Result<Arc<dyn ContextSource>> {
+        Ok(Arc::new(Down))
+    }
+}
+
+/// A web provider working only for `owner`.
+fn web_for(name: &'static str, owner: &str) -> SourceProvider {
+    provider(name, &[SourceKind::Web], &[SourceKind::Web]).with_config(ProviderConfig {
+        identity: ProviderIdentity {
+            owner: Some(owner.into()),
+            ..ProviderIdentity::default()
+        },
+        ..ProviderConfig::default()
+    })
+}
+
+/// Routing: a provider whose identity does not admit the scope is passed over for the next
+/// that does (no degradation: that is routing), and a provider that fails falls back to the
+/// next one of its kind (a degradation saying so).
+#[tokio::test]
+async fn identity_routes_and_a_failing_provider_falls_back_to_the_next() {
+    let backend = alice().await;
+    let mut cfg = config(Arc::clone(&backend), Some(embedder()));
+    cfg.kinds.insert(SourceKind::Web);
+    cfg.providers.push(web_for("bobs-web", "bob"));
+    cfg.providers.push(
+        SourceProvider::new("flaky-web", ProviderCapabilities::new([SourceKind::Web]))
+            .with_builder(SourceKind::Web, Arc::new(DownBuilder)),
+    );
+    cfg.providers.push(web_for("alices-web", "alice"));
+    let web = |h: &hydrate::Hydrated| {
+        h.sources
+            .iter()
+            .find(|s| s.kind == SourceKind::Web)
+            .unwrap()
+            .clone()
+    };
+    for (user, served_by) in [("alice", "alices-web"), ("bob", "bobs-web")] {
+        let h = hydrate(&cfg, &input(chat_scope(user), request(OBSERVATION, 8000)))
+            .await
+            .unwrap();
+        let report = web(&h);
+        assert_eq!(report.status, SourceStatus::Complete, "{report:?}");
+        assert_eq!(report.provider.as_deref(), Some(served_by), "{user}");
+        assert_eq!(report.returned, 1);
+        let fell_back: Vec<_> = h
+            .degradations
+            .iter()
+            .filter(|d| d.source == Some(SourceKind::Web))
+            .collect();
+        assert!(
+            h.degradations
+                .iter()
+                .all(|d| d.kind != DegradationKind::IdentityMismatch),
+            "{:?}",
+            h.degradations
+        );
+        if user == "alice" {
+            // bobs-web passed over, flaky-web tried and failed, alices-web served.
+            assert_eq!(fell_back.len(), 1, "{fell_back:?}");
+            assert_eq!(fell_back[0].kind, DegradationKind::ProviderFailed);
+            assert!(
+                fell_back[0]
+                    .message
+                    .contains("down failed: 503 from upstream; fell back to provider alices-web"),
+                "{}",
+                fell_back[0].message
+            );
+            assert_eq!(report.source.as_deref(), Some("alices-web/web"));
+        } else {
+            assert!(fell_back.is_empty(), "{fell_back:?}");
+        }
+    }
+    // Nobody admits carol: the kind fails and says why.
+    let h = hydrate(
+        &cfg,
+        &input(chat_scope("carol"), request(OBSERVATION, 8000)),
+    )
+    .await
+    .unwrap();
+    let report = web(&h);
+    // flaky-web admits everyone, so it runs, fails, and nobody is left to fall back to.
+    assert_eq!(report.status, SourceStatus::Failed, "{report:?}");
+    assert_eq!(report.provider.as_deref(), Some("flaky-web"));
+}
