@@ -916,14 +916,17 @@ impl Gathered {
             mut report,
             ..
         } = r;
-        for item in &mut items {
-            score_item(
-                item,
-                query.now,
-                query.strategy.recency_decay,
-                config.scoring,
-            );
-        }
+        let score = |items: &mut [SourceItem]| {
+            for item in items {
+                score_item(
+                    item,
+                    query.now,
+                    query.strategy.recency_decay,
+                    config.scoring,
+                );
+            }
+        };
+        score(&mut items);
         let before = items.len();
         if !source.honours().threshold
             && let Some(t) = params.threshold
@@ -942,14 +945,7 @@ impl Gathered {
                     over_limits += n.saturating_sub(reranked.len());
                     items = reranked;
                     // A reranker may set a new similarity: score again, in its order.
-                    for item in &mut items {
-                        score_item(
-                            item,
-                            query.now,
-                            query.strategy.recency_decay,
-                            config.scoring,
-                        );
-                    }
+                    score(&mut items);
                 }
                 Ok(Err(e)) => {
                     let message = format!(

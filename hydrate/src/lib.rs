@@ -18,6 +18,8 @@
 //!   source precedence ([`plan_sources`]), the [`Reranker`] family ([`NoopReranker`]).
 //! - `rerank`: [`HttpReranker`], a client for the common `/rerank` APIs (Cohere, Jina,
 //!   vLLM, text-embeddings-inference), behind the cargo feature `rerank-http`.
+//! - `testing` (feature `testing`): the contracts every `Reranker` and `ContextSource`
+//!   keeps, which each implementation's tests run.
 //! - `web`: [`WebSearchSource`], web results from a SearxNG-compatible JSON API with their
 //!   URLs as provenance, behind the cargo feature `web-search`.
 //! - `memory`: the memory-backed provider ([`memory_provider`], [`MemorySource`]) over any
@@ -86,6 +88,8 @@ mod report;
 mod rerank;
 pub mod scoring;
 mod source;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod web;
 
 pub use chat::{ChatMessage, ChatModel, ChatResponse, ChatRole, ToolCall, ToolHandler, ToolSpec};

@@ -308,3 +308,50 @@ fn bad_configs_are_refused_before_any_call() {
     };
     assert!(!format!("{config:?}").contains("k-secret"));
 }
+
+/// Both wire shapes, and the no-op default, keep the reranker contract.
+#[tokio::test]
+async fn rerankers_keep_the_contract() {
+    hydrate::testing::reranker_contract(&hydrate::NoopReranker).await;
+    let server = MockServer::start().await;
+    // Judges by length: a deterministic server for any documents.
+    Mock::given(method("POST"))
+        .and(path("/v2/rerank"))
+        .respond_with(|req: &wiremock::Request| {
+            let body: serde_json::Value = serde_json::from_slice(&req.body).unwrap();
+            let docs = body["documents"].as_array().unwrap();
+            let results: Vec<_> = docs
+                .iter()
+                .enumerate()
+                .map(|(i, d)| json!({"index": i, "relevance_score": 1.0 / (1.0 + d.as_str().unwrap().len() as f64)}))
+                .collect();
+            ResponseTemplate::new(200).set_body_json(json!({"results": results}))
+        })
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/rerank"))
+        .respond_with(|req: &wiremock::Request| {
+            let body: serde_json::Value = serde_json::from_slice(&req.body).unwrap();
+            let n = body["texts"].as_array().unwrap().len();
+            let results: Vec<_> = (0..n)
+                .rev()
+                .map(|i| json!({"index": i, "score": 0.1 * i as f64}))
+                .collect();
+            ResponseTemplate::new(200).set_body_json(json!(results))
+        })
+        .mount(&server)
+        .await;
+    let cohere_shaped = HttpReranker::new(HttpRerankerConfig {
+        min_score: Some(0.03),
+        ..cohere(&format!("{}/v2/rerank", server.uri()))
+    })
+    .unwrap();
+    hydrate::testing::reranker_contract(&cohere_shaped).await;
+    let tei = HttpReranker::new(HttpRerankerConfig {
+        api: RerankApi::Tei,
+        ..HttpRerankerConfig::new(format!("{}/rerank", server.uri()))
+    })
+    .unwrap();
+    hydrate::testing::reranker_contract(&tei).await;
+}

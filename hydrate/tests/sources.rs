@@ -422,3 +422,35 @@ async fn day_headers_are_counted_and_lines_sit_under_their_day() {
     assert!(kept_at.windows(2).all(|w| w[0] <= w[1]), "{kept_at:?}");
     assert!(kept_at.first() < kept_at.last(), "{kept_at:?}");
 }
+
+/// The memory source keeps the source contract for each kind it serves, and every memory
+/// it returns is the scope's own (Bob's store holds memories too).
+#[tokio::test]
+async fn the_memory_source_keeps_the_source_contract() {
+    let backend = alice().await;
+    backend
+        .store(
+            &chat_scope("bob"),
+            memory_core::NewMemory::new("Bob's cat is called Pixel too"),
+        )
+        .await
+        .unwrap();
+    let source = hydrate::MemorySource::new(
+        Arc::clone(&backend),
+        Some(embedder()),
+        hydrate::MemoryOptions::default(),
+    );
+    for kind in [
+        SourceKind::Temporal,
+        SourceKind::Knowledge,
+        SourceKind::Semantic,
+    ] {
+        hydrate::testing::source_contract(
+            &source,
+            kind,
+            &chat_scope("alice"),
+            Some(backend.as_ref()),
+        )
+        .await;
+    }
+}

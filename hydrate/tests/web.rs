@@ -279,3 +279,17 @@ async fn every_family_at_once_under_a_tight_budget_and_deadlines() {
     let kinds: Vec<DegradationKind> = h.degradations.iter().map(|d| d.kind).collect();
     assert!(kinds.is_empty());
 }
+
+#[tokio::test]
+async fn web_search_keeps_the_source_contract() {
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/search"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(answer()))
+        .mount(&server)
+        .await;
+    for embedder in [None, Some(embedder())] {
+        let web = WebSearchSource::new(WebSearchConfig::new(server.uri()), embedder).unwrap();
+        hydrate::testing::source_contract(&web, SourceKind::Web, &chat_scope("alice"), None).await;
+    }
+}

@@ -77,6 +77,12 @@ mod tests {
     use super::*;
     use crate::embedding::cosine;
 
+    #[cfg(feature = "testing")]
+    #[tokio::test]
+    async fn keeps_the_embedder_contract() {
+        crate::testing::embedder_contract(&HashingEmbedder::new(64).unwrap()).await;
+    }
+
     #[test]
     fn shared_words_make_texts_close_and_output_is_stable() {
         let e = HashingEmbedder::new(256).unwrap();

@@ -143,3 +143,11 @@ fn an_absent_model_dir_is_a_clear_error_naming_the_fetch_command() {
         "{msg}"
     );
 }
+
+#[tokio::test]
+async fn keeps_the_embedder_contract() {
+    let Some(dir) = model_dir("keeps_the_embedder_contract") else {
+        return;
+    };
+    memory_core::testing::embedder_contract(&load(&dir)).await;
+}

@@ -399,3 +399,15 @@ fn bad_settings_are_refused_before_any_request() {
         .is_err()
     );
 }
+
+#[tokio::test]
+async fn keeps_the_embedder_contract() {
+    let server = MockServer::start().await;
+    mount_echo(&server).await;
+    let embedder = OllamaEmbedder::new(OllamaConfig {
+        max_batch: 2,
+        ..config(&server)
+    })
+    .unwrap();
+    memory_core::testing::embedder_contract(&embedder).await;
+}

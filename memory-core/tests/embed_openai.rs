@@ -443,3 +443,15 @@ async fn servers_without_keys_get_no_key() {
         .map(|v| v.to_str().unwrap().trim().to_owned());
     assert!(matches!(auth.as_deref(), None | Some("Bearer")), "{auth:?}");
 }
+
+#[tokio::test]
+async fn keeps_the_embedder_contract() {
+    let server = MockServer::start().await;
+    mount_ok(&server).await;
+    let embedder = OpenAiEmbedder::new(OpenAiConfig {
+        max_batch: 2,
+        ..config(&server)
+    })
+    .unwrap();
+    memory_core::testing::embedder_contract(&embedder).await;
+}

@@ -62,6 +62,15 @@ async fn sql_client(url: &str) -> tokio_postgres::Client {
     client
 }
 
+/// Fresh planner statistics for the schema's memories, as a long-running store would have.
+async fn analyze(url: &str, schema: &str) {
+    sql_client(url)
+        .await
+        .batch_execute(&format!("VACUUM ANALYZE \"{schema}\".memories"))
+        .await
+        .unwrap();
+}
+
 async fn drop_schema(url: &str, schema: &str) {
     sql_client(url)
         .await
@@ -188,13 +197,7 @@ fn bench_search(c: &mut Criterion, rt: &Runtime, url: &str, n: usize, scopes: us
         "built {label}: {n} memories in {scopes} scopes in {:.1}s",
         t.elapsed().as_secs_f64()
     );
-    rt.block_on(async {
-        sql_client(url)
-            .await
-            .batch_execute(&format!("VACUUM ANALYZE \"{schema}\".memories"))
-            .await
-            .unwrap();
-    });
+    rt.block_on(analyze(url, &schema));
     let space = memory_core::EmbeddingProvider::space(&*embedder());
     let queries = queries(&mut Rng::new(99), &space, 256, scopes);
     let query = |i: usize| &queries[i % queries.len()];
@@ -322,13 +325,7 @@ fn bench_large_scope(c: &mut Criterion, rt: &Runtime, url: &str, n: usize) {
         loaded.as_secs_f64(),
         t.elapsed().as_secs_f64()
     );
-    rt.block_on(async {
-        sql_client(url)
-            .await
-            .batch_execute(&format!("VACUUM ANALYZE \"{schema}\".memories"))
-            .await
-            .unwrap();
-    });
+    rt.block_on(analyze(url, &schema));
     let exact_store = rt.block_on(open(url, &schema, 0, false));
     let queries = queries(&mut Rng::new(98), &space, 256, 1);
     let (mut hit, mut total) = (0usize, 0usize);

@@ -18,15 +18,18 @@
 //! advertise is skipped, and the skip is written straight to the process's stderr (past
 //! the test harness's capture) so it is visible in every run.
 //!
-//! Alongside: [`Rng`], the deterministic generator the randomised scenarios and the benches
+//! Alongside: [`embedder_contract`], the contract every `EmbeddingProvider` keeps, run by
+//! each implementation's tests; [`Rng`], the deterministic generator the randomised scenarios and the benches
 //! draw from, and [`bench`], the data and `ava-bench:` lines the benches share.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub mod bench;
+mod embedder;
 mod rng;
 pub mod scenarios;
 
+pub use embedder::embedder_contract;
 pub use rng::Rng;
 
 use std::any::Any;
