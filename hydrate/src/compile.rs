@@ -259,6 +259,27 @@ pub fn compile(config: &HydrationConfig, hydrated: &Hydrated) -> Result<Compiled
     // with. Only a fit that fits is kept, and the one holding the most wins.
     let mut framing = frame.cost(std::iter::repeat(true));
     let (mut compressed, mut for_sections, mut used) = fit(framing)?;
+    // When what may not be cut overflows the room the whole framing leaves, the fit drops
+    // the rest, whose blocks then need no framing: reserve less by the overflow (no less
+    // than what that fit renders with) and fit again. Below that reserve nothing overflows,
+    // so the search below holds.
+    if !compressed.report.fits() {
+        let excess: u32 = compressed
+            .report
+            .pools
+            .iter()
+            .filter_map(|p| p.overflow.map(|o| o.saturating_sub(p.cap)))
+            .sum();
+        let reserve = framing.saturating_sub(excess);
+        if reserve >= used && reserve < framing {
+            let (retry, retry_for, retry_used) = fit(reserve)?;
+            let total = retry.report.tokens_after.saturating_add(retry_used);
+            if retry.report.fits() && total <= available {
+                framing = reserve;
+                (compressed, for_sections, used) = (retry, retry_for, retry_used);
+            }
+        }
+    }
     let (mut lo, mut hi) = (used, framing);
     let mut best = compressed.report.tokens_after.saturating_add(used);
     // Nothing more can fit once what is left is less than the smallest dropped section.
