@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use deadpool_postgres::{Object, Pool};
 
 use crate::error::{PostgresError, query_error};
+use crate::{Names, PostgresConfig, pooled};
 
 /// The name (unqualified) of a scope's index.
 pub(crate) fn index_name(scope_id: i64) -> String {
@@ -22,19 +23,19 @@ pub(crate) fn index_name(scope_id: i64) -> String {
 #[derive(Debug)]
 pub(crate) struct Indexes {
     pool: Pool,
+    /// `host:port/database`, for connection errors.
+    server: String,
     /// The schema's bare name.
     schema: String,
-    /// Quoted schema, qualified tables, and pgvector's operator class.
-    quoted_schema: String,
-    memories: String,
-    scopes: String,
+    /// The store's qualified names.
+    names: Names,
+    /// pgvector's cosine operator class, qualified.
     ops: String,
+    /// The store's config: `exact_scan_max` (scopes of more memories are indexed),
+    /// `hnsw_build_mib`, and what getting a connection is bounded by.
+    config: PostgresConfig,
     /// Whether large scopes get an index at all (`hnsw_index`, a space pgvector can index).
     enabled: bool,
-    /// Scopes of more memories than this are indexed.
-    threshold: usize,
-    /// `maintenance_work_mem` for a build, in MiB.
-    build_mib: u32,
     /// Background builds run one at a time, so they hold at most one pooled connection.
     background: tokio::sync::Semaphore,
     state: Mutex<State>,
@@ -48,31 +49,25 @@ struct State {
     building: HashSet<i64>,
 }
 
-/// The names and settings an [`Indexes`] needs.
-pub(crate) struct IndexSettings {
-    pub(crate) schema: String,
-    pub(crate) quoted_schema: String,
-    pub(crate) memories: String,
-    pub(crate) scopes: String,
-    /// pgvector's schema, quoted.
-    pub(crate) ext_schema: String,
-    pub(crate) enabled: bool,
-    pub(crate) threshold: usize,
-    pub(crate) build_mib: u32,
-}
-
 impl Indexes {
-    pub(crate) fn new(pool: Pool, s: IndexSettings) -> Self {
+    /// The indexes of the store `names` name on `server`, pgvector living in `ext_schema`
+    /// (quoted).
+    pub(crate) fn new(
+        pool: Pool,
+        server: &str,
+        names: &Names,
+        ext_schema: &str,
+        config: &PostgresConfig,
+        enabled: bool,
+    ) -> Self {
         Self {
             pool,
-            schema: s.schema,
-            quoted_schema: s.quoted_schema,
-            memories: s.memories,
-            scopes: s.scopes,
-            ops: format!("{}.vector_cosine_ops", s.ext_schema),
-            enabled: s.enabled,
-            threshold: s.threshold,
-            build_mib: s.build_mib,
+            server: server.to_owned(),
+            schema: config.schema.clone(),
+            names: names.clone(),
+            ops: format!("{ext_schema}.vector_cosine_ops"),
+            config: config.clone(),
+            enabled,
             background: tokio::sync::Semaphore::new(1),
             state: Mutex::new(State::default()),
         }
@@ -108,7 +103,7 @@ impl Indexes {
     /// Whether a scope that holds `stored` memories (and has no ready index) wants one.
     pub(crate) fn wants(&self, key: &str, stored: i64) -> bool {
         self.enabled
-            && usize::try_from(stored).is_ok_and(|n| n > self.threshold)
+            && usize::try_from(stored).is_ok_and(|n| n > self.config.exact_scan_max)
             && self.ready(key).is_none()
     }
 
@@ -130,7 +125,7 @@ impl Indexes {
             .query(
                 &format!(
                     "SELECT sc.key, sc.id FROM {} sc WHERE {}",
-                    self.scopes,
+                    self.names.scopes,
                     Self::ready_sql("sc.id", "$1")
                 ),
                 &[&self.schema],
@@ -151,12 +146,12 @@ impl Indexes {
         if !self.enabled {
             return Ok(Vec::new());
         }
-        let threshold = i64::try_from(self.threshold).unwrap_or(i64::MAX);
+        let threshold = i64::try_from(self.config.exact_scan_max).unwrap_or(i64::MAX);
         let rows = c
             .query(
                 &format!(
                     "SELECT sc.key, sc.id FROM {} sc WHERE sc.stored > $2 AND NOT {} ORDER BY sc.id",
-                    self.scopes,
+                    self.names.scopes,
                     Self::ready_sql("sc.id", "$1")
                 ),
                 &[&self.schema, &threshold],
@@ -208,9 +203,7 @@ impl Indexes {
         scope_id: i64,
         wait: bool,
     ) -> Result<bool, PostgresError> {
-        let c = self.pool.get().await.map_err(|e| PostgresError::BadUrl {
-            reason: format!("the connection pool failed: {e}"),
-        })?;
+        let c = pooled(&self.pool, &self.server, &self.config).await?;
         let lock_key = format!("{}/{}", self.schema, index_name(scope_id));
         let built = self
             .lock_and_build(&c, &lock_key, key, scope_id, wait)
@@ -276,7 +269,7 @@ impl Indexes {
         scope_id: i64,
     ) -> Result<bool, PostgresError> {
         // `stored` counts memories ever stored: check what the scope holds now.
-        let cap = i64::try_from(self.threshold)
+        let cap = i64::try_from(self.config.exact_scan_max)
             .unwrap_or(i64::MAX - 1)
             .saturating_add(1);
         let n: i64 = c
@@ -284,7 +277,7 @@ impl Indexes {
                 &format!(
                     "SELECT count(*) FROM (SELECT 1 FROM {} m WHERE m.scope_id = $1 \
                      AND m.embedding IS NOT NULL LIMIT $2) x",
-                    self.memories
+                    self.names.memories
                 ),
                 &[&scope_id, &cap],
             )
@@ -295,7 +288,7 @@ impl Indexes {
             c.execute(
                 &format!(
                     "UPDATE {} SET stored = LEAST(stored, $2) WHERE id = $1",
-                    self.scopes
+                    self.names.scopes
                 ),
                 &[&scope_id, &n],
             )
@@ -304,7 +297,7 @@ impl Indexes {
             return Ok(false);
         }
         let name = index_name(scope_id);
-        let qualified = format!("{}.{name}", self.quoted_schema);
+        let qualified = format!("{}.{name}", self.names.schema);
         let valid: Option<bool> = c
             .query_opt(
                 "SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass($1)",
@@ -331,14 +324,14 @@ impl Indexes {
         // transaction.)
         c.batch_execute(&format!(
             "SET maintenance_work_mem = '{}MB'; SET statement_timeout = 0",
-            self.build_mib
+            self.config.hnsw_build_mib
         ))
         .await
         .map_err(|e| self.err(e))?;
         c.batch_execute(&format!(
             "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {} \
              USING hnsw (embedding {}) WHERE scope_id = {scope_id}",
-            self.memories, self.ops
+            self.names.memories, self.ops
         ))
         .await
         .map_err(|e| self.err(e))?;

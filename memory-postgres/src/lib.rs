@@ -43,7 +43,7 @@ use tokio_postgres::config::Host;
 pub use error::PostgresError;
 
 use crate::error::{connect_error, query_error};
-use crate::index::{IndexSettings, Indexes};
+use crate::index::Indexes;
 use crate::schema::{HNSW_MAX_DIMS, Opened, Target, quote_ident, valid_schema_name};
 
 /// How a store is reached and searched. The defaults suit a few bot processes sharing one
@@ -157,6 +157,29 @@ fn server_name(pg: &tokio_postgres::Config) -> String {
     format!("{hosts}/{db}")
 }
 
+/// A connection from `pool` (of the server `server`, set up by `config`), with connection
+/// failures named clearly.
+pub(crate) async fn pooled(
+    pool: &Pool,
+    server: &str,
+    config: &PostgresConfig,
+) -> std::result::Result<deadpool_postgres::Object, PostgresError> {
+    pool.get().await.map_err(|e| match e {
+        PoolError::Backend(e) => connect_error(server, e),
+        PoolError::Timeout(deadpool_postgres::TimeoutType::Wait) => PostgresError::PoolTimeout {
+            server: server.to_owned(),
+            size: config.pool_size,
+        },
+        PoolError::Timeout(_) => PostgresError::ConnectTimeout {
+            server: server.to_owned(),
+            seconds: config.connect_timeout.as_secs_f64(),
+        },
+        other => PostgresError::BadUrl {
+            reason: format!("the connection pool failed: {other}"),
+        },
+    })
+}
+
 /// A memory store in one schema of a Postgres database. See the crate docs.
 #[derive(Debug)]
 pub struct PostgresBackend {
@@ -178,6 +201,8 @@ pub struct PostgresBackend {
 /// Quoted, schema-qualified names used in statements.
 #[derive(Debug, Clone)]
 pub(crate) struct Names {
+    /// The schema, quoted.
+    pub(crate) schema: String,
     pub(crate) memories: String,
     pub(crate) scopes: String,
     /// Recall counts, apart from the wide memory rows.
@@ -261,32 +286,31 @@ impl PostgresBackend {
                 reason: format!("cannot build the connection pool: {e}"),
             })?;
         let given = embedder.as_ref().map(|e| e.space());
-        let settings = |ext_schema: String, enabled: bool| IndexSettings {
-            schema: config.schema.clone(),
-            quoted_schema: quote_ident(&config.schema),
-            memories: format!("{}.memories", quote_ident(&config.schema)),
-            scopes: format!("{}.scopes", quote_ident(&config.schema)),
-            ext_schema,
-            enabled,
-            threshold: config.exact_scan_max,
-            build_mib: config.hnsw_build_mib,
+        let names = Names {
+            schema: String::new(),
+            memories: String::new(),
+            scopes: String::new(),
+            access: String::new(),
+            cosine: String::new(),
+            vector: String::new(),
         };
-        // Replaced once the store is open and pgvector's schema known.
-        let indexes = Arc::new(Indexes::new(pool.clone(), settings(String::new(), false)));
+        // Both replaced once the store is open and pgvector's schema known.
+        let indexes = Arc::new(Indexes::new(
+            pool.clone(),
+            &server,
+            &names,
+            "",
+            &config,
+            false,
+        ));
         let mut backend = Self {
             pool,
             server,
             schema: config.schema.clone(),
-            names: Names {
-                memories: String::new(),
-                scopes: String::new(),
-                access: String::new(),
-                cosine: String::new(),
-                vector: String::new(),
-            },
+            names,
             embedder,
             space: None,
-            config: config.clone(),
+            config,
             indexes,
         };
         let opened = {
@@ -305,6 +329,7 @@ impl PostgresBackend {
         };
         let s = quote_ident(&backend.schema);
         backend.names = Names {
+            schema: s.clone(),
             memories: format!("{s}.memories"),
             scopes: format!("{s}.scopes"),
             access: format!("{s}.memory_access"),
@@ -322,7 +347,11 @@ impl PostgresBackend {
             .is_some_and(|s| s.dims <= HNSW_MAX_DIMS);
         backend.indexes = Arc::new(Indexes::new(
             backend.pool.clone(),
-            settings(opened.ext_schema, config.hnsw_index && indexable),
+            &backend.server,
+            &backend.names,
+            &opened.ext_schema,
+            &backend.config,
+            backend.config.hnsw_index && indexable,
         ));
         if backend.embedder.is_some() {
             backend.backfill_vectors().await?;
@@ -377,22 +406,7 @@ impl PostgresBackend {
     pub(crate) async fn client(
         &self,
     ) -> std::result::Result<deadpool_postgres::Object, PostgresError> {
-        self.pool.get().await.map_err(|e| match e {
-            PoolError::Backend(e) => connect_error(&self.server, e),
-            PoolError::Timeout(deadpool_postgres::TimeoutType::Wait) => {
-                PostgresError::PoolTimeout {
-                    server: self.server.clone(),
-                    size: self.config.pool_size,
-                }
-            }
-            PoolError::Timeout(_) => PostgresError::ConnectTimeout {
-                server: self.server.clone(),
-                seconds: self.config.connect_timeout.as_secs_f64(),
-            },
-            other => PostgresError::BadUrl {
-                reason: format!("the connection pool failed: {other}"),
-            },
-        })
+        pooled(&self.pool, &self.server, &self.config).await
     }
 
     pub(crate) fn query_err(&self, e: tokio_postgres::Error) -> PostgresError {
