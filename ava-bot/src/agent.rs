@@ -138,9 +138,8 @@ impl Agent {
     /// The same agent, adding web results from `web` to each prompt (`None` adds none).
     pub(crate) fn with_web(mut self, web: Option<Arc<dyn hydrate::ContextSource>>) -> Self {
         if let Some(source) = web {
-            let config = Arc::make_mut(&mut self.config);
-            config.kinds.insert(hydrate::SourceKind::Web);
-            config.sources.insert(hydrate::SourceKind::Web, source);
+            let config = (*self.config).clone();
+            self.config = Arc::new(config.with_source(hydrate::SourceKind::Web, source));
         }
         self
     }

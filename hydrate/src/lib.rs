@@ -20,6 +20,8 @@
 //!   vLLM, text-embeddings-inference), behind the cargo feature `rerank-http`.
 //! - `testing` (feature `testing`): the contracts every `Reranker` and `ContextSource`
 //!   keeps, which each implementation's tests run.
+//! - `http` (private): what the reranker and web search share: the URL check, the client,
+//!   one request's transport.
 //! - `web`: [`WebSearchSource`], web results from a SearxNG-compatible JSON API with their
 //!   URLs as provenance, behind the cargo feature `web-search`.
 //! - `memory`: the memory-backed provider ([`memory_provider`], [`MemorySource`]) over any
@@ -78,6 +80,7 @@ mod compile;
 mod cues;
 mod error;
 mod facts;
+mod http;
 mod hydrate;
 mod memory;
 mod ops;

@@ -14,6 +14,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::error::{Error, Result};
+#[cfg(feature = "rerank-http")]
+use crate::http::Failure;
+use crate::http::check_url;
 use crate::provider::{Reranker, Secret};
 use crate::source::{SourceItem, SourceQuery};
 
@@ -47,8 +50,8 @@ impl RerankApi {
     }
 }
 
-/// How to reach a reranking server.
-#[derive(Clone, PartialEq)]
+/// How to reach a reranking server. `Debug` shows the key redacted.
+#[derive(Clone, Debug, PartialEq)]
 pub struct HttpRerankerConfig {
     /// The full endpoint, e.g. `https://api.cohere.com/v2/rerank` or `http://127.0.0.1:8080/rerank`.
     pub url: String,
@@ -83,13 +86,7 @@ impl HttpRerankerConfig {
 
     /// Checks the config without contacting the server.
     pub fn validate(&self) -> Result<()> {
-        let url = self.url.trim();
-        if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() <= 8 {
-            return Err(Error::invalid(
-                "rerank url",
-                format!("`{url}` is not an http:// or https:// URL"),
-            ));
-        }
+        check_url("rerank url", &self.url, "")?;
         if self.api == RerankApi::Cohere && self.model.as_deref().is_none_or(str::is_empty) {
             return Err(Error::invalid(
                 "rerank model",
@@ -117,20 +114,6 @@ impl HttpRerankerConfig {
             ));
         }
         Ok(())
-    }
-}
-
-impl fmt::Debug for HttpRerankerConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HttpRerankerConfig")
-            .field("url", &self.url)
-            .field("model", &self.model)
-            .field("api", &self.api)
-            .field("api_key", &self.api_key)
-            .field("timeout", &self.timeout)
-            .field("min_score", &self.min_score)
-            .field("max_documents", &self.max_documents)
-            .finish()
     }
 }
 
@@ -162,10 +145,7 @@ impl HttpReranker {
         };
         #[cfg(feature = "rerank-http")]
         {
-            let client = reqwest::Client::builder()
-                .timeout(config.timeout)
-                .build()
-                .map_err(|e| Error::invalid("rerank client", e.to_string()))?;
+            let client = crate::http::client("rerank client", config.timeout)?;
             Ok(Self {
                 config,
                 name,
@@ -274,32 +254,24 @@ impl HttpReranker {
 
     #[cfg(feature = "rerank-http")]
     async fn call(&self, query: &str, documents: &[&str]) -> Result<Vec<u8>> {
-        let mut request = self
+        let request = self
             .client
             .post(self.config.url.trim())
             .json(&self.body(query, documents));
-        if let Some(key) = &self.config.api_key {
-            request = request.bearer_auth(key.expose());
-        }
-        let response = request.send().await.map_err(|e| {
-            let what = if e.is_timeout() {
-                format!("did not answer within {:?}", self.config.timeout)
-            } else {
-                format!("could not be reached at {}: {e}", self.config.url.trim())
-            };
-            self.failed(what)
-        })?;
-        let status = response.status();
-        let body = response
-            .bytes()
+        crate::http::send(request, self.config.api_key.as_ref())
             .await
-            .map_err(|e| self.failed(format!("broke off its answer: {e}")))?;
-        if !status.is_success() {
-            let text = String::from_utf8_lossy(&body);
-            let text: String = text.chars().take(200).collect();
-            return Err(self.failed(format!("answered HTTP {status}: {text}")));
-        }
-        Ok(body.to_vec())
+            .map_err(|f| {
+                self.failed(match f {
+                    Failure::TimedOut => {
+                        format!("did not answer within {:?}", self.config.timeout)
+                    }
+                    Failure::Unreachable(e) => {
+                        format!("could not be reached at {}: {e}", self.config.url.trim())
+                    }
+                    Failure::BrokeOff(e) => format!("broke off its answer: {e}"),
+                    Failure::Status(status, text) => format!("answered HTTP {status}: {text}"),
+                })
+            })
     }
 
     #[cfg(not(feature = "rerank-http"))]

@@ -16,6 +16,9 @@ use async_trait::async_trait;
 use memory_core::{EmbeddingProvider, cosine, embed_all};
 
 use crate::error::{Error, Result};
+#[cfg(feature = "web-search")]
+use crate::http::Failure;
+use crate::http::check_url;
 use crate::provider::Secret;
 use crate::source::{ContextSource, SourceItem, SourceOutput, SourceQuery};
 
@@ -25,8 +28,8 @@ pub const WEB_FEATURE: &str = "web-search";
 /// Longest text kept of one result (title and snippet), in bytes.
 const MAX_RESULT_BYTES: usize = 600;
 
-/// How to reach a SearxNG-compatible search server.
-#[derive(Clone, PartialEq)]
+/// How to reach a SearxNG-compatible search server. `Debug` shows the key redacted.
+#[derive(Clone, Debug, PartialEq)]
 pub struct WebSearchConfig {
     /// The server's root, e.g. `http://127.0.0.1:8888` (`/search` is appended).
     pub url: String,
@@ -54,13 +57,7 @@ impl WebSearchConfig {
 
     /// Checks the config without contacting the server.
     pub fn validate(&self) -> Result<()> {
-        let url = self.url.trim();
-        if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() <= 8 {
-            return Err(Error::invalid(
-                "web search url",
-                format!("`{url}` is not an http:// or https:// URL (the server's root)"),
-            ));
-        }
+        check_url("web search url", &self.url, " (the server's root)")?;
         if self.timeout.is_zero() {
             return Err(Error::invalid(
                 "web search timeout",
@@ -79,18 +76,6 @@ impl WebSearchConfig {
     /// The search endpoint.
     fn endpoint(&self) -> String {
         format!("{}/search", self.url.trim().trim_end_matches('/'))
-    }
-}
-
-impl fmt::Debug for WebSearchConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("WebSearchConfig")
-            .field("url", &self.url)
-            .field("timeout", &self.timeout)
-            .field("max_results", &self.max_results)
-            .field("language", &self.language)
-            .field("api_key", &self.api_key)
-            .finish()
     }
 }
 
@@ -137,10 +122,7 @@ impl WebSearchSource {
         config.validate()?;
         #[cfg(feature = "web-search")]
         {
-            let client = reqwest::Client::builder()
-                .timeout(config.timeout)
-                .build()
-                .map_err(|e| Error::invalid("web search client", e.to_string()))?;
+            let client = crate::http::client("web search client", config.timeout)?;
             Ok(Self {
                 config,
                 embedder,
@@ -207,34 +189,26 @@ impl WebSearchSource {
         if let Some(lang) = &self.config.language {
             params.push(("language", lang.as_str()));
         }
-        let mut request = self.client.get(self.config.endpoint()).query(&params);
-        if let Some(key) = &self.config.api_key {
-            request = request.bearer_auth(key.expose());
-        }
+        let request = self.client.get(self.config.endpoint()).query(&params);
         let endpoint = self.config.endpoint();
-        let response = request.send().await.map_err(|e| {
-            self.failed(if e.is_timeout() {
-                format!("{endpoint} did not answer within {:?}", self.config.timeout)
-            } else {
-                format!("{endpoint} could not be reached: {e}")
-            })
-        })?;
-        let status = response.status();
-        let body = response
-            .bytes()
+        crate::http::send(request, self.config.api_key.as_ref())
             .await
-            .map_err(|e| self.failed(format!("{endpoint} broke off its answer: {e}")))?;
-        if status == reqwest::StatusCode::FORBIDDEN {
-            return Err(self.failed(format!(
-                "{endpoint} answered 403 Forbidden: SearxNG serves JSON only when its \
-                 settings.yml lists it (search: formats: [html, json])"
-            )));
-        }
-        if !status.is_success() {
-            let text: String = String::from_utf8_lossy(&body).chars().take(200).collect();
-            return Err(self.failed(format!("{endpoint} answered HTTP {status}: {text}")));
-        }
-        Ok(body.to_vec())
+            .map_err(|f| {
+                self.failed(match f {
+                    Failure::TimedOut => {
+                        format!("{endpoint} did not answer within {:?}", self.config.timeout)
+                    }
+                    Failure::Unreachable(e) => format!("{endpoint} could not be reached: {e}"),
+                    Failure::BrokeOff(e) => format!("{endpoint} broke off its answer: {e}"),
+                    Failure::Status(reqwest::StatusCode::FORBIDDEN, _) => format!(
+                        "{endpoint} answered 403 Forbidden: SearxNG serves JSON only when its \
+                         settings.yml lists it (search: formats: [html, json])"
+                    ),
+                    Failure::Status(status, text) => {
+                        format!("{endpoint} answered HTTP {status}: {text}")
+                    }
+                })
+            })
     }
 
     #[cfg(not(feature = "web-search"))]

@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use common::{OBSERVATION, chat_scope, input, request, seed_alice, tokenizer, user_scope};
 use hydrate::{
-    CompiledPrompt, DegradationKind, HydrationConfig, MESSAGE_OVERHEAD_TOKENS, SessionState,
-    SourceKind, SourceStatus, compile, hydrate, memory_provider,
+    CompiledPrompt, DegradationKind, HydrationConfig, SessionState, SourceKind, SourceStatus,
+    compile, hydrate, memory_provider,
 };
 use memory_core::{MemoryBackend, MemoryKind, NewMemory, Role, Scope};
 use memory_sqlite::{SqliteBackend, SqliteConfig};
@@ -83,11 +83,7 @@ fn text(prompt: &CompiledPrompt) -> String {
 /// Counts the prompt as it would be sent: every message, the per-message overhead, tools.
 fn real_tokens(prompt: &CompiledPrompt) -> u32 {
     let tok = tokenizer();
-    let messages: u32 = prompt
-        .messages
-        .iter()
-        .map(|m| tok.count(&m.content) + MESSAGE_OVERHEAD_TOKENS)
-        .sum();
+    let messages = common::sent_message_tokens(prompt);
     let tools: u32 = prompt
         .tools
         .iter()

@@ -79,12 +79,7 @@ async fn tight_budget() {
     assert!(report.fits, "{report:#?}");
     assert!(report.estimated_prompt_tokens <= TIGHT);
     // The estimate covers the messages as sent.
-    let tokenizer = common::tokenizer();
-    let sent: u32 = prompt
-        .messages
-        .iter()
-        .map(|m| tokenizer.count(&m.content) + hydrate::MESSAGE_OVERHEAD_TOKENS)
-        .sum();
+    let sent = common::sent_message_tokens(&prompt);
     assert!(sent <= report.estimated_prompt_tokens, "{sent}");
     assert!(
         report

@@ -335,7 +335,7 @@ async fn an_older_turn_no_search_matched_ranks_below_every_search_hit() {
 /// sent fit, every line sits under the header of its own day, and the budget is used.
 #[tokio::test]
 async fn day_headers_are_counted_and_lines_sit_under_their_day() {
-    use hydrate::{MESSAGE_OVERHEAD_TOKENS, compile, day_header};
+    use hydrate::{compile, day_header};
     use memory_core::{NewMemory, Role};
     let backend: Arc<dyn MemoryBackend> = Arc::new(InMemoryBackend::new(Some(embedder())));
     let scope = chat_scope("dora");
@@ -368,7 +368,6 @@ async fn day_headers_are_counted_and_lines_sit_under_their_day() {
         .collect();
     backend.store_batch(&scope, batch).await.unwrap();
     let cfg = config(Arc::clone(&backend), Some(embedder()));
-    let tokenizer = common::tokenizer();
     let mut kept_at = Vec::new();
     for budget in (450..=1800).step_by(45) {
         let req = request("What did I plant in the garden?", budget);
@@ -376,11 +375,7 @@ async fn day_headers_are_counted_and_lines_sit_under_their_day() {
         let prompt = compile(&cfg, &hydrated).unwrap();
         let report = &prompt.report;
         assert!(report.fits, "{budget}: {report:#?}");
-        let sent: u32 = prompt
-            .messages
-            .iter()
-            .map(|m| tokenizer.count(&m.content) + MESSAGE_OVERHEAD_TOKENS)
-            .sum();
+        let sent = common::sent_message_tokens(&prompt);
         assert!(
             sent <= report.estimated_prompt_tokens,
             "{budget}: {sent} tokens sent, {} estimated",

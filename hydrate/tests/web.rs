@@ -57,11 +57,9 @@ async fn with_web(server: &MockServer, deadline: Duration) -> HydrationConfig {
         Some(embedder()),
     )
     .unwrap();
-    let mut cfg = config(memories().await, Some(embedder()))
+    config(memories().await, Some(embedder()))
         .with_source(SourceKind::Web, Arc::new(web))
-        .with_deadline_for(SourceKind::Web, deadline);
-    cfg.kinds.insert(SourceKind::Web);
-    cfg
+        .with_deadline_for(SourceKind::Web, deadline)
 }
 
 async fn run(cfg: &HydrationConfig, budget: u32) -> Hydrated {
@@ -259,12 +257,7 @@ async fn every_family_at_once_under_a_tight_budget_and_deadlines() {
             "{tight}: {report:#?}"
         );
         // The estimate covers the messages as sent.
-        let tokenizer = common::tokenizer();
-        let sent: u32 = prompt
-            .messages
-            .iter()
-            .map(|m| tokenizer.count(&m.content) + hydrate::MESSAGE_OVERHEAD_TOKENS)
-            .sum();
+        let sent = common::sent_message_tokens(&prompt);
         assert!(sent <= report.estimated_prompt_tokens, "{tight}: {sent}");
         assert!(
             report

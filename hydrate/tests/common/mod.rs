@@ -40,6 +40,17 @@ pub(crate) fn tokenizer() -> Arc<dyn Tokenizer> {
     Arc::new(TiktokenTokenizer::for_model("gpt-4o").unwrap())
 }
 
+/// The prompt's messages as they would be sent: each message's tokens (o200k) plus the
+/// per-message overhead, summed.
+pub(crate) fn sent_message_tokens(prompt: &CompiledPrompt) -> u32 {
+    let tok = tokenizer();
+    prompt
+        .messages
+        .iter()
+        .map(|m| tok.count(&m.content) + hydrate::MESSAGE_OVERHEAD_TOKENS)
+        .sum()
+}
+
 fn message(role: Role, text: &str, when: &str) -> NewMemory {
     NewMemory::new(text).with_role(role).at(at(when))
 }
