@@ -2,21 +2,20 @@
 //! then one job on the worker thread does the SQL, inside a transaction where it writes.
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use memory_core::{
     BackendInfo, Capabilities, Capability, Filter, MemoryBackend, MemoryEntry, MemoryError,
     MemoryId, MemoryPatch, NewMemory, PrunePolicy, PruneReport, Result, Scope, ScoredMemory,
     SearchMode, SearchRequest, StoreVectors, Timestamp, check_limit, ensure_scope, plan_prune,
-    rank, validate_content,
+    validate_content,
 };
 use rusqlite::types::Value;
 
 use crate::SqliteBackend;
-use crate::SqliteError;
-use crate::cache::VectorCache;
 use crate::error::{BACKEND, sql_error};
+use crate::read::{Place, SearchJob, Searched, search_snapshot};
 use crate::sql::{Inserter, Sql};
 use crate::worker::SpaceCheck;
 
@@ -44,13 +43,6 @@ impl SqliteBackend {
             store: self.store_name().into(),
             embedder: self.embedder.as_deref(),
             space: self.space.as_deref(),
-        }
-    }
-
-    /// Runs `f` on the vector cache, if there is one (call only from worker jobs).
-    fn with_cache(cache: &Option<Arc<Mutex<VectorCache>>>, f: impl FnOnce(&mut VectorCache)) {
-        if let Some(c) = cache {
-            f(&mut c.lock().unwrap_or_else(PoisonError::into_inner));
         }
     }
 }
@@ -87,12 +79,12 @@ impl MemoryBackend for SqliteBackend {
             .zip(&vectors)
             .map(|(m, v)| m.into_entry(scope, now, v.is_some()))
             .collect();
-        let (scope, cache) = (scope.clone(), self.cache.clone());
+        let scope = scope.clone();
         self.worker
             .call(move |conn| {
                 let (mut entries, mut vectors) = (entries, vectors);
                 let path = conn.path.clone();
-                let (scope_id, inserted) = conn.write(|tx, space| {
+                conn.write(|tx, space, ops| {
                     if space != SpaceCheck::Same {
                         // Another process re-embedded the store into another space: keep
                         // the text, without vectors of the old space; a process of the
@@ -100,33 +92,27 @@ impl MemoryBackend for SqliteBackend {
                         vectors.iter_mut().for_each(|v| *v = None);
                         entries.iter_mut().for_each(|e| e.embedded = false);
                     }
+                    if entries.is_empty() {
+                        return Ok(());
+                    }
                     let sql = Sql {
                         conn: tx,
                         path: &path,
                     };
-                    let mut inserted = Vec::with_capacity(entries.len());
-                    if entries.is_empty() {
-                        return Ok((0, inserted));
-                    }
                     let scope_id = sql.ensure_scope_id(&scope)?;
                     let mut inserter = Inserter::new(&sql, scope_id)?;
-                    for (e, v) in entries.iter().zip(&vectors) {
+                    for (e, v) in entries.iter().zip(&mut vectors) {
                         // A taken id writes nothing; the error drops the transaction, which
                         // rolls back the rows already written for this batch.
                         let Some(pk) = inserter.insert(e, v.as_deref())? else {
                             return Err(MemoryError::Conflict { id: e.id });
                         };
-                        inserted.push(pk);
-                    }
-                    Ok((scope_id, inserted))
-                })?;
-                Self::with_cache(&cache, |c| {
-                    for (pk, v) in inserted.iter().zip(&vectors) {
-                        if let Some(v) = v {
-                            c.append(scope_id, *pk, v);
+                        if let Some(v) = v.take() {
+                            ops.append(scope_id, pk, v);
                         }
                     }
-                });
+                    Ok(())
+                })?;
                 Ok(entries)
             })
             .await
@@ -237,13 +223,12 @@ impl MemoryBackend for SqliteBackend {
             entry.embedded = vector.is_some();
         }
         let (scope_c, path) = (scope.clone(), self.path.clone());
-        let cache = self.cache.clone();
         let e = entry.clone();
         self.worker
             .call(move |conn| {
                 let mut vector = vector;
                 let mut e = e;
-                conn.write(|tx, space| {
+                conn.write(|tx, space, ops| {
                     if vector.is_some() && space != SpaceCheck::Same {
                         // Re-embedded into another space by another process: no vector of
                         // ours; a process of the new space embeds it later.
@@ -285,7 +270,7 @@ impl MemoryBackend for SqliteBackend {
                         if let Some(v) = &vector {
                             sql.insert_vec(pk, scope_id, v)?;
                         }
-                        Self::with_cache(&cache, |c| c.invalidate(scope_id));
+                        ops.invalidate(scope_id);
                     }
                     Ok(e.embedded)
                 })
@@ -299,10 +284,9 @@ impl MemoryBackend for SqliteBackend {
 
     async fn delete(&self, scope: &Scope, id: MemoryId) -> Result<()> {
         let (scope, path) = (scope.clone(), self.path.clone());
-        let cache = self.cache.clone();
         self.worker
             .call(move |conn| {
-                conn.write(|tx, _| {
+                conn.write(|tx, _, ops| {
                     let sql = Sql {
                         conn: tx,
                         path: &path,
@@ -312,7 +296,7 @@ impl MemoryBackend for SqliteBackend {
                         .find_pk(scope_id, id)?
                         .ok_or(MemoryError::NotFound { id })?;
                     sql.delete_pks(&[pk])?;
-                    Self::with_cache(&cache, |c| c.invalidate(scope_id));
+                    ops.invalidate(scope_id);
                     Ok(())
                 })
             })
@@ -321,10 +305,9 @@ impl MemoryBackend for SqliteBackend {
 
     async fn delete_scope(&self, scope: &Scope) -> Result<u64> {
         let (scope, path) = (scope.clone(), self.path.clone());
-        let cache = self.cache.clone();
         self.worker
             .call(move |conn| {
-                conn.write(|tx, _| {
+                conn.write(|tx, _, ops| {
                     let sql = Sql {
                         conn: tx,
                         path: &path,
@@ -339,7 +322,7 @@ impl MemoryBackend for SqliteBackend {
                     sql.delete_pks(&pks)?;
                     tx.execute("DELETE FROM scopes WHERE id = ?1", [scope_id])
                         .map_err(|e| sql_error(&path, e))?;
-                    Self::with_cache(&cache, |c| c.invalidate(scope_id));
+                    ops.invalidate(scope_id);
                     Ok(pks.len() as u64)
                 })
             })
@@ -349,10 +332,9 @@ impl MemoryBackend for SqliteBackend {
     async fn prune(&self, scope: &Scope, policy: &PrunePolicy) -> Result<PruneReport> {
         policy.validate(&self.caps(), BACKEND)?;
         let (scope, path, policy) = (scope.clone(), self.path.clone(), *policy);
-        let cache = self.cache.clone();
         self.worker
             .call(move |conn| {
-                conn.write(|tx, _| {
+                conn.write(|tx, _, ops| {
                     let sql = Sql {
                         conn: tx,
                         path: &path,
@@ -374,7 +356,7 @@ impl MemoryBackend for SqliteBackend {
                         .map(|(pk, _)| *pk)
                         .collect();
                     sql.delete_pks(&pks)?;
-                    Self::with_cache(&cache, |c| c.invalidate(scope_id));
+                    ops.invalidate(scope_id);
                     Ok(report)
                 })
             })
@@ -428,17 +410,14 @@ impl MemoryBackend for SqliteBackend {
 /// Backfill rounds a search runs at most before it searches anyway.
 const MAX_BACKFILL_ROUNDS: usize = 64;
 
-/// What one search job found: hits, or memories of the scope to embed first.
-enum Searched {
-    Hits(Vec<ScoredMemory>),
-    Unembedded(Vec<(i64, String)>),
-}
-
 impl SqliteBackend {
-    /// One search on the worker. Reads only: the recall counts of the hits are noted and
-    /// written after the reply (`Conn::flush_access`), so a search never waits for or
-    /// fails because of a writer, and works on a read-only store. With `backfill`, a scope
-    /// holding memories without a vector answers with those first.
+    /// One search. Reads only: the recall counts of the hits are noted and written after
+    /// the reply (`Conn::flush_access`), so a search never waits for or fails because of a
+    /// writer, and works on a read-only store. With `backfill`, a scope holding memories
+    /// without a vector answers with those first.
+    ///
+    /// A scope whose vectors are cached (and small) is searched right here on a read
+    /// connection; any other goes to the worker's thread.
     async fn search_once(
         &self,
         scope: &Scope,
@@ -446,86 +425,51 @@ impl SqliteBackend {
         query_vec: Option<Arc<Vec<f32>>>,
         backfill: bool,
     ) -> Result<Searched> {
-        let scope_c = scope.clone();
-        let request = request.clone();
         let pool = (request.limit * self.config.hybrid_pool_factor).max(50);
+        if let Some(cache) = &self.cache {
+            let job = SearchJob {
+                scope,
+                request,
+                query: query_vec.as_deref().map(Vec::as_slice),
+                backfill,
+                pool,
+            };
+            let mine = self.embedder.as_ref().and(self.space.as_deref());
+            if let Some((found, pks)) = self.readers.search(mine, cache, &job) {
+                if request.record_access && !self.read_only && !pks.is_empty() {
+                    self.pending_access.note(&pks, Timestamp::now());
+                    // The worker writes pending recalls after each job; this one is empty.
+                    self.worker.nudge();
+                }
+                return Ok(found);
+            }
+        }
+        let (scope, request) = (scope.clone(), request.clone());
         let cache = self.cache.clone();
         self.worker
             .call(move |conn| {
                 let path = conn.path.clone();
-                let mut guard = cache
-                    .as_ref()
-                    .map(|c| c.lock().unwrap_or_else(PoisonError::into_inner));
-                // One read transaction: every query sees the same snapshot.
-                let tx = conn
-                    .unchecked_transaction()
-                    .map_err(|e| sql_error(&path, e))?;
-                let sql = Sql {
-                    conn: &tx,
+                let mine = conn.space().cloned();
+                let place = Place {
                     path: &path,
+                    mine: mine.as_ref(),
+                    space_checked_at: conn.space_checked_at(),
+                    cache: cache.as_deref(),
+                    caller: false,
                 };
-                let Some(scope_id) = sql.scope_id(&scope_c)? else {
-                    return Ok(Searched::Hits(Vec::new()));
+                let job = SearchJob {
+                    scope: &scope,
+                    request: &request,
+                    query: query_vec.as_deref().map(Vec::as_slice),
+                    backfill,
+                    pool,
                 };
-                // In this snapshot, before any vector is read: vectors of another space
-                // (another process ran `reembed`) must not meet this process's query.
-                if query_vec.is_some()
-                    && let SpaceCheck::Moved(now) = conn.space_check(&tx)?
-                {
-                    return Err(SqliteError::SpaceMoved {
-                        path: path.clone(),
-                        now: now.unwrap_or_else(|| "none".into()),
-                        mine: conn.space_name(),
-                    }
-                    .into());
-                }
-                if backfill {
-                    let rows = sql.unembedded(scope_id, 256)?;
-                    if !rows.is_empty() {
-                        return Ok(Searched::Unembedded(rows));
-                    }
-                }
-                let text = request.query_text().unwrap_or_default();
-                let f = &request.filter;
-                let q = query_vec.as_deref().map(Vec::as_slice).unwrap_or_default();
-                let (sem, kw) = match request.mode {
-                    SearchMode::Semantic => (
-                        sql.semantic(scope_id, q, f, request.limit, guard.as_deref_mut())?,
-                        Vec::new(),
-                    ),
-                    SearchMode::Keyword => {
-                        (Vec::new(), sql.keyword(scope_id, text, f, request.limit)?)
-                    }
-                    SearchMode::Hybrid(_) => (
-                        sql.semantic(scope_id, q, f, pool, guard.as_deref_mut())?,
-                        sql.keyword(scope_id, text, f, pool)?,
-                    ),
-                };
-                let scored = rank(&request, &sem, &kw);
-                let pks: Vec<i64> = scored.iter().map(|(pk, _, _)| *pk).collect();
-                let mut entries = sql.entries_by_pk(scope_id, &pks)?.into_iter();
-                drop(tx);
-                let now = Timestamp::now();
-                let mut out = Vec::with_capacity(scored.len());
-                for (pk, score, breakdown) in scored {
-                    if let Some((epk, mut entry)) = entries.next() {
-                        debug_assert_eq!(epk, pk);
-                        if request.record_access {
-                            // What the store will hold once the recall is recorded.
-                            entry.access_count += 1;
-                            entry.accessed_at = entry.accessed_at.max(now);
-                        }
-                        out.push(ScoredMemory {
-                            entry,
-                            score,
-                            breakdown,
-                        });
-                    }
-                }
+                let (found, pks) = search_snapshot(conn, &place, &job)?
+                    .unwrap_or((Searched::Hits(Vec::new()), Vec::new()));
                 if request.record_access {
-                    conn.note_access(&pks, now);
+                    conn.note_access(&pks, Timestamp::now());
                 }
-                Ok(Searched::Hits(out))
+                Ok(found)
             })
             .await
     }

@@ -2,9 +2,13 @@
 //! process memory, so a per-scope top-k is a linear scan at memory speed instead of a
 //! vec0 query. vec0 stays the durable copy and the path for scopes that do not fit.
 //!
-//! The cache lives with the connection's worker thread. Writes made through this store
-//! update or drop the affected blocks; writes by any other connection (another process)
-//! change SQLite's `data_version`, which is checked before every use and clears the cache.
+//! One cache serves the store's writer and its read connections, under a mutex. It knows
+//! the write sequence (schema 4) its blocks are valid at. A write transaction of this
+//! store bumps the sequence and, after its commit, updates or drops the affected blocks and
+//! moves the cache to the new value ([`VectorCache::after_write`]); a search reads the
+//! sequence in its own snapshot and drops the whole cache when it differs
+//! ([`VectorCache::sync`]): another process wrote, or the search's snapshot is not the
+//! one the blocks were read at.
 
 use std::collections::{HashMap, HashSet};
 
@@ -27,6 +31,9 @@ enum Vectors {
     /// quarter of the memory. Searched by an integer scan whose best candidates are then
     /// scored exactly from the stored vectors (see [`VectorCache::scan`]).
     Quantized(Quantized),
+    /// Both (mid-size scopes, see [`DUAL_FROM`]): the integer scan reads a quarter of the
+    /// bytes, and its best candidates are scored exactly from the `f32`s in memory.
+    Dual(Vec<f32>, Quantized),
 }
 
 #[derive(Debug, Default)]
@@ -64,8 +71,35 @@ impl Block {
         let vectors = match &self.vectors {
             Vectors::Full(v) => v.len() * 4,
             Vectors::Quantized(q) => q.codes.len() + q.steps.len() * 4,
+            Vectors::Dual(v, q) => v.len() * 4 + q.codes.len() + q.steps.len() * 4,
         };
         vectors + self.pks.len() * 8
+    }
+}
+
+/// What a write transaction did to the vectors, applied to the cache once it committed
+/// ([`VectorCache::after_write`]). Applying it any earlier would let a search on another
+/// connection load a block from before the commit and have it count as current.
+#[derive(Debug, Default)]
+pub(crate) struct CacheOps(Vec<CacheOp>);
+
+#[derive(Debug)]
+enum CacheOp {
+    /// A vector stored for `pk`: appended to its scope's block, if that is loaded.
+    Append { scope_id: i64, pk: i64, v: Vec<f32> },
+    /// The scope's vectors changed otherwise: its block is dropped.
+    Invalidate(i64),
+}
+
+impl CacheOps {
+    /// A vector stored for a new memory.
+    pub(crate) fn append(&mut self, scope_id: i64, pk: i64, v: Vec<f32>) {
+        self.0.push(CacheOp::Append { scope_id, pk, v });
+    }
+
+    /// The scope's vectors changed (an update, a delete, a prune).
+    pub(crate) fn invalidate(&mut self, scope_id: i64) {
+        self.0.push(CacheOp::Invalidate(scope_id));
     }
 }
 
@@ -77,9 +111,12 @@ pub(crate) struct VectorCache {
     used: usize,
     clock: u64,
     blocks: HashMap<i64, Block>,
-    data_version: Option<i64>,
+    /// The write sequence the blocks are valid at (`None`: not known yet).
+    seq: Option<i64>,
     /// Scopes searched once by streaming (see [`VectorCache::scan`]).
     streamed: HashSet<i64>,
+    /// Blocks loaded with at least this many vectors are dual ([`DUAL_FROM`]).
+    dual_from: usize,
 }
 
 /// Scopes at least this big are held quantized even when they would fit whole: their scan is
@@ -87,6 +124,13 @@ pub(crate) struct VectorCache {
 /// candidates (measured: 100k vectors in one scope, semantic top-10 p50 11.5 ms whole, 2.3 ms
 /// quantized; in scopes of 100 or 1,000 vectors the rescoring costs more than it saves).
 pub(crate) const QUANTIZE_FROM: usize = STREAM_FIRST;
+
+/// Scopes at least this big (and below [`QUANTIZE_FROM`]) keep integer codes beside their
+/// `f32` vectors (a quarter more memory): a 1,000-vector scope's scan then reads 0.4 MB
+/// instead of 1.5 MB, which is what a per-scope search spent most of its time on (a profile
+/// of the 100k-in-100-scopes bench put 40% of all samples in the `f32` dot product). Below
+/// it, sorting candidates and scoring them again would cost more than the bytes saved.
+pub(crate) const DUAL_FROM: usize = 256;
 
 /// Scopes at least this big are streamed on their first search instead of loaded.
 pub(crate) const STREAM_FIRST: usize = 10_000;
@@ -343,6 +387,29 @@ pub(crate) struct Scanned {
     pub(crate) approximate: Option<f32>,
 }
 
+/// The integer scan: `keys[i]` with vector `i`'s approximate similarity to the query, and
+/// the bound of the approximation.
+fn approximate<K: Copy>(
+    keys: impl Iterator<Item = K>,
+    block: &Quantized,
+    dims: usize,
+    q: &[f32],
+) -> (Vec<(K, f32)>, f32) {
+    let query = QueryCodes::new(q);
+    let dot_codes = dot_codes_fn();
+    let all = keys
+        .zip(block.codes.chunks_exact(dims))
+        .zip(&block.steps)
+        .map(|((key, codes), step)| {
+            // The integer sum is exact; as f32 it is off by at most one part in 2^24.
+            #[allow(clippy::cast_precision_loss)]
+            let sum = dot_codes(codes, &query.values) as f32;
+            (key, sum * step * query.step)
+        })
+        .collect();
+    (all, query.error_bound(dims, block.max_step))
+}
+
 /// A quantized block's similarities to `q` (unit length): every vector's approximation,
 /// then the best `exact` made exact by [`rescore`].
 fn quantized_scan(
@@ -353,25 +420,38 @@ fn quantized_scan(
     q: &[f32],
     exact: usize,
 ) -> rusqlite::Result<Scanned> {
-    let query = QueryCodes::new(q);
-    let dot_codes = dot_codes_fn();
-    let mut all: Vec<(i64, f32)> = pks
-        .iter()
-        .zip(block.codes.chunks_exact(dims))
-        .zip(&block.steps)
-        .map(|((pk, codes), step)| {
-            // The integer sum is exact; as f32 it is off by at most one part in 2^24.
-            #[allow(clippy::cast_precision_loss)]
-            let sum = dot_codes(codes, &query.values) as f32;
-            (*pk, sum * step * query.step)
-        })
-        .collect();
-    let bound = query.error_bound(dims, block.max_step);
+    let (mut all, bound) = approximate(pks.iter().copied(), block, dims, q);
     rescore(conn, dims, q, &mut all, exact, bound)?;
     Ok(Scanned {
         all,
         approximate: Some(bound),
     })
+}
+
+/// A dual block's similarities to `q` (unit length): the integer scan, then the best
+/// `exact` scored again from the block's own `f32`s, exactly as a whole block's scan
+/// scores them (the same vectors, the same dot product, to the bit).
+fn dual_scan(
+    pks: &[i64],
+    vecs: &[f32],
+    block: &Quantized,
+    dims: usize,
+    q: &[f32],
+    exact: usize,
+) -> Scanned {
+    let (mut all, bound) = approximate(0..pks.len(), block, dims, q);
+    let dot = dot_fn();
+    refine(&mut all, exact, bound, |i| {
+        Ok(vecs.get(i * dims..(i + 1) * dims).map(|v| dot(q, v)))
+    })
+    .unwrap_or(());
+    Scanned {
+        all: all
+            .into_iter()
+            .filter_map(|(i, s)| pks.get(i).map(|pk| (*pk, s)))
+            .collect(),
+        approximate: Some(bound),
+    }
 }
 
 /// Makes the best `exact` of `items` (similarities to `q`, unit length, each within `bound`
@@ -388,12 +468,30 @@ pub(crate) fn rescore(
     exact: usize,
     bound: f32,
 ) -> rusqlite::Result<()> {
-    let exact = exact.max(1).min(items.len());
-    let by_score = |a: &(i64, f32), b: &(i64, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
     let mut stmt = conn.prepare_cached(VECTOR_BY_ROWID)?;
     let dot = dot_fn();
     let mut scratch = Vec::with_capacity(dims);
     let mut raw = vec![0f32; dims];
+    refine(items, exact, bound, |pk| {
+        if !stored_vector(&mut stmt, pk, &mut raw)? {
+            return Ok(None);
+        }
+        scratch.clear();
+        extend_unit(&mut scratch, &raw, dot);
+        Ok(Some(dot(q, &scratch)))
+    })
+}
+
+/// [`rescore`]'s loop, with `exact_score` giving an item's exact similarity (`None`: it has
+/// no vector; it keeps its approximation).
+fn refine<K: Copy + Ord>(
+    items: &mut [(K, f32)],
+    exact: usize,
+    bound: f32,
+    mut exact_score: impl FnMut(K) -> rusqlite::Result<Option<f32>>,
+) -> rusqlite::Result<()> {
+    let exact = exact.max(1).min(items.len());
+    let by_score = |a: &(K, f32), b: &(K, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
     // The best exact similarities so far, highest first (at most `exact` of them).
     let mut best: Vec<f32> = Vec::with_capacity(exact + 1);
     let mut done = 0;
@@ -414,12 +512,9 @@ pub(crate) fn rescore(
             {
                 break 'outer;
             }
-            if !stored_vector(&mut stmt, pk, &mut raw)? {
+            let Some(score) = exact_score(pk)? else {
                 continue;
-            }
-            scratch.clear();
-            extend_unit(&mut scratch, &raw, dot);
-            let score = dot(q, &scratch);
+            };
             if let Some(slot) = items.get_mut(i) {
                 slot.1 = score;
             }
@@ -443,19 +538,38 @@ impl VectorCache {
             used: 0,
             clock: 0,
             blocks: HashMap::new(),
-            data_version: None,
+            seq: None,
             streamed: HashSet::new(),
+            dual_from: DUAL_FROM,
         }
     }
 
-    /// Drops everything if another connection committed since we last looked.
-    pub(crate) fn sync(&mut self, conn: &Connection) -> rusqlite::Result<()> {
-        let v: i64 = conn.query_row("PRAGMA data_version", [], |r| r.get(0))?;
-        if self.data_version != Some(v) {
+    /// Makes the cache valid for a snapshot at write sequence `seq`: everything is dropped
+    /// unless the blocks were read at, or brought up to, that very sequence.
+    pub(crate) fn sync(&mut self, seq: i64) {
+        if self.seq != Some(seq) {
             self.clear();
-            self.data_version = Some(v);
+            self.seq = Some(seq);
         }
-        Ok(())
+    }
+
+    /// After this store's own write transaction moved the sequence from `before` to
+    /// `after` and committed: applies what the write did to the blocks, if they were valid
+    /// right before it; otherwise (another process wrote in between, or a search of an
+    /// older snapshot reset the cache) drops them.
+    pub(crate) fn after_write(&mut self, before: i64, after: i64, ops: CacheOps) {
+        if self.seq != Some(before) {
+            self.clear();
+            self.seq = None;
+            return;
+        }
+        for op in ops.0 {
+            match op {
+                CacheOp::Append { scope_id, pk, v } => self.append(scope_id, pk, &v),
+                CacheOp::Invalidate(scope_id) => self.invalidate(scope_id),
+            }
+        }
+        self.seq = Some(after);
     }
 
     pub(crate) fn clear(&mut self) {
@@ -463,14 +577,14 @@ impl VectorCache {
         self.used = 0;
     }
 
-    pub(crate) fn invalidate(&mut self, scope_id: i64) {
+    fn invalidate(&mut self, scope_id: i64) {
         if let Some(b) = self.blocks.remove(&scope_id) {
             self.used -= b.bytes();
         }
     }
 
     /// Adds a freshly stored vector to its scope's block, if that block is loaded.
-    pub(crate) fn append(&mut self, scope_id: i64, pk: i64, v: &[f32]) {
+    fn append(&mut self, scope_id: i64, pk: i64, v: &[f32]) {
         if v.len() != self.dims {
             self.invalidate(scope_id);
             return;
@@ -481,6 +595,11 @@ impl VectorCache {
             match &mut b.vectors {
                 Vectors::Full(vecs) => vecs.extend(unit(v)),
                 Vectors::Quantized(q) => q.push(&unit(v)),
+                Vectors::Dual(vecs, q) => {
+                    let u = unit(v);
+                    q.push(&u);
+                    vecs.extend(u);
+                }
             }
             self.used += b.bytes() - before;
         }
@@ -534,6 +653,8 @@ impl VectorCache {
         let quantize = whole > self.budget || vector_count >= QUANTIZE_FROM;
         let need = if quantize {
             vector_count * (self.dims + 12)
+        } else if vector_count >= self.dual_from {
+            whole + vector_count * (self.dims + 4)
         } else {
             whole
         };
@@ -557,7 +678,16 @@ impl VectorCache {
                     None => return Ok(None),
                 }
             } else {
-                self.load(conn, scope_id, clock)?
+                let mut block = self.load(conn, scope_id, clock)?;
+                if vector_count >= self.dual_from
+                    && let Vectors::Full(vecs) = &mut block.vectors
+                {
+                    let vecs = std::mem::take(vecs);
+                    let mut q = Quantized::default();
+                    vecs.chunks_exact(self.dims).for_each(|v| q.push(v));
+                    block.vectors = Vectors::Dual(vecs, q);
+                }
+                block
             };
             self.used += block.bytes();
             self.blocks.insert(scope_id, block);
@@ -580,6 +710,9 @@ impl VectorCache {
             Vectors::Quantized(codes) => {
                 quantized_scan(conn, &block.pks, codes, self.dims, &q, exact).map(Some)
             }
+            Vectors::Dual(vecs, codes) => Ok(Some(dual_scan(
+                &block.pks, vecs, codes, self.dims, &q, exact,
+            ))),
         }
     }
 
@@ -781,8 +914,9 @@ mod tests {
         }
     }
 
-    /// A scope too big for the budget whole is kept quantized, and its best similarities
-    /// are still exactly those of the whole block: same memories, same scores to the bit.
+    /// A scope too big for the budget whole is kept quantized, and a mid-size one dual; the
+    /// best similarities of either are still exactly those of the whole `f32` block: same
+    /// memories, same scores to the bit.
     #[test]
     #[allow(clippy::unwrap_used)]
     fn quantized_scans_find_the_exact_best() {
@@ -814,6 +948,8 @@ mod tests {
         let count = usize::try_from(n).unwrap();
         let quantized_bytes = count * (dims + 12);
         let mut whole = VectorCache::new(dims, 1 << 30);
+        whole.dual_from = usize::MAX;
+        let mut dual = VectorCache::new(dims, 1 << 30);
         let mut small = VectorCache::new(dims, quantized_bytes + 1024);
         assert!(
             count * (dims * 4 + 8) > small.budget,
@@ -845,10 +981,18 @@ mod tests {
                 assert!(got.approximate.is_some());
                 let got = top(got.all, k);
                 assert_eq!(got, expected, "k={k}");
+                let got = dual.scan(&conn, 1, q, count, k).unwrap().unwrap();
+                assert!(got.approximate.is_some());
+                assert_eq!(top(got.all, k), expected, "dual, k={k}");
             }
         }
         assert_eq!(small.used, quantized_bytes, "the block is held quantized");
         assert_eq!(whole.used, count * (dims * 4 + 8));
+        assert_eq!(
+            dual.used,
+            count * (dims * 4 + 8) + quantized_bytes - count * 8,
+            "dual"
+        );
     }
 
     /// The bulk read of vec0's chunks finds exactly what rowid lookups find, after
@@ -901,7 +1045,7 @@ mod tests {
             let one_by_one = cache.load_by_rowid(&conn, pks, 0).unwrap();
             let full = |b: &Block| match &b.vectors {
                 Vectors::Full(v) => v.clone(),
-                Vectors::Quantized(_) => panic!("a whole block was asked for"),
+                Vectors::Quantized(_) | Vectors::Dual(..) => panic!("a whole block was asked for"),
             };
             let sorted = |b: &Block| {
                 let vecs = full(b);

@@ -24,13 +24,14 @@ mod backend;
 mod cache;
 mod checkpointer;
 mod error;
+mod read;
 mod reembed;
 mod schema;
 mod sql;
 mod worker;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use rusqlite::OptionalExtension;
 use std::time::Duration;
@@ -41,9 +42,10 @@ pub use error::SqliteError;
 pub use reembed::{ReembedReport, reembed};
 
 use crate::cache::VectorCache;
+use crate::read::Readers;
 use crate::schema::{Existing, Pragmas};
 use crate::sql::Sql;
-use crate::worker::{Conn, Worker};
+use crate::worker::{Conn, PendingAccess, Worker};
 
 /// How hard a commit tries to reach the disk.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -137,8 +139,12 @@ pub struct SqliteBackend {
     embedder: Option<Arc<dyn EmbeddingProvider>>,
     /// The space the store's vectors live in (recorded in the file), if any.
     space: Option<Arc<EmbeddingSpace>>,
-    /// Per-scope vector blocks; only touched from jobs on the worker thread.
+    /// Per-scope vector blocks, shared by the worker and the read connections.
     cache: Option<Arc<Mutex<VectorCache>>>,
+    /// Read connections for searches on the caller's thread.
+    readers: Readers,
+    /// Recalls noted by searches, written by the worker.
+    pending_access: Arc<PendingAccess>,
     config: SqliteConfig,
     /// The connection is read-only (asked for, or the file is not writable here).
     read_only: bool,
@@ -172,6 +178,7 @@ impl SqliteBackend {
         let path = path.as_ref().to_owned();
         let opened = open_store_blocking(&path, &config).await?;
         let (worker, stored, read_only) = (opened.worker, opened.space, opened.read_only);
+        let readers = Readers::new(&path, &opened.pragmas);
         let given = embedder.as_ref().map(|e| e.space());
         let (space, embedder) = match (&stored, &given) {
             (Some(s), Some(g)) if **g != *s => {
@@ -201,6 +208,8 @@ impl SqliteBackend {
             embedder,
             space,
             cache,
+            readers,
+            pending_access: Arc::default(),
             config,
             read_only,
         };
@@ -214,10 +223,12 @@ impl SqliteBackend {
             .embedder
             .as_ref()
             .and(backend.space.as_deref().cloned());
+        let (cache, pending) = (backend.cache.clone(), Arc::clone(&backend.pending_access));
         backend
             .worker
             .call(move |conn| {
                 conn.set_space(mine);
+                conn.share(cache, pending);
                 Ok(())
             })
             .await?;
@@ -264,6 +275,7 @@ impl SqliteBackend {
     /// Waits for queued work and closes the connection (checkpointing the WAL). Later
     /// calls fail with a clear error.
     pub fn close(&self) {
+        self.readers.close();
         self.worker.close();
     }
 
@@ -273,7 +285,7 @@ impl SqliteBackend {
         self.worker
             .call(move |conn| {
                 let path = conn.path.clone();
-                conn.write(|tx, _| {
+                conn.write(|tx, _, _| {
                     match schema::stored_space(tx, &path)? {
                         Some(s) if s == *space => {}
                         Some(s) => {
@@ -379,22 +391,20 @@ impl SqliteBackend {
             .zip(vectors)
             .map(|((pk, content), v)| (pk, content, v.into_vector()))
             .collect();
-        let cache = self.cache.clone();
         self.worker
             .call(move |conn| {
                 let path = conn.path.clone();
-                let (added, scopes) = conn.write(|tx, space| {
+                conn.write(|tx, space, ops| {
                     if space != worker::SpaceCheck::Same {
                         // Another process moved the store to another space: these vectors
                         // would be of the wrong one. A process of the new space embeds them.
-                        return Ok((0, Vec::new()));
+                        return Ok(0);
                     }
                     let sql = Sql {
                         conn: tx,
                         path: &path,
                     };
                     let mut added = 0;
-                    let mut scopes = Vec::new();
                     for (pk, content, v) in &rows {
                         let scope_id: Option<i64> = tx
                             .prepare_cached(
@@ -408,19 +418,12 @@ impl SqliteBackend {
                             .map_err(|e| error::sql_error(&path, e))?;
                         if let Some(sid) = scope_id {
                             sql.insert_vec(*pk, sid, v)?;
-                            scopes.push(sid);
+                            ops.invalidate(sid);
                             added += 1;
                         }
                     }
-                    Ok((added, scopes))
-                })?;
-                if let Some(c) = &cache {
-                    let mut c = c.lock().unwrap_or_else(PoisonError::into_inner);
-                    for sid in scopes {
-                        c.invalidate(sid);
-                    }
-                }
-                Ok(added)
+                    Ok(added)
+                })
             })
             .await
     }
@@ -429,6 +432,8 @@ impl SqliteBackend {
 /// A store file opened, brought to the current schema, with its worker running.
 pub(crate) struct OpenedStore {
     pub(crate) worker: Worker,
+    /// The settings it was opened with.
+    pub(crate) pragmas: Pragmas,
     /// The embedding space the file records, if any.
     pub(crate) space: Option<EmbeddingSpace>,
     /// Whether the connection is read-only.
@@ -496,6 +501,7 @@ pub(crate) fn open_store(path: &Path, config: &SqliteConfig) -> Result<OpenedSto
     )?;
     Ok(OpenedStore {
         worker,
+        pragmas,
         space,
         read_only,
     })

@@ -66,7 +66,7 @@ pub async fn reembed(
     let embedded = worker
         .call(move |conn| {
             let path = conn.path.clone();
-            conn.write(|tx, _| {
+            conn.write(|tx, _, _| {
                 let err = |e| sql_error(&path, e);
                 tx.execute_batch("DROP TABLE IF EXISTS memory_vec")
                     .map_err(err)?;

@@ -22,7 +22,20 @@ pub(crate) const APPLICATION_ID: i32 = 0x4156_4131;
 ///   every memory's text (`memories` has it). Ingest writes one B-tree row less per memory.
 /// - 3: a partial index of the memories that have no vector yet (`memories_unembedded`),
 ///   so a search finds the ones of its scope to embed first without a scan.
-pub(crate) const SCHEMA_VERSION: i64 = 3;
+/// - 4: the write sequence (`write_seq`), bumped by every write transaction, so a process
+///   tells the writes it made itself (its vector cache already has them) from another
+///   process's (its cache must be dropped) when it reads on connections other than its
+///   writer's. Older builds do not bump it, so they must not write to a version 4 store;
+///   they refuse it as coming from a newer Ava.
+pub(crate) const SCHEMA_VERSION: i64 = 4;
+
+/// The write sequence's table (schema 4): one row, bumped by every write transaction.
+macro_rules! create_write_seq {
+    () => {
+        "CREATE TABLE write_seq (id INTEGER PRIMARY KEY CHECK (id = 0), n INTEGER NOT NULL) STRICT;\
+         INSERT INTO write_seq (id, n) VALUES (0, 0);"
+    };
+}
 
 /// The partial index of memories waiting for a vector (schema 3).
 macro_rules! create_unembedded_index {
@@ -54,6 +67,8 @@ const MIGRATIONS: &[&str] = &[
     ),
     // 2 -> 3: find memories without a vector by scope.
     create_unembedded_index!(),
+    // 3 -> 4: the write sequence.
+    create_write_seq!(),
 ];
 
 /// Every table of the newest schema but the full-text one ([`create_fts`]).
@@ -412,6 +427,7 @@ fn classify_open(path: &Path, e: rusqlite::Error) -> SqliteError {
 }
 
 /// Connection settings.
+#[derive(Clone, Debug)]
 pub(crate) struct Pragmas {
     /// Open read-only (never write, never create).
     pub(crate) read_only: bool,
@@ -612,6 +628,8 @@ fn create_schema(tx: &Connection, path: &Path) -> Result<(), SqliteError> {
     tx.execute_batch(create_fts!())
         .map_err(|e| sql_error(path, e))?;
     tx.execute_batch(create_unembedded_index!())
+        .map_err(|e| sql_error(path, e))?;
+    tx.execute_batch(create_write_seq!())
         .map_err(|e| sql_error(path, e))?;
     tx.execute_batch(&format!(
         "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};"

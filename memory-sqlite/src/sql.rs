@@ -514,10 +514,14 @@ impl Sql<'_> {
         limit: usize,
         cache: Option<&mut VectorCache>,
     ) -> R<Vec<(i64, MemoryId, f32)>> {
+        // A zero query (an embedder can map a text there) is similar to nothing; vec0
+        // would answer NULL distances.
+        if !q.iter().any(|x| *x != 0.0) {
+            return Ok(Vec::new());
+        }
         // How many vectors the scope holds, counted at most once per search.
         let mut counted = None;
         if let Some(cache) = cache {
-            cache.sync(self.conn).map_err(|e| self.err(e))?;
             let count = match cache.loaded_len(scope_id) {
                 Some(n) => n,
                 None => self.vector_count(scope_id)?,

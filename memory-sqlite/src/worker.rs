@@ -7,7 +7,7 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, mpsc};
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -15,6 +15,7 @@ use memory_core::{EmbeddingSpace, MemoryError, Result, Timestamp};
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 use tokio::sync::oneshot;
 
+use crate::cache::{CacheOps, VectorCache};
 use crate::checkpointer::Checkpointer;
 use crate::error::{SqliteError, is_busy, sql_error};
 use crate::schema;
@@ -65,9 +66,11 @@ pub(crate) struct Conn {
     /// with [`SqliteError::ReadOnly`] before SQLite is asked.
     pub(crate) read_only: bool,
     busy_timeout: Duration,
-    /// Recalls not yet written: pk -> (count, latest time). Recorded after the read that
-    /// made them, never inside it (see [`Conn::flush_access`]).
-    pending_access: HashMap<i64, (u64, i64)>,
+    /// Recalls not yet written, noted by searches on any thread (see
+    /// [`Conn::flush_access`]).
+    pending_access: Arc<PendingAccess>,
+    /// The store's vector cache, brought along by every write after it commits.
+    cache: Option<Arc<Mutex<VectorCache>>>,
     /// The space this process embeds in, if any, and the `data_version` at which the
     /// file's recorded space was last seen to match it.
     space: Option<EmbeddingSpace>,
@@ -96,6 +99,68 @@ pub(crate) enum SpaceCheck {
     Moved(Option<String>),
 }
 
+/// Recalls not yet written: pk -> (count, latest time). Recorded after the read that made
+/// them, never inside it, by the writer ([`Conn::flush_access`]).
+#[derive(Debug, Default)]
+pub(crate) struct PendingAccess(Mutex<HashMap<i64, (u64, i64)>>);
+
+impl PendingAccess {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, (u64, i64)>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Notes that these memories were recalled at `now`.
+    pub(crate) fn note(&self, pks: &[i64], now: Timestamp) {
+        let mut pending = self.lock();
+        for &pk in pks {
+            if pending.len() >= MAX_PENDING_ACCESS && !pending.contains_key(&pk) {
+                return;
+            }
+            let e = pending.entry(pk).or_insert((0, 0));
+            e.0 += 1;
+            e.1 = e.1.max(now.as_millis());
+        }
+    }
+
+    /// Takes what is pending, to be written; see [`Self::restore`].
+    fn take(&self) -> HashMap<i64, (u64, i64)> {
+        std::mem::take(&mut *self.lock())
+    }
+
+    /// Puts back counts that could not be written, merged with those noted meanwhile.
+    fn restore(&self, counts: HashMap<i64, (u64, i64)>) {
+        let mut pending = self.lock();
+        for (pk, (n, at)) in counts {
+            if pending.len() >= MAX_PENDING_ACCESS && !pending.contains_key(&pk) {
+                break;
+            }
+            let e = pending.entry(pk).or_insert((0, 0));
+            e.0 += n;
+            e.1 = e.1.max(at);
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+}
+
+/// Bumps the write sequence inside a write transaction: (before, after).
+fn bump_write_seq(tx: &Transaction<'_>) -> rusqlite::Result<(i64, i64)> {
+    let after: i64 = tx
+        .prepare_cached("UPDATE write_seq SET n = n + 1 WHERE id = 0 RETURNING n")?
+        .query_row([], |r| r.get(0))?;
+    Ok((after - 1, after))
+}
+
+/// The write sequence in the snapshot `reader` (a connection with a read transaction
+/// open) sees.
+pub(crate) fn read_write_seq(reader: &Connection) -> rusqlite::Result<i64> {
+    reader
+        .prepare_cached("SELECT n FROM write_seq WHERE id = 0")?
+        .query_row([], |r| r.get(0))
+}
+
 impl Conn {
     pub(crate) fn new(conn: Connection, path: &Path, read_only: bool, busy: Duration) -> Self {
         Self {
@@ -103,10 +168,31 @@ impl Conn {
             path: path.to_owned(),
             read_only,
             busy_timeout: busy,
-            pending_access: HashMap::new(),
+            pending_access: Arc::default(),
+            cache: None,
             space: None,
             space_checked_at: Cell::new(None),
         }
+    }
+
+    /// The store's vector cache and pending recalls, shared with its read connections.
+    pub(crate) fn share(
+        &mut self,
+        cache: Option<Arc<Mutex<VectorCache>>>,
+        pending: Arc<PendingAccess>,
+    ) {
+        self.cache = cache;
+        self.pending_access = pending;
+    }
+
+    /// The space this process embeds in, if any.
+    pub(crate) fn space(&self) -> Option<&EmbeddingSpace> {
+        self.space.as_ref()
+    }
+
+    /// The `data_version` at which the file's space was last seen to match this process's.
+    pub(crate) fn space_checked_at(&self) -> &Cell<Option<i64>> {
+        &self.space_checked_at
     }
 
     /// The space this process's vectors live in (set once the store knows it).
@@ -125,9 +211,12 @@ impl Conn {
     /// are recorded in the same transaction. `f` also hears whether the file still records
     /// this process's embedding space, checked under the lock, so no vector of an old space
     /// is written after another process's `reembed`.
+    ///
+    /// Every write bumps the store's write sequence. What `f` did to vectors goes in its
+    /// [`CacheOps`], applied to the cache once the transaction has committed.
     pub(crate) fn write<T>(
         &mut self,
-        f: impl FnOnce(&Transaction<'_>, SpaceCheck) -> Result<T>,
+        f: impl FnOnce(&Transaction<'_>, SpaceCheck, &mut CacheOps) -> Result<T>,
     ) -> Result<T> {
         if self.read_only {
             return Err(SqliteError::ReadOnly {
@@ -137,43 +226,33 @@ impl Conn {
         }
         let tx = begin_write(&mut self.conn, &self.path, self.busy_timeout)?;
         let check = check_space(&tx, &self.path, self.space.as_ref(), &self.space_checked_at)?;
+        let (before, after) = bump_write_seq(&tx).map_err(|e| sql_error(&self.path, e))?;
         // Best-effort: a failure to count recalls must not fail the caller's write.
-        let counted =
-            !self.pending_access.is_empty() && record_access(&tx, &self.pending_access).is_ok();
-        let out = f(&tx, check)?;
-        tx.commit().map_err(|e| sql_error(&self.path, e))?;
-        if counted {
-            self.pending_access.clear();
+        let pending = self.pending_access.take();
+        let counted = !pending.is_empty() && record_access(&tx, &pending).is_ok();
+        let mut ops = CacheOps::default();
+        let result = f(&tx, check, &mut ops).and_then(|out| {
+            tx.commit().map_err(|e| sql_error(&self.path, e))?;
+            Ok(out)
+        });
+        if result.is_err() || !counted {
+            self.pending_access.restore(pending);
+        }
+        let out = result?;
+        if let Some(cache) = &self.cache {
+            cache
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .after_write(before, after, ops);
         }
         Ok(out)
     }
 
-    /// Whether the file records this process's space, read through `reader` (the
-    /// connection itself, or a transaction open on it).
-    pub(crate) fn space_check(&self, reader: &Connection) -> Result<SpaceCheck> {
-        check_space(
-            reader,
-            &self.path,
-            self.space.as_ref(),
-            &self.space_checked_at,
-        )
-    }
-
     /// Notes that these memories were recalled now; written after the read (see
     /// [`Conn::flush_access`]).
-    pub(crate) fn note_access(&mut self, pks: &[i64], now: Timestamp) {
-        if self.read_only {
-            return;
-        }
-        for &pk in pks {
-            if self.pending_access.len() >= MAX_PENDING_ACCESS
-                && !self.pending_access.contains_key(&pk)
-            {
-                return;
-            }
-            let e = self.pending_access.entry(pk).or_insert((0, 0));
-            e.0 += 1;
-            e.1 = e.1.max(now.as_millis());
+    pub(crate) fn note_access(&self, pks: &[i64], now: Timestamp) {
+        if !self.read_only {
+            self.pending_access.note(pks, now);
         }
     }
 
@@ -188,33 +267,44 @@ impl Conn {
         if self.conn.busy_timeout(wait).is_err() {
             return;
         }
+        let pending = self.pending_access.take();
+        // Recall counts do not touch vectors: no write sequence bump, no cache change.
         let result = (|| -> rusqlite::Result<()> {
             let tx = Transaction::new_unchecked(&self.conn, TransactionBehavior::Immediate)?;
-            record_access(&tx, &self.pending_access)?;
+            record_access(&tx, &pending)?;
             tx.commit()
         })();
         let _ = self.conn.busy_timeout(self.busy_timeout);
         match result {
-            Ok(()) => self.pending_access.clear(),
+            Ok(()) => {}
             // Another process is writing: try again after the next job.
-            Err(e) if is_busy(&e) => {}
+            Err(e) if is_busy(&e) => self.pending_access.restore(pending),
             // Read-only, disk full, ...: the counts cannot be kept.
-            Err(_) => self.pending_access.clear(),
+            Err(_) => {}
         }
     }
+}
 
-    /// This process's space, for messages.
-    pub(crate) fn space_name(&self) -> String {
-        self.space
-            .as_ref()
-            .map_or_else(|| "none".to_owned(), ToString::to_string)
-    }
+/// Locks `cache` (if any) and makes it valid for the snapshot of the read transaction open
+/// on `reader`.
+pub(crate) fn lock_cache_for<'c>(
+    cache: Option<&'c Mutex<VectorCache>>,
+    reader: &Connection,
+    path: &Path,
+) -> Result<Option<std::sync::MutexGuard<'c, VectorCache>>> {
+    let Some(cache) = cache else {
+        return Ok(None);
+    };
+    let seq = read_write_seq(reader).map_err(|e| sql_error(path, e))?;
+    let mut guard = cache.lock().unwrap_or_else(PoisonError::into_inner);
+    guard.sync(seq);
+    Ok(Some(guard))
 }
 
 /// Whether the file still records `mine`. The recorded space is read again only when
 /// another connection has committed since it was last seen to match (`data_version`,
 /// read before the space itself, so a commit in between is seen next time).
-fn check_space(
+pub(crate) fn check_space(
     reader: &Connection,
     path: &Path,
     mine: Option<&EmbeddingSpace>,
@@ -352,6 +442,18 @@ impl Worker {
                 .into()
             })
             .and_then(|r| r)
+    }
+
+    /// Wakes the worker without waiting for it (an empty job: it writes pending recalls
+    /// after every job).
+    pub(crate) fn nudge(&self) {
+        let tx = self
+            .tx
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(tx) = tx.as_ref() {
+            let _ = tx.send(Box::new(|_| {}));
+        }
     }
 
     /// Stops accepting work, lets queued work finish, and closes both connections (the
