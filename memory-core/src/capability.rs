@@ -159,12 +159,64 @@ pub struct Limits {
     pub max_results: usize,
 }
 
+impl Limits {
+    /// Checks that both limits admit something (each at least 1).
+    pub fn validate(&self) -> crate::Result<()> {
+        if self.max_content_bytes == 0 {
+            return Err(crate::MemoryError::invalid(
+                "max_content_bytes",
+                "must be at least 1 byte",
+            ));
+        }
+        if self.max_results == 0 {
+            return Err(crate::MemoryError::invalid(
+                "max_results",
+                "must be at least 1",
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl Default for Limits {
     fn default() -> Self {
         Self {
             max_content_bytes: crate::entry::DEFAULT_MAX_CONTENT_BYTES,
             max_results: 1000,
         }
+    }
+}
+
+/// Where a backend keeps its data, relative to the process that uses it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Topology {
+    /// In this process's memory: nothing outlives it, nothing is shared with another.
+    InProcess,
+    /// In a local file this process opens itself (other processes may open it too).
+    Embedded,
+    /// On a database server, reached over a connection.
+    Server,
+}
+
+impl Topology {
+    /// The lowercase name (`in_process`, `embedded`, `server`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InProcess => "in_process",
+            Self::Embedded => "embedded",
+            Self::Server => "server",
+        }
+    }
+}
+
+impl std::fmt::Display for Topology {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::InProcess => "in-process",
+            Self::Embedded => "embedded",
+            Self::Server => "server",
+        })
     }
 }
 
@@ -175,8 +227,28 @@ pub struct BackendInfo {
     pub name: String,
     /// Where the data lives (a file path, a server), if anywhere; never credentials.
     pub location: Option<String>,
+    /// In process, in a local file, or on a server.
+    pub topology: Topology,
+    /// Whether a stored memory survives the process that stored it (a store that keeps it
+    /// only in memory is not durable, whatever it is backed by).
+    pub durable: bool,
     /// The embedding space the store was created with, if it holds vectors.
     pub embedding_space: Option<Arc<EmbeddingSpace>>,
     /// Size limits.
     pub limits: Limits,
+}
+
+impl BackendInfo {
+    /// How the store keeps its data, for a status line: `embedded, durable`.
+    pub fn kind(&self) -> String {
+        format!(
+            "{}, {}",
+            self.topology,
+            if self.durable {
+                "durable"
+            } else {
+                "not durable"
+            }
+        )
+    }
 }

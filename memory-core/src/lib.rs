@@ -36,7 +36,7 @@ mod time;
 pub mod testing;
 
 pub use backend::{MemoryBackend, ensure_scope};
-pub use capability::{BackendInfo, Capabilities, Capability, Limits};
+pub use capability::{BackendInfo, Capabilities, Capability, Limits, Topology};
 pub use embedding::{Embedding, EmbeddingProvider, EmbeddingSpace, cosine, embed_all, normalize};
 pub use entry::{
     DEFAULT_MAX_CONTENT_BYTES, Importance, MAX_TAG_BYTES, MemoryEntry, MemoryId, MemoryKind,

@@ -411,3 +411,52 @@ async fn keeps_the_embedder_contract() {
     .unwrap();
     memory_core::testing::embedder_contract(&embedder).await;
 }
+
+/// `validate` says what is wrong with a config before anything is sent: `connect` on a bad
+/// one never reaches the server.
+#[tokio::test]
+async fn validate_names_the_bad_setting_and_connect_sends_nothing() {
+    let server = MockServer::start().await;
+    mount_echo(&server).await;
+    assert!(config(&server).validate().is_ok());
+    let cases = [
+        (
+            OllamaConfig {
+                model: " ".into(),
+                ..config(&server)
+            },
+            "model",
+        ),
+        (
+            OllamaConfig {
+                dimensions: Some(0),
+                ..config(&server)
+            },
+            "dimensions",
+        ),
+        (
+            OllamaConfig {
+                timeout: Duration::ZERO,
+                ..config(&server)
+            },
+            "timeout",
+        ),
+        (
+            OllamaConfig {
+                max_batch: 0,
+                ..config(&server)
+            },
+            "max_batch",
+        ),
+    ];
+    for (bad, field) in cases {
+        let e = bad.validate().unwrap_err();
+        assert!(
+            matches!(&e, MemoryError::InvalidInput { field: f, .. } if *f == field),
+            "{field}: {e:?}"
+        );
+        assert!(e.to_string().contains("Ollama"), "{e}");
+        assert!(OllamaEmbedder::connect(bad).await.is_err());
+    }
+    assert_eq!(request_count(&server).await, 0);
+}

@@ -455,3 +455,60 @@ async fn keeps_the_embedder_contract() {
     .unwrap();
     memory_core::testing::embedder_contract(&embedder).await;
 }
+
+/// `validate` says what is wrong with a config before anything is sent: `connect` on a bad
+/// one never reaches the server.
+#[tokio::test]
+async fn validate_names_the_bad_setting_and_connect_sends_nothing() {
+    let server = MockServer::start().await;
+    mount_ok(&server).await;
+    assert!(config(&server).validate().is_ok());
+    let cases = [
+        (
+            OpenAiConfig {
+                base_url: "api.openai.com/v1".into(),
+                ..config(&server)
+            },
+            "OpenAI base_url",
+        ),
+        (
+            OpenAiConfig {
+                model: String::new(),
+                ..config(&server)
+            },
+            "model",
+        ),
+        (
+            OpenAiConfig {
+                dimensions: None,
+                request_dimensions: true,
+                ..config(&server)
+            },
+            "OpenAI request_dimensions",
+        ),
+        (
+            OpenAiConfig {
+                timeout: Duration::ZERO,
+                ..config(&server)
+            },
+            "timeout",
+        ),
+        (
+            OpenAiConfig {
+                max_batch: 0,
+                ..config(&server)
+            },
+            "max_batch",
+        ),
+    ];
+    for (bad, field) in cases {
+        let e = bad.validate().unwrap_err();
+        assert!(
+            matches!(&e, MemoryError::InvalidInput { field: f, .. } if *f == field),
+            "{field}: {e:?}"
+        );
+        assert!(e.to_string().contains("OpenAI"), "{e}");
+        assert!(OpenAiEmbedder::connect(bad).await.is_err());
+    }
+    assert_eq!(request_count(&server).await, 0);
+}

@@ -108,6 +108,8 @@ impl MemoryBackend for InMemoryBackend {
         BackendInfo {
             name: NAME.to_owned(),
             location: None,
+            topology: memory_core::Topology::InProcess,
+            durable: false,
             embedding_space: self.space.clone(),
             limits: self.limits,
         }

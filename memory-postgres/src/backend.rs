@@ -486,6 +486,8 @@ impl MemoryBackend for PostgresBackend {
         BackendInfo {
             name: BACKEND.to_owned(),
             location: Some(format!("postgres {} schema {}", self.server, self.schema)),
+            topology: memory_core::Topology::Server,
+            durable: true,
             embedding_space: self.embedder.as_ref().and(self.space.clone()),
             limits: self.config.limits,
         }

@@ -102,6 +102,50 @@ impl Default for PostgresConfig {
     }
 }
 
+impl PostgresConfig {
+    /// Checks the settings without contacting a server: a schema name Postgres accepts
+    /// unquoted, a pool of at least one connection, timeouts above zero, usable limits, and
+    /// an `hnsw_ef_search` pgvector accepts (1 to 1000). [`PostgresBackend::connect`] calls
+    /// it first.
+    pub fn validate(&self) -> Result<()> {
+        if !valid_schema_name(&self.schema) {
+            return Err(PostgresError::BadSchemaName {
+                name: self.schema.clone(),
+            }
+            .into());
+        }
+        let invalid = |field: &'static str, problem: &str| {
+            memory_core::MemoryError::invalid(field, problem.to_owned())
+        };
+        if self.pool_size == 0 {
+            return Err(invalid("pool_size", "must be at least 1 connection"));
+        }
+        for (field, d) in [
+            ("connect_timeout", self.connect_timeout),
+            ("acquire_timeout", self.acquire_timeout),
+            ("statement_timeout", self.statement_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(invalid(field, "must be longer than zero"));
+            }
+        }
+        self.limits.validate()?;
+        if self.hybrid_pool_factor == 0 {
+            return Err(invalid("hybrid_pool_factor", "must be at least 1"));
+        }
+        if !(1..=1000).contains(&self.hnsw_ef_search) {
+            return Err(invalid(
+                "hnsw_ef_search",
+                &format!("is {}; pgvector accepts 1 to 1000", self.hnsw_ef_search),
+            ));
+        }
+        if self.hnsw_build_mib == 0 {
+            return Err(invalid("hnsw_build_mib", "must be at least 1 MiB"));
+        }
+        Ok(())
+    }
+}
+
 /// Splits Ava's `schema` query parameter off a `postgres://` URL: returns the URL without
 /// it (what the driver understands) and the schema, if given. Other connection strings
 /// are returned unchanged.
@@ -246,12 +290,7 @@ impl PostgresBackend {
         embedder: Option<Arc<dyn EmbeddingProvider>>,
         config: PostgresConfig,
     ) -> Result<Self> {
-        if !valid_schema_name(&config.schema) {
-            return Err(PostgresError::BadSchemaName {
-                name: config.schema.clone(),
-            }
-            .into());
-        }
+        config.validate()?;
         let server = server_name(&pg);
         pg.connect_timeout(config.connect_timeout);
         // Ours first, so the caller's own `options` win where they overlap.
@@ -452,5 +491,60 @@ impl PostgresBackend {
                 .await
                 .map_err(|e| self.query_err(e))?;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bad settings are refused by `validate`, and by `connect` before it dials: the URL
+    /// here points at a port nobody listens on, so only validation can answer.
+    #[tokio::test]
+    async fn bad_settings_are_refused_before_connecting() {
+        assert!(PostgresConfig::default().validate().is_ok());
+        let cases = [
+            (
+                PostgresConfig {
+                    pool_size: 0,
+                    ..PostgresConfig::default()
+                },
+                "pool_size",
+            ),
+            (
+                PostgresConfig {
+                    statement_timeout: Duration::ZERO,
+                    ..PostgresConfig::default()
+                },
+                "statement_timeout",
+            ),
+            (
+                PostgresConfig {
+                    hnsw_ef_search: 5000,
+                    ..PostgresConfig::default()
+                },
+                "hnsw_ef_search",
+            ),
+            (
+                PostgresConfig {
+                    hybrid_pool_factor: 0,
+                    ..PostgresConfig::default()
+                },
+                "hybrid_pool_factor",
+            ),
+        ];
+        for (config, field) in cases {
+            let e = PostgresBackend::connect("postgres://ava@127.0.0.1:9/ava", None, config)
+                .await
+                .err()
+                .map(|e| e.to_string());
+            let e = e.unwrap_or_default();
+            assert!(e.contains(field), "{field}: {e}");
+        }
+        let bad_schema = PostgresConfig {
+            schema: "Robert'); DROP".into(),
+            ..PostgresConfig::default()
+        };
+        assert!(bad_schema.validate().is_err());
     }
 }

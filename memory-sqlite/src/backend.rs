@@ -53,6 +53,8 @@ impl MemoryBackend for SqliteBackend {
         BackendInfo {
             name: BACKEND.to_owned(),
             location: Some(self.path.display().to_string()),
+            topology: memory_core::Topology::Embedded,
+            durable: true,
             embedding_space: self.embedder.as_ref().and(self.space.clone()),
             limits: self.config.limits,
         }

@@ -76,9 +76,9 @@ pub struct SqliteConfig {
     pub page_size: u32,
     /// Memory for the in-process vector block cache, in MiB (0 turns it off and every
     /// semantic search asks vec0). A scope's vectors are held whole (4 bytes a dimension)
-    /// when they fit and number under 10,000, else quantized (1 byte a dimension; the best
-    /// hits are still scored exactly): the default 512 holds about 1.3M 384-dimension
-    /// vectors quantized. A scope that does not fit even quantized is streamed from the file
+    /// when they fit and number under 10,000 (from 256 on with 1-byte codes beside them,
+    /// scanned first), else quantized (1 byte a dimension; the best hits are still scored
+    /// exactly): the default 512 holds about 1.3M 384-dimension vectors quantized. A scope that does not fit even quantized is streamed from the file
     /// on each search.
     pub vector_cache_mib: u32,
     /// Hybrid search fuses the top `hybrid_pool_factor × limit` (at least 50) candidates of
@@ -107,6 +107,31 @@ impl Default for SqliteConfig {
             create_if_missing: true,
             read_only: false,
         }
+    }
+}
+
+impl SqliteConfig {
+    /// Checks the settings without touching a file: a page size SQLite accepts, usable
+    /// limits, a hybrid pool of at least one candidate per result. [`SqliteBackend::open`]
+    /// calls it first (SQLite itself would silently ignore a bad page size).
+    pub fn validate(&self) -> Result<()> {
+        if !(512..=65536).contains(&self.page_size) || !self.page_size.is_power_of_two() {
+            return Err(MemoryError::invalid(
+                "page_size",
+                format!(
+                    "is {} bytes; SQLite takes a power of two from 512 to 65536",
+                    self.page_size
+                ),
+            ));
+        }
+        self.limits.validate()?;
+        if self.hybrid_pool_factor == 0 {
+            return Err(MemoryError::invalid(
+                "hybrid_pool_factor",
+                "must be at least 1",
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -175,6 +200,7 @@ impl SqliteBackend {
         embedder: Option<Arc<dyn EmbeddingProvider>>,
         config: SqliteConfig,
     ) -> Result<Self> {
+        config.validate()?;
         let path = path.as_ref().to_owned();
         let opened = open_store_blocking(&path, &config).await?;
         let (worker, stored, read_only) = (opened.worker, opened.space, opened.read_only);

@@ -353,3 +353,55 @@ async fn unwritable_places_are_reported_as_such_and_a_read_only_file_serves_read
         "the unprivileged checks failed (see above)"
     );
 }
+
+/// A config SQLite would take silently (a page size it ignores) or that could never serve a
+/// search is refused before any file is touched, naming the setting.
+#[tokio::test]
+async fn a_bad_config_is_refused_before_the_file_is_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.db");
+    let cases = [
+        (
+            SqliteConfig {
+                page_size: 10_000,
+                ..SqliteConfig::default()
+            },
+            "page_size",
+        ),
+        (
+            SqliteConfig {
+                hybrid_pool_factor: 0,
+                ..SqliteConfig::default()
+            },
+            "hybrid_pool_factor",
+        ),
+        (
+            SqliteConfig {
+                limits: memory_core::Limits {
+                    max_results: 0,
+                    ..memory_core::Limits::default()
+                },
+                ..SqliteConfig::default()
+            },
+            "max_results",
+        ),
+    ];
+    for (config, field) in cases {
+        assert!(config.validate().is_err());
+        let e = SqliteBackend::open(&path, hash(), config)
+            .await
+            .unwrap_err();
+        match &e {
+            MemoryError::InvalidInput { field: f, .. } => assert_eq!(*f, field),
+            other => panic!("expected invalid {field}, got {other:?}"),
+        }
+        assert!(!path.exists(), "nothing was created for a bad {field}");
+    }
+    let store = SqliteBackend::open(&path, hash(), SqliteConfig::default())
+        .await
+        .unwrap();
+    let info = store.info();
+    assert_eq!(info.topology, memory_core::Topology::Embedded);
+    assert!(info.durable);
+    assert_eq!(info.kind(), "embedded, durable");
+}

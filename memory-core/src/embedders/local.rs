@@ -31,6 +31,33 @@ pub struct LocalConfig {
     pub max_batch: usize,
 }
 
+impl LocalConfig {
+    /// Checks the settings without loading anything: a model name, a batch size above
+    /// zero, and room for at least one token beside the two special ones (the model's own
+    /// limit is checked when it is loaded). [`LocalEmbedder::load`] calls it first.
+    pub fn validate(&self) -> Result<()> {
+        if self.model.trim().is_empty() {
+            return Err(MemoryError::invalid("local model", "no model name given"));
+        }
+        if self.max_batch == 0 {
+            return Err(MemoryError::invalid(
+                "local max_batch",
+                "must be at least 1",
+            ));
+        }
+        if self.max_tokens < 3 {
+            return Err(MemoryError::invalid(
+                "local max_tokens",
+                format!(
+                    "{} leaves no room for text beside the two special tokens",
+                    self.max_tokens
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl Default for LocalConfig {
     fn default() -> Self {
         Self {
@@ -107,12 +134,7 @@ impl LocalEmbedder {
     /// second). An absent or incomplete directory is a [`MemoryError::Embedding`] whose
     /// message is [`ModelDir::notice`], naming `cargo xtask fetch-model`.
     pub fn load(config: &LocalConfig) -> Result<Self> {
-        if config.max_batch == 0 {
-            return Err(MemoryError::invalid(
-                "local max_batch",
-                "must be at least 1",
-            ));
-        }
+        config.validate()?;
         let dir = resolve_model_dir(config.model_dir.as_deref())?;
         dir.require_complete()?;
         let path = |file: &str| dir.path.join(file);
@@ -132,11 +154,11 @@ impl LocalEmbedder {
             })?
         };
         let max_positions = bert_config.max_position_embeddings;
-        if config.max_tokens < 2 || config.max_tokens > max_positions {
+        if config.max_tokens > max_positions {
             return Err(MemoryError::invalid(
                 "local max_tokens",
                 format!(
-                    "{} is out of range; expected 2..={max_positions} (the model's positions)",
+                    "{} is out of range; expected 3..={max_positions} (the model's positions)",
                     config.max_tokens
                 ),
             ));

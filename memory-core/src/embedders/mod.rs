@@ -123,6 +123,37 @@ trait HttpEmbedder: EmbeddingProvider + Sized {
     fn into_config(self) -> Self::Config;
 }
 
+/// The checks every HTTP embedder's config shares; `who` names the provider in errors.
+#[cfg(any(feature = "ollama", feature = "openai"))]
+fn check_common(
+    who: &str,
+    model: &str,
+    dimensions: Option<usize>,
+    timeout: std::time::Duration,
+    max_batch: usize,
+) -> Result<()> {
+    let invalid = |field: &'static str, problem: String| MemoryError::invalid(field, problem);
+    if model.trim().is_empty() {
+        return Err(invalid("model", format!("{who}: no model name given")));
+    }
+    if dimensions == Some(0) {
+        return Err(invalid(
+            "dimensions",
+            format!("{who}: 0; leave them unset to discover them"),
+        ));
+    }
+    if timeout.is_zero() {
+        return Err(invalid(
+            "timeout",
+            format!("{who}: must be longer than zero"),
+        ));
+    }
+    if max_batch == 0 {
+        return Err(invalid("max_batch", format!("{who}: must be at least 1")));
+    }
+    Ok(())
+}
+
 /// Builds an HTTP embedder and embeds one probe text, so a server that is down or a model
 /// it lacks fails here rather than on first use. Unset (`configured` is `None`) dimensions
 /// are taken from the probe's answer; set ones are checked against it.

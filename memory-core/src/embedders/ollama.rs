@@ -49,6 +49,20 @@ impl OllamaConfig {
             ..Self::default()
         }
     }
+
+    /// Checks the settings without contacting the server: a plain-HTTP URL, a model name,
+    /// dimensions (when set), a timeout and a batch size above zero. Building an embedder
+    /// calls it first.
+    pub fn validate(&self) -> Result<()> {
+        parse_base_url(&self.base_url)?;
+        super::check_common(
+            "Ollama",
+            &self.model,
+            self.dimensions,
+            self.timeout,
+            self.max_batch,
+        )
+    }
 }
 
 impl Default for OllamaConfig {
@@ -119,12 +133,7 @@ impl HttpEmbedder for OllamaEmbedder {
     type Config = OllamaConfig;
 
     fn build(config: Self::Config, dims: usize) -> Result<Self> {
-        if config.max_batch == 0 {
-            return Err(MemoryError::invalid(
-                "Ollama max_batch",
-                "must be at least 1",
-            ));
-        }
+        config.validate()?;
         let client = parse_base_url(&config.base_url)?;
         let origin = format!("Ollama at {}", client.url_str().trim_end_matches('/'));
         let space = Arc::new(EmbeddingSpace::new(

@@ -99,6 +99,32 @@ impl OpenAiConfig {
             ..Self::default()
         }
     }
+
+    /// Checks the settings without contacting the server: an http(s) URL, a model name,
+    /// dimensions (when set), a timeout and a batch size above zero, and `request_dimensions`
+    /// only with dimensions to request. Building an embedder calls it first.
+    pub fn validate(&self) -> Result<()> {
+        let base = self.base_url.trim().trim_end_matches('/');
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(MemoryError::invalid(
+                "OpenAI base_url",
+                format!("`{base}` is not an http(s) URL; expected e.g. https://api.openai.com/v1"),
+            ));
+        }
+        if self.request_dimensions && self.dimensions.is_none() {
+            return Err(MemoryError::invalid(
+                "OpenAI request_dimensions",
+                "is set, but no dimensions are configured to request",
+            ));
+        }
+        super::check_common(
+            "OpenAI",
+            &self.model,
+            self.dimensions,
+            self.timeout,
+            self.max_batch,
+        )
+    }
 }
 
 impl Default for OpenAiConfig {
@@ -189,19 +215,8 @@ impl HttpEmbedder for OpenAiEmbedder {
     type Config = OpenAiConfig;
 
     fn build(config: Self::Config, dims: usize) -> Result<Self> {
-        if config.max_batch == 0 {
-            return Err(MemoryError::invalid(
-                "OpenAI max_batch",
-                "must be at least 1",
-            ));
-        }
+        config.validate()?;
         let base = config.base_url.trim().trim_end_matches('/');
-        if !(base.starts_with("http://") || base.starts_with("https://")) {
-            return Err(MemoryError::invalid(
-                "OpenAI base_url",
-                format!("`{base}` is not an http(s) URL; expected e.g. https://api.openai.com/v1"),
-            ));
-        }
         let space = Arc::new(EmbeddingSpace::new(
             Self::PROVIDER,
             config.model.clone(),

@@ -228,6 +228,7 @@ macro_rules! backend_conformance {
 macro_rules! __conformance_tests {
     (@suite $factory:path, $env:expr) => {
         $crate::__conformance_tests!($factory, $env;
+            info_agrees_with_capabilities,
             store_get_round_trip,
             batch_store_preserves_order,
             batch_store_is_atomic,

@@ -73,6 +73,28 @@ fn assert_invalid<T: std::fmt::Debug>(r: crate::Result<T>, field_part: &str) {
     }
 }
 
+/// What a backend says about itself agrees with what it declares it can do: it is durable
+/// exactly when it has the persistence capability, and a store kept in the process's
+/// memory is never durable. Its limits are usable.
+pub async fn info_agrees_with_capabilities(cx: Ctx) -> Outcome {
+    let b = &*cx.backend;
+    let info = b.info();
+    assert!(!info.name.is_empty());
+    assert_eq!(
+        info.durable,
+        b.capabilities().supports(Capability::Persistence),
+        "durable vs the persistence capability ({})",
+        info.kind()
+    );
+    if info.topology == crate::Topology::InProcess {
+        assert!(!info.durable, "an in-process store cannot be durable");
+    } else {
+        assert!(info.location.is_some(), "a file or server has a location");
+    }
+    assert!(info.limits.validate().is_ok(), "{:?}", info.limits);
+    Outcome::Passed
+}
+
 /// Every field written comes back unchanged, and the backend stamps what it owns.
 pub async fn store_get_round_trip(cx: Ctx) -> Outcome {
     let b = &*cx.backend;
