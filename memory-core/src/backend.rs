@@ -12,6 +12,31 @@ use crate::prune::{PrunePolicy, PruneReport};
 use crate::query::{Filter, ScoredMemory, SearchRequest, TagQuery};
 use crate::scope::Scope;
 
+/// What became of one memory given to [`MemoryBackend::store_each`].
+#[derive(Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "Stored is the common case; boxing it would allocate once more per memory"
+)]
+pub enum Ingested {
+    /// Stored, as this entry.
+    Stored(MemoryEntry),
+    /// Its id was already taken; nothing was written for it.
+    Exists(MemoryId),
+    /// Refused as given (the error says why and what was expected); nothing was written.
+    Rejected(MemoryError),
+}
+
+impl Ingested {
+    /// The stored entry, if it was stored.
+    pub fn entry(&self) -> Option<&MemoryEntry> {
+        match self {
+            Self::Stored(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
 /// A store of memories, partitioned by [`Scope`].
 ///
 /// Object safe: hold it as `Arc<dyn MemoryBackend>` and choose the backend at run time.
@@ -68,6 +93,71 @@ pub trait MemoryBackend: Send + Sync + fmt::Debug {
     /// and the user-wide scope), sorted. For a user's own housekeeping: finding a memory by
     /// id across their chats, wiping everything they own.
     async fn user_scopes(&self, tenant: &str, user: &str) -> Result<Vec<Scope>>;
+
+    /// Stores what it can of `memories` and says, in input order, what became of each: a
+    /// memory that is refused as given (too long, a vector of the wrong length, ...) or
+    /// whose id is already taken (also by an earlier memory of the same call) writes
+    /// nothing and does not stop the others. An error of the store itself (I/O, a lost
+    /// connection) is the call's error; memories stored before it stay stored.
+    ///
+    /// The default stores the acceptable memories as one [`store_batch`](Self::store_batch),
+    /// taking out each one the store reports as a conflict, and falls back to one memory
+    /// at a time if the store refuses the batch for another reason.
+    async fn store_each(&self, scope: &Scope, memories: Vec<NewMemory>) -> Result<Vec<Ingested>> {
+        let max_bytes = self.info().limits.max_content_bytes;
+        let mut out: Vec<Option<Ingested>> = Vec::with_capacity(memories.len());
+        let mut pending: Vec<(usize, NewMemory)> = Vec::new();
+        let mut ids = std::collections::HashSet::new();
+        for (i, m) in memories.into_iter().enumerate() {
+            if let Err(e) = m.validate(max_bytes) {
+                out.push(Some(Ingested::Rejected(e)));
+            } else if let Some(id) = m.id.filter(|id| !ids.insert(*id)) {
+                out.push(Some(Ingested::Exists(id)));
+            } else {
+                out.push(None);
+                pending.push((i, m));
+            }
+        }
+        let mut one_by_one = false;
+        while !pending.is_empty() && !one_by_one {
+            let batch: Vec<NewMemory> = pending.iter().map(|(_, m)| m.clone()).collect();
+            match self.store_batch(scope, batch).await {
+                Ok(entries) if entries.len() == pending.len() => {
+                    for ((i, _), e) in pending.drain(..).zip(entries) {
+                        out[i] = Some(Ingested::Stored(e));
+                    }
+                }
+                Ok(_) => {
+                    return Err(MemoryError::Backend {
+                        backend: self.info().name,
+                        message: "store_batch returned another number of entries than it was given"
+                            .into(),
+                        source: None,
+                    });
+                }
+                Err(MemoryError::Conflict { id }) => {
+                    match pending.iter().position(|(_, m)| m.id == Some(id)) {
+                        Some(at) => {
+                            let (i, _) = pending.remove(at);
+                            out[i] = Some(Ingested::Exists(id));
+                        }
+                        None => one_by_one = true,
+                    }
+                }
+                Err(e) if e.is_refusal() => one_by_one = true,
+                Err(e) => return Err(e),
+            }
+        }
+        for (i, m) in pending {
+            out[i] = Some(match self.store(scope, m).await {
+                Ok(e) => Ingested::Stored(e),
+                Err(MemoryError::Conflict { id }) => Ingested::Exists(id),
+                Err(e) if e.is_refusal() => Ingested::Rejected(e),
+                Err(e) => return Err(e),
+            });
+        }
+        Ok(out.into_iter().flatten().collect())
+    }
 
     /// Stores one memory.
     async fn store(&self, scope: &Scope, memory: NewMemory) -> Result<MemoryEntry> {
@@ -160,6 +250,9 @@ macro_rules! forward_backend {
             }
             async fn store(&self, scope: &Scope, memory: NewMemory) -> Result<MemoryEntry> {
                 (**self).store(scope, memory).await
+            }
+            async fn store_each(&self, scope: &Scope, memories: Vec<NewMemory>) -> Result<Vec<Ingested>> {
+                (**self).store_each(scope, memories).await
             }
             async fn by_tags(&self, scope: &Scope, tags: &TagQuery, limit: usize) -> Result<Vec<MemoryEntry>> {
                 (**self).by_tags(scope, tags, limit).await

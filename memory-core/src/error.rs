@@ -122,6 +122,19 @@ pub enum MemoryError {
 }
 
 impl MemoryError {
+    /// Whether this refuses the input as given (invalid content, a vector of another
+    /// length or space, a taken id), rather than reporting the store failing: the same
+    /// input would be refused again, and other input may still succeed.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            Self::InvalidInput { .. }
+                | Self::DimensionMismatch { .. }
+                | Self::SpaceMismatch { .. }
+                | Self::Conflict { .. }
+        )
+    }
+
     /// Shorthand for [`MemoryError::InvalidInput`].
     pub fn invalid(field: &'static str, problem: impl Into<String>) -> Self {
         Self::InvalidInput {

@@ -35,7 +35,7 @@ mod time;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use backend::{MemoryBackend, ensure_scope};
+pub use backend::{Ingested, MemoryBackend, ensure_scope};
 pub use capability::{BackendInfo, Capabilities, Capability, Limits, Topology};
 pub use embedding::{Embedding, EmbeddingProvider, EmbeddingSpace, cosine, embed_all, normalize};
 pub use entry::{

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, bail};
-use memory_core::{MemoryBackend, MemoryError, MemoryId, NewMemory, Role, Scope, Timestamp};
+use memory_core::{Ingested, MemoryBackend, MemoryId, NewMemory, Role, Scope, Timestamp};
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -386,7 +386,8 @@ pub(crate) async fn run(
     Ok(())
 }
 
-/// Stores a batch at once; if any id is already there (a re-import), one by one.
+/// Stores a batch; a message already there (a re-import) or refused is counted as such and
+/// does not stop the others ([`MemoryBackend::store_each`]).
 async fn store_batch(
     store: &dyn MemoryBackend,
     scope: &Scope,
@@ -415,25 +416,19 @@ async fn store_batch(
     if todo.is_empty() {
         return Ok(());
     }
-    let n = todo.len() as u64;
-    let memories: Vec<NewMemory> = todo.iter().map(|(_, m)| m.clone()).collect();
-    match store.store_batch(scope, memories).await {
-        Ok(_) => {
-            counts.imported += n;
-            return Ok(());
-        }
-        Err(MemoryError::Conflict { .. } | MemoryError::InvalidInput { .. }) => {}
-        Err(e) => return Err(e).context("store imported messages"),
-    }
-    for (id, memory) in todo {
-        match store.store(scope, memory).await {
-            Ok(_) => counts.imported += 1,
-            Err(MemoryError::Conflict { .. }) => counts.present += 1,
-            Err(e @ MemoryError::InvalidInput { .. }) => {
+    let (ids, memories): (Vec<_>, Vec<NewMemory>) = todo.into_iter().unzip();
+    let results = store
+        .store_each(scope, memories)
+        .await
+        .context("store imported messages")?;
+    for (id, result) in ids.into_iter().zip(results) {
+        match result {
+            Ingested::Stored(_) => counts.imported += 1,
+            Ingested::Exists(_) => counts.present += 1,
+            Ingested::Rejected(e) => {
                 counts.malformed += 1;
                 bar.suspend(|| eprintln!("skipped message {id}: {e}"));
             }
-            Err(e) => return Err(e).context("store an imported message"),
         }
     }
     Ok(())

@@ -233,6 +233,7 @@ macro_rules! __conformance_tests {
             batch_store_preserves_order,
             batch_store_is_atomic,
             explicit_id_conflict_is_rejected,
+            store_each_reports_each_memory,
             semantic_search_ranks_nearest_first,
             semantic_threshold_drops_weak_hits,
             search_by_precomputed_vector,

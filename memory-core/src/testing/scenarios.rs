@@ -221,6 +221,61 @@ pub async fn explicit_id_conflict_is_rejected(cx: Ctx) -> Outcome {
     Outcome::Passed
 }
 
+/// `store_each` stores what it can and says what became of each memory, in order: a taken
+/// id (in the store, or earlier in the same call) and an oversized memory write nothing
+/// and stop nothing; the rest are stored.
+pub async fn store_each_reports_each_memory(cx: Ctx) -> Outcome {
+    let b = &*cx.backend;
+    let s = scope("xena", None);
+    let taken = MemoryId::new();
+    b.store(&s, NewMemory::new("already here").with_id(taken))
+        .await
+        .unwrap();
+    let twice = MemoryId::new();
+    let too_long = "x".repeat(b.info().limits.max_content_bytes + 1);
+    let given = vec![
+        NewMemory::new("first new one"),
+        NewMemory::new("an impostor").with_id(taken),
+        NewMemory::new(too_long),
+        NewMemory::new("given twice").with_id(twice),
+        NewMemory::new("given twice, again").with_id(twice),
+        NewMemory::new("last new one"),
+    ];
+    let got = b.store_each(&s, given).await.unwrap();
+    assert_eq!(got.len(), 6);
+    let stored: Vec<&str> = got
+        .iter()
+        .filter_map(|g| g.entry().map(|e| e.content.as_str()))
+        .collect();
+    assert_eq!(stored, ["first new one", "given twice", "last new one"]);
+    assert!(
+        matches!(got[1], crate::Ingested::Exists(id) if id == taken),
+        "{:?}",
+        got[1]
+    );
+    assert!(
+        matches!(&got[2], crate::Ingested::Rejected(e) if e.is_refusal()),
+        "{:?}",
+        got[2]
+    );
+    assert!(
+        matches!(got[4], crate::Ingested::Exists(id) if id == twice),
+        "{:?}",
+        got[4]
+    );
+    assert_eq!(b.count(&s).await.unwrap(), 4);
+    assert_eq!(b.get(&s, taken).await.unwrap().content, "already here");
+    assert_eq!(b.get(&s, twice).await.unwrap().content, "given twice");
+    // Nothing refused: the same as store_batch.
+    let all = b
+        .store_each(&s, vec![NewMemory::new("a"), NewMemory::new("b")])
+        .await
+        .unwrap();
+    assert!(all.iter().all(|g| g.entry().is_some()));
+    assert!(b.store_each(&s, Vec::new()).await.unwrap().is_empty());
+    Outcome::Passed
+}
+
 async fn seed_topics(b: &dyn MemoryBackend, s: &Scope) -> Vec<MemoryEntry> {
     let texts = [
         "the cat sat on the mat in the kitchen",
