@@ -144,6 +144,19 @@ impl Agent {
         self
     }
 
+    /// The same agent, adding passages of the user's documents from `documents` to each
+    /// prompt (`None` adds none; see [`crate::config::documents`]).
+    pub(crate) fn with_documents(
+        mut self,
+        documents: Option<Arc<dyn hydrate::ContextSource>>,
+    ) -> Self {
+        if let Some(source) = documents {
+            let config = (*self.config).clone();
+            self.config = Arc::new(config.with_source(hydrate::SourceKind::Vector, source));
+        }
+        self
+    }
+
     /// The same agent, splitting each prompt's budget as `allocation` says (`None` keeps
     /// the default).
     pub(crate) fn with_allocation(mut self, allocation: Option<BudgetAllocation>) -> Self {

@@ -149,6 +149,18 @@ impl WebArgs {
     }
 }
 
+/// The source of the user's documents (`ava docs`) over `opened`'s store, or `None` in a
+/// build without the `documents` feature (where `ava docs` says how to rebuild).
+pub(crate) fn documents(
+    opened: &Opened,
+) -> anyhow::Result<Option<Arc<dyn hydrate::ContextSource>>> {
+    if hydrate::documents_available().is_err() {
+        return Ok(None);
+    }
+    let source = hydrate::DocumentSource::new(Arc::clone(&opened.store), opened.embedder.clone())?;
+    Ok(Some(Arc::new(source)))
+}
+
 /// An optional reranker of retrieved memories: a `/rerank` server.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct RerankArgs {

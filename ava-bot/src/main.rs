@@ -48,6 +48,9 @@ enum Command {
     /// Serve Ava's memory to MCP clients: over stdio for one --user and --chat, or over
     /// streamable HTTP (--http ADDR) for the identities of a bearer-token file.
     Mcp(commands::mcp::Args),
+    /// Index a user's text and Markdown files (`add`), list them (`list`) or remove them
+    /// (`remove`): the bot, `chat` and `context` draw on their passages, with file and lines.
+    Docs(commands::docs::Args),
     /// Show what the store holds.
     Stats(commands::stats::Args),
     /// Remove a user's old chat turns and what is beyond each chat's cap (pinned memories
@@ -131,6 +134,7 @@ async fn run() -> anyhow::Result<()> {
         Command::Chat(args) => commands::chat::run(&cli.settings, &args, out).await,
         Command::Run(args) => commands::run::run(&cli.settings, &args, out).await,
         Command::Mcp(args) => commands::mcp::run(&cli.settings, &args).await,
+        Command::Docs(args) => commands::docs::run(&cli.settings, &args, out).await,
         Command::Stats(args) => commands::stats::run(&cli.settings, &args, out).await,
         Command::Prune(args) => commands::prune::run(&cli.settings, &args, out).await,
         Command::Consolidate(args) => commands::consolidate::run(&cli.settings, &args, out).await,

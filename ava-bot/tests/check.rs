@@ -94,6 +94,7 @@ async fn every_configured_service_is_asked_once() {
     })
     .await;
     assert!(line(&out, "store").contains("ok    sqlite"), "{out}");
+    assert!(line(&out, "store").contains("(embedded, durable)"), "{out}");
     assert!(line(&out, "store").contains("hash/fnv1a-words-v1"), "{out}");
     assert!(
         line(&out, "embedder").contains("embedded a sentence"),

@@ -472,6 +472,7 @@ fn context_prints_the_prompt_and_explains_it() {
     // Nothing was stored by the dry run.
     let stats = ok(ava(&db, &["stats"]));
     assert!(stats.contains("memories: 2"), "{stats}");
+    assert!(stats.contains("(embedded, durable)"), "{stats}");
 }
 
 #[test]

@@ -95,6 +95,9 @@ fn remember_then_recall_on_postgres() {
 
     // The store landed in the chosen schema, not in the default one.
     let stats = ok(ava(&db, &["stats", "--user", "42"]));
-    assert!(stats.contains(&format!("schema {schema}")), "{stats}");
+    assert!(
+        stats.contains(&format!("schema {schema} (server, durable)")),
+        "{stats}"
+    );
     assert!(stats.contains("not supported on postgres yet"), "{stats}");
 }

@@ -66,6 +66,16 @@ pub enum Error {
         source: Option<BoxError>,
     },
 
+    /// A document could not be indexed or removed: it is missing, not a text or Markdown
+    /// file, too large, binary, not UTF-8, empty, or not indexed.
+    #[error("{path}: {problem}")]
+    Document {
+        /// The file as it was named.
+        path: String,
+        /// What was wrong with it and what was expected.
+        problem: String,
+    },
+
     /// A part of this crate that the build leaves out (a cargo feature that is off).
     #[error("{what} is not in this build; rebuild with the cargo feature `{feature}`")]
     Unavailable {

@@ -24,8 +24,8 @@ use crate::cues::{CueMatch, CueWeights, QueryCues};
 use crate::error::{Error, Result};
 use crate::ops::memory_tools;
 use crate::provider::{
-    NoopReranker, ProviderOptions, Reranker, ResolvedOptions, SourceChoice, SourceProvider,
-    plan_sources,
+    KindLimits, NoopReranker, ProviderOptions, Reranker, ResolvedOptions, SourceChoice,
+    SourceProvider, plan_sources,
 };
 use crate::render::{self, DEFAULT_CONSTRAINTS};
 use crate::report::{Degradation, DegradationKind, ScoreExplain, SourceReport, SourceStatus};
@@ -448,8 +448,11 @@ struct Runnable {
     source: Arc<dyn ContextSource>,
     /// The next providers of the kind (name, source), in precedence order: if the source
     /// fails before finding anything, the next one runs in what is left of the deadline.
-    fallbacks: Vec<(String, Arc<dyn ContextSource>)>,
+    fallbacks: Vec<(String, Arc<dyn ContextSource>, KindLimits)>,
     params: SourceParams,
+    /// Whether `params.max_tokens` can bind (a share of the budget below 1, or a provider's
+    /// own token limit): only then are the kept items' tokens counted.
+    token_cap: bool,
     deadline: Duration,
     report: SourceReport,
 }
@@ -563,7 +566,11 @@ async fn hydrate_inner(
         let (items, notes, search) = out.into_parts();
         let mut r = r;
         if served_by > 0 {
-            let (provider, source) = r.fallbacks.swap_remove(served_by - 1);
+            let (provider, source, limits) = r.fallbacks.swap_remove(served_by - 1);
+            // What served must also be kept within its own limits.
+            r.params = limits.narrow(r.params);
+            r.token_cap |= limits.max_tokens.is_some();
+            r.report.params = Some(r.params);
             r.report.provider = Some(provider);
             r.report.source = Some(source.name().to_owned());
             r.source = source;
@@ -804,6 +811,7 @@ impl Gathered {
         for (kind, choice) in plan_sources(&wanted, &config.sources, &config.providers) {
             let mut report = SourceReport::new(kind, SourceStatus::Complete);
             let mut fallbacks = Vec::new();
+            let mut limits = KindLimits::NONE;
             let source = match choice {
                 SourceChoice::Missing => {
                     report.status = SourceStatus::Missing;
@@ -831,7 +839,11 @@ impl Gathered {
                                     report.provider = Some(provider.name().to_owned());
                                     report.options = built.options;
                                 }
-                                chain.push((provider.name().to_owned(), source));
+                                chain.push((
+                                    provider.name().to_owned(),
+                                    source,
+                                    provider.capabilities().limits_for(kind),
+                                ));
                             }
                             Err(d) if d.kind == DegradationKind::IdentityMismatch => {
                                 passed_over.push(d);
@@ -847,19 +859,22 @@ impl Gathered {
                             .extend(passed_over.into_iter().map(|d| d.for_source(kind)));
                         continue;
                     }
-                    let (_, source) = chain.remove(0);
+                    let (_, source, first_limits) = chain.remove(0);
+                    limits = first_limits;
                     fallbacks = chain;
                     source
                 }
             };
             report.source = Some(source.name().to_owned());
-            let params = params_for(kind);
+            // The serving provider's own limits narrow what is asked and kept.
+            let params = limits.narrow(params_for(kind));
             report.params = Some(params);
             runnables.push(Runnable {
                 kind,
                 source,
                 fallbacks,
                 params,
+                token_cap: config.source_token_share < 1.0 || limits.max_tokens.is_some(),
                 deadline: config.deadline_for(kind),
                 report,
             });
@@ -913,6 +928,7 @@ impl Gathered {
             kind,
             source,
             params,
+            token_cap,
             mut report,
             ..
         } = r;
@@ -969,7 +985,7 @@ impl Gathered {
         let mut keys: HashSet<String> = HashSet::new();
         let mut kept = Vec::with_capacity(items.len().min(params.max_items));
         // The token cap is counted only when it can bind (counting costs a tokenizer pass).
-        let capped = config.source_token_share < 1.0;
+        let capped = token_cap;
         let mut tokens = 0u32;
         for item in items {
             if !keys.insert(item.key.clone()) {
@@ -1310,6 +1326,15 @@ fn build_from_provider(
         input.provider_options.get(provider.name()),
     );
     report.options = options.clone();
+    if let Err(e) = provider.capabilities().limits_for(kind).validate() {
+        return Err(Degradation::new(
+            DegradationKind::ProviderFailed,
+            format!(
+                "provider {} declares unusable {kind} limits: {e}",
+                provider.name()
+            ),
+        ));
+    }
     match provider.build(kind, &options) {
         Ok(Some(source)) => Ok(source),
         Ok(None) => Err(Degradation::new(
@@ -1401,7 +1426,7 @@ async fn run_source(
     let mut name = r.source.name().to_owned();
     while let Outcome::Failed(e) = &outcome
         && out.items().is_empty()
-        && let Some((provider, next)) = r.fallbacks.get(served_by)
+        && let Some((provider, next, _)) = r.fallbacks.get(served_by)
     {
         let left = r.deadline.saturating_sub(started.elapsed());
         if left.is_zero() {

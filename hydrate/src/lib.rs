@@ -24,6 +24,11 @@
 //!   one request's transport.
 //! - `web`: [`WebSearchSource`], web results from a SearxNG-compatible JSON API with their
 //!   URLs as provenance, behind the cargo feature `web-search`.
+//! - `docs`: a user's documents (the vector kind): [`split_document`] (text-splitter,
+//!   with 1-based line ranges), [`add_document`] / [`list_documents`] /
+//!   [`remove_documents`] over any `MemoryBackend` in the user's [`documents_scope`], and
+//!   [`DocumentSource`], whose passages carry `path:start-end`; behind the cargo feature
+//!   `documents`.
 //! - `memory`: the memory-backed provider ([`memory_provider`], [`MemorySource`]) over any
 //!   `Arc<dyn MemoryBackend>`, with the hybrid → keyword fallback recorded.
 //! - `cues`: question understanding without a model ([`QueryCues`]: the time a question
@@ -78,6 +83,7 @@
 mod chat;
 mod compile;
 mod cues;
+mod docs;
 mod error;
 mod facts;
 mod http;
@@ -98,6 +104,12 @@ mod web;
 pub use chat::{ChatMessage, ChatModel, ChatResponse, ChatRole, ToolCall, ToolHandler, ToolSpec};
 pub use compile::{CompiledPrompt, MESSAGE_OVERHEAD_TOKENS, compile, prepare};
 pub use cues::{CueMatch, CueWeights, QueryCues, TimeWindow};
+pub use docs::{
+    Added, CHUNK_DESIRED_CHARS, CHUNK_MAX_CHARS, Change, Chunk, DOCUMENT_EXTENSIONS, DOCUMENT_TAG,
+    DOCUMENTS_CHAT, DOCUMENTS_FEATURE, Document, DocumentFormat, DocumentInfo, DocumentSource,
+    Listing, MAX_DOCUMENT_BYTES, Removed, add_document, documents_available, documents_scope,
+    list_documents, read_document, remove_documents, split_document,
+};
 pub use error::{Error, Result};
 pub use facts::{DEFAULT_EXTRACTION_TIMEOUT, Exchange, FactExtractor, MAX_FACT_BYTES, MAX_FACTS};
 pub use hydrate::{
@@ -111,9 +123,9 @@ pub use ops::{
     DEFAULT_MAX_STEPS, FORGET, Inference, MAX_RECALL, Ops, RECALL, REMEMBER, ToolRun, memory_tools,
 };
 pub use provider::{
-    Auth, BuildContext, NoopReranker, OptionOrigin, ProviderCapabilities, ProviderConfig,
-    ProviderIdentity, ProviderOptions, Reranker, ResolvedOption, ResolvedOptions, Secret,
-    SourceBuilder, SourceChoice, SourceProvider, plan_sources, resolve_options,
+    Auth, BuildContext, KindLimits, NoopReranker, OptionOrigin, ProviderCapabilities,
+    ProviderConfig, ProviderIdentity, ProviderOptions, Reranker, ResolvedOption, ResolvedOptions,
+    Secret, SourceBuilder, SourceChoice, SourceProvider, plan_sources, resolve_options,
 };
 pub use render::{DATA_TAG, DEFAULT_CONSTRAINTS, day_header, escape_data, memory_block, preview};
 pub use report::{

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::source::{ContextSource, Honours, SourceItem, SourceKind, SourceQuery};
+use crate::source::{ContextSource, Honours, SourceItem, SourceKind, SourceParams, SourceQuery};
 
 /// A secret value (an API key, a token). Its `Debug` prints `Secret(<redacted>)`; it has no
 /// `Display` and no `Serialize`, so it cannot reach a log line, a report or a prompt by
@@ -292,13 +292,67 @@ pub struct ProviderConfig {
     pub auth: Auth,
 }
 
+/// What a provider can serve of one kind per request. Hydrate asks its source for no more
+/// than this ([`KindLimits::narrow`]) and keeps no more, whatever the source returns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct KindLimits {
+    /// At most this many items (e.g. a search API's page size).
+    pub max_items: Option<usize>,
+    /// At most this many tokens of its rendered items.
+    pub max_tokens: Option<u32>,
+    /// Least similarity an item needs to be worth using (e.g. a web search whose weak
+    /// results are noise); items without a similarity are not judged by it.
+    pub min_similarity: Option<f32>,
+}
+
+impl KindLimits {
+    /// No limit beyond the request's.
+    pub const NONE: Self = Self {
+        max_items: None,
+        max_tokens: None,
+        min_similarity: None,
+    };
+
+    /// `params` within these limits: the smaller item and token counts, the higher
+    /// threshold.
+    pub fn narrow(&self, params: SourceParams) -> SourceParams {
+        SourceParams {
+            max_items: self
+                .max_items
+                .map_or(params.max_items, |m| m.min(params.max_items)),
+            max_tokens: self
+                .max_tokens
+                .map_or(params.max_tokens, |m| m.min(params.max_tokens)),
+            threshold: match (params.threshold, self.min_similarity) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            },
+        }
+    }
+
+    /// Checks the values: a similarity from 0 to 1.
+    pub fn validate(&self) -> Result<()> {
+        if let Some(t) = self.min_similarity
+            && !(0.0..=1.0).contains(&t)
+        {
+            return Err(Error::invalid(
+                "min_similarity",
+                format!("{t} is not a similarity; expected 0 to 1"),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// What a provider says it can do.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct ProviderCapabilities {
     /// The kinds of context it can supply.
     pub kinds: BTreeSet<SourceKind>,
     /// Which common parameters its sources apply themselves.
     pub honours: Honours,
+    /// What it can serve of each kind; a kind not named has no limit of its own.
+    pub limits: BTreeMap<SourceKind, KindLimits>,
 }
 
 impl ProviderCapabilities {
@@ -307,6 +361,7 @@ impl ProviderCapabilities {
         Self {
             kinds: kinds.into_iter().collect(),
             honours: Honours::NONE,
+            limits: BTreeMap::new(),
         }
     }
 
@@ -314,6 +369,17 @@ impl ProviderCapabilities {
     pub fn with_honours(mut self, honours: Honours) -> Self {
         self.honours = honours;
         self
+    }
+
+    /// Declares what it can serve of `kind`.
+    pub fn with_limits(mut self, kind: SourceKind, limits: KindLimits) -> Self {
+        self.limits.insert(kind, limits);
+        self
+    }
+
+    /// What it can serve of `kind` ([`KindLimits::NONE`] when it declared nothing).
+    pub fn limits_for(&self, kind: SourceKind) -> KindLimits {
+        self.limits.get(&kind).copied().unwrap_or(KindLimits::NONE)
     }
 }
 

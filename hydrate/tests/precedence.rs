@@ -13,10 +13,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use common::{OBSERVATION, chat_scope, config, embedder, input, request, seed_alice};
 use hydrate::{
-    Auth, BuildContext, ContextSource, DegradationKind, OptionOrigin, ProviderCapabilities,
-    ProviderConfig, ProviderIdentity, ProviderOptions, Secret, SourceBuilder, SourceChoice,
-    SourceItem, SourceKind, SourceOutput, SourceProvider, SourceQuery, SourceStatus, hydrate,
-    memory_provider, plan_sources, resolve_options,
+    Auth, BuildContext, ContextSource, DegradationKind, KindLimits, OptionOrigin,
+    ProviderCapabilities, ProviderConfig, ProviderIdentity, ProviderOptions, Secret, SourceBuilder,
+    SourceChoice, SourceItem, SourceKind, SourceOutput, SourceProvider, SourceQuery, SourceStatus,
+    hydrate, memory_provider, plan_sources, resolve_options,
 };
 use memory_core::MemoryBackend;
 use memory_inmem::InMemoryBackend;
@@ -435,4 +435,143 @@ async fn identity_routes_and_a_failing_provider_falls_back_to_the_next() {
     // flaky-web admits everyone, so it runs, fails, and nobody is left to fall back to.
     assert_eq!(report.status, SourceStatus::Failed, "{report:?}");
     assert_eq!(report.provider.as_deref(), Some("flaky-web"));
+}
+
+/// Web results with falling similarity; remembers how many items it was asked for.
+#[derive(Debug, Default)]
+struct Ranked(std::sync::atomic::AtomicUsize);
+
+const RANKED: [f32; 5] = [0.9, 0.8, 0.6, 0.4, 0.3];
+
+#[async_trait]
+impl ContextSource for Ranked {
+    fn name(&self) -> &str {
+        "ranked"
+    }
+
+    async fn fetch(&self, query: &SourceQuery<'_>, out: &mut SourceOutput) -> hydrate::Result<()> {
+        self.0
+            .store(query.params.max_items, std::sync::atomic::Ordering::SeqCst);
+        for (i, s) in RANKED.iter().enumerate() {
+            out.push(
+                SourceItem::text(format!("r{i}"), format!("result {i} about red lentil dal"))
+                    .with_similarity(*s),
+            );
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug)]
+struct RankedBuilder(Arc<Ranked>);
+
+impl SourceBuilder for RankedBuilder {
+    fn build(&self, _ctx: &BuildContext<'_>) -> hydrate::Result<Arc<dyn ContextSource>> {
+        Ok(Arc::clone(&self.0) as Arc<dyn ContextSource>)
+    }
+}
+
+fn ranked_web(name: &'static str, limits: Option<KindLimits>) -> (SourceProvider, Arc<Ranked>) {
+    let source = Arc::new(Ranked::default());
+    let mut caps = ProviderCapabilities::new([SourceKind::Web]);
+    if let Some(l) = limits {
+        caps = caps.with_limits(SourceKind::Web, l);
+    }
+    let p = SourceProvider::new(name, caps).with_builder(
+        SourceKind::Web,
+        Arc::new(RankedBuilder(Arc::clone(&source))),
+    );
+    (p, source)
+}
+
+/// A provider's declared limits for a kind narrow what hydrate asks of its source and keep
+/// what comes back within them (items, tokens, least similarity); a fallback's own limits
+/// apply to what it serves; limits that make no sense are refused for the next provider.
+#[tokio::test]
+async fn provider_limits_per_kind_narrow_what_is_asked_and_kept() {
+    let backend = alice().await;
+    let web_report = |h: &hydrate::Hydrated| {
+        h.sources
+            .iter()
+            .find(|s| s.kind == SourceKind::Web)
+            .unwrap()
+            .clone()
+    };
+    let run = async |providers: Vec<SourceProvider>| {
+        let mut cfg = config(Arc::clone(&backend), Some(embedder()));
+        cfg.kinds.insert(SourceKind::Web);
+        cfg.providers.extend(providers);
+        hydrate(
+            &cfg,
+            &input(chat_scope("alice"), request(OBSERVATION, 8000)),
+        )
+        .await
+        .unwrap()
+    };
+
+    // Items and similarity: asked for 2 (not the config's 5), the two below 0.5 dropped.
+    let paged = KindLimits {
+        max_items: Some(2),
+        min_similarity: Some(0.5),
+        ..KindLimits::NONE
+    };
+    let (p, source) = ranked_web("paged-web", Some(paged));
+    let h = run(vec![p]).await;
+    let r = web_report(&h);
+    assert_eq!(source.0.load(std::sync::atomic::Ordering::SeqCst), 2);
+    let params = r.params.unwrap();
+    assert_eq!((params.max_items, params.threshold), (2, Some(0.5)));
+    assert_eq!((r.returned, r.kept, r.over_limits), (5, 2, 3), "{r:?}");
+
+    // Without limits: the config's 5, and nothing dropped.
+    let (p, source) = ranked_web("open-web", None);
+    let r = web_report(&run(vec![p]).await);
+    assert_eq!(source.0.load(std::sync::atomic::Ordering::SeqCst), 5);
+    assert_eq!((r.kept, r.over_limits), (5, 0), "{r:?}");
+
+    // Tokens: room for about two of the ~10-token lines.
+    let (p, _) = ranked_web(
+        "tight-web",
+        Some(KindLimits {
+            max_tokens: Some(22),
+            ..KindLimits::NONE
+        }),
+    );
+    let r = web_report(&run(vec![p]).await);
+    assert!((1..5).contains(&r.kept), "{r:?}");
+    assert_eq!(r.kept + r.over_limits, 5, "{r:?}");
+
+    // A fallback serves within its own limits.
+    let down = SourceProvider::new("flaky-web", ProviderCapabilities::new([SourceKind::Web]))
+        .with_builder(SourceKind::Web, Arc::new(DownBuilder));
+    let (strict, _) = ranked_web(
+        "strict-web",
+        Some(KindLimits {
+            max_items: Some(1),
+            ..KindLimits::NONE
+        }),
+    );
+    let r = web_report(&run(vec![down, strict]).await);
+    assert_eq!(r.provider.as_deref(), Some("strict-web"));
+    assert_eq!(r.params.unwrap().max_items, 1);
+    assert_eq!((r.kept, r.over_limits), (1, 4), "{r:?}");
+
+    // A similarity that is not one: that provider is passed for the next, saying why.
+    let (bad, _) = ranked_web(
+        "odd-web",
+        Some(KindLimits {
+            min_similarity: Some(1.5),
+            ..KindLimits::NONE
+        }),
+    );
+    let (good, _) = ranked_web("open-web", None);
+    let h = run(vec![bad, good]).await;
+    assert_eq!(web_report(&h).provider.as_deref(), Some("open-web"));
+    assert!(
+        h.degradations
+            .iter()
+            .any(|d| d.message.contains("odd-web declares unusable web limits")),
+        "{:?}",
+        h.degradations
+    );
 }

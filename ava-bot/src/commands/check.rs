@@ -101,11 +101,16 @@ pub(crate) async fn run(
                     let info = opened.store.info();
                     let space = info
                         .embedding_space
+                        .as_ref()
                         .map_or_else(|| "no vectors yet".to_owned(), |s| format!("vectors {s}"));
                     lines.line(
                         "store",
                         Status::Ok,
-                        &format!("{shown}, {space}, opened in {}", ms(started.elapsed())),
+                        &format!(
+                            "{shown} ({}), {space}, opened in {}",
+                            info.kind(),
+                            ms(started.elapsed())
+                        ),
                     )?;
                     embedder = Some((opened.embedder, opened.embedder_note));
                 }

@@ -5,6 +5,7 @@ pub(crate) mod check;
 pub(crate) mod consolidate;
 pub(crate) mod context;
 pub(crate) mod demo;
+pub(crate) mod docs;
 pub(crate) mod forget;
 pub(crate) mod history;
 pub(crate) mod import;

@@ -26,15 +26,21 @@ pub(crate) async fn run(
         let info = opened.store.info();
         writeln!(
             out,
-            "store: {}",
-            info.location.as_deref().unwrap_or(&info.name)
+            "store: {} ({})",
+            info.location.as_deref().unwrap_or(&info.name),
+            info.kind()
         )?;
         writeln!(out, "totals: not supported on postgres yet")?;
         writeln!(out, "{}", opened.embedder_note)?;
         return list_user_scopes(&*opened.store, args, out).await;
     };
     let s = sqlite.stats().await?;
-    writeln!(out, "store: {}", sqlite.path().display())?;
+    writeln!(
+        out,
+        "store: {} ({})",
+        sqlite.path().display(),
+        opened.store.info().kind()
+    )?;
     writeln!(
         out,
         "size: {:.1} MiB",

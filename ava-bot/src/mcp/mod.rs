@@ -69,6 +69,8 @@ pub(crate) struct Memory {
     reranker: Option<Arc<dyn hydrate::Reranker>>,
     /// Where `context` gets web results (`ava --web-search-url`; `None`: nowhere).
     web: Option<Arc<dyn hydrate::ContextSource>>,
+    /// Where `context` gets passages of the user's documents (`ava docs`; `None`: nowhere).
+    documents: Option<Arc<dyn hydrate::ContextSource>>,
     tools: Vec<Tool>,
 }
 
@@ -86,6 +88,7 @@ impl Memory {
             allocation: None,
             reranker: None,
             web: None,
+            documents: None,
             tools: tools()?,
         })
     }
@@ -105,6 +108,15 @@ impl Memory {
     /// Adds web results from `web` to each `context` prompt.
     pub(crate) fn with_web(mut self, web: Option<Arc<dyn hydrate::ContextSource>>) -> Self {
         self.web = web;
+        self
+    }
+
+    /// Adds passages of the user's documents from `documents` to each `context` prompt.
+    pub(crate) fn with_documents(
+        mut self,
+        documents: Option<Arc<dyn hydrate::ContextSource>>,
+    ) -> Self {
+        self.documents = documents;
         self
     }
 }
@@ -629,7 +641,8 @@ impl AvaMcp {
         )?
         .with_allocation(self.memory.allocation.clone())
         .with_reranker(self.memory.reranker.clone())
-        .with_web(self.memory.web.clone());
+        .with_web(self.memory.web.clone())
+        .with_documents(self.memory.documents.clone());
         let prompt = agent.prepare(&self.scope, &a.message).await?;
         let blocks: Vec<String> = prompt
             .messages
