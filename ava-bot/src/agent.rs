@@ -144,6 +144,16 @@ impl Agent {
         self
     }
 
+    /// The same agent, adding to each prompt the memories `graph` finds from the message's
+    /// names and one hop further (`None` adds none; see [`crate::config::graph`]).
+    pub(crate) fn with_graph(mut self, graph: Option<Arc<dyn hydrate::ContextSource>>) -> Self {
+        if let Some(source) = graph {
+            let config = (*self.config).clone();
+            self.config = Arc::new(config.with_source(hydrate::SourceKind::Graph, source));
+        }
+        self
+    }
+
     /// The same agent, adding passages of the user's documents from `documents` to each
     /// prompt (`None` adds none; see [`crate::config::documents`]).
     pub(crate) fn with_documents(
@@ -261,7 +271,8 @@ impl Agent {
                 };
                 (blame, anyhow::Error::new(e).context("ask the model"))
             });
-        let mut user_turn = NewMemory::new(message)
+        // Every turn is tagged with the names it mentions: the graph source's index.
+        let mut user_turn = hydrate::with_entity_tags(NewMemory::new(message))
             .with_role(Role::User)
             .with_source(source)
             .at(received);
@@ -278,7 +289,7 @@ impl Agent {
             && let Ok(inference) = &answer
             && !inference.reply.trim().is_empty()
         {
-            let reply = NewMemory::new(inference.reply.as_str())
+            let reply = hydrate::with_entity_tags(NewMemory::new(inference.reply.as_str()))
                 .with_role(Role::Assistant)
                 .with_source(source)
                 .with_context(in_reply_to(message));

@@ -51,6 +51,9 @@ enum Command {
     /// Index a user's text and Markdown files (`add`), list them (`list`) or remove them
     /// (`remove`): the bot, `chat` and `context` draw on their passages, with file and lines.
     Docs(commands::docs::Args),
+    /// Tag a user's stored memories with the names they mention (`index`), for the graph
+    /// context `chat`, `context` and the bot draw one hop from a message's names.
+    Graph(commands::graph::Args),
     /// Show what the store holds.
     Stats(commands::stats::Args),
     /// Remove a user's old chat turns and what is beyond each chat's cap (pinned memories
@@ -135,6 +138,7 @@ async fn run() -> anyhow::Result<()> {
         Command::Run(args) => commands::run::run(&cli.settings, &args, out).await,
         Command::Mcp(args) => commands::mcp::run(&cli.settings, &args).await,
         Command::Docs(args) => commands::docs::run(&cli.settings, &args, out).await,
+        Command::Graph(args) => commands::graph::run(&cli.settings, &args, out).await,
         Command::Stats(args) => commands::stats::run(&cli.settings, &args, out).await,
         Command::Prune(args) => commands::prune::run(&cli.settings, &args, out).await,
         Command::Consolidate(args) => commands::consolidate::run(&cli.settings, &args, out).await,

@@ -142,8 +142,9 @@ impl FactExtractor {
         } else {
             self.decide(&fresh, &existing).await?
         };
+        // Tagged with the entities they mention, like every memory hydrate writes.
         let learned = |content: &str| {
-            NewMemory::new(content)
+            crate::graph::with_entity_tags(NewMemory::new(content))
                 .with_kind(MemoryKind::Fact)
                 .with_source(exchange.source)
                 .with_context(format!(

@@ -29,6 +29,10 @@
 //!   [`remove_documents`] over any `MemoryBackend` in the user's [`documents_scope`], and
 //!   [`DocumentSource`], whose passages carry `path:start-end`; behind the cargo feature
 //!   `documents`.
+//! - `graph`: the entity graph (the graph kind): [`extract_entities`] (proper names without
+//!   a model), entity tags on memories ([`with_entity_tags`], [`index_entities`]) and
+//!   [`GraphSource`], which expands one hop from the question's entities with the path as
+//!   each item's note; behind the cargo feature `graph`.
 //! - `memory`: the memory-backed provider ([`memory_provider`], [`MemorySource`]) over any
 //!   `Arc<dyn MemoryBackend>`, with the hybrid → keyword fallback recorded.
 //! - `cues`: question understanding without a model ([`QueryCues`]: the time a question
@@ -86,6 +90,7 @@ mod cues;
 mod docs;
 mod error;
 mod facts;
+mod graph;
 mod http;
 mod hydrate;
 mod memory;
@@ -112,6 +117,11 @@ pub use docs::{
 };
 pub use error::{Error, Result};
 pub use facts::{DEFAULT_EXTRACTION_TIMEOUT, Exchange, FactExtractor, MAX_FACT_BYTES, MAX_FACTS};
+pub use graph::{
+    ENTITY_TAG_PREFIX, Entity, GRAPH_FEATURE, GraphSource, HOP_ENTITIES, Indexed, MAX_ENTITIES,
+    MAX_ENTITY_KEY_BYTES, entity_key, entity_tags, extract_entities, graph_available,
+    index_entities, with_entity_tags,
+};
 pub use hydrate::{
     Block, HydrateInput, Hydrated, HydrationConfig, SectionInfo, SessionState, hydrate,
 };

@@ -231,7 +231,8 @@ impl Ops {
     }
 
     /// Stores a fact in this scope, or, when the same fact (same normalised content) is
-    /// already there, merges into it ([`memory_core::remember_once`]); says which.
+    /// already there, merges into it ([`memory_core::remember_once`]); says which. The fact
+    /// is tagged with the entities it mentions ([`crate::with_entity_tags`]).
     pub async fn remember(
         &self,
         content: &str,
@@ -245,6 +246,7 @@ impl Ops {
         if let Some(c) = context {
             memory = memory.with_context(c);
         }
+        let memory = crate::graph::with_entity_tags(memory);
         Ok(remember_once(self.backend.as_ref(), &self.scope, memory).await?)
     }
 

@@ -7,7 +7,9 @@
 //! - [`source_contract`]: items have content and keys unique within the answer; a
 //!   similarity is within 0..=1; a memory item belongs to the query's scope or to its
 //!   user's user-wide scope (checked through `backend`, when given), never to anyone
-//!   else; asking again gives the same items.
+//!   else; asking again gives the same items. [`source_contract_asking`] is the same
+//!   contract with a question of the caller's (a source that answers only some questions,
+//!   such as the graph's, which needs a name in it).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -32,11 +34,12 @@ fn query<'a>(
     embeddings: &'a QueryEmbeddings,
     cues: &'a QueryCues,
     now: Timestamp,
+    observation: &'a str,
 ) -> SourceQuery<'a> {
     SourceQuery {
         kind,
         scope,
-        observation: QUESTION,
+        observation,
         goal: None,
         params: SourceParams {
             max_items: 20,
@@ -78,6 +81,7 @@ pub async fn reranker_contract(reranker: &dyn Reranker) {
         &embeddings,
         &cues,
         now,
+        QUESTION,
     );
     let none = reranker
         .rerank(&q, Vec::new())
@@ -126,15 +130,26 @@ pub async fn source_contract(
     scope: &Scope,
     backend: Option<&dyn MemoryBackend>,
 ) {
+    source_contract_asking(source, kind, scope, backend, QUESTION).await;
+}
+
+/// [`source_contract`], asking `question` instead of [`QUESTION`].
+pub async fn source_contract_asking(
+    source: &dyn ContextSource,
+    kind: SourceKind,
+    scope: &Scope,
+    backend: Option<&dyn MemoryBackend>,
+    question: &str,
+) {
     let who = source.name().to_owned();
     assert!(!who.is_empty(), "a source needs a name for reports");
     let strategy = ContextStrategy::default();
     let now = Timestamp::now();
-    let cues = QueryCues::read(QUESTION, now);
+    let cues = QueryCues::read(question, now);
     let mut answers = Vec::new();
     for _ in 0..2 {
-        let embeddings = QueryEmbeddings::new(QUESTION);
-        let q = query(kind, scope, &strategy, &embeddings, &cues, now);
+        let embeddings = QueryEmbeddings::new(question);
+        let q = query(kind, scope, &strategy, &embeddings, &cues, now, question);
         let mut out = SourceOutput::new();
         source
             .fetch(&q, &mut out)

@@ -122,7 +122,7 @@ fn parse_message(m: &Value, scope: &Scope) -> Parsed {
         .as_bytes(),
     ));
     let chat = scope.chat().unwrap_or_default();
-    let memory = NewMemory::new(format!("{from}: {text}"))
+    let memory = hydrate::with_entity_tags(NewMemory::new(format!("{from}: {text}")))
         .with_id(id)
         .with_role(Role::User)
         .with_source(format!("telegram-export:{chat}/{msg_id}"))

@@ -7,6 +7,7 @@ pub(crate) mod context;
 pub(crate) mod demo;
 pub(crate) mod docs;
 pub(crate) mod forget;
+pub(crate) mod graph;
 pub(crate) mod history;
 pub(crate) mod import;
 pub(crate) mod mcp;

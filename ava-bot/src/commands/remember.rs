@@ -40,7 +40,7 @@ pub(crate) async fn run(
         .transpose()
         .context("--replaces")?;
     let opened = settings.open().await?;
-    let memory = NewMemory::new(args.text.clone())
+    let memory = hydrate::with_entity_tags(NewMemory::new(args.text.clone()))
         .with_kind(MemoryKind::Fact)
         .with_tags(tags)
         .with_source("cli")

@@ -71,6 +71,8 @@ pub(crate) struct Memory {
     web: Option<Arc<dyn hydrate::ContextSource>>,
     /// Where `context` gets passages of the user's documents (`ava docs`; `None`: nowhere).
     documents: Option<Arc<dyn hydrate::ContextSource>>,
+    /// Where `context` gets memories one hop from the message's names (`None`: nowhere).
+    graph: Option<Arc<dyn hydrate::ContextSource>>,
     tools: Vec<Tool>,
 }
 
@@ -89,6 +91,7 @@ impl Memory {
             reranker: None,
             web: None,
             documents: None,
+            graph: None,
             tools: tools()?,
         })
     }
@@ -117,6 +120,13 @@ impl Memory {
         documents: Option<Arc<dyn hydrate::ContextSource>>,
     ) -> Self {
         self.documents = documents;
+        self
+    }
+
+    /// Adds memories one hop from the message's names, from `graph`, to each `context`
+    /// prompt.
+    pub(crate) fn with_graph(mut self, graph: Option<Arc<dyn hydrate::ContextSource>>) -> Self {
+        self.graph = graph;
         self
     }
 }
@@ -496,7 +506,7 @@ impl AvaMcp {
             .map(Tag::new)
             .collect::<Result<Vec<_>, _>>()
             .context("bad `tags`")?;
-        let mut memory = NewMemory::new(a.content)
+        let mut memory = hydrate::with_entity_tags(NewMemory::new(a.content))
             .with_kind(MemoryKind::Fact)
             .with_source("mcp")
             .with_tags(tags);
@@ -642,7 +652,8 @@ impl AvaMcp {
         .with_allocation(self.memory.allocation.clone())
         .with_reranker(self.memory.reranker.clone())
         .with_web(self.memory.web.clone())
-        .with_documents(self.memory.documents.clone());
+        .with_documents(self.memory.documents.clone())
+        .with_graph(self.memory.graph.clone());
         let prompt = agent.prepare(&self.scope, &a.message).await?;
         let blocks: Vec<String> = prompt
             .messages
