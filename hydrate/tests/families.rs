@@ -1,6 +1,7 @@
 //! Every provider family in one request: memories (temporal, knowledge, semantic), a
 //! user's documents (vector), the entity graph, web search on a loopback SearxNG and an
-//! HTTP reranker, first with room for all of them, then under a tight budget and deadlines.
+//! HTTP reranker, first with room for all of them, then under a tight budget and deadlines;
+//! then with the documents and graph behind a slow, then a failing, store.
 //! Needs the `documents`, `graph`, `web-search` and `rerank-http` features (all on in
 //! `--all-features`).
 
@@ -19,11 +20,14 @@ use std::time::Duration;
 
 use common::{chat_scope, config, embedder, input, request, seed_alice};
 use hydrate::{
-    DocumentSource, GraphSource, HttpReranker, HttpRerankerConfig, HydrationConfig, SourceKind,
-    SourceStatus, WebSearchConfig, WebSearchSource, add_document, compile, hydrate,
-    with_entity_tags,
+    DegradationKind, DocumentSource, GraphSource, HttpReranker, HttpRerankerConfig,
+    HydrationConfig, SourceKind, SourceStatus, WebSearchConfig, WebSearchSource, add_document,
+    compile, hydrate, with_entity_tags,
 };
-use memory_core::{MemoryBackend, NewMemory};
+use memory_core::{
+    BackendInfo, Capabilities, Filter, MemoryBackend, MemoryEntry, MemoryError, MemoryId,
+    MemoryPatch, NewMemory, PrunePolicy, PruneReport, Scope, ScoredMemory, SearchRequest, TagQuery,
+};
 use memory_inmem::InMemoryBackend;
 use serde_json::{Value, json};
 use wiremock::matchers::method;
@@ -78,7 +82,11 @@ async fn servers() -> (MockServer, MockServer) {
     (web, rerank)
 }
 
-async fn setup(web: &MockServer, rerank: &MockServer, dir: &std::path::Path) -> HydrationConfig {
+async fn setup(
+    web: &MockServer,
+    rerank: &MockServer,
+    dir: &std::path::Path,
+) -> (HydrationConfig, Arc<dyn MemoryBackend>) {
     let store: Arc<dyn MemoryBackend> = Arc::new(InMemoryBackend::new(Some(embedder())));
     let alice = chat_scope("alice");
     seed_alice(store.as_ref()).await;
@@ -130,14 +138,14 @@ async fn setup(web: &MockServer, rerank: &MockServer, dir: &std::path::Path) -> 
         })
         .unwrap(),
     );
-    cfg
+    (cfg, store)
 }
 
 #[tokio::test]
 async fn every_family_reaches_the_prompt_and_fits_a_tight_budget() {
     let (web, rerank) = servers().await;
     let dir = tempfile::tempdir().unwrap();
-    let cfg = setup(&web, &rerank, dir.path()).await;
+    let (cfg, _) = setup(&web, &rerank, dir.path()).await;
     let run = async |budget: u32| {
         hydrate(&cfg, &input(chat_scope("alice"), request(QUESTION, budget)))
             .await
@@ -190,5 +198,159 @@ async fn every_family_reaches_the_prompt_and_fits_a_tight_budget() {
         );
         let text: String = prompt.messages.iter().map(|m| m.content.as_str()).collect();
         assert!(!text.contains("garam masala"), "{text}");
+    }
+}
+
+/// The store as the document and graph sources see it: reads that take `delay`, then
+/// fail if `fail` is set. Writes and everything else pass straight through.
+#[derive(Debug)]
+struct Troubled {
+    inner: Arc<dyn MemoryBackend>,
+    delay: Duration,
+    fail: bool,
+}
+
+impl Troubled {
+    async fn read<T>(
+        &self,
+        f: impl Future<Output = memory_core::Result<T>>,
+    ) -> memory_core::Result<T> {
+        tokio::time::sleep(self.delay).await;
+        if self.fail {
+            return Err(MemoryError::Backend {
+                backend: "troubled".into(),
+                message: "the disk went away".into(),
+                source: None,
+            });
+        }
+        f.await
+    }
+}
+
+#[async_trait::async_trait]
+impl MemoryBackend for Troubled {
+    fn info(&self) -> BackendInfo {
+        self.inner.info()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn store_batch(
+        &self,
+        s: &Scope,
+        m: Vec<NewMemory>,
+    ) -> memory_core::Result<Vec<MemoryEntry>> {
+        self.inner.store_batch(s, m).await
+    }
+    async fn get(&self, s: &Scope, id: MemoryId) -> memory_core::Result<MemoryEntry> {
+        self.inner.get(s, id).await
+    }
+    async fn search(&self, s: &Scope, r: &SearchRequest) -> memory_core::Result<Vec<ScoredMemory>> {
+        self.read(self.inner.search(s, r)).await
+    }
+    async fn recent(
+        &self,
+        s: &Scope,
+        limit: usize,
+        f: &Filter,
+    ) -> memory_core::Result<Vec<MemoryEntry>> {
+        self.read(self.inner.recent(s, limit, f)).await
+    }
+    async fn by_tags(
+        &self,
+        s: &Scope,
+        t: &TagQuery,
+        limit: usize,
+    ) -> memory_core::Result<Vec<MemoryEntry>> {
+        self.read(self.inner.by_tags(s, t, limit)).await
+    }
+    async fn update(
+        &self,
+        s: &Scope,
+        id: MemoryId,
+        p: MemoryPatch,
+    ) -> memory_core::Result<MemoryEntry> {
+        self.inner.update(s, id, p).await
+    }
+    async fn delete(&self, s: &Scope, id: MemoryId) -> memory_core::Result<()> {
+        self.inner.delete(s, id).await
+    }
+    async fn delete_scope(&self, s: &Scope) -> memory_core::Result<u64> {
+        self.inner.delete_scope(s).await
+    }
+    async fn prune(&self, s: &Scope, p: &PrunePolicy) -> memory_core::Result<PruneReport> {
+        self.inner.prune(s, p).await
+    }
+    async fn count(&self, s: &Scope) -> memory_core::Result<u64> {
+        self.inner.count(s).await
+    }
+    async fn user_scopes(&self, tenant: &str, user: &str) -> memory_core::Result<Vec<Scope>> {
+        self.inner.user_scopes(tenant, user).await
+    }
+}
+
+/// Documents and graph behind a slow store miss their deadline, behind a failing one they
+/// fail; either way the request goes on with what the other families found, and each
+/// degradation names its kind.
+#[tokio::test]
+async fn slow_or_failing_documents_and_graph_degrade_the_request() {
+    let (web, rerank) = servers().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, store) = setup(&web, &rerank, dir.path()).await;
+    // A timeout keeps what arrived before it (here nothing): partial; a failure: failed.
+    for (delay, fail, expected, status) in [
+        (
+            Duration::from_millis(400),
+            false,
+            DegradationKind::Timeout,
+            SourceStatus::Partial,
+        ),
+        (
+            Duration::ZERO,
+            true,
+            DegradationKind::SourceFailed,
+            SourceStatus::Failed,
+        ),
+    ] {
+        let troubled: Arc<dyn MemoryBackend> = Arc::new(Troubled {
+            inner: Arc::clone(&store),
+            delay,
+            fail,
+        });
+        let cfg = cfg
+            .clone()
+            .with_source(
+                SourceKind::Vector,
+                Arc::new(DocumentSource::new(Arc::clone(&troubled), Some(embedder())).unwrap()),
+            )
+            .with_source(
+                SourceKind::Graph,
+                Arc::new(GraphSource::new(troubled).unwrap()),
+            )
+            .with_deadline_for(SourceKind::Vector, Duration::from_millis(100))
+            .with_deadline_for(SourceKind::Graph, Duration::from_millis(100));
+        let h = hydrate(&cfg, &input(chat_scope("alice"), request(QUESTION, 8000)))
+            .await
+            .unwrap();
+        for kind in [SourceKind::Vector, SourceKind::Graph] {
+            assert!(
+                h.degradations
+                    .iter()
+                    .any(|d| d.source == Some(kind) && d.kind == expected),
+                "{kind} {expected:?}: {:?}",
+                h.degradations
+            );
+            let s = h.sources.iter().find(|s| s.kind == kind).unwrap();
+            assert_eq!(s.status, status, "{s:?}");
+            assert_eq!(s.kept, 0, "{s:?}");
+        }
+        let prompt = compile(&cfg, &h).unwrap();
+        let text: String = prompt.messages.iter().map(|m| m.content.as_str()).collect();
+        assert!(text.contains("example.org/dal"), "web still there: {text}");
+        assert!(
+            text.contains("red lentil dal"),
+            "memories still there: {text}"
+        );
+        assert!(!text.contains("dal.md:"), "{text}");
     }
 }
