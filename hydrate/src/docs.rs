@@ -35,7 +35,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use memory_core::{
     Capability, EmbeddingProvider, Filter, MemoryBackend, MemoryEntry, MemoryError, MemoryKind,
-    NewMemory, Scope, SearchMode, SearchRequest, Tag, TagQuery, Timestamp,
+    NewMemory, Scope, SearchMode, SearchRequest, Tag, TagQuery, Timestamp, ensure_scope,
 };
 
 use crate::error::{Error, Result};
@@ -675,17 +675,13 @@ impl ContextSource for DocumentSource {
             SearchMode::Semantic => "semantic",
         });
         let hits = self.store.search(&docs, &request).await?;
+        // Backends check this already; a passage of anyone else must never get through.
+        ensure_scope(
+            &self.store.info().name,
+            &docs,
+            hits.iter().map(|h| &h.entry),
+        )?;
         for hit in hits {
-            // Backends check this already; a passage of anyone else must never get through.
-            if hit.entry.scope != docs {
-                return Err(Error::source_failed(
-                    self.name(),
-                    format!(
-                        "the store returned a passage of {} for a search of {docs}; refused",
-                        hit.entry.scope
-                    ),
-                ));
-            }
             let Some(origin) = Origin::read(&hit.entry) else {
                 continue;
             };

@@ -59,7 +59,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use memory_core::{
     Capability, Filter, MAX_TAG_BYTES, MemoryBackend, MemoryEntry, MemoryError, MemoryId,
-    MemoryPatch, NewMemory, Scope, Tag, TagQuery, TagSet, Timestamp,
+    MemoryPatch, NewMemory, Scope, Tag, TagQuery, TagSet, Timestamp, ensure_scope,
 };
 
 use crate::error::{Error, Result};
@@ -486,16 +486,8 @@ impl GraphSource {
         } else {
             self.store.by_tags(scope, &query, limit).await?
         };
-        if let Some(e) = entries.iter().find(|e| &e.scope != scope) {
-            // Backends check this already; a memory of anyone else must never get through.
-            return Err(Error::source_failed(
-                self.name(),
-                format!(
-                    "the store returned a memory of {} for a search of {scope}; refused",
-                    e.scope
-                ),
-            ));
-        }
+        // Backends check this already; a memory of anyone else must never get through.
+        ensure_scope(&self.store.info().name, scope, &entries)?;
         Ok(entries)
     }
 }

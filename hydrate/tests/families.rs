@@ -29,9 +29,9 @@ use memory_core::{
     MemoryPatch, NewMemory, PrunePolicy, PruneReport, Scope, ScoredMemory, SearchRequest, TagQuery,
 };
 use memory_inmem::InMemoryBackend;
-use serde_json::{Value, json};
+use serde_json::json;
 use wiremock::matchers::method;
-use wiremock::{Mock, MockServer, Request, ResponseTemplate};
+use wiremock::{Mock, MockServer, ResponseTemplate};
 
 /// The usual question, naming someone the graph knows.
 const QUESTION: &str = "Could Priya make that lentil dal again? What did it need?";
@@ -54,31 +54,7 @@ async fn servers() -> (MockServer, MockServer) {
         .mount(&web)
         .await;
     // Whatever mentions cumin or turmeric first; the tax forms dropped.
-    let rerank = MockServer::start().await;
-    Mock::given(method("POST"))
-        .respond_with(|req: &Request| {
-            let body: Value = serde_json::from_slice(&req.body).unwrap();
-            let results: Vec<Value> = body["documents"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .enumerate()
-                .map(|(i, d)| {
-                    let d = d.as_str().unwrap();
-                    let s = if d.contains("Tax") {
-                        0.0
-                    } else if d.contains("cumin") || d.contains("turmeric") {
-                        0.9
-                    } else {
-                        0.5
-                    };
-                    json!({"index": i, "relevance_score": s})
-                })
-                .collect();
-            ResponseTemplate::new(200).set_body_json(json!({"results": results}))
-        })
-        .mount(&rerank)
-        .await;
+    let rerank = common::spice_reranker().await;
     (web, rerank)
 }
 

@@ -20,7 +20,7 @@ use hydrate::{
 use memory_inmem::InMemoryBackend;
 use serde_json::{Value, json};
 use wiremock::matchers::{method, path, query_param};
-use wiremock::{Mock, MockServer, Request, ResponseTemplate};
+use wiremock::{Mock, MockServer, ResponseTemplate};
 
 /// SearxNG's answer shape, trimmed to what matters plus the fields it also sends.
 fn answer() -> Value {
@@ -201,31 +201,7 @@ async fn every_family_at_once_under_a_tight_budget_and_deadlines() {
         .mount(&web)
         .await;
     // The reranker puts whatever mentions turmeric or cumin first and drops the tax forms.
-    let rerank = MockServer::start().await;
-    Mock::given(method("POST"))
-        .respond_with(|req: &Request| {
-            let body: Value = serde_json::from_slice(&req.body).unwrap();
-            let results: Vec<Value> = body["documents"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .enumerate()
-                .map(|(i, d)| {
-                    let d = d.as_str().unwrap();
-                    let s = if d.contains("Tax") {
-                        0.0
-                    } else if d.contains("cumin") || d.contains("turmeric") {
-                        0.9
-                    } else {
-                        0.5
-                    };
-                    json!({"index": i, "relevance_score": s})
-                })
-                .collect();
-            ResponseTemplate::new(200).set_body_json(json!({"results": results}))
-        })
-        .mount(&rerank)
-        .await;
+    let rerank = common::spice_reranker().await;
     let mut cfg = with_web(&web, Duration::from_secs(2))
         .await
         .with_deadline(Duration::from_secs(2));

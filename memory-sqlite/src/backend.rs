@@ -451,10 +451,9 @@ impl SqliteBackend {
         self.worker
             .call(move |conn| {
                 let path = conn.path.clone();
-                let mine = conn.space().cloned();
                 let place = Place {
                     path: &path,
-                    mine: mine.as_ref(),
+                    mine: conn.space(),
                     space_checked_at: conn.space_checked_at(),
                     cache: cache.as_deref(),
                     caller: false,

@@ -111,15 +111,7 @@ impl PendingAccess {
 
     /// Notes that these memories were recalled at `now`.
     pub(crate) fn note(&self, pks: &[i64], now: Timestamp) {
-        let mut pending = self.lock();
-        for &pk in pks {
-            if pending.len() >= MAX_PENDING_ACCESS && !pending.contains_key(&pk) {
-                return;
-            }
-            let e = pending.entry(pk).or_insert((0, 0));
-            e.0 += 1;
-            e.1 = e.1.max(now.as_millis());
-        }
+        self.merge(pks.iter().map(|&pk| (pk, (1, now.as_millis()))));
     }
 
     /// Takes what is pending, to be written; see [`Self::restore`].
@@ -129,10 +121,15 @@ impl PendingAccess {
 
     /// Puts back counts that could not be written, merged with those noted meanwhile.
     fn restore(&self, counts: HashMap<i64, (u64, i64)>) {
+        self.merge(counts);
+    }
+
+    /// Adds (pk, (count, latest time)) pairs; a new pk past [`MAX_PENDING_ACCESS`] ends it.
+    fn merge(&self, counts: impl IntoIterator<Item = (i64, (u64, i64))>) {
         let mut pending = self.lock();
         for (pk, (n, at)) in counts {
             if pending.len() >= MAX_PENDING_ACCESS && !pending.contains_key(&pk) {
-                break;
+                return;
             }
             let e = pending.entry(pk).or_insert((0, 0));
             e.0 += n;

@@ -190,3 +190,36 @@ fn redact_uuids(s: &str, ids: &mut Vec<String>) -> String {
     }
     out
 }
+
+/// A Cohere-shaped `/rerank` server on loopback that puts whatever mentions cumin or
+/// turmeric first (0.9), everything else at 0.5, and the tax forms at 0 (dropped by a
+/// `min_score`).
+pub(crate) async fn spice_reranker() -> wiremock::MockServer {
+    let server = wiremock::MockServer::start().await;
+    wiremock::Mock::given(wiremock::matchers::method("POST"))
+        .respond_with(|req: &wiremock::Request| {
+            let body: Value = serde_json::from_slice(&req.body).unwrap();
+            let results: Vec<Value> = body["documents"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .enumerate()
+                .map(|(i, d)| {
+                    let d = d.as_str().unwrap();
+                    let s = if d.contains("Tax") {
+                        0.0
+                    } else if d.contains("cumin") || d.contains("turmeric") {
+                        0.9
+                    } else {
+                        0.5
+                    };
+                    serde_json::json!({"index": i, "relevance_score": s})
+                })
+                .collect();
+            wiremock::ResponseTemplate::new(200)
+                .set_body_json(serde_json::json!({"results": results}))
+        })
+        .mount(&server)
+        .await;
+    server
+}
