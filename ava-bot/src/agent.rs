@@ -252,7 +252,10 @@ impl Agent {
         let previous = match self.store.recent(scope, 1, &messages_only).await {
             Ok(mut last) => last.pop(),
             Err(e) => {
-                tracing::warn!(error = %e, "could not read the previous message");
+                tracing::warn!(
+                    error = %crate::std_error_chain(&e),
+                    "could not read the previous message"
+                );
                 None
             }
         };
@@ -356,7 +359,7 @@ async fn learn(
         }
         Err(e) => tracing::warn!(
             scope = %scope,
-            error = %crate::llm::error_chain(&e),
+            error = %crate::std_error_chain(&e),
             "fact extraction failed; no memory was changed"
         ),
     }

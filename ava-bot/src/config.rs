@@ -1,16 +1,15 @@
 //! Settings shared by every subcommand (flags with environment fallbacks) and the code that
 //! turns them into a store and an embedder.
 
-use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::ValueEnum;
-use memory_core::embedders::{
+use memory_core::{EmbeddingProvider, HashingEmbedder, MemoryBackend, Scope, Secret};
+use memory_embedders::{
     ApiKey, OllamaConfig, OllamaEmbedder, OpenAiConfig, OpenAiEmbedder, resolve_model_dir,
 };
-use memory_core::{EmbeddingProvider, HashingEmbedder, MemoryBackend, Scope};
 use memory_sqlite::{SqliteBackend, SqliteConfig};
 use prompt_ir::BudgetAllocation;
 
@@ -31,33 +30,13 @@ pub(crate) enum EmbedderChoice {
     None,
 }
 
-/// A secret read from the environment: never printed, never logged.
-#[derive(Clone, Default)]
-pub(crate) struct Secret(Option<String>);
-
-impl Secret {
-    pub(crate) fn from_env(var: &str) -> Self {
-        Self(std::env::var(var).ok().filter(|v| !v.trim().is_empty()))
-    }
-
-    #[cfg(test)]
-    pub(crate) fn for_tests(value: &str) -> Self {
-        Self(Some(value.to_owned()))
-    }
-
-    pub(crate) fn expose(&self) -> Option<&str> {
-        self.0.as_deref()
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(if self.0.is_some() {
-            "<redacted>"
-        } else {
-            "<unset>"
-        })
-    }
+/// A secret read from the environment (unset or blank is none): a [`memory_core::Secret`],
+/// never printed, never logged.
+pub(crate) fn secret_from_env(var: &str) -> Option<Secret> {
+    std::env::var(var)
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .map(Secret::new)
 }
 
 /// Settings every subcommand shares.
@@ -140,9 +119,7 @@ impl WebArgs {
         };
         let config = hydrate::WebSearchConfig {
             language: self.web_language.clone(),
-            api_key: Secret::from_env("AVA_WEB_SEARCH_KEY")
-                .expose()
-                .map(hydrate::Secret::new),
+            api_key: secret_from_env("AVA_WEB_SEARCH_KEY"),
             ..hydrate::WebSearchConfig::new(url.clone())
         };
         Ok(Some(hydrate::WebSearchSource::new(config, embedder)?))
@@ -227,9 +204,7 @@ impl RerankArgs {
         let config = hydrate::HttpRerankerConfig {
             model: self.rerank_model.clone(),
             api: hydrate::RerankApi::parse(&self.rerank_api)?,
-            api_key: Secret::from_env("AVA_RERANK_KEY")
-                .expose()
-                .map(hydrate::Secret::new),
+            api_key: secret_from_env("AVA_RERANK_KEY"),
             timeout: std::time::Duration::from_millis(self.rerank_timeout_ms),
             min_score: self.rerank_min_score,
             ..hydrate::HttpRerankerConfig::new(url.clone())
@@ -349,9 +324,8 @@ impl Settings {
                 Ok((Some(Arc::new(e)), note))
             }
             EmbedderChoice::Openai => {
-                let api_key = Secret::from_env("OPENAI_API_KEY")
-                    .expose()
-                    .map(ApiKey::new)
+                let api_key = secret_from_env("OPENAI_API_KEY")
+                    .map(|key| ApiKey::new(key.expose()))
                     .transpose()?;
                 let config = OpenAiConfig {
                     base_url: self.openai_url.clone(),
@@ -370,7 +344,7 @@ impl Settings {
 
     #[cfg(feature = "local")]
     fn local_embedder(&self) -> anyhow::Result<(Option<Arc<dyn EmbeddingProvider>>, String)> {
-        use memory_core::embedders::{LocalConfig, LocalEmbedder};
+        use memory_embedders::{LocalConfig, LocalEmbedder};
         let dir = resolve_model_dir(self.model_dir.as_deref())?;
         if !dir.is_complete() {
             if self.embedder == EmbedderChoice::Local {
@@ -437,6 +411,7 @@ impl Settings {
                 let store = match SqliteBackend::open(&path, embedder.clone(), config).await {
                     Ok(store) => store,
                     Err(e) => {
+                        let e = memory_core::MemoryError::from(e);
                         let hint = sqlite_hint(&e, self.db.is_none());
                         let e = anyhow::Error::new(e)
                             .context(format!("open memory store {}", path.display()));
@@ -583,9 +558,10 @@ mod tests {
     }
 
     #[test]
-    fn secrets_do_not_print() {
-        let s = Secret(Some("sk-live-123".into()));
-        assert_eq!(format!("{s:?}"), "<redacted>");
-        assert_eq!(s.expose(), Some("sk-live-123"));
+    fn secrets_from_the_environment_do_not_print() {
+        // PATH is set everywhere tests run; no secret, but any value will do.
+        let s = secret_from_env("PATH").expect("PATH is set");
+        assert_eq!(format!("{s:?}"), "Secret(<redacted>)");
+        assert!(secret_from_env("AVA_TEST_VARIABLE_NOBODY_SETS").is_none());
     }
 }

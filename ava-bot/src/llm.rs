@@ -24,7 +24,8 @@ use ollama_rs::generation::chat::{ChatMessage as OllamaMessage, MessageRole};
 use ollama_rs::generation::tools::{ToolCall as OllamaToolCall, ToolCallFunction, ToolInfo};
 use serde_json::{Value, json};
 
-use crate::config::{Secret, Settings};
+use crate::config::{Settings, secret_from_env};
+use memory_core::Secret;
 
 /// Which kind of server answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -72,7 +73,7 @@ impl LlmSettings {
             LlmChoice::Openai => Arc::new(OpenAiChat::new(
                 self.llm_url.as_deref().unwrap_or(&settings.openai_url),
                 self.llm_model.as_deref().unwrap_or("gpt-4o-mini"),
-                &Secret::from_env("OPENAI_API_KEY"),
+                secret_from_env("OPENAI_API_KEY").as_ref(),
                 timeout,
             )?),
         })
@@ -202,7 +203,7 @@ impl ChatModel for OllamaChat {
             self.client
                 .send_chat_messages(request)
                 .await
-                .map_err(|e| hydrate::Error::model(&self.model, error_chain(&e), e))
+                .map_err(|e| hydrate::Error::model(&self.model, "", e))
         })
         .await?;
         let tool_calls = response
@@ -249,14 +250,14 @@ impl OpenAiChat {
     pub(crate) fn new(
         url: &str,
         model: &str,
-        api_key: &Secret,
+        api_key: Option<&Secret>,
         timeout: Duration,
     ) -> anyhow::Result<Self> {
         let base = check_url(url)?.trim_end_matches('/').to_owned();
         // Every field set: async-openai's defaults would read OPENAI_* variables themselves.
         let config = OpenAIConfig::new()
             .with_api_base(&base)
-            .with_api_key(api_key.expose().unwrap_or_default())
+            .with_api_key(api_key.map(Secret::expose).unwrap_or_default())
             .with_org_id("")
             .with_project_id("");
         Ok(Self {
@@ -346,7 +347,7 @@ impl ChatModel for OpenAiChat {
                 .chat()
                 .create(request)
                 .await
-                .map_err(|e| hydrate::Error::model(&self.model, error_chain(&e), e))
+                .map_err(|e| hydrate::Error::model(&self.model, "", e))
         })
         .await?;
         let Some(choice) = response.choices.into_iter().next() else {
@@ -379,21 +380,6 @@ impl ChatModel for OpenAiChat {
             tool_calls,
         })
     }
-}
-
-/// An error and its sources on one line (the clients' top-level messages are terse).
-pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut next = e.source();
-    while let Some(s) = next {
-        let s_text = s.to_string();
-        if !out.contains(&s_text) {
-            out.push_str(": ");
-            out.push_str(&s_text);
-        }
-        next = s.source();
-    }
-    out
 }
 
 #[cfg(test)]

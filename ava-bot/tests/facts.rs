@@ -356,7 +356,7 @@ async fn consolidate_folds_a_fact_stored_twice_and_keeps_the_copy_in_the_history
     )
     .await
     .unwrap();
-    store.close();
+    store.close().await;
     let copy = copy.id.to_string();
 
     let d = db.clone();

@@ -35,7 +35,7 @@ async fn store_untagged(db: &std::path::Path, user: &str, start: &str, texts: &[
         })
         .collect();
     store.store_batch(&scope, memories).await.unwrap();
-    store.close();
+    store.close().await;
 }
 
 #[cfg(feature = "graph")]

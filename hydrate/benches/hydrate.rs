@@ -248,5 +248,5 @@ fn main() {
         },
     );
     c.final_summary();
-    store.close();
+    rt.block_on(store.close());
 }

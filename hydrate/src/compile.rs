@@ -20,17 +20,18 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use prompt_ir::{Action, ContentHash, PromptIR, Section, TokenBudget, Tokenizer, compress};
+use prompt_ir::{
+    Action, Compressed, ContentHash, PromptIR, Section, TokenBudget, Tokenizer, compress,
+};
 use serde::Serialize;
 
 use crate::chat::{ChatMessage, ChatRole, ToolSpec};
+use crate::config::{HydrateInput, HydrationConfig, canonical_json};
 use crate::error::Result;
-use crate::hydrate::{Block, Hydrated, HydrationConfig, canonical_json};
+use crate::hydrate::{Block, Hydrated, hydrate};
 use crate::render::{self, BLOCK_CLOSE};
-use crate::report::{
-    BudgetExplain, Degradation, DegradationKind, ExplainReport, SectionExplain, ToolExplain,
-};
-use crate::source::SourceKind;
+use crate::report::{BudgetExplain, ExplainReport, SectionExplain, ToolExplain};
+use crate::source::{Degradation, DegradationKind, SourceKind};
 
 /// Tokens a chat format adds around each message (role markers), as an estimate.
 pub const MESSAGE_OVERHEAD_TOKENS: u32 = 4;
@@ -223,6 +224,17 @@ fn render_messages(hydrated: &Hydrated, ir: &PromptIR) -> Vec<(Block, ChatMessag
     messages
 }
 
+/// The sections' compression and the framing around what it kept, as chosen by [`fit`].
+struct Fitted {
+    compressed: Compressed,
+    /// Tokens compression was given: `available - framing` (at least 1).
+    for_sections: u32,
+    /// The framing of what was kept.
+    used: u32,
+    /// The framing reserved.
+    framing: u32,
+}
+
 /// Fits a hydrated prompt into its budget and renders it; see the module docs.
 pub fn compile(config: &HydrationConfig, hydrated: &Hydrated) -> Result<CompiledPrompt> {
     let span = tracing::info_span!(
@@ -240,11 +252,33 @@ pub fn compile(config: &HydrationConfig, hydrated: &Hydrated) -> Result<Compiled
     );
     let _entered = span.enter();
     let started = Instant::now();
+    let fitted = fit(config, hydrated)?;
+    let ir = &fitted.compressed.ir;
+    let (layout, messages): (Vec<Block>, Vec<ChatMessage>) =
+        render_messages(hydrated, ir).into_iter().unzip();
+    let tools: Vec<ToolSpec> = ir.tools().iter().map(ToolSpec::from).collect();
+    let report = explain(hydrated, &fitted, &messages, &tools);
+    trace(config, &span, &report, &messages);
+    span.record("duration_ms", started.elapsed().as_secs_f64() * 1e3);
+
+    Ok(CompiledPrompt {
+        messages,
+        layout,
+        tools,
+        request_hash: report.request_hash.clone(),
+        report,
+    })
+}
+
+/// Compresses the sections into what the budget leaves after their framing (block
+/// openings, separators, day headers, message overheads), reserving as little framing as
+/// still fits.
+fn fit(config: &HydrationConfig, hydrated: &Hydrated) -> Result<Fitted> {
     let tokenizer = config.tokenizer.as_ref();
     let budget = &hydrated.budget;
     let available = budget.available();
     let frame = Frame::new(hydrated, tokenizer);
-    let fit = |framing: u32| -> Result<_> {
+    let attempt = |framing: u32| -> Result<_> {
         let for_sections = available.saturating_sub(framing).max(1);
         let section_budget =
             TokenBudget::new(for_sections)?.with_allocation(budget.allocation().clone());
@@ -258,7 +292,7 @@ pub fn compile(config: &HydrationConfig, hydrated: &Hydrated) -> Result<Compiled
     // for the least framing to reserve whose fit still fits with the framing it renders
     // with. Only a fit that fits is kept, and the one holding the most wins.
     let mut framing = frame.cost(std::iter::repeat(true));
-    let (mut compressed, mut for_sections, mut used) = fit(framing)?;
+    let (mut compressed, mut for_sections, mut used) = attempt(framing)?;
     // When what may not be cut overflows the room the whole framing leaves, the fit drops
     // the rest, whose blocks then need no framing: reserve less by the overflow (no less
     // than what that fit renders with) and fit again. Below that reserve nothing overflows,
@@ -272,7 +306,7 @@ pub fn compile(config: &HydrationConfig, hydrated: &Hydrated) -> Result<Compiled
             .sum();
         let reserve = framing.saturating_sub(excess);
         if reserve >= used && reserve < framing {
-            let (retry, retry_for, retry_used) = fit(reserve)?;
+            let (retry, retry_for, retry_used) = attempt(reserve)?;
             let total = retry.report.tokens_after.saturating_add(retry_used);
             if retry.report.fits() && total <= available {
                 framing = reserve;
@@ -298,7 +332,7 @@ pub fn compile(config: &HydrationConfig, hydrated: &Hydrated) -> Result<Compiled
         && smallest_dropped(&compressed.report).is_some_and(|t| t < available.saturating_sub(best))
     {
         let mid = lo + (hi - lo) / 2;
-        let (retry, retry_for, retry_used) = fit(mid)?;
+        let (retry, retry_for, retry_used) = attempt(mid)?;
         let total = retry.report.tokens_after.saturating_add(retry_used);
         if retry.report.fits() && total <= available {
             hi = mid;
@@ -311,13 +345,32 @@ pub fn compile(config: &HydrationConfig, hydrated: &Hydrated) -> Result<Compiled
             lo = mid + 1;
         }
     }
-    let ir = &compressed.ir;
+    Ok(Fitted {
+        compressed,
+        for_sections,
+        used,
+        framing,
+    })
+}
+
+/// The explain report of a fitted prompt: every section and tool with what happened to it,
+/// the sources, and every degradation (hydrate's, and an overflow of what may not be cut).
+fn explain(
+    hydrated: &Hydrated,
+    fitted: &Fitted,
+    messages: &[ChatMessage],
+    tools: &[ToolSpec],
+) -> ExplainReport {
+    let Fitted {
+        compressed,
+        for_sections,
+        used,
+        framing,
+    } = fitted;
+    let (for_sections, used, framing) = (*for_sections, *used, *framing);
     let outcome = &compressed.report;
-
-    let (layout, messages): (Vec<Block>, Vec<ChatMessage>) =
-        render_messages(hydrated, ir).into_iter().unzip();
-    let tools: Vec<ToolSpec> = ir.tools().iter().map(ToolSpec::from).collect();
-
+    let budget = &hydrated.budget;
+    let available = budget.available();
     let sections: Vec<SectionExplain> = outcome
         .sections
         .iter()
@@ -365,14 +418,14 @@ pub fn compile(config: &HydrationConfig, hydrated: &Hydrated) -> Result<Compiled
         .first()
         .filter(|m| m.role == ChatRole::System)
         .map_or("", |m| m.content.as_str());
-    let tools_json = serde_json::to_value(&tools)
+    let tools_json = serde_json::to_value(tools)
         .map(|v| canonical_json(&v))
         .unwrap_or_default();
     let prefix_hash = ContentHash::of(&format!("{prefix}\n{tools_json}")).to_string();
     // With the framing of what is actually rendered.
     let estimated = outcome.tokens_after.saturating_add(used);
 
-    let report = ExplainReport {
+    ExplainReport {
         request_hash: hydrated.request_hash.clone(),
         prefix_hash,
         tokenizer: outcome.tokenizer.clone(),
@@ -393,8 +446,17 @@ pub fn compile(config: &HydrationConfig, hydrated: &Hydrated) -> Result<Compiled
         tools: tool_report,
         sources: hydrated.sources.clone(),
         degradations,
-    };
+    }
+}
 
+/// Trace events of a compiled prompt: one per section, the prompt text if the config allows
+/// it, and the span's totals.
+fn trace(
+    config: &HydrationConfig,
+    span: &tracing::Span,
+    report: &ExplainReport,
+    messages: &[ChatMessage],
+) {
     let count = |f: fn(&Action) -> bool| report.sections.iter().filter(|s| f(&s.action)).count();
     let dropped = count(|a| matches!(a, Action::Dropped { .. }));
     let truncated = count(|a| matches!(a, Action::Truncated { .. }));
@@ -413,7 +475,7 @@ pub fn compile(config: &HydrationConfig, hydrated: &Hydrated) -> Result<Compiled
         );
     }
     if config.trace_prompt_text {
-        let text = serde_json::to_string(&messages).unwrap_or_default();
+        let text = serde_json::to_string(messages).unwrap_or_default();
         tracing::debug!(gen_ai.prompt = %text, "compiled prompt text");
     }
     span.record("gen_ai.prompt.sections", report.sections.len() - dropped);
@@ -421,24 +483,12 @@ pub fn compile(config: &HydrationConfig, hydrated: &Hydrated) -> Result<Compiled
     span.record("gen_ai.prompt.sections.dropped", dropped);
     span.record("gen_ai.prompt.messages", messages.len());
     span.record("gen_ai.prompt.tokens_before", report.tokens_before);
-    span.record("gen_ai.usage.input_tokens", estimated);
+    span.record("gen_ai.usage.input_tokens", report.estimated_prompt_tokens);
     span.record("gen_ai.prompt.fits", report.fits);
-    span.record("duration_ms", started.elapsed().as_secs_f64() * 1e3);
-
-    Ok(CompiledPrompt {
-        messages,
-        layout,
-        tools,
-        request_hash: report.request_hash.clone(),
-        report,
-    })
 }
 
 /// Hydrates and compiles in one call.
-pub async fn prepare(
-    config: &HydrationConfig,
-    input: &crate::hydrate::HydrateInput,
-) -> Result<CompiledPrompt> {
-    let hydrated = crate::hydrate::hydrate(config, input).await?;
+pub async fn prepare(config: &HydrationConfig, input: &HydrateInput) -> Result<CompiledPrompt> {
+    let hydrated = hydrate(config, input).await?;
     compile(config, &hydrated)
 }

@@ -34,12 +34,13 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use memory_core::{
-    Capability, EmbeddingProvider, Filter, MemoryBackend, MemoryEntry, MemoryError, MemoryKind,
-    NewMemory, Scope, SearchMode, SearchRequest, Tag, TagQuery, Timestamp, ensure_scope,
+    Capability, EmbeddingProvider, ErrorChain, Filter, MemoryBackend, MemoryEntry, MemoryError,
+    MemoryKind, NewMemory, Scope, SearchMode, SearchRequest, Tag, TagQuery, Timestamp,
+    ensure_scope,
 };
 
 use crate::error::{Error, Result};
-use crate::report::DegradationKind;
+use crate::source::DegradationKind;
 use crate::source::{ContextSource, SourceItem, SourceOutput, SourceQuery};
 
 /// The cargo feature that builds document splitting and the document source.
@@ -619,20 +620,21 @@ impl DocumentSource {
         let mut request = SearchRequest::best(&caps, text);
         if !matches!(request.mode, SearchMode::Keyword) {
             let vector = match &self.embedder {
-                Some(embedder) => {
-                    match query.embeddings.get(embedder.as_ref()).await {
-                        Ok(v) => Some(v),
-                        Err(e) if caps.supports(Capability::KeywordSearch) => {
-                            out.degrade(
+                Some(embedder) => match query.embeddings.get(embedder.as_ref()).await {
+                    Ok(v) => Some(v),
+                    Err(e) if caps.supports(Capability::KeywordSearch) => {
+                        out.degrade(
                             DegradationKind::EmbeddingFailed,
-                            format!("asked hybrid, got keyword: embedding the observation failed: {e}"),
+                            format!(
+                                "asked hybrid, got keyword: embedding the observation failed: {}",
+                                ErrorChain(&e)
+                            ),
                         );
-                            request = SearchRequest::keyword(text);
-                            None
-                        }
-                        Err(e) => return Err(e),
+                        request = SearchRequest::keyword(text);
+                        None
                     }
-                }
+                    Err(e) => return Err(e),
+                },
                 None => match self.store.info().embedding_space {
                     Some(space) => query.embeddings.cached(&space).await,
                     None => None,

@@ -11,13 +11,14 @@ use memory_core::{BoxError, MemoryError};
 #[non_exhaustive]
 pub enum Error {
     /// A memory backend or embedding provider failed or refused the request (an
-    /// unadvertised capability, a foreign id, bad input).
-    #[error("memory: {0}")]
+    /// unadvertised capability, a foreign id, bad input). Transparent: its text and source
+    /// are the memory error's own, said once (print the chain with [`memory_core::ErrorChain`]).
+    #[error(transparent)]
     Memory(#[from] MemoryError),
 
     /// The prompt could not be built: a duplicate section id or tool name, a tool schema
-    /// that is not an object, a zero budget.
-    #[error("prompt: {0}")]
+    /// that is not an object, a zero budget. Transparent, like [`Error::Memory`].
+    #[error(transparent)]
     Prompt(#[from] prompt_ir::Error),
 
     /// A provider option has a value of the wrong type or outside its range.
@@ -42,7 +43,8 @@ pub enum Error {
         problem: String,
     },
 
-    /// A context source failed for a reason of its own (not a memory backend error).
+    /// A context source failed for a reason of its own (not a memory backend error). The
+    /// text is the source and `message`; the cause, if any, is the `source`, not repeated.
     #[error("source `{name}` failed: {message}")]
     Source {
         /// The source's name.
@@ -55,11 +57,11 @@ pub enum Error {
     },
 
     /// The chat model failed (server down, bad response, refused request).
-    #[error("chat model `{model}` failed: {message}")]
+    #[error("chat model `{model}` failed{}", then(message))]
     Model {
         /// The model's name.
         model: String,
-        /// What went wrong, for people.
+        /// What went wrong, for people; empty when the source says it all.
         message: String,
         /// The underlying error, if any.
         #[source]
@@ -98,8 +100,18 @@ pub enum Error {
     },
 }
 
+/// `": message"`, or nothing for an empty message (the source says it).
+fn then(message: &str) -> String {
+    if message.is_empty() {
+        String::new()
+    } else {
+        format!(": {message}")
+    }
+}
+
 impl Error {
-    /// Shorthand for [`Error::Model`] with an underlying error, for `ChatModel` implementations.
+    /// Shorthand for [`Error::Model`] with an underlying error, for `ChatModel` implementations
+    /// (`message` may be empty when the error says what went wrong).
     pub fn model(
         model: impl Into<String>,
         message: impl Into<String>,
@@ -107,6 +119,20 @@ impl Error {
     ) -> Self {
         Self::Model {
             model: model.into(),
+            message: message.into(),
+            source: Some(source.into()),
+        }
+    }
+
+    /// Shorthand for [`Error::Source`] with an underlying error, which `message` does not
+    /// repeat.
+    pub fn source_failed_by(
+        name: impl Into<String>,
+        message: impl Into<String>,
+        source: impl Into<BoxError>,
+    ) -> Self {
+        Self::Source {
+            name: name.into(),
             message: message.into(),
             source: Some(source.into()),
         }

@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use memory_core::{
-    Capability, ConsolidationReport, Filter, Invalidated, MemoryBackend, MemoryEntry, MemoryKind,
-    NewMemory, Scope, SearchRequest, Superseded, Timestamp, invalidate, normalise, remember_once,
-    supersede,
+    Capability, ConsolidationReport, ErrorChain, Filter, Invalidated, MemoryBackend, MemoryEntry,
+    MemoryKind, NewMemory, Scope, SearchRequest, Superseded, Timestamp, invalidate, normalise,
+    remember_once, supersede,
 };
 use serde::Deserialize;
 
@@ -158,7 +158,11 @@ impl FactExtractor {
                 Plan::Add(i) => match remember_once(backend, scope, learned(&fresh[i])).await {
                     Ok(r) if !r.merged => report.added.push(r.entry.id),
                     Ok(_) => {}
-                    Err(e) => report.failed.push(format!("add \"{}\": {e}", fresh[i])),
+                    Err(e) => {
+                        report
+                            .failed
+                            .push(format!("add \"{}\": {}", fresh[i], ErrorChain(&e)))
+                    }
                 },
                 Plan::Update { new, old, why } => {
                     let old_id = existing[old].id;
@@ -169,16 +173,20 @@ impl FactExtractor {
                             new: stored.id,
                             why,
                         }),
-                        Err(e) => report
-                            .failed
-                            .push(format!("replace {old_id} by \"{}\": {e}", fresh[new])),
+                        Err(e) => report.failed.push(format!(
+                            "replace {old_id} by \"{}\": {}",
+                            fresh[new],
+                            ErrorChain(&e)
+                        )),
                     }
                 }
                 Plan::Invalidate { old, why } => {
                     let id = existing[old].id;
                     match invalidate(backend, scope, id, exchange.at).await {
                         Ok(_) => report.invalidated.push(Invalidated { id, why }),
-                        Err(e) => report.failed.push(format!("invalidate {id}: {e}")),
+                        Err(e) => report
+                            .failed
+                            .push(format!("invalidate {id}: {}", ErrorChain(&e))),
                     }
                 }
             }

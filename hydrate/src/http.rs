@@ -23,7 +23,7 @@ pub(crate) fn client(field: &'static str, timeout: std::time::Duration) -> Resul
     reqwest::Client::builder()
         .timeout(timeout)
         .build()
-        .map_err(|e| Error::invalid(field, e.to_string()))
+        .map_err(|e| Error::invalid(field, memory_core::ErrorChain(&e).to_string()))
 }
 
 /// Why a request brought no usable answer.
@@ -44,7 +44,7 @@ pub(crate) enum Failure {
 #[cfg(any(feature = "rerank-http", feature = "web-search"))]
 pub(crate) async fn send(
     mut request: reqwest::RequestBuilder,
-    key: Option<&crate::provider::Secret>,
+    key: Option<&memory_core::Secret>,
 ) -> std::result::Result<Vec<u8>, Failure> {
     if let Some(key) = key {
         request = request.bearer_auth(key.expose());

@@ -11,10 +11,14 @@
 //!
 //! # Code map
 //!
+//! Modules import only from the ones listed before them (sources and providers, then config
+//! and gathering, then hydrate, compile and ops), with no cycles.
+//!
 //! - `source`: [`SourceKind`], the common [`SourceParams`], [`SourceQuery`], [`SourceItem`],
-//!   [`SourceOutput`] and the object-safe [`ContextSource`] trait.
+//!   [`SourceOutput`], the object-safe [`ContextSource`] trait, and [`Degradation`] (what a
+//!   source records when it does less than asked).
 //! - `provider`: [`SourceProvider`] (capabilities, builders per kind, [`ProviderConfig`] with
-//!   identity, options and redacted [`Auth`]), option precedence ([`resolve_options`]),
+//!   identity, options and redacted [`Auth`]; [`Secret`] is `memory_core::Secret`), option precedence ([`resolve_options`]),
 //!   source precedence ([`plan_sources`]), the [`Reranker`] family ([`NoopReranker`]).
 //! - `rerank`: [`HttpReranker`], a client for the common `/rerank` APIs (Cohere, Jina,
 //!   vLLM, text-embeddings-inference), behind the cargo feature `rerank-http`.
@@ -39,17 +43,22 @@
 //!   asks about, quoted phrases, names), which widens search and lifts matching candidates.
 //! - `scoring`: the retrieval score (similarity, recency decay, importance, access), with
 //!   its formula in the module docs.
-//! - `hydrate`: [`HydrationConfig`], [`HydrateInput`], [`hydrate()`] → [`Hydrated`].
-//! - `compile`: [`compile()`] → [`CompiledPrompt`]; the message layout is in its module docs.
 //! - `render`: the `<recalled-memory>` blocks, [`escape_data`] and [`memory_block`].
-//! - `report`: [`ExplainReport`], [`SourceReport`], [`Degradation`].
+//! - `tools`: [`memory_tools`] (`remember`, `recall`, `forget` as tool definitions).
+//! - `config`: [`HydrationConfig`] and its builders, [`HydrateInput`], [`SessionState`].
+//! - `report`: [`ExplainReport`], [`SourceReport`], [`ScoreExplain`].
+//! - `gather` (private): routing each wanted kind to a source, running the sources under their
+//!   deadlines with provider fallback, and each source's scoring, reranking and limits.
+//! - `hydrate`: [`hydrate()`] → [`Hydrated`]: the fixed sections, one ranking across sources,
+//!   near-duplicates, a section per candidate.
+//! - `compile`: [`compile()`] → [`CompiledPrompt`]; the message layout is in its module docs.
 //! - `chat`: [`ChatMessage`], [`ToolSpec`], [`ChatResponse`], the [`ChatModel`] trait, and
 //!   [`ToolHandler`], which runs an application tool the model calls.
 //! - `facts`: [`FactExtractor`]: after an exchange, a chat model lists durable facts and
 //!   decides for each ADD, UPDATE (supersede), NOOP or INVALIDATE against the nearest
 //!   current facts; an answer is checked in full before anything is written.
-//! - `ops`: [`Ops`] (`infer`, `infer_raw`, `remember`, `recall`, `forget`) and
-//!   [`memory_tools`].
+//! - `ops`: [`Ops`] (`infer`, `infer_raw`, `remember`, `recall`, `forget`), running the
+//!   memory tools and the application's.
 //! - [`product`]: Ava's own settings (system prompt, tokenizer, default budget, the memory
 //!   provider, the context a chat turn records), shared by the `ava` binary and the
 //!   evaluation in `xtask`.
@@ -59,7 +68,8 @@
 //! - Names traits from `memory-core` (`MemoryBackend`, `EmbeddingProvider`), never a concrete
 //!   backend; concrete backends appear only in tests and benches.
 //! - A slow, failing or missing source never fails a request: it is skipped or cut off at its
-//!   deadline, and the report and the prompt say so.
+//!   deadline, and the report and the prompt say so. A degradation says the whole error
+//!   chain ([`memory_core::ErrorChain`]), each cause once.
 //! - Recalled data is always inside a `<recalled-memory>` block, escaped so it cannot close
 //!   the block; it is never put in a system message.
 //! - The first message (system prompt and constraints) and the tool specs depend only on the
@@ -86,10 +96,12 @@
 
 mod chat;
 mod compile;
+mod config;
 mod cues;
 mod docs;
 mod error;
 mod facts;
+mod gather;
 mod graph;
 mod http;
 mod hydrate;
@@ -104,10 +116,12 @@ pub mod scoring;
 mod source;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod tools;
 mod web;
 
 pub use chat::{ChatMessage, ChatModel, ChatResponse, ChatRole, ToolCall, ToolHandler, ToolSpec};
 pub use compile::{CompiledPrompt, MESSAGE_OVERHEAD_TOKENS, compile, prepare};
+pub use config::{HydrateInput, HydrationConfig, SessionState};
 pub use cues::{CueMatch, CueWeights, QueryCues, TimeWindow};
 pub use docs::{
     Added, CHUNK_DESIRED_CHARS, CHUNK_MAX_CHARS, Change, Chunk, DOCUMENT_EXTENSIONS, DOCUMENT_TAG,
@@ -122,16 +136,12 @@ pub use graph::{
     MAX_ENTITY_KEY_BYTES, entity_key, entity_tags, extract_entities, graph_available,
     index_entities, with_entity_tags,
 };
-pub use hydrate::{
-    Block, HydrateInput, Hydrated, HydrationConfig, SectionInfo, SessionState, hydrate,
-};
+pub use hydrate::{Block, Hydrated, SectionInfo, hydrate};
 pub use memory::{
     MemoryOptions, MemorySource, OPT_RECORD_ACCESS, OPT_SEARCH, OPT_SEMANTIC_WEIGHT,
     OPT_USER_KNOWLEDGE, SearchPreference, memory_provider,
 };
-pub use ops::{
-    DEFAULT_MAX_STEPS, FORGET, Inference, MAX_RECALL, Ops, RECALL, REMEMBER, ToolRun, memory_tools,
-};
+pub use ops::{DEFAULT_MAX_STEPS, Inference, Ops, ToolRun};
 pub use provider::{
     Auth, BuildContext, KindLimits, NoopReranker, OptionOrigin, ProviderCapabilities,
     ProviderConfig, ProviderIdentity, ProviderOptions, Reranker, ResolvedOption, ResolvedOptions,
@@ -139,13 +149,14 @@ pub use provider::{
 };
 pub use render::{DATA_TAG, DEFAULT_CONSTRAINTS, day_header, escape_data, memory_block, preview};
 pub use report::{
-    BudgetExplain, Degradation, DegradationKind, ExplainReport, ScoreExplain, SectionExplain,
-    SourceReport, SourceStatus, ToolExplain,
+    BudgetExplain, ExplainReport, ScoreExplain, SectionExplain, SourceReport, SourceStatus,
+    ToolExplain,
 };
 pub use rerank::{HttpReranker, HttpRerankerConfig, RERANK_FEATURE, RerankApi};
 pub use scoring::ScoringWeights;
 pub use source::{
-    ContextSource, Honours, QueryEmbeddings, SourceItem, SourceKind, SourceOutput, SourceParams,
-    SourceQuery,
+    ContextSource, Degradation, DegradationKind, Honours, QueryEmbeddings, SourceItem, SourceKind,
+    SourceOutput, SourceParams, SourceQuery,
 };
+pub use tools::{FORGET, MAX_RECALL, RECALL, REMEMBER, memory_tools};
 pub use web::{WEB_FEATURE, WebSearchConfig, WebSearchSource};

@@ -10,8 +10,9 @@
 //!   conversation are removed (hydrate de-duplicates by memory id), enough remain.
 //!
 //! Searches use the `search` option (default hybrid) when the backend advertises it, and
-//! otherwise fall back (hybrid → keyword → semantic) and record the degradation, e.g. "asked
-//! hybrid, got keyword". The observation is embedded once per request and space (see
+//! otherwise fall back to the most capable mode it does (`SearchMode::best_supported`:
+//! hybrid, keyword, semantic) and record the degradation, e.g. "asked hybrid, got keyword".
+//! The observation is embedded once per request and space (see
 //! [`QueryEmbeddings`](crate::QueryEmbeddings)); a precomputed query vector is used as is.
 
 use std::collections::{BTreeMap, HashSet};
@@ -19,8 +20,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use memory_core::{
-    Capability, EmbeddingProvider, Filter, HybridWeights, MemoryBackend, MemoryId, MemoryKind,
-    Scope, SearchMode, SearchRequest,
+    Capability, EmbeddingProvider, ErrorChain, Filter, HybridWeights, MemoryBackend, MemoryId,
+    MemoryKind, Scope, SearchMode, SearchRequest,
 };
 use serde::Serialize;
 
@@ -29,8 +30,9 @@ use crate::provider::{
     BuildContext, ProviderCapabilities, ProviderOptions, ResolvedOptions, SourceBuilder,
     SourceProvider,
 };
-use crate::report::DegradationKind;
-use crate::source::{ContextSource, Honours, SourceItem, SourceKind, SourceOutput, SourceQuery};
+use crate::source::{
+    ContextSource, DegradationKind, Honours, SourceItem, SourceKind, SourceOutput, SourceQuery,
+};
 
 /// Option key: how to search, `"hybrid"` (default), `"semantic"` or `"keyword"`.
 pub const OPT_SEARCH: &str = "search";
@@ -361,15 +363,7 @@ impl MemorySource {
             SearchPreference::Semantic => SearchMode::Semantic,
             SearchPreference::Keyword => SearchMode::Keyword,
         };
-        let candidates = match self.options.search {
-            SearchPreference::Hybrid => [asked, SearchMode::Keyword, SearchMode::Semantic],
-            SearchPreference::Semantic => [asked, SearchMode::Keyword, SearchMode::Keyword],
-            SearchPreference::Keyword => [asked, SearchMode::Semantic, SearchMode::Semantic],
-        };
-        let Some(mut mode) = candidates
-            .into_iter()
-            .find(|m| caps.supports(m.capability()))
-        else {
+        let Some(mut mode) = SearchMode::best_supported(asked, &caps) else {
             // Nothing to search with: the backend's own error names what is missing.
             caps.require(asked.capability(), &backend_name)?;
             return Ok(None);
@@ -379,8 +373,8 @@ impl MemorySource {
                 DegradationKind::SearchFallback,
                 format!(
                     "asked {}, got {}: {backend_name} does not support {}",
-                    mode_name(asked),
-                    mode_name(mode),
+                    asked.name(),
+                    mode.name(),
                     asked.capability()
                 ),
             );
@@ -394,8 +388,9 @@ impl MemorySource {
                         out.degrade(
                             DegradationKind::EmbeddingFailed,
                             format!(
-                                "asked {}, got keyword: embedding the observation failed: {e}",
-                                mode_name(mode)
+                                "asked {}, got keyword: embedding the observation failed: {}",
+                                mode.name(),
+                                ErrorChain(&e)
                             ),
                         );
                         mode = SearchMode::Keyword;
@@ -409,15 +404,8 @@ impl MemorySource {
                 }
             }
         }
-        out.set_search(mode_name(mode));
-        let mut request = match mode {
-            SearchMode::Hybrid(w) => SearchRequest {
-                mode: SearchMode::Hybrid(w),
-                ..SearchRequest::hybrid(text)
-            },
-            SearchMode::Semantic => SearchRequest::semantic(text),
-            SearchMode::Keyword => SearchRequest::keyword(text),
-        };
+        out.set_search(mode.name());
+        let mut request = SearchRequest::in_mode(text, mode);
         if let Some(v) = vector {
             request = request.with_vector(v);
         }
@@ -425,14 +413,6 @@ impl MemorySource {
             request = request.without_access_tracking();
         }
         Ok(Some(request))
-    }
-}
-
-fn mode_name(mode: SearchMode) -> &'static str {
-    match mode {
-        SearchMode::Hybrid(_) => "hybrid",
-        SearchMode::Semantic => "semantic",
-        SearchMode::Keyword => "keyword",
     }
 }
 

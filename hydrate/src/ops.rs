@@ -1,79 +1,30 @@
 //! The agent-facing layer: `infer` (hydrate, compile, call the model, run its tool calls,
 //! memory tools and the application's own, repeat until it answers), `infer_raw` (the legacy path: messages straight to the
 //! model), and the memory operations `remember`, `recall` and `forget`, also offered to the
-//! model as tools ([`memory_tools`]). Every operation acts on one scope.
+//! model as tools (defined in `tools`). Every operation acts on one scope.
 
 use std::sync::Arc;
 
 use memory_core::{
-    MemoryBackend, MemoryEntry, MemoryId, MemoryKind, NewMemory, Remembered, Scope, SearchRequest,
-    remember_once, tags,
+    ErrorChain, MemoryBackend, MemoryEntry, MemoryId, MemoryKind, NewMemory, Remembered, Scope,
+    SearchRequest, remember_once, tags,
 };
-use prompt_ir::{ContextRequest, Priority, RecencyDecay, ToolDef};
+use prompt_ir::{ContextRequest, RecencyDecay};
 use serde::Serialize;
 use serde_json::{Value, json};
 use tracing::Instrument;
 
 use crate::chat::{ChatMessage, ChatModel, ChatResponse, ToolCall};
 use crate::compile::{CompiledPrompt, compile};
+use crate::config::{HydrateInput, HydrationConfig, SessionState, canonical_json};
 use crate::error::{Error, Result};
-use crate::hydrate::{HydrateInput, HydrationConfig, SessionState, canonical_json, hydrate};
+use crate::hydrate::hydrate;
 use crate::render::memory_block;
 use crate::scoring::score_memory;
+use crate::tools::{FORGET, MAX_RECALL, RECALL, REMEMBER};
 
-/// Name of the tool that stores a fact.
-pub const REMEMBER: &str = "remember";
-/// Name of the tool that searches memory.
-pub const RECALL: &str = "recall";
-/// Name of the tool that deletes a memory.
-pub const FORGET: &str = "forget";
-/// Most memories one `recall` returns.
-pub const MAX_RECALL: usize = 20;
 /// Default bound on model calls in one `infer`.
 pub const DEFAULT_MAX_STEPS: usize = 4;
-
-/// The memory operations as tool definitions (Critical, so compression never drops them and
-/// the stable prefix never changes).
-pub fn memory_tools() -> Result<Vec<ToolDef>> {
-    let remember = ToolDef::new(
-        REMEMBER,
-        "Store a durable fact about the user or the task in long-term memory. Returns its id.",
-        json!({
-            "type": "object",
-            "properties": {
-                "content": {"type": "string", "description": "The fact, as one self-contained sentence."},
-                "context": {"type": "string", "description": "How or why it was learned."},
-                "tags": {"type": "array", "items": {"type": "string"}, "description": "Single-word labels."}
-            },
-            "required": ["content"]
-        }),
-    )?;
-    let recall = ToolDef::new(
-        RECALL,
-        "Search long-term memory. Returns matching memories with their ids.",
-        json!({
-            "type": "object",
-            "properties": {
-                "query": {"type": "string", "description": "What to look for."},
-                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_RECALL, "description": "At most this many memories (default 5)."}
-            },
-            "required": ["query"]
-        }),
-    )?;
-    let forget = ToolDef::new(
-        FORGET,
-        "Delete a memory by the id recall gave for it.",
-        json!({
-            "type": "object",
-            "properties": {"id": {"type": "string", "description": "The memory's id."}},
-            "required": ["id"]
-        }),
-    )?;
-    Ok([remember, recall, forget]
-        .into_iter()
-        .map(|t| t.with_priority(Priority::Critical))
-        .collect())
-}
 
 /// One tool call that `infer` ran.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -295,7 +246,10 @@ impl Ops {
         tracing::debug!(gen_ai.tool.name = %call.name, gen_ai.tool.call.id = %call.id, ok = result.is_ok(), "tool call");
         let (ok, output) = match result {
             Ok(output) => (true, output),
-            Err(e) => (false, canonical_json(&json!({ "error": e.to_string() }))),
+            Err(e) => (
+                false,
+                canonical_json(&json!({ "error": ErrorChain(&e).to_string() })),
+            ),
         };
         ToolRun {
             call_id: call.id.clone(),

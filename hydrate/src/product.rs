@@ -11,8 +11,8 @@ use std::sync::Arc;
 use memory_core::{EmbeddingProvider, MemoryBackend};
 use prompt_ir::{CountCache, TiktokenTokenizer, Tokenizer};
 
+use crate::config::HydrationConfig;
 use crate::error::Result;
-use crate::hydrate::HydrationConfig;
 use crate::memory::memory_provider;
 
 /// The system prompt of every conversation (the stable prefix; no secrets, no user data).

@@ -25,32 +25,10 @@ use memory_core::Scope;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use memory_core::Secret;
+
 use crate::error::{Error, Result};
 use crate::source::{ContextSource, Honours, SourceItem, SourceKind, SourceParams, SourceQuery};
-
-/// A secret value (an API key, a token). Its `Debug` prints `Secret(<redacted>)`; it has no
-/// `Display` and no `Serialize`, so it cannot reach a log line, a report or a prompt by
-/// accident. Call [`Secret::expose`] where the value is really needed.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps a secret value.
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-
-    /// The value itself. Only pass it to the service that needs it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(<redacted>)")
-    }
-}
 
 /// How a provider authenticates. Every value is treated as secret: `Debug` shows only the
 /// variant (and, for `Opaque`, how many entries), never names or values.
@@ -72,12 +50,14 @@ impl Auth {
     /// set (or not UTF-8) is an error naming the variable.
     pub fn env_secret(&self) -> Result<Option<Secret>> {
         match self {
-            Auth::Env(var) => std::env::var(var).map(|v| Some(Secret(v))).map_err(|_| {
-                Error::invalid(
-                    "auth",
-                    format!("environment variable `{var}` is not set (or not UTF-8)"),
-                )
-            }),
+            Auth::Env(var) => std::env::var(var)
+                .map(|v| Some(Secret::new(v)))
+                .map_err(|_| {
+                    Error::invalid(
+                        "auth",
+                        format!("environment variable `{var}` is not set (or not UTF-8)"),
+                    )
+                }),
             _ => Ok(None),
         }
     }

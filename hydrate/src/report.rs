@@ -1,79 +1,13 @@
 //! The explain report: what happened to every section, tool and source of one prompt, and
-//! every way the request was served less well than asked (degradations).
-
-use std::fmt;
+//! every way the request was served less well than asked (the [`Degradation`]s, which
+//! sources record and so are defined with them, in `source`).
 
 use memory_core::MemoryId;
 use prompt_ir::{Action, Priority};
 use serde::Serialize;
 
 use crate::provider::ResolvedOptions;
-use crate::source::{SourceKind, SourceParams};
-
-/// How a request was served less well than asked.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum DegradationKind {
-    /// No explicit source and no provider supplies a wanted kind: its branch was skipped.
-    MissingProvider,
-    /// A provider could not build its source (a bad option, a failed setup).
-    ProviderFailed,
-    /// A provider's identity does not admit the request's scope, so it was not used.
-    IdentityMismatch,
-    /// A source searched in a weaker mode than asked (asked hybrid, got keyword).
-    SearchFallback,
-    /// Embedding the observation failed; the source searched without vectors.
-    EmbeddingFailed,
-    /// A source missed its deadline; what it found before is kept, marked partial.
-    Timeout,
-    /// A source failed; what it found before the failure, if anything, is kept.
-    SourceFailed,
-    /// The reranker failed; the scored order was kept.
-    RerankFailed,
-    /// What may not be cut (system prompt, critical tools, the observation) exceeds the
-    /// budget on its own.
-    OverBudget,
-}
-
-/// One degradation, with the source it concerns and a message for people.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Degradation {
-    /// What kind.
-    pub kind: DegradationKind,
-    /// The kind of context it concerns, if one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub source: Option<SourceKind>,
-    /// What happened, e.g. "asked hybrid, got keyword: memory-inmem does not support hybrid
-    /// search".
-    pub message: String,
-}
-
-impl Degradation {
-    /// A degradation not tied to a source yet.
-    pub fn new(kind: DegradationKind, message: impl Into<String>) -> Self {
-        Self {
-            kind,
-            source: None,
-            message: message.into(),
-        }
-    }
-
-    /// Ties it to a kind of context.
-    pub fn for_source(mut self, kind: SourceKind) -> Self {
-        self.source = Some(kind);
-        self
-    }
-}
-
-impl fmt::Display for Degradation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.source {
-            Some(s) => write!(f, "{s}: {}", self.message),
-            None => f.write_str(&self.message),
-        }
-    }
-}
+use crate::source::{Degradation, DegradationKind, SourceKind, SourceParams};
 
 /// How one kind of context was served.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

@@ -12,12 +12,13 @@ use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use memory_core::Secret;
 
 use crate::error::{Error, Result};
 #[cfg(feature = "rerank-http")]
 use crate::http::Failure;
 use crate::http::check_url;
-use crate::provider::{Reranker, Secret};
+use crate::provider::Reranker;
 use crate::source::{SourceItem, SourceQuery};
 
 /// The cargo feature that builds the HTTP reranker.
@@ -166,6 +167,12 @@ impl HttpReranker {
         Error::source_failed(format!("reranker {}", self.name), message)
     }
 
+    /// A failure caused by `cause`, which is kept as the source and not repeated.
+    #[cfg(feature = "rerank-http")]
+    fn failed_by(&self, message: impl Into<String>, cause: reqwest::Error) -> Error {
+        Error::source_failed_by(format!("reranker {}", self.name), message, cause)
+    }
+
     /// Asks the server to judge two documents and checks its answer; returns how many it
     /// judged. For health checks (`ava check`).
     pub async fn check(&self) -> Result<usize> {
@@ -260,17 +267,18 @@ impl HttpReranker {
             .json(&self.body(query, documents));
         crate::http::send(request, self.config.api_key.as_ref())
             .await
-            .map_err(|f| {
-                self.failed(match f {
-                    Failure::TimedOut => {
-                        format!("did not answer within {:?}", self.config.timeout)
-                    }
-                    Failure::Unreachable(e) => {
-                        format!("could not be reached at {}: {e}", self.config.url.trim())
-                    }
-                    Failure::BrokeOff(e) => format!("broke off its answer: {e}"),
-                    Failure::Status(status, text) => format!("answered HTTP {status}: {text}"),
-                })
+            .map_err(|f| match f {
+                Failure::TimedOut => {
+                    self.failed(format!("did not answer within {:?}", self.config.timeout))
+                }
+                Failure::Unreachable(e) => self.failed_by(
+                    format!("could not be reached at {}", self.config.url.trim()),
+                    e,
+                ),
+                Failure::BrokeOff(e) => self.failed_by("broke off its answer", e),
+                Failure::Status(status, text) => {
+                    self.failed(format!("answered HTTP {status}: {text}"))
+                }
             })
     }
 

@@ -1,5 +1,6 @@
 //! Context sources: what a source is asked ([`SourceQuery`]), what it hands back
-//! ([`SourceItem`]s pushed into a [`SourceOutput`]), and the object-safe [`ContextSource`] trait.
+//! ([`SourceItem`]s pushed into a [`SourceOutput`], with any [`Degradation`] it met), and the
+//! object-safe [`ContextSource`] trait.
 
 use std::fmt;
 use std::sync::Arc;
@@ -14,7 +15,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::cues::QueryCues;
 use crate::error::Result;
-use crate::report::{Degradation, DegradationKind};
 
 /// What kind of context a source supplies.
 ///
@@ -237,7 +237,7 @@ pub struct SourceItem {
     pub similarity: Option<f32>,
     /// How the item scored; hydrate fills `recency`, `importance` and `access`.
     pub breakdown: ScoreBreakdown,
-    /// The combined score (see [`crate::scoring`]); set by hydrate.
+    /// The combined score (see the `scoring` module); set by hydrate.
     pub score: f32,
     /// A short note shown with the item, e.g. `user-wide` for a fact from the user's scope.
     pub note: Option<String>,
@@ -396,3 +396,68 @@ macro_rules! forward_source {
 }
 
 forward_source!(Arc<T>, Box<T>, &T);
+
+/// How a request was served less well than asked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum DegradationKind {
+    /// No explicit source and no provider supplies a wanted kind: its branch was skipped.
+    MissingProvider,
+    /// A provider could not build its source (a bad option, a failed setup).
+    ProviderFailed,
+    /// A provider's identity does not admit the request's scope, so it was not used.
+    IdentityMismatch,
+    /// A source searched in a weaker mode than asked (asked hybrid, got keyword).
+    SearchFallback,
+    /// Embedding the observation failed; the source searched without vectors.
+    EmbeddingFailed,
+    /// A source missed its deadline; what it found before is kept, marked partial.
+    Timeout,
+    /// A source failed; what it found before the failure, if anything, is kept.
+    SourceFailed,
+    /// The reranker failed; the scored order was kept.
+    RerankFailed,
+    /// What may not be cut (system prompt, critical tools, the observation) exceeds the
+    /// budget on its own.
+    OverBudget,
+}
+
+/// One degradation, with the source it concerns and a message for people.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Degradation {
+    /// What kind.
+    pub kind: DegradationKind,
+    /// The kind of context it concerns, if one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<SourceKind>,
+    /// What happened, e.g. "asked hybrid, got keyword: memory-inmem does not support hybrid
+    /// search".
+    pub message: String,
+}
+
+impl Degradation {
+    /// A degradation not tied to a source yet.
+    pub fn new(kind: DegradationKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            source: None,
+            message: message.into(),
+        }
+    }
+
+    /// Ties it to a kind of context.
+    pub fn for_source(mut self, kind: SourceKind) -> Self {
+        self.source = Some(kind);
+        self
+    }
+}
+
+impl fmt::Display for Degradation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.source {
+            Some(s) => write!(f, "{s}: {}", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}

@@ -13,13 +13,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use memory_core::{EmbeddingProvider, cosine, embed_all};
+use memory_core::{EmbeddingProvider, Secret, cosine, embed_all};
 
 use crate::error::{Error, Result};
 #[cfg(feature = "web-search")]
 use crate::http::Failure;
 use crate::http::check_url;
-use crate::provider::Secret;
 use crate::source::{ContextSource, SourceItem, SourceOutput, SourceQuery};
 
 /// The cargo feature that builds the web search source.
@@ -143,6 +142,12 @@ impl WebSearchSource {
         Error::source_failed(self.name(), message)
     }
 
+    /// A failure caused by `cause`, which is kept as the source and not repeated.
+    #[cfg(feature = "web-search")]
+    fn failed_by(&self, message: impl Into<String>, cause: reqwest::Error) -> Error {
+        Error::source_failed_by(self.name(), message, cause)
+    }
+
     /// Runs one search and checks the answer; returns how many results it gave. For
     /// health checks (`ava check`).
     pub async fn check(&self) -> Result<usize> {
@@ -194,12 +199,16 @@ impl WebSearchSource {
         crate::http::send(request, self.config.api_key.as_ref())
             .await
             .map_err(|f| {
-                self.failed(match f {
+                let message = match f {
                     Failure::TimedOut => {
                         format!("{endpoint} did not answer within {:?}", self.config.timeout)
                     }
-                    Failure::Unreachable(e) => format!("{endpoint} could not be reached: {e}"),
-                    Failure::BrokeOff(e) => format!("{endpoint} broke off its answer: {e}"),
+                    Failure::Unreachable(e) => {
+                        return self.failed_by(format!("{endpoint} could not be reached"), e);
+                    }
+                    Failure::BrokeOff(e) => {
+                        return self.failed_by(format!("{endpoint} broke off its answer"), e);
+                    }
                     Failure::Status(reqwest::StatusCode::FORBIDDEN, _) => format!(
                         "{endpoint} answered 403 Forbidden: SearxNG serves JSON only when its \
                          settings.yml lists it (search: formats: [html, json])"
@@ -207,7 +216,8 @@ impl WebSearchSource {
                     Failure::Status(status, text) => {
                         format!("{endpoint} answered HTTP {status}: {text}")
                     }
-                })
+                };
+                self.failed(message)
             })
     }
 

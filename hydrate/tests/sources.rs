@@ -15,7 +15,10 @@ use hydrate::{
     ContextSource, DegradationKind, Reranker, SourceItem, SourceKind, SourceOutput, SourceQuery,
     SourceStatus, hydrate,
 };
-use memory_core::MemoryBackend;
+use memory_core::{
+    BackendInfo, Capabilities, Filter, MemoryBackend, MemoryEntry, MemoryError, MemoryId,
+    MemoryPatch, NewMemory, PrunePolicy, PruneReport, Scope, ScoredMemory, SearchRequest,
+};
 use memory_inmem::InMemoryBackend;
 use prompt_ir::Relevance;
 
@@ -448,4 +451,184 @@ async fn the_memory_source_keeps_the_source_contract() {
         )
         .await;
     }
+}
+
+/// A source that returns two items with one key: the first (and best) is kept, the other is
+/// counted as a duplicate, and the request goes on.
+#[derive(Debug)]
+struct Repeating;
+
+#[async_trait]
+impl ContextSource for Repeating {
+    fn name(&self) -> &str {
+        "repeating"
+    }
+
+    async fn fetch(&self, _q: &SourceQuery<'_>, out: &mut SourceOutput) -> hydrate::Result<()> {
+        let first = SourceItem {
+            memory_id: Some(memory_core::MemoryId::new()),
+            ..SourceItem::text("dup", "The first passage under this key.")
+        };
+        let second = SourceItem {
+            memory_id: Some(memory_core::MemoryId::new()),
+            ..SourceItem::text("dup", "Another passage under the same key.")
+        };
+        out.push(first.with_similarity(0.9));
+        out.push(second.with_similarity(0.8));
+        out.push(SourceItem::text("other", "A passage of its own.").with_similarity(0.7));
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn two_items_with_one_key_keep_the_first_and_do_not_fail_the_request() {
+    let backend = alice().await;
+    let cfg = config(Arc::clone(&backend), Some(embedder()))
+        .with_source(SourceKind::Vector, Arc::new(Repeating));
+    let mut req = request("passages", 8000);
+    req.strategy.semantic_threshold = Relevance::ZERO;
+    let h = hydrate(&cfg, &input(chat_scope("alice"), req))
+        .await
+        .expect("a repeated key is not an error");
+    let vector = h
+        .sources
+        .iter()
+        .find(|s| s.kind == SourceKind::Vector)
+        .unwrap();
+    assert_eq!((vector.returned, vector.duplicates, vector.kept), (3, 1, 2));
+    let dup = h.ir.section("vector:dup").expect("the first is kept");
+    assert!(dup.content().contains("The first passage"), "{dup:?}");
+}
+
+/// A store's typed error, as `MemoryError::from_backend` keeps it: its own words, and a
+/// cause of its own.
+#[derive(Debug)]
+struct Corrupt(std::io::Error);
+
+impl std::fmt::Display for Corrupt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("page 7 of flaky.db is corrupt")
+    }
+}
+
+impl std::error::Error for Corrupt {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
+/// A store whose reads fail with [`Corrupt`].
+#[derive(Debug)]
+struct Flaky(Arc<dyn MemoryBackend>);
+
+fn corrupt() -> MemoryError {
+    MemoryError::from_backend(
+        "memory-flaky",
+        Corrupt(std::io::Error::other("checksum mismatch")),
+    )
+}
+
+#[async_trait]
+impl MemoryBackend for Flaky {
+    fn info(&self) -> BackendInfo {
+        BackendInfo {
+            name: "memory-flaky".into(),
+            ..self.0.info()
+        }
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.0.capabilities()
+    }
+    async fn store_batch(
+        &self,
+        s: &Scope,
+        m: Vec<NewMemory>,
+    ) -> memory_core::Result<Vec<MemoryEntry>> {
+        self.0.store_batch(s, m).await
+    }
+    async fn get(&self, s: &Scope, id: MemoryId) -> memory_core::Result<MemoryEntry> {
+        self.0.get(s, id).await
+    }
+    async fn search(&self, _: &Scope, _: &SearchRequest) -> memory_core::Result<Vec<ScoredMemory>> {
+        Err(corrupt())
+    }
+    async fn recent(
+        &self,
+        _: &Scope,
+        _: usize,
+        _: &Filter,
+    ) -> memory_core::Result<Vec<MemoryEntry>> {
+        Err(corrupt())
+    }
+    async fn update(
+        &self,
+        s: &Scope,
+        id: MemoryId,
+        p: MemoryPatch,
+    ) -> memory_core::Result<MemoryEntry> {
+        self.0.update(s, id, p).await
+    }
+    async fn delete(&self, s: &Scope, id: MemoryId) -> memory_core::Result<()> {
+        self.0.delete(s, id).await
+    }
+    async fn delete_scope(&self, s: &Scope) -> memory_core::Result<u64> {
+        self.0.delete_scope(s).await
+    }
+    async fn prune(&self, s: &Scope, p: &PrunePolicy) -> memory_core::Result<PruneReport> {
+        self.0.prune(s, p).await
+    }
+    async fn count(&self, s: &Scope) -> memory_core::Result<u64> {
+        self.0.count(s).await
+    }
+    async fn user_scopes(&self, tenant: &str, user: &str) -> memory_core::Result<Vec<Scope>> {
+        self.0.user_scopes(tenant, user).await
+    }
+}
+
+/// A failing store's degradation says the store's own words and their cause, each exactly
+/// once: nothing lost to a short `Display` (`memory-flaky failed`), nothing repeated by a
+/// wrapper, and the store named once (by its source, `memory:memory-flaky`).
+#[tokio::test]
+async fn a_failing_store_is_reported_in_its_own_words_once() {
+    let flaky: Arc<dyn MemoryBackend> = Arc::new(Flaky(alice().await));
+    let cfg = config(Arc::clone(&flaky), Some(embedder()));
+    let h = hydrate(
+        &cfg,
+        &input(chat_scope("alice"), request(common::OBSERVATION, 8000)),
+    )
+    .await
+    .expect("a failing store does not fail the request");
+    let failed: Vec<_> = h
+        .degradations
+        .iter()
+        .filter(|d| d.kind == DegradationKind::SourceFailed)
+        .collect();
+    assert_eq!(failed.len(), 3, "{:?}", h.degradations);
+    for d in failed {
+        for words in [
+            "memory-flaky",
+            "page 7 of flaky.db is corrupt",
+            "checksum mismatch",
+        ] {
+            assert_eq!(
+                d.message.matches(words).count(),
+                1,
+                "{words:?} in {}",
+                d.message
+            );
+        }
+        assert!(
+            d.message.starts_with(
+                "memory:memory-flaky failed: page 7 of flaky.db is corrupt: checksum mismatch; "
+            ),
+            "{}",
+            d.message
+        );
+    }
+    let e = hydrate::Error::from(corrupt());
+    assert_eq!(memory_core::repeated_cause(&e), None);
+    assert_eq!(
+        memory_core::ErrorChain(&e).to_string(),
+        "memory-flaky failed: page 7 of flaky.db is corrupt: checksum mismatch"
+    );
 }

@@ -97,7 +97,10 @@ pub enum MemoryError {
     },
 
     /// An embedding provider failed (server down, model missing, malformed response, ...).
-    #[error("embedding provider {provider} failed: {message}")]
+    ///
+    /// Its text is the provider and `message`; the cause is the [`source`](std::error::Error::source),
+    /// said once: print the whole chain with [`ErrorChain`].
+    #[error("embedding provider {provider} failed{}", then(message))]
     Embedding {
         /// The provider's name.
         provider: String,
@@ -109,19 +112,56 @@ pub enum MemoryError {
     },
 
     /// The storage layer failed (I/O, SQL, a corrupt file, ...).
-    #[error("{backend} failed: {message}")]
+    ///
+    /// A backend's own typed error (`SqliteError`, `PostgresError`) is the source, with an
+    /// empty `message`, so its text is said once: `{e}` is `memory-sqlite failed`, and
+    /// [`ErrorChain`] (or anyhow's `{:#}`) prints the rest of the chain.
+    #[error("{backend} failed{}", then(message))]
     Backend {
         /// The backend's name.
         backend: String,
-        /// What went wrong, for people.
+        /// What went wrong, for people, when the source does not say it (may be empty).
         message: String,
-        /// The underlying error, if any.
+        /// The underlying error, if any: the backend's typed error, for callers that match
+        /// on it (`downcast_ref`).
         #[source]
         source: Option<BoxError>,
     },
 }
 
+/// `": message"`, or nothing for an empty message (the source says it).
+fn then(message: &str) -> String {
+    if message.is_empty() {
+        String::new()
+    } else {
+        format!(": {message}")
+    }
+}
+
 impl MemoryError {
+    /// The backend error for a store's own typed error: the typed error is the source and
+    /// says what went wrong, once.
+    pub fn from_backend(
+        backend: impl Into<String>,
+        error: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self::Backend {
+            backend: backend.into(),
+            message: String::new(),
+            source: Some(Box::new(error)),
+        }
+    }
+
+    /// The backend's typed error, if this is a [`MemoryError::Backend`] holding one of type `E`.
+    pub fn backend_error<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        match self {
+            Self::Backend {
+                source: Some(s), ..
+            } => s.downcast_ref::<E>(),
+            _ => None,
+        }
+    }
+
     /// Whether this refuses the input as given (invalid content, a vector of another
     /// length or space, a taken id), rather than reporting the store failing: the same
     /// input would be refused again, and other input may still succeed.
@@ -168,5 +208,81 @@ impl MemoryError {
     /// Whether this error says the caller asked for an unadvertised capability.
     pub fn is_unsupported(&self) -> bool {
         matches!(self, Self::Unsupported { .. })
+    }
+}
+
+/// An error and its sources, joined by `": "`, each said once: what a person should read.
+///
+/// Every error in the workspace says only its own part in `Display` and keeps its cause as
+/// the `source`, so `{e}` alone may be short (`memory-sqlite failed`); print this instead
+/// wherever an error reaches a user, a report or a tool result.
+#[derive(Debug, Clone, Copy)]
+pub struct ErrorChain<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut cause = self.0.source();
+        while let Some(c) = cause {
+            write!(f, ": {c}")?;
+            cause = c.source();
+        }
+        Ok(())
+    }
+}
+
+/// Whether no error in the chain repeats its source's text: the rule [`ErrorChain`] relies on.
+/// Returns the first offending pair (outer text, inner text) if one does.
+pub fn repeated_cause(e: &(dyn std::error::Error + 'static)) -> Option<(String, String)> {
+    let mut outer = e;
+    while let Some(inner) = outer.source() {
+        let (o, i) = (outer.to_string(), inner.to_string());
+        if !i.is_empty() && o.contains(&i) {
+            return Some((o, i));
+        }
+        outer = inner;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_backend_error_says_its_cause_once() {
+        let io = std::io::Error::other("disk on fire");
+        let e = MemoryError::backend("memory-x", "write the log", io);
+        assert_eq!(
+            ErrorChain(&e).to_string(),
+            "memory-x failed: write the log: disk on fire"
+        );
+        assert_eq!(repeated_cause(&e), None);
+
+        #[derive(Debug, thiserror::Error)]
+        #[error("store /tmp/a is corrupt")]
+        struct Typed(#[source] std::io::Error);
+        let e = MemoryError::from_backend("memory-x", Typed(std::io::Error::other("bad page")));
+        assert_eq!(e.to_string(), "memory-x failed");
+        assert_eq!(
+            ErrorChain(&e).to_string(),
+            "memory-x failed: store /tmp/a is corrupt: bad page"
+        );
+        assert!(e.backend_error::<Typed>().is_some());
+        assert!(e.backend_error::<std::io::Error>().is_none());
+        assert_eq!(repeated_cause(&e), None);
+    }
+
+    #[test]
+    fn a_cause_said_twice_is_found() {
+        let io = std::io::Error::other("disk on fire");
+        let e = MemoryError::backend("memory-x", "disk on fire", io);
+        assert_eq!(
+            repeated_cause(&e),
+            Some((
+                "memory-x failed: disk on fire".into(),
+                "disk on fire".into()
+            ))
+        );
     }
 }

@@ -18,7 +18,6 @@
 
 mod backend;
 mod capability;
-pub mod embedders;
 mod embedding;
 mod entry;
 mod error;
@@ -29,6 +28,7 @@ mod prune;
 mod query;
 mod remember;
 mod scope;
+mod secret;
 mod store_vectors;
 mod time;
 
@@ -42,7 +42,7 @@ pub use entry::{
     DEFAULT_MAX_CONTENT_BYTES, Importance, MAX_TAG_BYTES, MemoryEntry, MemoryId, MemoryKind,
     MemoryPatch, NewMemory, Role, Tag, TagSet, tags, validate_content,
 };
-pub use error::{BoxError, MemoryError, Result};
+pub use error::{BoxError, ErrorChain, MemoryError, Result, repeated_cause};
 pub use hash_embedder::HashingEmbedder;
 pub use lifecycle::{
     Consolidation, ConsolidationReport, Invalidated, Merged, Superseded, consolidate, invalidate,
@@ -55,5 +55,6 @@ pub use query::{
 };
 pub use remember::{Remembered, history, normalise, remember_once, supersede};
 pub use scope::{DEFAULT_TENANT, MAX_SCOPE_KEY_BYTES, Scope};
+pub use secret::Secret;
 pub use store_vectors::StoreVectors;
 pub use time::Timestamp;

@@ -211,6 +211,35 @@ impl SearchMode {
             Self::Hybrid(_) => Capability::HybridSearch,
         }
     }
+
+    /// The mode to search with when `preferred` is asked for: `preferred` itself if `caps`
+    /// support it, else the most capable mode they do, in the order hybrid (with
+    /// `preferred`'s weights, or the default ones), keyword, semantic. `None` when `caps`
+    /// offer no search at all. The one rule every caller that picks a mode shares
+    /// ([`SearchRequest::best`], hydrate's memory source, the CLI).
+    pub fn best_supported(preferred: SearchMode, caps: &Capabilities) -> Option<SearchMode> {
+        let weights = match preferred {
+            Self::Hybrid(w) => w,
+            _ => HybridWeights::default(),
+        };
+        [
+            preferred,
+            Self::Hybrid(weights),
+            Self::Keyword,
+            Self::Semantic,
+        ]
+        .into_iter()
+        .find(|m| caps.supports(m.capability()))
+    }
+
+    /// `hybrid`, `semantic` or `keyword`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Hybrid(_) => "hybrid",
+            Self::Semantic => "semantic",
+            Self::Keyword => "keyword",
+        }
+    }
 }
 
 /// A search: what to look for, how to rank, how many, and which memories qualify.
@@ -270,16 +299,17 @@ impl SearchRequest {
     }
 
     /// The best search `caps` offer for `text`, top 10: hybrid when the store has vectors and
-    /// keywords, else keyword, else semantic (the one rule `recall`, the CLI and the fact
-    /// extractor share).
+    /// keywords, else keyword, else semantic ([`SearchMode::best_supported`]; semantic when
+    /// nothing is offered, which the store then refuses as unsupported).
     pub fn best(caps: &Capabilities, text: impl Into<String>) -> Self {
-        if caps.supports(Capability::HybridSearch) {
-            Self::hybrid(text)
-        } else if caps.supports(Capability::KeywordSearch) {
-            Self::keyword(text)
-        } else {
-            Self::semantic(text)
-        }
+        let mode = SearchMode::best_supported(SearchMode::Hybrid(HybridWeights::default()), caps)
+            .unwrap_or(SearchMode::Semantic);
+        Self::with_mode(text, mode)
+    }
+
+    /// A search for `text` in `mode`, top 10.
+    pub fn in_mode(text: impl Into<String>, mode: SearchMode) -> Self {
+        Self::with_mode(text, mode)
     }
 
     /// Sets the number of hits.
@@ -405,6 +435,14 @@ pub struct Fused {
     pub keyword_raw: Option<f32>,
 }
 
+/// Divides raw keyword scores (BM25, higher is better) by the best of them, so the best is 1
+/// and every other in `0..=1`; all 0 when none is above 0. The one rule [`fuse`] and
+/// [`rank`] share: the best is the maximum, so a store's order cannot change the scale.
+fn keyword_scale(raw: impl IntoIterator<Item = f32>) -> impl Fn(f32) -> f32 {
+    let best = raw.into_iter().fold(0.0f32, f32::max);
+    move |s| if best > 0.0 { s / best } else { 0.0 }
+}
+
 /// Hybrid fusion shared by all backends, so the same request ranks the same way everywhere.
 ///
 /// `semantic` holds `(id, cosine similarity)` candidates, `keyword` holds `(id, raw BM25)`
@@ -417,7 +455,7 @@ pub fn fuse(
     keyword: &[(MemoryId, f32)],
     weights: HybridWeights,
 ) -> Vec<Fused> {
-    let best_kw = keyword.iter().map(|(_, s)| *s).fold(0.0f32, f32::max);
+    let scale = keyword_scale(keyword.iter().map(|&(_, s)| s));
     let mut by_id: HashMap<MemoryId, Fused> = HashMap::new();
     for &(id, sim) in semantic {
         by_id.insert(
@@ -432,7 +470,7 @@ pub fn fuse(
         );
     }
     for &(id, raw) in keyword {
-        let norm = if best_kw > 0.0 { raw / best_kw } else { 0.0 };
+        let norm = scale(raw);
         let f = by_id.entry(id).or_insert(Fused {
             id,
             score: 0.0,
@@ -483,13 +521,11 @@ pub fn rank<K: Copy>(
             })
             .collect(),
         SearchMode::Keyword => {
-            // The best score, as `fuse` takes it (candidates are best first, but a store's
-            // order must not change the scale).
-            let best = keyword.iter().map(|h| h.2).fold(0.0f32, f32::max);
+            let scale = keyword_scale(keyword.iter().map(|h| h.2));
             keyword
                 .iter()
                 .map(|&(key, _, raw)| {
-                    let s = if best > 0.0 { raw / best } else { 0.0 };
+                    let s = scale(raw);
                     let b = ScoreBreakdown {
                         keyword: Some(s),
                         keyword_raw: Some(raw),
@@ -532,6 +568,77 @@ pub fn rank<K: Copy>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keyword_scores_are_divided_by_the_best_in_fuse_and_rank_alike() {
+        let scale = keyword_scale([2.0, 8.0, 4.0]);
+        assert_eq!([scale(8.0), scale(4.0), scale(2.0)], [1.0, 0.5, 0.25]);
+        let zero = keyword_scale([0.0, 0.0]);
+        assert_eq!(zero(0.0), 0.0);
+        assert_eq!(keyword_scale(std::iter::empty())(3.0), 0.0);
+
+        // Best first (as stores hand them over) or not, `rank` and `fuse` agree.
+        let (a, b, c) = (MemoryId::new(), MemoryId::new(), MemoryId::new());
+        for kw in [
+            [(1, a, 8.0), (2, b, 4.0), (3, c, 2.0)],
+            [(3, c, 2.0), (1, a, 8.0), (2, b, 4.0)],
+        ] {
+            let ranked = rank(&SearchRequest::keyword("q"), &[], &kw);
+            let scores: Vec<_> = ranked.iter().map(|h| (h.0, h.2.keyword)).collect();
+            let ids: Vec<_> = kw.iter().map(|&(_, id, s)| (id, s)).collect();
+            let only_keyword = HybridWeights::new(0.0, 1.0).unwrap();
+            let fused = fuse(&[], &ids, only_keyword);
+            for (key, keyword) in scores {
+                let id = kw.iter().find(|h| h.0 == key).unwrap().1;
+                let f = fused.iter().find(|f| f.id == id).unwrap();
+                assert_eq!(keyword, f.keyword, "{key}");
+            }
+            let mut by_key: Vec<_> = ranked.iter().map(|h| (h.0, h.1)).collect();
+            by_key.sort_by_key(|h| h.0);
+            assert_eq!(by_key, [(1, 1.0), (2, 0.5), (3, 0.25)]);
+        }
+    }
+
+    #[test]
+    fn the_best_supported_mode_is_the_preferred_else_the_most_capable() {
+        let full = Capabilities::full_store(true);
+        let text_only = Capabilities::full_store(false);
+        let vectors_only = Capabilities::none()
+            .with(Capability::SemanticSearch)
+            .with(Capability::HybridSearch);
+        let w = HybridWeights::new(1.0, 1.0).unwrap();
+        let best = SearchMode::best_supported;
+        assert_eq!(
+            best(SearchMode::Hybrid(w), &full),
+            Some(SearchMode::Hybrid(w))
+        );
+        assert_eq!(
+            best(SearchMode::Semantic, &full),
+            Some(SearchMode::Semantic)
+        );
+        assert_eq!(best(SearchMode::Keyword, &full), Some(SearchMode::Keyword));
+        assert_eq!(
+            best(SearchMode::Hybrid(w), &text_only),
+            Some(SearchMode::Keyword)
+        );
+        assert_eq!(
+            best(SearchMode::Semantic, &text_only),
+            Some(SearchMode::Keyword)
+        );
+        assert_eq!(
+            best(SearchMode::Keyword, &vectors_only),
+            Some(SearchMode::Hybrid(HybridWeights::default()))
+        );
+        assert_eq!(best(SearchMode::Keyword, &Capabilities::none()), None);
+        assert_eq!(
+            SearchRequest::best(&text_only, "q").mode,
+            SearchMode::Keyword
+        );
+        assert_eq!(
+            SearchRequest::best(&full, "q").mode,
+            SearchMode::Hybrid(HybridWeights::default())
+        );
+    }
 
     #[test]
     fn weights_are_normalised_and_validated() {

@@ -174,8 +174,9 @@ pub async fn supersede(
             MemoryError::invalid(
                 "supersede",
                 format!(
-                    "stored the new memory {} but could not close {old}: {e}; both are current",
-                    stored.id
+                    "stored the new memory {} but could not close {old}: {}; both are current",
+                    stored.id,
+                    crate::ErrorChain(&e)
                 ),
             )
         })?;

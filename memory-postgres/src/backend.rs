@@ -17,7 +17,7 @@ use tokio_postgres::error::SqlState;
 use uuid::Uuid;
 
 use crate::PostgresBackend;
-use crate::error::{BACKEND, PostgresError};
+use crate::error::{BACKEND, InSchema, PostgresError, query_error};
 use crate::index::Indexes;
 use crate::sql::{
     Query, SCORE_COL, entries, entry, entry_cols, push_filter, scored, scored_entries, tsquery,
@@ -160,8 +160,8 @@ impl PostgresBackend {
             && let Some(r) = rows.first()
         {
             let extra = if entries { SCORE_COL + 1 } else { 3 };
-            let id: i64 = r.try_get(extra).map_err(|e| self.query_err(e))?;
-            let ready: bool = r.try_get(extra + 1).map_err(|e| self.query_err(e))?;
+            let id: i64 = r.try_get(extra).in_schema(&self.schema)?;
+            let ready: bool = r.try_get(extra + 1).in_schema(&self.schema)?;
             self.indexes.learn(&scope.key(), id, ready);
         }
         self.found(&rows, entries)
@@ -207,13 +207,10 @@ impl PostgresBackend {
         c: &Object,
         query: &Query,
     ) -> std::result::Result<Vec<tokio_postgres::Row>, PostgresError> {
-        let stmt = c
-            .prepare_cached(&query.sql)
-            .await
-            .map_err(|e| self.query_err(e))?;
+        let stmt = c.prepare_cached(&query.sql).await.in_schema(&self.schema)?;
         c.query(&stmt, &query.params())
             .await
-            .map_err(|e| self.query_err(e))
+            .in_schema(&self.schema)
     }
 
     /// Loads the entries of these pks in the scope with key `key`, counting a recall of
@@ -242,21 +239,15 @@ impl PostgresBackend {
                  WHERE sc.key = $1",
                 entry_cols("b")
             );
-            let stmt = c
-                .prepare_cached(&sql)
-                .await
-                .map_err(|e| self.query_err(e))?;
+            let stmt = c.prepare_cached(&sql).await.in_schema(&self.schema)?;
             let now = Timestamp::now().as_millis();
             c.query(&stmt, &[&key, &pks, &now]).await
         } else {
             let sql = self.select_entries("WHERE sc.key = $1 AND m.pk = ANY($2)");
-            let stmt = c
-                .prepare_cached(&sql)
-                .await
-                .map_err(|e| self.query_err(e))?;
+            let stmt = c.prepare_cached(&sql).await.in_schema(&self.schema)?;
             c.query(&stmt, &[&key, &pks]).await
         }
-        .map_err(|e| self.query_err(e))?;
+        .in_schema(&self.schema)?;
         Ok(entries(&rows, &self.schema)?.into_iter().collect())
     }
 
@@ -289,10 +280,7 @@ impl PostgresBackend {
              RETURNING id, stored",
             self.names.scopes
         );
-        let stmt = tx
-            .prepare_cached(&sql)
-            .await
-            .map_err(|e| self.query_err(e))?;
+        let stmt = tx.prepare_cached(&sql).await.in_schema(&self.schema)?;
         let n = i64::try_from(n).unwrap_or(i64::MAX);
         let row = tx
             .query_one(
@@ -307,11 +295,14 @@ impl PostgresBackend {
                 ],
             )
             .await
-            .map_err(|e| self.query_err(e))?;
-        let get = |i| row.try_get::<_, i64>(i).map_err(|e| self.query_err(e));
+            .in_schema(&self.schema)?;
+        let get = |i| row.try_get::<_, i64>(i).in_schema(&self.schema);
         Ok((get(0)?, get(1)?))
     }
 
+    /// Writes `entries` (with `vectors`) into the scope in one transaction. Returns the
+    /// scope's id and its count of memories ever stored, or the first id of the batch that
+    /// another memory holds already (nothing written).
     async fn insert_all(
         &self,
         client: &mut Object,
@@ -319,120 +310,82 @@ impl PostgresBackend {
         entries: &[MemoryEntry],
         vectors: Vec<Option<Vec<f32>>>,
     ) -> std::result::Result<std::result::Result<(i64, i64), MemoryId>, PostgresError> {
-        let tx = client.transaction().await.map_err(|e| self.query_err(e))?;
-        let m = &self.names.memories;
         let ids: Vec<Uuid> = entries.iter().map(|e| *e.id.as_uuid()).collect();
-        let taken = tx
+        let tx = client.transaction().await.in_schema(&self.schema)?;
+        if let Some(id) = self.first_taken(&tx, &ids).await? {
+            return Ok(Err(id));
+        }
+        let (scope_id, stored) = self.count_into_scope(&tx, scope, entries.len()).await?;
+        let insert = self.insert_statement(scope_id, ids.clone(), entries, vectors);
+        match tx.execute(&insert.sql, &insert.params()).await {
+            Ok(_) => {}
+            Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
+                // Another process took one of the ids after the check above.
+                drop(tx);
+                return match self.collided(client, &ids, &e).await? {
+                    Some(id) => Ok(Err(id)),
+                    None => Err(query_error(&self.schema, e)),
+                };
+            }
+            Err(e) => return Err(query_error(&self.schema, e)),
+        }
+        tx.commit().await.in_schema(&self.schema)?;
+        Ok(Ok((scope_id, stored)))
+    }
+
+    /// The first of `ids`, in their order, that a stored memory holds.
+    async fn first_taken(
+        &self,
+        c: &tokio_postgres::Transaction<'_>,
+        ids: &[Uuid],
+    ) -> std::result::Result<Option<MemoryId>, PostgresError> {
+        let row = c
             .query_opt(
-                &format!("SELECT id FROM {m} WHERE id = ANY($1) LIMIT 1"),
+                &format!(
+                    "SELECT id FROM {} WHERE id = ANY($1) ORDER BY array_position($1, id) LIMIT 1",
+                    self.names.memories
+                ),
                 &[&ids],
             )
             .await
-            .map_err(|e| self.query_err(e))?;
-        if let Some(r) = taken {
-            let id: Uuid = r.try_get(0).map_err(|e| self.query_err(e))?;
-            return Ok(Err(MemoryId::from_uuid(id)));
+            .in_schema(&self.schema)?;
+        row.map(|r| r.try_get(0).map(MemoryId::from_uuid))
+            .transpose()
+            .in_schema(&self.schema)
+    }
+
+    /// Which of `ids` an insert that failed with `violation` (a unique violation) collided
+    /// with: the id the server names in the violation's detail, or else the first of them
+    /// stored now (looked up in a transaction of its own, the failed one being gone).
+    async fn collided(
+        &self,
+        client: &mut Object,
+        ids: &[Uuid],
+        violation: &tokio_postgres::Error,
+    ) -> std::result::Result<Option<MemoryId>, PostgresError> {
+        let detail = violation
+            .as_db_error()
+            .and_then(|d| d.detail())
+            .unwrap_or_default();
+        if let Some(id) = ids.iter().find(|id| detail.contains(&id.to_string())) {
+            return Ok(Some(MemoryId::from_uuid(*id)));
         }
-        let (scope_id, stored) = self.count_into_scope(&tx, scope, entries.len()).await?;
+        let tx = client.transaction().await.in_schema(&self.schema)?;
+        self.first_taken(&tx, ids).await
+    }
+
+    /// The one `INSERT ... SELECT FROM unnest(...)` that writes the whole batch: one array
+    /// parameter per column.
+    fn insert_statement(
+        &self,
+        scope_id: i64,
+        ids: Vec<Uuid>,
+        entries: &[MemoryEntry],
+        vectors: Vec<Option<Vec<f32>>>,
+    ) -> Query {
         let mut q = Query::default();
         let sid = q.bind(scope_id);
-        let cols: [String; 16] = [
-            q.bind(ids),
-            q.bind(
-                entries
-                    .iter()
-                    .map(|e| e.kind.as_str().to_owned())
-                    .collect::<Vec<_>>(),
-            ),
-            q.bind(
-                entries
-                    .iter()
-                    .map(|e| e.content.clone())
-                    .collect::<Vec<_>>(),
-            ),
-            q.bind(
-                entries
-                    .iter()
-                    .map(|e| e.context.clone())
-                    .collect::<Vec<_>>(),
-            ),
-            q.bind(
-                entries
-                    .iter()
-                    .map(|e| e.role.map(|r| r.as_str().to_owned()))
-                    .collect::<Vec<_>>(),
-            ),
-            q.bind(entries.iter().map(|e| e.source.clone()).collect::<Vec<_>>()),
-            // Tags hold no whitespace, so one space-joined string per memory is lossless.
-            q.bind(
-                entries
-                    .iter()
-                    .map(|e| {
-                        e.tags
-                            .iter()
-                            .map(|t| t.as_str())
-                            .collect::<Vec<_>>()
-                            .join(" ")
-                    })
-                    .collect::<Vec<_>>(),
-            ),
-            q.bind(
-                entries
-                    .iter()
-                    .map(|e| e.importance.get())
-                    .collect::<Vec<f32>>(),
-            ),
-            q.bind(entries.iter().map(|e| e.pinned).collect::<Vec<_>>()),
-            q.bind(
-                entries
-                    .iter()
-                    .map(|e| e.created_at.as_millis())
-                    .collect::<Vec<_>>(),
-            ),
-            q.bind(
-                entries
-                    .iter()
-                    .map(|e| e.accessed_at.as_millis())
-                    .collect::<Vec<_>>(),
-            ),
-            q.bind(
-                entries
-                    .iter()
-                    .map(|e| i64::try_from(e.access_count).unwrap_or(i64::MAX))
-                    .collect::<Vec<_>>(),
-            ),
-            q.bind(
-                entries
-                    .iter()
-                    .map(|e| e.valid_from.map(Timestamp::as_millis))
-                    .collect::<Vec<_>>(),
-            ),
-            q.bind(
-                entries
-                    .iter()
-                    .map(|e| e.valid_until.map(Timestamp::as_millis))
-                    .collect::<Vec<_>>(),
-            ),
-            q.bind(
-                entries
-                    .iter()
-                    .map(|e| e.superseded_by.map(|s| *s.as_uuid()))
-                    .collect::<Vec<_>>(),
-            ),
-            q.bind(vectors.iter().map(Option::is_some).collect::<Vec<_>>()),
-        ];
-        let with_vectors = self.space.is_some();
-        let vec_col = if with_vectors {
-            let p = q.bind(
-                vectors
-                    .into_iter()
-                    .map(|v| v.map(Vector::from))
-                    .collect::<Vec<_>>(),
-            );
-            format!(", {p}::{}[]", self.names.vector)
-        } else {
-            String::new()
-        };
+        let embedded = q.bind(vectors.iter().map(Option::is_some).collect::<Vec<_>>());
         let [
             id,
             kind,
@@ -449,8 +402,19 @@ impl PostgresBackend {
             vf,
             vu,
             sup,
-            emb,
-        ] = &cols;
+        ] = bind_columns(&mut q, ids, entries);
+        let with_vectors = self.space.is_some();
+        let vec_col = if with_vectors {
+            let p = q.bind(
+                vectors
+                    .into_iter()
+                    .map(|v| v.map(Vector::from))
+                    .collect::<Vec<_>>(),
+            );
+            format!(", {p}::{}[]", self.names.vector)
+        } else {
+            String::new()
+        };
         q.push(&format!(
             "INSERT INTO {m} (id, scope_id, kind, content, context, role, source, tags, importance, \
              pinned, created_at, accessed_at, access_count, valid_from, valid_until, superseded_by, \
@@ -461,23 +425,50 @@ impl PostgresBackend {
              FROM unnest({id}::uuid[], {kind}::text[], {content}::text[], {context}::text[], \
              {role}::text[], {source}::text[], {tags}::text[], {imp}::float4[], {pinned}::bool[], \
              {ca}::int8[], {aa}::int8[], {ac}::int8[], {vf}::int8[], {vu}::int8[], {sup}::uuid[], \
-             {emb}::bool[]{vec_col}) AS u(id, kind, content, context, role, source, tags, importance, \
-             pinned, created_at, accessed_at, access_count, valid_from, valid_until, superseded_by, \
-             embedded{e})",
+             {embedded}::bool[]{vec_col}) AS u(id, kind, content, context, role, source, tags, \
+             importance, pinned, created_at, accessed_at, access_count, valid_from, valid_until, \
+             superseded_by, embedded{e})",
+            m = self.names.memories,
             e = if with_vectors { ", embedding" } else { "" },
             ev = if with_vectors { ", u.embedding" } else { "" },
         ));
-        match tx.execute(&q.sql, &q.params()).await {
-            Ok(_) => {}
-            Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
-                // Another process took one of the ids after the check above.
-                return Ok(Err(entries[0].id));
-            }
-            Err(e) => return Err(self.query_err(e)),
-        }
-        tx.commit().await.map_err(|e| self.query_err(e))?;
-        Ok(Ok((scope_id, stored)))
+        q
     }
+}
+
+/// Binds the entries' columns, one array each, in the order of [`PostgresBackend::insert_statement`]'s
+/// `unnest`: id, kind, content, context, role, source, tags, importance, pinned, created,
+/// accessed, access count, valid from, valid until, superseded by.
+fn bind_columns(q: &mut Query, ids: Vec<Uuid>, entries: &[MemoryEntry]) -> [String; 15] {
+    fn col<T>(entries: &[MemoryEntry], f: impl Fn(&MemoryEntry) -> T) -> Vec<T> {
+        entries.iter().map(f).collect()
+    }
+    [
+        q.bind(ids),
+        q.bind(col(entries, |e| e.kind.as_str().to_owned())),
+        q.bind(col(entries, |e| e.content.clone())),
+        q.bind(col(entries, |e| e.context.clone())),
+        q.bind(col(entries, |e| e.role.map(|r| r.as_str().to_owned()))),
+        q.bind(col(entries, |e| e.source.clone())),
+        // Tags hold no whitespace, so one space-joined string per memory is lossless.
+        q.bind(col(entries, |e| {
+            e.tags
+                .iter()
+                .map(|t| t.as_str())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })),
+        q.bind(col(entries, |e| e.importance.get())),
+        q.bind(col(entries, |e| e.pinned)),
+        q.bind(col(entries, |e| e.created_at.as_millis())),
+        q.bind(col(entries, |e| e.accessed_at.as_millis())),
+        q.bind(col(entries, |e| {
+            i64::try_from(e.access_count).unwrap_or(i64::MAX)
+        })),
+        q.bind(col(entries, |e| e.valid_from.map(Timestamp::as_millis))),
+        q.bind(col(entries, |e| e.valid_until.map(Timestamp::as_millis))),
+        q.bind(col(entries, |e| e.superseded_by.map(|s| *s.as_uuid()))),
+    ]
 }
 
 #[async_trait]
@@ -537,14 +528,11 @@ impl MemoryBackend for PostgresBackend {
     async fn get(&self, scope: &Scope, id: MemoryId) -> Result<MemoryEntry> {
         let c = self.client().await?;
         let sql = self.select_entries("WHERE m.id = $1 AND sc.key = $2");
-        let stmt = c
-            .prepare_cached(&sql)
-            .await
-            .map_err(|e| self.query_err(e))?;
+        let stmt = c.prepare_cached(&sql).await.in_schema(&self.schema)?;
         let row = c
             .query_opt(&stmt, &[id.as_uuid(), &scope.key()])
             .await
-            .map_err(|e| self.query_err(e))?
+            .in_schema(&self.schema)?
             .ok_or(MemoryError::NotFound { id })?;
         let (_, entry) = entry(&row, &self.schema)?;
         ensure_scope(BACKEND, scope, [&entry])?;
@@ -632,14 +620,8 @@ impl MemoryBackend for PostgresBackend {
             " ORDER BY m.created_at DESC, m.id DESC LIMIT {lim}"
         ));
         let c = self.client().await?;
-        let stmt = c
-            .prepare_cached(&q.sql)
-            .await
-            .map_err(|e| self.query_err(e))?;
-        let rows = c
-            .query(&stmt, &q.params())
-            .await
-            .map_err(|e| self.query_err(e))?;
+        let stmt = c.prepare_cached(&q.sql).await.in_schema(&self.schema)?;
+        let rows = c.query(&stmt, &q.params()).await.in_schema(&self.schema)?;
         let out: Vec<MemoryEntry> = entries(&rows, &self.schema)?
             .into_iter()
             .map(|(_, e)| e)
@@ -659,12 +641,12 @@ impl MemoryBackend for PostgresBackend {
         };
         let content_changed = patch.content.is_some();
         let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(|e| self.query_err(e))?;
+        let tx = client.transaction().await.in_schema(&self.schema)?;
         let sql = self.select_entries("WHERE m.id = $1 AND sc.key = $2 FOR UPDATE OF m");
         let row = tx
             .query_opt(&sql, &[id.as_uuid(), &scope.key()])
             .await
-            .map_err(|e| self.query_err(e))?
+            .in_schema(&self.schema)?
             .ok_or(MemoryError::NotFound { id })?;
         let (pk, mut entry) = entry(&row, &self.schema)?;
         ensure_scope(BACKEND, scope, [&entry])?;
@@ -713,8 +695,8 @@ impl MemoryBackend for PostgresBackend {
         ));
         tx.execute(&q.sql, &q.params())
             .await
-            .map_err(|e| self.query_err(e))?;
-        tx.commit().await.map_err(|e| self.query_err(e))?;
+            .in_schema(&self.schema)?;
+        tx.commit().await.in_schema(&self.schema)?;
         Ok(entry)
     }
 
@@ -730,7 +712,7 @@ impl MemoryBackend for PostgresBackend {
         let n = c
             .execute(&q.sql, &q.params())
             .await
-            .map_err(|e| self.query_err(e))?;
+            .in_schema(&self.schema)?;
         if n == 0 {
             return Err(MemoryError::NotFound { id });
         }
@@ -749,18 +731,18 @@ impl MemoryBackend for PostgresBackend {
         // and `user_scopes` lists only scopes that hold memories.
         Ok(c.execute(&q.sql, &q.params())
             .await
-            .map_err(|e| self.query_err(e))?)
+            .in_schema(&self.schema)?)
     }
 
     async fn prune(&self, scope: &Scope, policy: &PrunePolicy) -> Result<PruneReport> {
         policy.validate(&self.caps(), BACKEND)?;
         let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(|e| self.query_err(e))?;
+        let tx = client.transaction().await.in_schema(&self.schema)?;
         let sql = self.select_entries("WHERE sc.key = $1 FOR UPDATE OF m");
         let rows = tx
             .query(&sql, &[&scope.key()])
             .await
-            .map_err(|e| self.query_err(e))?;
+            .in_schema(&self.schema)?;
         let all = entries(&rows, &self.schema)?;
         ensure_scope(BACKEND, scope, all.iter().map(|(_, e)| e))?;
         let report = plan_prune(all.iter().map(|(_, e)| e), policy);
@@ -780,9 +762,9 @@ impl MemoryBackend for PostgresBackend {
             ));
             tx.execute(&q.sql, &q.params())
                 .await
-                .map_err(|e| self.query_err(e))?;
+                .in_schema(&self.schema)?;
         }
-        tx.commit().await.map_err(|e| self.query_err(e))?;
+        tx.commit().await.in_schema(&self.schema)?;
         Ok(report)
     }
 
@@ -792,15 +774,12 @@ impl MemoryBackend for PostgresBackend {
             "SELECT count(*) FROM {} m WHERE m.scope_id = (SELECT id FROM {} WHERE key = $1)",
             self.names.memories, self.names.scopes
         );
-        let stmt = c
-            .prepare_cached(&sql)
-            .await
-            .map_err(|e| self.query_err(e))?;
+        let stmt = c.prepare_cached(&sql).await.in_schema(&self.schema)?;
         let n: i64 = c
             .query_one(&stmt, &[&scope.key()])
             .await
             .and_then(|r| r.try_get(0))
-            .map_err(|e| self.query_err(e))?;
+            .in_schema(&self.schema)?;
         Ok(u64::try_from(n).unwrap_or(0))
     }
 
@@ -812,20 +791,15 @@ impl MemoryBackend for PostgresBackend {
             s = self.names.scopes,
             m = self.names.memories
         );
-        let stmt = c
-            .prepare_cached(&sql)
-            .await
-            .map_err(|e| self.query_err(e))?;
+        let stmt = c.prepare_cached(&sql).await.in_schema(&self.schema)?;
         let rows = c
             .query(&stmt, &[&tenant, &user])
             .await
-            .map_err(|e| self.query_err(e))?;
+            .in_schema(&self.schema)?;
         let mut out = Vec::with_capacity(rows.len());
         for r in &rows {
-            let get = |i: usize| -> Result<Option<String>> {
-                r.try_get::<_, Option<String>>(i)
-                    .map_err(|e| self.query_err(e).into())
-            };
+            let get =
+                |i: usize| -> Result<Option<String>> { Ok(r.try_get(i).in_schema(&self.schema)?) };
             let (Some(tenant), Some(user)) = (get(0)?, get(1)?) else {
                 continue;
             };
@@ -840,5 +814,75 @@ impl MemoryBackend for PostgresBackend {
         }
         out.sort();
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+    use crate::PostgresConfig;
+
+    /// The race `insert_all`'s first check cannot see: another process takes an id after
+    /// it. The insert then fails with a unique violation, and the id reported is the one
+    /// that collided, not the batch's first.
+    #[tokio::test]
+    async fn a_collision_after_the_check_names_the_id_that_collided() {
+        let Some(url) = memory_core::testing::env_or_skip(
+            "MEMORY_PG_URL",
+            "memory-postgres",
+            "a Postgres URL whose server has pgvector (e.g. start one with .ci/postgres.sh start)",
+        ) else {
+            return;
+        };
+        let schema = format!("ava_unit_{}", std::process::id());
+        let config = PostgresConfig {
+            schema: schema.clone(),
+            pool_size: 2,
+            ..PostgresConfig::default()
+        };
+        let store = PostgresBackend::connect(&url, None, config).await.unwrap();
+        let scope = Scope::for_user("u").unwrap();
+        let taken = MemoryId::new();
+        store
+            .store(&scope, NewMemory::new("first").with_id(taken))
+            .await
+            .unwrap();
+        let now = Timestamp::now();
+        let entries: Vec<MemoryEntry> = [MemoryId::new(), MemoryId::new(), taken]
+            .into_iter()
+            .map(|id| {
+                NewMemory::new("later")
+                    .with_id(id)
+                    .into_entry(&scope, now, false)
+            })
+            .collect();
+        let ids: Vec<Uuid> = entries.iter().map(|e| *e.id.as_uuid()).collect();
+        let mut client = store.client().await.unwrap();
+        // The insert without the check before it, as when another process got in between.
+        let tx = client.transaction().await.unwrap();
+        let (scope_id, _) = store.count_into_scope(&tx, &scope, 3).await.unwrap();
+        let insert = store.insert_statement(scope_id, ids.clone(), &entries, vec![None; 3]);
+        let violation = tx
+            .execute(&insert.sql, &insert.params())
+            .await
+            .expect_err("the third id is taken");
+        assert_eq!(violation.code(), Some(&SqlState::UNIQUE_VIOLATION));
+        drop(tx);
+        let got = store.collided(&mut client, &ids, &violation).await.unwrap();
+        assert_eq!(got, Some(taken));
+        // Without the server's detail, the lookup finds it too.
+        let tx = client.transaction().await.unwrap();
+        assert_eq!(store.first_taken(&tx, &ids).await.unwrap(), Some(taken));
+        drop(tx);
+        drop(client);
+        let client = store.client().await.unwrap();
+        client
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+            .await
+            .unwrap();
+        drop(client);
+        store.close();
     }
 }

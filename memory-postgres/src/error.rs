@@ -3,7 +3,7 @@
 use memory_core::MemoryError;
 
 /// Errors specific to the Postgres store. They reach callers as the source of a
-/// [`MemoryError::Backend`], whose message is this error's text. Messages name the server
+/// [`MemoryError::Backend`], which says it once (its message is empty). Messages name the server
 /// (`host:port/database`) and the Postgres schema, never a password.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -28,10 +28,10 @@ pub enum PostgresError {
         name: String,
     },
 
-    /// No server answered at the address.
+    /// No server answered at the address. What the OS or driver said is the source.
     #[error(
-        "cannot reach the Postgres server at {server}: the server is unreachable ({source}); \
-         check that it is running and accepting TCP connections there"
+        "the Postgres server at {server} is unreachable; check that it is running and \
+         accepting TCP connections there"
     )]
     Unreachable {
         /// `host:port/database`.
@@ -54,7 +54,8 @@ pub enum PostgresError {
     },
 
     /// The server answered but refused the session (authentication, unknown database, ...).
-    #[error("the Postgres server at {server} refused the connection: {source}")]
+    /// What the server said is the source.
+    #[error("the Postgres server at {server} refused the connection")]
     Refused {
         /// `host:port/database`.
         server: String,
@@ -64,11 +65,12 @@ pub enum PostgresError {
     },
 
     /// The pgvector extension is not installed on the server, or may not be created.
+    /// What the server said is the source.
     #[error(
-        "the pgvector extension (`vector`) is not available in {server}: {source}. Install \
-         pgvector on the server (https://github.com/pgvector/pgvector, version 0.5 or newer) \
-         and run `CREATE EXTENSION vector;` in that database as a role allowed to (a \
-         superuser or the database owner)"
+        "the pgvector extension (`vector`) is not available in {server}; install pgvector on \
+         the server (https://github.com/pgvector/pgvector, version 0.5 or newer) and run \
+         `CREATE EXTENSION vector;` in that database as a role allowed to (a superuser or the \
+         database owner)"
     )]
     ExtensionMissing {
         /// `host:port/database`.
@@ -145,8 +147,9 @@ pub enum PostgresError {
         size: usize,
     },
 
-    /// A statement ran longer than the configured statement timeout.
-    #[error("a query on memory store `{schema}` was cancelled by the statement timeout ({source})")]
+    /// A statement ran longer than the configured statement timeout. What the server said
+    /// is the source.
+    #[error("a query on memory store `{schema}` was cancelled by the statement timeout")]
     StatementTimeout {
         /// The schema.
         schema: String,
@@ -155,8 +158,9 @@ pub enum PostgresError {
         source: tokio_postgres::Error,
     },
 
-    /// Any other failure of a query or of the connection.
-    #[error("Postgres failed on memory store `{schema}`: {source}")]
+    /// Any other failure of a query or of the connection. What the driver or server said
+    /// is the source.
+    #[error("Postgres failed on memory store `{schema}`")]
     Query {
         /// The schema.
         schema: String,
@@ -164,17 +168,52 @@ pub enum PostgresError {
         #[source]
         source: tokio_postgres::Error,
     },
+
+    /// The connection pool could not be set up or failed in a way the other variants do
+    /// not name. What deadpool said is the source.
+    #[error("the connection pool for {server} failed")]
+    Pool {
+        /// `host:port/database`.
+        server: String,
+        /// What deadpool said.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+
+    /// The [`PostgresConfig`](crate::PostgresConfig) is not usable (checked before any
+    /// connection). Its text is the [`MemoryError::InvalidInput`] it holds, which it becomes
+    /// again as a `MemoryError`.
+    #[error(transparent)]
+    InvalidConfig(MemoryError),
+
+    /// The embedder failed while [`connect`](crate::PostgresBackend::connect) embedded the
+    /// memories stored without a vector. As a `MemoryError` it is the embedder's error, as
+    /// before connecting returned typed errors.
+    #[error(transparent)]
+    Embedder(MemoryError),
 }
 
 pub(crate) const BACKEND: &str = "memory-postgres";
 
 impl From<PostgresError> for MemoryError {
     fn from(e: PostgresError) -> Self {
-        MemoryError::Backend {
-            backend: BACKEND.to_owned(),
-            message: e.to_string(),
-            source: Some(Box::new(e)),
+        match e {
+            PostgresError::InvalidConfig(e) | PostgresError::Embedder(e) => e,
+            e => MemoryError::from_backend(BACKEND, e),
         }
+    }
+}
+
+/// Names the store in a driver error: `.in_schema(schema)?` classifies it with
+/// [`query_error`], the one place query errors are turned into [`PostgresError`]s.
+pub(crate) trait InSchema<T> {
+    /// The result, its error classified as a failure on the store in `schema`.
+    fn in_schema(self, schema: &str) -> Result<T, PostgresError>;
+}
+
+impl<T> InSchema<T> for Result<T, tokio_postgres::Error> {
+    fn in_schema(self, schema: &str) -> Result<T, PostgresError> {
+        self.map_err(|e| query_error(schema, e))
     }
 }
 

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use deadpool_postgres::{Object, Pool};
 
-use crate::error::{PostgresError, query_error};
+use crate::error::{InSchema, PostgresError};
 use crate::{Names, PostgresConfig, pooled};
 
 /// The name (unqualified) of a scope's index.
@@ -78,10 +78,6 @@ impl Indexes {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn err(&self, e: tokio_postgres::Error) -> PostgresError {
-        query_error(&self.schema, e)
-    }
-
     /// The id of the scope with key `key`, if its index is ready to search through.
     pub(crate) fn ready(&self, key: &str) -> Option<i64> {
         self.state().ready.get(key).copied()
@@ -131,11 +127,11 @@ impl Indexes {
                 &[&self.schema],
             )
             .await
-            .map_err(|e| self.err(e))?;
+            .in_schema(&self.schema)?;
         let mut state = self.state();
         for r in &rows {
-            let key: String = r.try_get(0).map_err(|e| self.err(e))?;
-            let id: i64 = r.try_get(1).map_err(|e| self.err(e))?;
+            let key: String = r.try_get(0).in_schema(&self.schema)?;
+            let id: i64 = r.try_get(1).in_schema(&self.schema)?;
             state.ready.insert(key, id);
         }
         Ok(())
@@ -157,12 +153,12 @@ impl Indexes {
                 &[&self.schema, &threshold],
             )
             .await
-            .map_err(|e| self.err(e))?;
+            .in_schema(&self.schema)?;
         rows.iter()
             .map(|r| {
                 Ok((
-                    r.try_get(0).map_err(|e| self.err(e))?,
-                    r.try_get(1).map_err(|e| self.err(e))?,
+                    r.try_get(0).in_schema(&self.schema)?,
+                    r.try_get(1).in_schema(&self.schema)?,
                 ))
             })
             .collect()
@@ -186,7 +182,8 @@ impl Indexes {
                 tracing::warn!(
                     schema = %this.schema,
                     scope_id,
-                    "building a scope's HNSW index failed; its searches stay exact scans: {e}"
+                    error = %memory_core::ErrorChain(&e),
+                    "building a scope's HNSW index failed; its searches stay exact scans"
                 );
             }
             this.state().building.remove(&scope_id);
@@ -251,7 +248,7 @@ impl Indexes {
                 )
                 .await
                 .and_then(|r| r.try_get(0))
-                .map_err(|e| self.err(e))?;
+                .in_schema(&self.schema)?;
             if locked {
                 return self.build_locked(c, key, scope_id).await;
             }
@@ -283,7 +280,7 @@ impl Indexes {
             )
             .await
             .and_then(|r| r.try_get(0))
-            .map_err(|e| self.err(e))?;
+            .in_schema(&self.schema)?;
         if n < cap {
             c.execute(
                 &format!(
@@ -293,7 +290,7 @@ impl Indexes {
                 &[&scope_id, &n],
             )
             .await
-            .map_err(|e| self.err(e))?;
+            .in_schema(&self.schema)?;
             return Ok(false);
         }
         let name = index_name(scope_id);
@@ -304,17 +301,17 @@ impl Indexes {
                 &[&qualified],
             )
             .await
-            .map_err(|e| self.err(e))?
+            .in_schema(&self.schema)?
             .map(|r| r.try_get(0))
             .transpose()
-            .map_err(|e| self.err(e))?;
+            .in_schema(&self.schema)?;
         match valid {
             Some(true) => return Ok(true),
             // A build that was cut short: we hold the lock, so nobody is finishing it.
             Some(false) => c
                 .batch_execute(&format!("DROP INDEX CONCURRENTLY IF EXISTS {qualified}"))
                 .await
-                .map_err(|e| self.err(e))?,
+                .in_schema(&self.schema)?,
             None => {}
         }
         tracing::info!(schema = %self.schema, scope = key, scope_id, "building the scope's HNSW index");
@@ -327,14 +324,14 @@ impl Indexes {
             self.config.hnsw_build_mib
         ))
         .await
-        .map_err(|e| self.err(e))?;
+        .in_schema(&self.schema)?;
         c.batch_execute(&format!(
             "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {} \
              USING hnsw (embedding {}) WHERE scope_id = {scope_id}",
             self.names.memories, self.ops
         ))
         .await
-        .map_err(|e| self.err(e))?;
+        .in_schema(&self.schema)?;
         Ok(true)
     }
 }

@@ -42,7 +42,7 @@ use tokio_postgres::config::Host;
 
 pub use error::PostgresError;
 
-use crate::error::{connect_error, query_error};
+use crate::error::{InSchema, connect_error};
 use crate::index::Indexes;
 use crate::schema::{HNSW_MAX_DIMS, Opened, Target, quote_ident, valid_schema_name};
 
@@ -218,8 +218,9 @@ pub(crate) async fn pooled(
             server: server.to_owned(),
             seconds: config.connect_timeout.as_secs_f64(),
         },
-        other => PostgresError::BadUrl {
-            reason: format!("the connection pool failed: {other}"),
+        other => PostgresError::Pool {
+            server: server.to_owned(),
+            source: Box::new(other),
         },
     })
 }
@@ -267,11 +268,15 @@ impl PostgresBackend {
     /// created if it is missing (which needs a role allowed to). With an embedder, the
     /// store's recorded embedding space must be the embedder's (a store without one adopts
     /// it); memories stored while no embedder was given are embedded now.
+    ///
+    /// Errors are the typed [`PostgresError`] (`?` turns it into a
+    /// [`MemoryError`](memory_core::MemoryError); bad settings and a failing embedder become
+    /// the `MemoryError` they hold).
     pub async fn connect(
         url: &str,
         embedder: Option<Arc<dyn EmbeddingProvider>>,
         mut config: PostgresConfig,
-    ) -> Result<Self> {
+    ) -> Result<Self, PostgresError> {
         let (url, schema) = split_schema_param(url);
         if let Some(schema) = schema {
             config.schema = schema;
@@ -289,8 +294,13 @@ impl PostgresBackend {
         mut pg: tokio_postgres::Config,
         embedder: Option<Arc<dyn EmbeddingProvider>>,
         config: PostgresConfig,
-    ) -> Result<Self> {
-        config.validate()?;
+    ) -> Result<Self, PostgresError> {
+        if !valid_schema_name(&config.schema) {
+            return Err(PostgresError::BadSchemaName {
+                name: config.schema.clone(),
+            });
+        }
+        config.validate().map_err(PostgresError::InvalidConfig)?;
         let server = server_name(&pg);
         pg.connect_timeout(config.connect_timeout);
         // Ours first, so the caller's own `options` win where they overlap.
@@ -321,8 +331,9 @@ impl PostgresBackend {
             .create_timeout(Some(config.connect_timeout + Duration::from_secs(1)))
             .recycle_timeout(Some(config.connect_timeout))
             .build()
-            .map_err(|e| PostgresError::BadUrl {
-                reason: format!("cannot build the connection pool: {e}"),
+            .map_err(|e| PostgresError::Pool {
+                server: server.clone(),
+                source: Box::new(e),
             })?;
         let given = embedder.as_ref().map(|e| e.space());
         let names = Names {
@@ -354,16 +365,13 @@ impl PostgresBackend {
         };
         let opened = {
             let mut client = backend.client().await?;
-            let mut tx = client
-                .transaction()
-                .await
-                .map_err(|e| backend.query_err(e))?;
+            let mut tx = client.transaction().await.in_schema(&backend.schema)?;
             let target = Target {
                 server: &backend.server,
                 schema: &backend.schema,
             };
             let opened: Opened = schema::open(&mut tx, &target, given.as_deref()).await?;
-            tx.commit().await.map_err(|e| backend.query_err(e))?;
+            tx.commit().await.in_schema(&backend.schema)?;
             opened
         };
         let s = quote_ident(&backend.schema);
@@ -448,12 +456,8 @@ impl PostgresBackend {
         pooled(&self.pool, &self.server, &self.config).await
     }
 
-    pub(crate) fn query_err(&self, e: tokio_postgres::Error) -> PostgresError {
-        query_error(&self.schema, e)
-    }
-
     /// Embeds memories stored while no embedder was available.
-    async fn backfill_vectors(&self) -> Result<()> {
+    async fn backfill_vectors(&self) -> Result<(), PostgresError> {
         let Some(embedder) = self.embedder.clone() else {
             return Ok(());
         };
@@ -467,29 +471,27 @@ impl PostgresBackend {
         );
         loop {
             let client = self.client().await?;
-            let rows = client
-                .query(&select, &[])
-                .await
-                .map_err(|e| self.query_err(e))?;
+            let rows = client.query(&select, &[]).await.in_schema(&self.schema)?;
             if rows.is_empty() {
                 return Ok(());
             }
             let mut pks = Vec::with_capacity(rows.len());
             let mut texts = Vec::with_capacity(rows.len());
             for r in &rows {
-                pks.push(r.try_get::<_, i64>(0).map_err(|e| self.query_err(e))?);
-                texts.push(r.try_get::<_, String>(1).map_err(|e| self.query_err(e))?);
+                pks.push(r.try_get::<_, i64>(0).in_schema(&self.schema)?);
+                texts.push(r.try_get::<_, String>(1).in_schema(&self.schema)?);
             }
             let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
             let vectors: Vec<pgvector::Vector> = embed_all(embedder.as_ref(), &refs)
-                .await?
+                .await
+                .map_err(PostgresError::Embedder)?
                 .into_iter()
                 .map(|e| pgvector::Vector::from(e.into_vector()))
                 .collect();
             client
                 .execute(&update, &[&pks, &vectors])
                 .await
-                .map_err(|e| self.query_err(e))?;
+                .in_schema(&self.schema)?;
         }
     }
 }

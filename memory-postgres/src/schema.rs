@@ -6,7 +6,7 @@
 use memory_core::EmbeddingSpace;
 use tokio_postgres::Transaction;
 
-use crate::error::{PostgresError, query_error};
+use crate::error::{InSchema, PostgresError};
 
 /// The schema version this build writes and understands.
 pub(crate) const SCHEMA_VERSION: i64 = 2;
@@ -128,12 +128,6 @@ pub(crate) struct Target<'a> {
     pub(crate) schema: &'a str,
 }
 
-impl Target<'_> {
-    fn err(&self, e: tokio_postgres::Error) -> PostgresError {
-        query_error(self.schema, e)
-    }
-}
-
 /// Inspects, creates or migrates the store in `tx`, makes sure pgvector is there, and
 /// settles the embedding space against `given`. The caller commits.
 pub(crate) async fn open(
@@ -143,23 +137,21 @@ pub(crate) async fn open(
 ) -> Result<Opened, PostgresError> {
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SETUP_LOCK])
         .await
-        .map_err(|e| t.err(e))?;
+        .in_schema(t.schema)?;
     let s = quote_ident(t.schema);
     // Nothing is written before this look says the schema is ours (or empty) and not newer.
     let existing = inspect(tx, t, &s).await?;
     let ext_schema = ensure_vector_extension(tx, t).await?;
     match existing {
         Existing::Fresh => {
-            tx.batch_execute(&schema_v1(&s))
-                .await
-                .map_err(|e| t.err(e))?;
+            tx.batch_execute(&schema_v1(&s)).await.in_schema(t.schema)?;
             for (k, v) in [("format", FORMAT), ("schema_version", "1")] {
                 tx.execute(
                     &format!("INSERT INTO {s}.meta (key, value) VALUES ($1, $2)"),
                     &[&k, &v],
                 )
                 .await
-                .map_err(|e| t.err(e))?;
+                .in_schema(t.schema)?;
             }
             migrate(tx, t, &s, 1).await?;
         }
@@ -197,11 +189,11 @@ async fn inspect(
             &[&t.schema],
         )
         .await
-        .map_err(|e| t.err(e))?
+        .in_schema(t.schema)?
         .iter()
         .map(|r| r.try_get(0))
         .collect::<Result<_, _>>()
-        .map_err(|e| t.err(e))?;
+        .in_schema(t.schema)?;
     if tables.is_empty() {
         return Ok(Existing::Fresh);
     }
@@ -220,7 +212,7 @@ async fn inspect(
     }
     // Another application's `meta` may have other columns: read it under a savepoint so a
     // failed read leaves the transaction usable.
-    let sp = tx.savepoint("ava_inspect").await.map_err(|e| t.err(e))?;
+    let sp = tx.savepoint("ava_inspect").await.in_schema(t.schema)?;
     let rows = sp
         .query(
             &format!(
@@ -231,19 +223,19 @@ async fn inspect(
         .await;
     let rows = match rows {
         Ok(rows) => {
-            sp.commit().await.map_err(|e| t.err(e))?;
+            sp.commit().await.in_schema(t.schema)?;
             rows
         }
         Err(_) => {
-            sp.rollback().await.map_err(|e| t.err(e))?;
+            sp.rollback().await.in_schema(t.schema)?;
             return Err(foreign());
         }
     };
     let mut format = None;
     let mut version = None;
     for r in &rows {
-        let key: String = r.try_get(0).map_err(|e| t.err(e))?;
-        let value: String = r.try_get(1).map_err(|e| t.err(e))?;
+        let key: String = r.try_get(0).in_schema(t.schema)?;
+        let value: String = r.try_get(1).in_schema(t.schema)?;
         match key.as_str() {
             "format" => format = Some(value),
             _ => version = Some(value),
@@ -277,12 +269,12 @@ async fn ensure_vector_extension(
 ) -> Result<String, PostgresError> {
     let find = "SELECT n.nspname::text FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace \
                 WHERE e.extname = 'vector'";
-    if let Some(row) = tx.query_opt(find, &[]).await.map_err(|e| t.err(e))? {
-        let name: String = row.try_get(0).map_err(|e| t.err(e))?;
+    if let Some(row) = tx.query_opt(find, &[]).await.in_schema(t.schema)? {
+        let name: String = row.try_get(0).in_schema(t.schema)?;
         return Ok(quote_ident(&name));
     }
     // Under a savepoint, so the error can be reported cleanly.
-    let sp = tx.savepoint("ava_extension").await.map_err(|e| t.err(e))?;
+    let sp = tx.savepoint("ava_extension").await.in_schema(t.schema)?;
     if let Err(source) = sp
         .batch_execute("CREATE EXTENSION IF NOT EXISTS vector")
         .await
@@ -292,9 +284,9 @@ async fn ensure_vector_extension(
             source,
         });
     }
-    sp.commit().await.map_err(|e| t.err(e))?;
-    let row = tx.query_one(find, &[]).await.map_err(|e| t.err(e))?;
-    let name: String = row.try_get(0).map_err(|e| t.err(e))?;
+    sp.commit().await.in_schema(t.schema)?;
+    let row = tx.query_one(find, &[]).await.in_schema(t.schema)?;
+    let name: String = row.try_get(0).in_schema(t.schema)?;
     Ok(quote_ident(&name))
 }
 
@@ -315,14 +307,14 @@ async fn migrate(
         };
         tx.batch_execute(&sql.replace("{s}", s))
             .await
-            .map_err(|e| t.err(e))?;
+            .in_schema(t.schema)?;
         let next = (version + 1).to_string();
         tx.execute(
             &format!("UPDATE {s}.meta SET value = $1 WHERE key = 'schema_version'"),
             &[&next],
         )
         .await
-        .map_err(|e| t.err(e))?;
+        .in_schema(t.schema)?;
     }
     Ok(())
 }
@@ -338,11 +330,11 @@ async fn stored_space(
             &[],
         )
         .await
-        .map_err(|e| t.err(e))?;
+        .in_schema(t.schema)?;
     let (mut provider, mut model, mut dims) = (None, None, None);
     for r in &rows {
-        let key: String = r.try_get(0).map_err(|e| t.err(e))?;
-        let value: String = r.try_get(1).map_err(|e| t.err(e))?;
+        let key: String = r.try_get(0).in_schema(t.schema)?;
+        let value: String = r.try_get(1).in_schema(t.schema)?;
         match key.as_str() {
             "embedding_provider" => provider = Some(value),
             "embedding_model" => model = Some(value),
@@ -380,7 +372,7 @@ async fn adopt_space(
          CREATE INDEX memories_embedded_by_scope ON {s}.memories (scope_id) WHERE embedding IS NOT NULL;"
     ))
     .await
-    .map_err(|e| t.err(e))?;
+    .in_schema(t.schema)?;
     let dims = dims.to_string();
     for (k, v) in [
         ("embedding_provider", space.provider.as_str()),
@@ -395,7 +387,7 @@ async fn adopt_space(
             &[&k, &v],
         )
         .await
-        .map_err(|e| t.err(e))?;
+        .in_schema(t.schema)?;
     }
     Ok(())
 }

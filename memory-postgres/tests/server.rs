@@ -10,7 +10,8 @@ mod common;
 use std::sync::Arc;
 
 use memory_core::{
-    EmbeddingProvider, HashingEmbedder, MemoryBackend, MemoryError, NewMemory, Scope, SearchRequest,
+    EmbeddingProvider, ErrorChain, HashingEmbedder, MemoryBackend, MemoryError, MemoryId,
+    NewMemory, Scope, SearchRequest, repeated_cause,
 };
 use memory_postgres::{PostgresBackend, PostgresConfig, PostgresError, split_schema_param};
 
@@ -26,16 +27,10 @@ fn config(schema: &str) -> PostgresConfig {
     }
 }
 
-/// The `PostgresError` behind a `MemoryError::Backend`.
-fn pg_error(e: &MemoryError) -> &PostgresError {
-    match e {
-        MemoryError::Backend {
-            source: Some(s), ..
-        } => s
-            .downcast_ref::<PostgresError>()
-            .unwrap_or_else(|| panic!("expected a PostgresError source, got {e:?}")),
-        other => panic!("expected MemoryError::Backend, got {other:?}"),
-    }
+/// The error's whole chain as text, checking that no level repeats its cause's text.
+fn chain(e: &PostgresError) -> String {
+    assert_eq!(repeated_cause(e), None, "a cause said twice: {e:?}");
+    ErrorChain(e).to_string()
 }
 
 #[tokio::test]
@@ -49,17 +44,22 @@ async fn unreachable_server_names_host_and_port() {
     let err = PostgresBackend::connect(&url, embedder(8), PostgresConfig::default())
         .await
         .expect_err("nothing listens there");
-    let msg = err.to_string();
-    assert!(
-        matches!(pg_error(&err), PostgresError::Unreachable { .. }),
-        "{err:?}"
-    );
+    let msg = chain(&err);
+    assert!(matches!(&err, PostgresError::Unreachable { .. }), "{err:?}");
     assert!(
         msg.contains(&format!("127.0.0.1:{port}")),
         "names host and port: {msg}"
     );
     assert!(msg.contains("unreachable"), "says unreachable: {msg}");
     assert!(!msg.contains("hunter2"), "never shows the password: {msg}");
+    // What the OS said is the source, said once, after the server's name.
+    assert!(msg.contains("refused"), "keeps the OS's words: {msg}");
+    let memory = MemoryError::from(err);
+    assert_eq!(repeated_cause(&memory), None);
+    assert_eq!(
+        ErrorChain(&memory).to_string(),
+        format!("memory-postgres failed: {msg}")
+    );
 }
 
 #[tokio::test]
@@ -71,11 +71,8 @@ async fn bad_connection_strings_and_schema_names_are_clear_errors() {
     )
     .await
     .expect_err("a bad port");
-    assert!(
-        matches!(pg_error(&err), PostgresError::BadUrl { .. }),
-        "{err:?}"
-    );
-    let msg = err.to_string();
+    assert!(matches!(&err, PostgresError::BadUrl { .. }), "{err:?}");
+    let msg = chain(&err);
     assert!(msg.contains("invalid Postgres connection string"), "{msg}");
     assert!(!msg.contains("hunter2"), "never shows the password: {msg}");
 
@@ -91,7 +88,7 @@ async fn bad_connection_strings_and_schema_names_are_clear_errors() {
         .await
         .expect_err("a bad schema name");
         assert!(
-            matches!(pg_error(&err), PostgresError::BadSchemaName { .. }),
+            matches!(&err, PostgresError::BadSchemaName { .. }),
             "`{bad}`: {err:?}"
         );
     }
@@ -189,10 +186,10 @@ async fn newer_schema_is_refused_and_left_untouched() {
         let err = PostgresBackend::connect(&url, e, config(&schema))
             .await
             .expect_err("a newer store");
-        let msg = err.to_string();
+        let msg = chain(&err);
         assert!(
             matches!(
-                pg_error(&err),
+                &err,
                 PostgresError::NewerSchema {
                     found: 99,
                     supported: 2,
@@ -229,11 +226,8 @@ async fn foreign_schema_is_refused_and_left_untouched() {
     let err = PostgresBackend::connect(&url, embedder(16), config(&schema))
         .await
         .expect_err("another application's schema");
-    assert!(
-        matches!(pg_error(&err), PostgresError::Foreign { .. }),
-        "{err:?}"
-    );
-    assert!(err.to_string().contains("orders"), "{err}");
+    assert!(matches!(&err, PostgresError::Foreign { .. }), "{err:?}");
+    assert!(chain(&err).contains("orders"), "{err}");
     assert_eq!(snapshot(&url, &schema).await, before, "left untouched");
 }
 
@@ -258,10 +252,10 @@ async fn another_embedding_space_is_refused() {
         .await
         .expect_err("other dims");
     assert!(
-        matches!(pg_error(&err), PostgresError::SpaceChanged { .. }),
+        matches!(&err, PostgresError::SpaceChanged { .. }),
         "{err:?}"
     );
-    let msg = err.to_string();
+    let msg = chain(&err);
     assert!(msg.contains("64") && msg.contains("32"), "{msg}");
 
     // Without an embedder the store still opens, for keyword search.
@@ -300,10 +294,10 @@ async fn missing_pgvector_is_a_clear_error() {
     // pgvector is not a trusted extension, so only a superuser can install it.
     let tag = common::fresh_schema();
     let (db, role) = (format!("{tag}_db"), format!("{tag}_role"));
-    let setup = common::run_sql(
-        &url,
-        &format!("CREATE ROLE \"{role}\" LOGIN; CREATE DATABASE \"{db}\" OWNER \"{role}\""),
-    );
+    // Two calls: CREATE DATABASE may not run in the implicit transaction of a batch.
+    let setup = common::run_sql(&url, &format!("CREATE ROLE \"{role}\" LOGIN")).and_then(|()| {
+        common::run_sql(&url, &format!("CREATE DATABASE \"{db}\" OWNER \"{role}\""))
+    });
     if let Err(e) = setup {
         // Needs a role allowed to create roles and databases (CI's server has one).
         eprintln!(
@@ -316,19 +310,25 @@ async fn missing_pgvector_is_a_clear_error() {
     let result = PostgresBackend::connect_with(pg, embedder(8), config("ava")).await;
     let _ = common::run_sql(
         &url,
-        &format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE); DROP ROLE IF EXISTS \"{role}\""),
+        &format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)"),
     );
+    let _ = common::run_sql(&url, &format!("DROP ROLE IF EXISTS \"{role}\""));
     let err = result.expect_err("the role may not create pgvector");
     assert!(
-        matches!(pg_error(&err), PostgresError::ExtensionMissing { .. }),
+        matches!(&err, PostgresError::ExtensionMissing { .. }),
         "{err:?}"
     );
-    let msg = err.to_string();
+    let msg = chain(&err);
     assert!(
         msg.contains("pgvector") && msg.contains("CREATE EXTENSION vector"),
         "{msg}"
     );
     assert!(msg.contains(&db), "names the database: {msg}");
+    // What the server said is the source, after the hint, not copied into it.
+    assert!(
+        msg.len() > err.to_string().len() + 2,
+        "keeps its source: {msg}"
+    );
 }
 
 /// `url` with session settings under which the planner takes an index that yields rows in
@@ -684,4 +684,69 @@ async fn a_version_1_store_is_migrated_and_its_large_scopes_indexed() {
         .await
         .unwrap();
     assert_eq!(hits[0].entry.content, "fact 12");
+}
+
+/// A server that answers but refuses the session (an unknown role, an unknown database)
+/// says so once: the server's name in our words, then what the server said, as the source.
+/// (The test server trusts every role, so a wrong password cannot be provoked here; it is
+/// refused the same way.)
+#[tokio::test]
+async fn a_refused_session_names_the_server_and_keeps_what_it_said() {
+    let Some(url) = common::pg_url() else { return };
+    let base: tokio_postgres::Config = url.parse().unwrap();
+    let tag = common::fresh_schema();
+    let mut no_role = base.clone();
+    no_role.user(format!("{tag}_nobody"));
+    let mut no_db = base.clone();
+    no_db.dbname(format!("{tag}_nowhere"));
+    for (pg, said) in [(no_role, "does not exist"), (no_db, "does not exist")] {
+        let err = PostgresBackend::connect_with(pg, None, config("ava"))
+            .await
+            .expect_err("refused");
+        assert!(matches!(err, PostgresError::Refused { .. }), "{err:?}");
+        let msg = chain(&err);
+        assert!(msg.contains("refused the connection"), "{msg}");
+        assert!(msg.contains(said), "keeps the server's words: {msg}");
+        assert!(msg.contains(&tag), "names what was missing: {msg}");
+        let memory = MemoryError::from(err);
+        assert_eq!(repeated_cause(&memory), None);
+        assert_eq!(
+            memory
+                .backend_error::<PostgresError>()
+                .map(ToString::to_string),
+            Some(msg.split(": ").next().unwrap().to_owned()),
+        );
+    }
+}
+
+/// A batch whose third id is taken writes nothing, and the conflict names that id.
+#[tokio::test]
+async fn a_taken_id_in_a_batch_is_the_one_reported() {
+    let Some(url) = common::pg_url() else { return };
+    let schema = common::fresh_schema();
+    let _guard = common::DropSchema {
+        url: url.clone(),
+        schema: schema.clone(),
+    };
+    let store = PostgresBackend::connect(&url, embedder(16), config(&schema))
+        .await
+        .unwrap();
+    let scope = Scope::for_user("u").unwrap();
+    let taken = MemoryId::new();
+    store
+        .store(&scope, NewMemory::new("first").with_id(taken))
+        .await
+        .unwrap();
+    let batch = vec![
+        NewMemory::new("a").with_id(MemoryId::new()),
+        NewMemory::new("b"),
+        NewMemory::new("c").with_id(taken),
+        NewMemory::new("d"),
+    ];
+    match store.store_batch(&scope, batch).await {
+        Err(MemoryError::Conflict { id }) => assert_eq!(id, taken),
+        other => panic!("expected a conflict on {taken}, got {other:?}"),
+    }
+    assert_eq!(store.count(&scope).await.unwrap(), 1, "nothing was written");
+    store.close();
 }

@@ -53,7 +53,7 @@ fn child(spec: &str) {
             store.store(&scope, NewMemory::new(text)).await?;
         }
         let end = nanos_now();
-        store.close();
+        store.close().await;
         Ok::<_, memory_core::MemoryError>((start, end))
     });
     match result {
@@ -77,7 +77,8 @@ fn run_once(exe: &Path, dir: &Path, round: usize, processes: usize) -> Duration 
         SqliteBackend::open(&path, Some(embedder), SqliteConfig::default())
             .await
             .unwrap_or_else(|e| panic!("open: {e}"))
-            .close();
+            .close()
+            .await;
     });
     // Far enough ahead for every child to have opened the store.
     let start_at = nanos_now() + 400_000_000;

@@ -102,7 +102,7 @@ fn bench_ingest(c: &mut Criterion, rt: &Runtime) {
                             .unwrap();
                     }
                     total += t.elapsed();
-                    store.close();
+                    rt.block_on(store.close());
                 }
                 total
             });
@@ -133,7 +133,7 @@ fn bench_search(
     let per_scope = n / scopes;
     let default_mib = SqliteConfig::default().vector_cache_mib;
     measure(c, rt, &store, &queries, per_scope, label, default_mib);
-    store.close();
+    rt.block_on(store.close());
     footprint(dir.path(), n, label);
     if per_scope < 1_000_000 {
         plain_sqlite_vec(dir.path(), n, scopes, label, &queries);
@@ -147,7 +147,7 @@ fn bench_search(
             "ava-bench: note sqlite/search_top10/{label}/semantic cold open + first query #{i} {:.3}s",
             t.elapsed().as_secs_f64()
         );
-        store.close();
+        rt.block_on(store.close());
     }
     if let Some(mib) = big_cache_mib {
         let config = SqliteConfig {
@@ -166,7 +166,7 @@ fn bench_search(
             t.elapsed().as_secs_f64()
         );
         measure(c, rt, &store, &queries, per_scope, &label, mib);
-        store.close();
+        rt.block_on(store.close());
     }
 }
 

@@ -14,7 +14,7 @@ use memory_core::{
 use rusqlite::types::Value;
 
 use crate::SqliteBackend;
-use crate::error::{BACKEND, sql_error};
+use crate::error::BACKEND;
 use crate::read::{Place, SearchJob, Searched, search_snapshot};
 use crate::sql::{Inserter, Sql};
 use crate::worker::SpaceCheck;
@@ -107,7 +107,7 @@ impl MemoryBackend for SqliteBackend {
                         // A taken id writes nothing; the error drops the transaction, which
                         // rolls back the rows already written for this batch.
                         let Some(pk) = inserter.insert(e, v.as_deref())? else {
-                            return Err(MemoryError::Conflict { id: e.id });
+                            return Err(MemoryError::Conflict { id: e.id }.into());
                         };
                         if let Some(v) = v.take() {
                             ops.append(scope_id, pk, v);
@@ -254,20 +254,18 @@ impl MemoryBackend for SqliteBackend {
                             e.embedded,
                             pk
                         ],
-                    )
-                    .map_err(|e| sql_error(&path, e))?;
+                    )?;
                     if tags_changed {
-                        tx.execute("DELETE FROM memory_tags WHERE memory = ?1", [pk]).map_err(|e| sql_error(&path, e))?;
+                        tx.execute("DELETE FROM memory_tags WHERE memory = ?1", [pk])?;
                         sql.insert_tags(pk, e.tags.iter())?;
                     }
                     if reindex {
-                        tx.execute("DELETE FROM memory_fts WHERE rowid = ?1", [pk])
-                            .map_err(|e| sql_error(&path, e))?;
+                        tx.execute("DELETE FROM memory_fts WHERE rowid = ?1", [pk])?;
                         sql.insert_fts(pk, scope_id, &e.content, e.context.as_deref())?;
                     }
                     if content_changed {
                         if sql.has_vec_table()? {
-                            tx.execute("DELETE FROM memory_vec WHERE rowid = ?1", [pk]).map_err(|e| sql_error(&path, e))?;
+                            tx.execute("DELETE FROM memory_vec WHERE rowid = ?1", [pk])?;
                         }
                         if let Some(v) = &vector {
                             sql.insert_vec(pk, scope_id, v)?;
@@ -318,12 +316,11 @@ impl MemoryBackend for SqliteBackend {
                         return Ok(0);
                     };
                     let pks: Vec<i64> = tx
-                        .prepare("SELECT pk FROM memories WHERE scope_id = ?1")
-                        .and_then(|mut s| s.query_map([scope_id], |r| r.get(0))?.collect())
-                        .map_err(|e| sql_error(&path, e))?;
+                        .prepare("SELECT pk FROM memories WHERE scope_id = ?1")?
+                        .query_map([scope_id], |r| r.get(0))?
+                        .collect::<rusqlite::Result<_>>()?;
                     sql.delete_pks(&pks)?;
-                    tx.execute("DELETE FROM scopes WHERE id = ?1", [scope_id])
-                        .map_err(|e| sql_error(&path, e))?;
+                    tx.execute("DELETE FROM scopes WHERE id = ?1", [scope_id])?;
                     ops.invalidate(scope_id);
                     Ok(pks.len() as u64)
                 })
@@ -366,19 +363,16 @@ impl MemoryBackend for SqliteBackend {
     }
 
     async fn user_scopes(&self, tenant: &str, user: &str) -> Result<Vec<Scope>> {
-        let (tenant, user, path) = (tenant.to_owned(), user.to_owned(), self.path.clone());
+        let (tenant, user) = (tenant.to_owned(), user.to_owned());
         self.worker
             .call(move |conn| {
                 let rows: Vec<(String, String, Option<String>, Option<String>)> = conn
                     .prepare_cached(
                         "SELECT tenant, user, chat, thread FROM scopes s WHERE tenant = ?1 AND user = ?2 \
                          AND EXISTS (SELECT 1 FROM memories m WHERE m.scope_id = s.id)",
-                    )
-                    .and_then(|mut s| {
-                        s.query_map([&tenant, &user], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
-                            .collect()
-                    })
-                    .map_err(|e| sql_error(&path, e))?;
+                    )?
+                    .query_map([&tenant, &user], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+                    .collect::<rusqlite::Result<_>>()?;
                 let mut out = Vec::with_capacity(rows.len());
                 for (tenant, user, chat, thread) in rows {
                     let mut s = Scope::for_user(user)?.in_tenant(tenant)?;
@@ -397,13 +391,13 @@ impl MemoryBackend for SqliteBackend {
     }
 
     async fn count(&self, scope: &Scope) -> Result<u64> {
-        let (key, path) = (scope.key(), self.path.clone());
+        let key = scope.key();
         self.worker
             .call(move |conn| {
-                conn.prepare_cached("SELECT COUNT(*) FROM memories m JOIN scopes s ON s.id = m.scope_id WHERE s.key = ?1")
-                    .and_then(|mut s| s.query_row([key], |r| r.get::<_, i64>(0)))
-                    .map(|n| u64::try_from(n).unwrap_or(0))
-                    .map_err(|e| sql_error(&path, e).into())
+                let n: i64 = conn
+                    .prepare_cached("SELECT COUNT(*) FROM memories m JOIN scopes s ON s.id = m.scope_id WHERE s.key = ?1")?
+                    .query_row([key], |r| r.get(0))?;
+                Ok(u64::try_from(n).unwrap_or(0))
             })
             .await
     }

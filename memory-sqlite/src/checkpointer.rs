@@ -17,13 +17,12 @@ use std::sync::Mutex;
 use std::sync::mpsc::{self, SyncSender};
 use std::thread::JoinHandle;
 
-use memory_core::{MemoryError, Result};
 use rusqlite::Connection;
 use rusqlite::hooks::Wal;
 use rusqlite::wal::CheckpointMode;
 
-use crate::error::{BACKEND, sql_error};
-use crate::worker::take_thread;
+use crate::error::{SqliteError, sql_error};
+use crate::worker::take;
 
 /// Log frames (pages) after a commit that wake the checkpointer: SQLite's own default.
 pub(crate) const TRIGGER_FRAMES: i32 = 1000;
@@ -50,7 +49,11 @@ pub(crate) struct Checkpointer {
 impl Checkpointer {
     /// Starts checkpointing with `conn` (a second connection to the writer's file) and
     /// installs the WAL hook on `writer` that replaces SQLite's automatic checkpoints.
-    pub(crate) fn attach(writer: &mut Connection, conn: Connection, path: &Path) -> Result<Self> {
+    pub(crate) fn attach(
+        writer: &mut Connection,
+        conn: Connection,
+        path: &Path,
+    ) -> Result<Self, SqliteError> {
         // One pending nudge is enough: a checkpoint copies everything committed so far.
         let (tx, rx) = mpsc::sync_channel::<Msg>(1);
         let thread = std::thread::Builder::new()
@@ -70,7 +73,10 @@ impl Checkpointer {
                 // removes it, as before.
                 drop(conn);
             })
-            .map_err(|e| MemoryError::backend(BACKEND, "spawn the SQLite checkpoint thread", e))?;
+            .map_err(|source| SqliteError::Thread {
+                path: path.to_owned(),
+                source,
+            })?;
         let nudge = tx.clone();
         writer
             .wal_hook(Some(move |wal: &mut Wal, frames: i32| {
@@ -85,17 +91,18 @@ impl Checkpointer {
                 }
                 Ok(())
             }))
-            .map_err(|e| MemoryError::from(sql_error(path, e)))?;
+            .map_err(|e| sql_error(path, e))?;
         Ok(Self {
             tx,
             thread: Mutex::new(Some(thread)),
         })
     }
 
-    /// Stops the thread and closes its connection. Call after the writer has closed, so
-    /// this connection is the file's last and leaves it fully checkpointed.
+    /// Stops the thread and closes its connection. Called on the worker's thread after the
+    /// writer has closed, so this connection is the file's last and leaves it fully
+    /// checkpointed.
     pub(crate) fn close(&self) {
-        if let Some(h) = take_thread(&self.thread) {
+        if let Some(h) = take(&self.thread) {
             // Blocks only while a nudge is queued; the thread drains it and then stops.
             let _ = self.tx.send(Msg::Stop);
             // A panic on that thread has nothing left to report.

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use memory_core::MemoryError;
 
 /// Errors specific to the SQLite store. They reach callers as the source of a
-/// [`MemoryError::Backend`], whose message is this error's text.
+/// [`MemoryError::Backend`], which says it once (its message is empty).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SqliteError {
@@ -202,16 +202,74 @@ pub enum SqliteError {
         #[source]
         source: rusqlite::Error,
     },
+
+    /// The [`SqliteConfig`](crate::SqliteConfig) is not usable (checked before any file is
+    /// touched). Its text is the [`MemoryError::InvalidInput`] it holds, which it becomes
+    /// again as a `MemoryError`.
+    #[error(transparent)]
+    InvalidConfig(MemoryError),
+
+    /// The store's worker or checkpoint thread could not be started.
+    #[error("cannot start a thread for memory store {path}")]
+    Thread {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 pub(crate) const BACKEND: &str = "memory-sqlite";
 
 impl From<SqliteError> for MemoryError {
     fn from(e: SqliteError) -> Self {
-        MemoryError::Backend {
-            backend: BACKEND.to_owned(),
-            message: e.to_string(),
-            source: Some(Box::new(e)),
+        match e {
+            // Bad settings are the caller's input, as they were before they were typed.
+            SqliteError::InvalidConfig(e) => e,
+            e => MemoryError::from_backend(BACKEND, e),
+        }
+    }
+}
+
+/// What a job on the store's connection fails with. Job code uses `?` on rusqlite errors,
+/// store errors and memory errors alike; the rusqlite ones are classified with the store's
+/// path in one place, [`JobError::into_memory`] (the worker's reply).
+#[derive(Debug)]
+pub(crate) enum JobError {
+    /// SQLite said no; not classified yet.
+    Sql(rusqlite::Error),
+    /// A store error, already classified.
+    Store(SqliteError),
+    /// Anything else (a taken id, a memory not found, ...).
+    Memory(MemoryError),
+}
+
+impl From<rusqlite::Error> for JobError {
+    fn from(e: rusqlite::Error) -> Self {
+        Self::Sql(e)
+    }
+}
+
+impl From<SqliteError> for JobError {
+    fn from(e: SqliteError) -> Self {
+        Self::Store(e)
+    }
+}
+
+impl From<MemoryError> for JobError {
+    fn from(e: MemoryError) -> Self {
+        Self::Memory(e)
+    }
+}
+
+impl JobError {
+    /// The error for the caller, rusqlite's classified on `path` ([`sql_error`]).
+    pub(crate) fn into_memory(self, path: &std::path::Path) -> MemoryError {
+        match self {
+            Self::Sql(e) => sql_error(path, e).into(),
+            Self::Store(e) => e.into(),
+            Self::Memory(e) => e,
         }
     }
 }

@@ -16,7 +16,8 @@
 //! # let _ = hits; Ok(()) }
 //! ```
 //!
-//! Blocking SQLite work runs on one worker thread per store, fed over a channel, so the
+//! Blocking SQLite work runs on one worker thread per store, fed over a channel (the thread
+//! opens and migrates the file itself, and closing awaits it), so the
 //! backend is `Send + Sync` and any number of tasks can share it; any number of processes
 //! can share the file (writes begin `IMMEDIATE` and wait their turn, reads never write).
 
@@ -32,16 +33,17 @@ mod worker;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-
-use rusqlite::OptionalExtension;
 use std::time::Duration;
 
 use memory_core::{EmbeddingProvider, EmbeddingSpace, Limits, MemoryError, Result, embed_all};
+use rusqlite::OptionalExtension;
 
 pub use error::SqliteError;
 pub use reembed::{ReembedReport, reembed};
 
 use crate::cache::VectorCache;
+use crate::checkpointer::Checkpointer;
+use crate::error::JobError;
 use crate::read::Readers;
 use crate::schema::{Existing, Pragmas};
 use crate::sql::Sql;
@@ -195,70 +197,35 @@ impl SqliteBackend {
     /// store without one adopts it); memories stored while no embedder was available get
     /// their vectors when their scope is next searched (or from [`Self::embed_missing`]),
     /// not here. Without an embedder the store works on keyword search only.
+    ///
+    /// Everything that touches the file runs on the store's worker thread, which opens the
+    /// connection itself; the caller's task only awaits the outcome. Errors are the typed
+    /// [`SqliteError`] (`?` turns it into a [`MemoryError`]; bad settings become the
+    /// [`MemoryError::InvalidInput`] they hold).
     pub async fn open(
         path: impl AsRef<Path>,
         embedder: Option<Arc<dyn EmbeddingProvider>>,
         config: SqliteConfig,
-    ) -> Result<Self> {
-        config.validate()?;
+    ) -> Result<Self, SqliteError> {
+        config.validate().map_err(SqliteError::InvalidConfig)?;
         let path = path.as_ref().to_owned();
-        let opened = open_store_blocking(&path, &config).await?;
-        let (worker, stored, read_only) = (opened.worker, opened.space, opened.read_only);
-        let readers = Readers::new(&path, &opened.pragmas);
         let given = embedder.as_ref().map(|e| e.space());
-        let (space, embedder) = match (&stored, &given) {
-            (Some(s), Some(g)) if **g != *s => {
-                return Err(SqliteError::SpaceChanged {
-                    path: path.clone(),
-                    stored: s.to_string(),
-                    given: g.to_string(),
-                }
-                .into());
-            }
-            (Some(s), _) => (Some(Arc::new(s.clone())), embedder),
-            // A read-only store cannot take on a space: it stays keyword-only.
-            (None, Some(_)) if read_only => (None, None),
-            (None, Some(g)) => (Some(g.clone()), embedder),
-            (None, None) => (None, embedder),
-        };
-        let cache = match &space {
-            Some(s) if config.vector_cache_mib > 0 => {
-                let budget = usize::try_from(config.vector_cache_mib).unwrap_or(0) * 1024 * 1024;
-                Some(Arc::new(Mutex::new(VectorCache::new(s.dims, budget))))
-            }
-            _ => None,
-        };
-        let backend = Self {
+        let (worker, opened) = Worker::open(&path, &config, given).await?;
+        let readers = Readers::new(&path, &opened.pragmas);
+        // A read-only store that records no space cannot take on the embedder's: it stays
+        // keyword-only, without the embedder.
+        let embedder = embedder.filter(|_| opened.space.is_some());
+        Ok(Self {
             path,
             worker,
             embedder,
-            space,
-            cache,
+            space: opened.space,
+            cache: opened.cache,
             readers,
-            pending_access: Arc::default(),
+            pending_access: opened.pending,
             config,
-            read_only,
-        };
-        if stored.is_none()
-            && let Some(space) = &backend.space
-        {
-            backend.adopt_space(Arc::clone(space)).await?;
-        }
-        // Only this process's own embedder's space is checked against the file later.
-        let mine = backend
-            .embedder
-            .as_ref()
-            .and(backend.space.as_deref().cloned());
-        let (cache, pending) = (backend.cache.clone(), Arc::clone(&backend.pending_access));
-        backend
-            .worker
-            .call(move |conn| {
-                conn.set_space(mine);
-                conn.share(cache, pending);
-                Ok(())
-            })
-            .await?;
-        Ok(backend)
+            read_only: opened.read_only,
+        })
     }
 
     /// Whether the store was opened read-only (asked for, or the file is not writable).
@@ -274,14 +241,12 @@ impl SqliteBackend {
     /// Totals over the whole file (every tenant, user and chat): for operators, never for
     /// prompts.
     pub async fn stats(&self) -> Result<StoreStats> {
-        let path = self.path.clone();
         let space = self.space.as_ref().map(|s| s.to_string());
         self.worker
             .call(move |conn| {
-                let q = |sql: &str| -> Result<u64> {
+                let q = |sql: &str| -> rusqlite::Result<u64> {
                     conn.query_row(sql, [], |r| r.get::<_, i64>(0))
                         .map(|n| u64::try_from(n).unwrap_or(0))
-                        .map_err(|e| error::sql_error(&path, e).into())
                 };
                 let page_count = q("PRAGMA page_count")?;
                 let page_size = q("PRAGMA page_size")?;
@@ -298,41 +263,12 @@ impl SqliteBackend {
             .await
     }
 
-    /// Waits for queued work and closes the connection (checkpointing the WAL). Later
-    /// calls fail with a clear error.
-    pub fn close(&self) {
+    /// Waits for queued work and closes the connection (checkpointing the WAL), without
+    /// blocking the runtime: the worker thread closes it and this awaits its reply. Later
+    /// calls fail with a clear error. Dropping the store closes it too (see `Worker`).
+    pub async fn close(&self) {
         self.readers.close();
-        self.worker.close();
-    }
-
-    /// Records `space` as the store's, unless another process recorded one first (then it
-    /// must be the same).
-    async fn adopt_space(&self, space: Arc<EmbeddingSpace>) -> Result<()> {
-        self.worker
-            .call(move |conn| {
-                let path = conn.path.clone();
-                conn.write(|tx, _, _| {
-                    match schema::stored_space(tx, &path)? {
-                        Some(s) if s == *space => {}
-                        Some(s) => {
-                            return Err(SqliteError::SpaceChanged {
-                                path: path.clone(),
-                                stored: s.to_string(),
-                                given: space.to_string(),
-                            }
-                            .into());
-                        }
-                        None => {
-                            schema::create_vec_table(tx, space.dims)
-                                .map_err(|e| error::sql_error(&path, e))?;
-                            schema::record_space(tx, &space)
-                                .map_err(|e| error::sql_error(&path, e))?;
-                        }
-                    }
-                    Ok(())
-                })
-            })
-            .await
+        self.worker.close().await;
     }
 
     /// Embeds every memory that has no vector yet (stored while no embedder was available,
@@ -348,33 +284,19 @@ impl SqliteBackend {
         if self.embedder.is_none() || self.read_only {
             return Ok(report);
         }
-        let total: u64 = self
-            .worker
-            .call(|conn| {
-                conn.query_row(
-                    "SELECT COUNT(*) FROM memories WHERE embedded = 0",
-                    [],
-                    |r| r.get::<_, i64>(0),
-                )
-                .map(|n| u64::try_from(n).unwrap_or(0))
-                .map_err(|e| conn.err(e).into())
-            })
-            .await?;
+        let total = self.worker.call(count_unembedded).await?;
         let mut after = 0i64;
         loop {
             let todo: Vec<(i64, String)> = self
                 .worker
                 .call(move |conn| {
-                    let mut stmt = conn
-                        .prepare_cached(
-                            "SELECT pk, content FROM memories WHERE embedded = 0 AND pk > ?1 \
-                             ORDER BY pk LIMIT 256",
-                        )
-                        .map_err(|e| conn.err(e))?;
+                    let mut stmt = conn.prepare_cached(
+                        "SELECT pk, content FROM memories WHERE embedded = 0 AND pk > ?1 \
+                         ORDER BY pk LIMIT 256",
+                    )?;
                     let rows = stmt
-                        .query_map([after], |r| Ok((r.get(0)?, r.get(1)?)))
-                        .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
-                        .map_err(|e| conn.err(e))?;
+                        .query_map([after], |r| Ok((r.get(0)?, r.get(1)?)))?
+                        .collect::<rusqlite::Result<Vec<_>>>()?;
                     Ok(rows)
                 })
                 .await?;
@@ -385,18 +307,7 @@ impl SqliteBackend {
             report.embedded += self.add_vectors(todo).await?;
             progress(report.embedded, total);
         }
-        report.remaining = self
-            .worker
-            .call(|conn| {
-                conn.query_row(
-                    "SELECT COUNT(*) FROM memories WHERE embedded = 0",
-                    [],
-                    |r| r.get::<_, i64>(0),
-                )
-                .map(|n| u64::try_from(n).unwrap_or(0))
-                .map_err(|e| conn.err(e).into())
-            })
-            .await?;
+        report.remaining = self.worker.call(count_unembedded).await?;
         Ok(report)
     }
 
@@ -436,12 +347,9 @@ impl SqliteBackend {
                             .prepare_cached(
                                 "UPDATE memories SET embedded = 1 \
                                  WHERE pk = ?1 AND embedded = 0 AND content = ?2 RETURNING scope_id",
-                            )
-                            .and_then(|mut s| {
-                                s.query_row(rusqlite::params![pk, content], |r| r.get(0))
-                                    .optional()
-                            })
-                            .map_err(|e| error::sql_error(&path, e))?;
+                            )?
+                            .query_row(rusqlite::params![pk, content], |r| r.get(0))
+                            .optional()?;
                         if let Some(sid) = scope_id {
                             sql.insert_vec(*pk, sid, v)?;
                             ops.invalidate(sid);
@@ -455,39 +363,46 @@ impl SqliteBackend {
     }
 }
 
-/// A store file opened, brought to the current schema, with its worker running.
-pub(crate) struct OpenedStore {
-    pub(crate) worker: Worker,
+/// How many memories have no vector yet.
+fn count_unembedded(conn: &mut Conn) -> Result<u64, JobError> {
+    let n: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM memories WHERE embedded = 0",
+        [],
+        |r| r.get(0),
+    )?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
+/// What the worker thread found and settled opening a store file.
+pub(crate) struct Opened {
     /// The settings it was opened with.
     pub(crate) pragmas: Pragmas,
-    /// The embedding space the file records, if any.
-    pub(crate) space: Option<EmbeddingSpace>,
+    /// The embedding space the file recorded when it was opened, if any.
+    pub(crate) recorded: Option<EmbeddingSpace>,
+    /// The store's space now: the recorded one, or the caller's, adopted.
+    pub(crate) space: Option<Arc<EmbeddingSpace>>,
+    /// Per-scope vector blocks, shared by the worker and the read connections.
+    pub(crate) cache: Option<Arc<Mutex<VectorCache>>>,
+    /// Recalls noted by searches, written by the worker.
+    pub(crate) pending: Arc<PendingAccess>,
     /// Whether the connection is read-only.
     pub(crate) read_only: bool,
 }
 
-/// [`open_store`] on a blocking thread: opening may wait for other processes' locks.
-pub(crate) async fn open_store_blocking(
+/// Inspects, opens, creates or migrates the file, reads its recorded space and settles it
+/// against `given` (the caller's embedder's: refused if another, recorded if the file has
+/// none and may be written), and starts the checkpointer (unless read-only). Runs on the
+/// worker thread ([`Worker::open`]): opening may wait for other processes' locks.
+pub(crate) fn open_store(
     path: &Path,
     config: &SqliteConfig,
-) -> Result<OpenedStore, MemoryError> {
-    let (p, c) = (path.to_owned(), config.clone());
-    tokio::task::spawn_blocking(move || open_store(&p, &c))
-        .await
-        .map_err(|e| {
-            MemoryError::backend(error::BACKEND, "open the store on a blocking thread", e)
-        })?
-}
-
-/// Inspects, opens, creates or migrates the file, reads its recorded space, and starts the
-/// worker (with its checkpointer, unless read-only) on it.
-pub(crate) fn open_store(path: &Path, config: &SqliteConfig) -> Result<OpenedStore, MemoryError> {
+    given: Option<Arc<EmbeddingSpace>>,
+) -> Result<(Conn, Option<Checkpointer>, Opened), SqliteError> {
     let existing = schema::inspect(path)?;
     if (!config.create_if_missing || config.read_only) && !path.exists() {
         return Err(SqliteError::NoStore {
             path: path.to_owned(),
-        }
-        .into());
+        });
     }
     let pragmas = Pragmas {
         read_only: config.read_only,
@@ -515,20 +430,73 @@ pub(crate) fn open_store(path: &Path, config: &SqliteConfig) -> Result<OpenedSto
             other => break other?,
         }
     };
-    let space = schema::stored_space(&conn, path)?;
-    let checkpoint = if read_only {
+    let recorded = schema::stored_space(&conn, path)?;
+    let mut conn = Conn::new(conn, path, read_only, config.busy_timeout);
+    let checkpointer = if read_only {
         None
     } else {
-        Some(schema::open_checkpointer(path, &pragmas)?)
+        let c = schema::open_checkpointer(path, &pragmas)?;
+        Some(Checkpointer::attach(&mut conn, c, path)?)
     };
-    let worker = Worker::spawn(
-        Conn::new(conn, path, read_only, config.busy_timeout),
-        checkpoint,
-    )?;
-    Ok(OpenedStore {
-        worker,
+    let space = match (&recorded, &given) {
+        (Some(s), Some(g)) if **g != *s => {
+            return Err(SqliteError::SpaceChanged {
+                path: path.to_owned(),
+                stored: s.to_string(),
+                given: g.to_string(),
+            });
+        }
+        (Some(s), _) => Some(Arc::new(s.clone())),
+        // A read-only store cannot take on a space: it stays keyword-only.
+        (None, Some(_)) if read_only => None,
+        (None, Some(g)) => {
+            adopt_space(&mut conn, g)?;
+            Some(Arc::clone(g))
+        }
+        (None, None) => None,
+    };
+    let cache = match &space {
+        Some(s) if config.vector_cache_mib > 0 => {
+            let budget = usize::try_from(config.vector_cache_mib).unwrap_or(0) * 1024 * 1024;
+            Some(Arc::new(Mutex::new(VectorCache::new(s.dims, budget))))
+        }
+        _ => None,
+    };
+    let pending = Arc::<PendingAccess>::default();
+    // Only this process's own embedder's space is checked against the file later.
+    conn.set_space(given.and(space.as_deref().cloned()));
+    conn.share(cache.clone(), Arc::clone(&pending));
+    let opened = Opened {
         pragmas,
+        recorded,
         space,
+        cache,
+        pending,
         read_only,
+    };
+    Ok((conn, checkpointer, opened))
+}
+
+/// Records `space` as the store's, unless another process recorded one first (then it
+/// must be the same).
+fn adopt_space(conn: &mut Conn, space: &EmbeddingSpace) -> Result<(), SqliteError> {
+    let path = conn.path.clone();
+    conn.write_with(|tx, _, _| {
+        match schema::stored_space(tx, &path)? {
+            Some(s) if s == *space => {}
+            Some(s) => {
+                return Err(SqliteError::SpaceChanged {
+                    path: path.clone(),
+                    stored: s.to_string(),
+                    given: space.to_string(),
+                });
+            }
+            None => {
+                schema::create_vec_table(tx, space.dims)
+                    .and_then(|()| schema::record_space(tx, space))
+                    .map_err(|e| error::sql_error(&path, e))?;
+            }
+        }
+        Ok(())
     })
 }

@@ -9,12 +9,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use memory_core::{
-    EmbeddingSpace, Result, Scope, ScoredMemory, SearchMode, SearchRequest, Timestamp, rank,
+    EmbeddingSpace, Scope, ScoredMemory, SearchMode, SearchRequest, Timestamp, rank,
 };
 use rusqlite::Connection;
 
 use crate::cache::VectorCache;
-use crate::error::{SqliteError, sql_error};
+use crate::error::{JobError, SqliteError};
 use crate::schema::{self, Pragmas};
 use crate::sql::Sql;
 use crate::worker::{SpaceCheck, check_space, lock_cache_for};
@@ -65,12 +65,10 @@ pub(crate) fn search_snapshot(
     conn: &Connection,
     place: &Place<'_>,
     job: &SearchJob<'_>,
-) -> Result<Option<(Searched, Vec<i64>)>> {
+) -> Result<Option<(Searched, Vec<i64>)>, JobError> {
     let path = place.path;
     // One read transaction: every query sees the same snapshot.
-    let tx = conn
-        .unchecked_transaction()
-        .map_err(|e| sql_error(path, e))?;
+    let tx = conn.unchecked_transaction()?;
     let sql = Sql { conn: &tx, path };
     let Some(scope_id) = sql.scope_id(job.scope)? else {
         return Ok(Some((Searched::Hits(Vec::new()), Vec::new())));

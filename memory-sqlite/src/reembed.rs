@@ -6,9 +6,9 @@ use std::sync::Arc;
 use memory_core::{EmbeddingProvider, Result, embed_all};
 use rusqlite::OptionalExtension;
 
-use crate::error::sql_error;
 use crate::sql::Sql;
-use crate::{SqliteConfig, open_store_blocking, schema};
+use crate::worker::Worker;
+use crate::{SqliteConfig, schema};
 
 /// What [`reembed`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,73 +38,67 @@ pub async fn reembed(
     config: SqliteConfig,
 ) -> Result<ReembedReport> {
     let path = path.as_ref().to_owned();
-    let opened = open_store_blocking(
-        &path,
-        &SqliteConfig {
-            create_if_missing: false,
-            ..config
-        },
-    )
-    .await?;
-    let (worker, previous) = (opened.worker, opened.space);
+    let config = SqliteConfig {
+        create_if_missing: false,
+        ..config
+    };
+    // The worker thread opens the file; this task only awaits it.
+    let (worker, opened) = Worker::open(&path, &config, None).await?;
+    let result = reembed_on(&worker, embedder.as_ref()).await;
+    worker.close().await;
+    let memories = result?;
+    Ok(ReembedReport {
+        memories,
+        previous_space: opened.recorded.as_ref().map(ToString::to_string),
+        space: embedder.space().to_string(),
+    })
+}
+
+/// Embeds every memory of the store `worker` holds open and replaces its vectors; returns
+/// how many got one.
+async fn reembed_on(worker: &Worker, embedder: &dyn EmbeddingProvider) -> Result<u64> {
     let rows: Vec<(i64, String)> = worker
         .call(move |conn| {
-            let mut stmt = conn
-                .prepare("SELECT pk, content FROM memories ORDER BY pk")
-                .map_err(|e| conn.err(e))?;
+            let mut stmt = conn.prepare("SELECT pk, content FROM memories ORDER BY pk")?;
             let rows = stmt
-                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-                .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
-                .map_err(|e| conn.err(e))?;
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
             Ok(rows)
         })
         .await?;
     let texts: Vec<&str> = rows.iter().map(|(_, c)| c.as_str()).collect();
-    let vectors = embed_all(embedder.as_ref(), &texts).await?;
+    let vectors = embed_all(embedder, &texts).await?;
     let space = embedder.space();
-    let previous_space = previous.as_ref().map(ToString::to_string);
-    let embedded = worker
+    worker
         .call(move |conn| {
             let path = conn.path.clone();
             conn.write(|tx, _, _| {
-                let err = |e| sql_error(&path, e);
-                tx.execute_batch("DROP TABLE IF EXISTS memory_vec")
-                    .map_err(err)?;
-                schema::create_vec_table(tx, space.dims).map_err(err)?;
+                tx.execute_batch("DROP TABLE IF EXISTS memory_vec")?;
+                schema::create_vec_table(tx, space.dims)?;
                 // Everything starts without a vector; a memory gets its new one only if it
                 // still holds the text that was embedded.
-                tx.execute("UPDATE memories SET embedded = 0", [])
-                    .map_err(err)?;
+                tx.execute("UPDATE memories SET embedded = 0", [])?;
                 let sql = Sql {
                     conn: tx,
                     path: &path,
                 };
-                let mut mark = tx
-                    .prepare(
-                        "UPDATE memories SET embedded = 1 WHERE pk = ?1 AND content = ?2 \
-                         RETURNING scope_id",
-                    )
-                    .map_err(err)?;
+                let mut mark = tx.prepare(
+                    "UPDATE memories SET embedded = 1 WHERE pk = ?1 AND content = ?2 \
+                     RETURNING scope_id",
+                )?;
                 let mut embedded = 0u64;
                 for ((pk, content), v) in rows.iter().zip(&vectors) {
                     let scope_id: Option<i64> = mark
                         .query_row(rusqlite::params![pk, content], |r| r.get(0))
-                        .optional()
-                        .map_err(err)?;
+                        .optional()?;
                     if let Some(scope_id) = scope_id {
                         sql.insert_vec(*pk, scope_id, v.vector())?;
                         embedded += 1;
                     }
                 }
-                schema::record_space(tx, &space).map_err(err)?;
+                schema::record_space(tx, &space)?;
                 Ok(embedded)
             })
         })
-        .await?;
-    worker.close();
-    Ok(ReembedReport {
-        memories: embedded,
-        previous_space,
-        space: embedder.space().to_string(),
-    })
+        .await
 }

@@ -602,8 +602,9 @@ pub(crate) fn init_schema(
         match look(&tx)? {
             Existing::Store { version } if version == SCHEMA_VERSION => return Ok(()),
             Existing::Fresh => {
-                create_schema(&tx, path)?;
-                return tx.commit().map_err(|e| sql_error(path, e));
+                return create_schema(&tx)
+                    .and_then(|()| tx.commit())
+                    .map_err(|e| sql_error(path, e));
             }
             Existing::Store { version } => {
                 let idx = usize::try_from(version - 1).unwrap_or(usize::MAX);
@@ -613,33 +614,30 @@ pub(crate) fn init_schema(
                         what: format!("no migration from schema version {version}"),
                     });
                 };
-                tx.execute_batch(sql).map_err(|e| sql_error(path, e))?;
-                tx.execute_batch(&format!("PRAGMA user_version = {};", version + 1))
+                tx.execute_batch(sql)
+                    .and_then(|()| {
+                        tx.execute_batch(&format!("PRAGMA user_version = {};", version + 1))
+                    })
+                    .and_then(|()| tx.commit())
                     .map_err(|e| sql_error(path, e))?;
-                tx.commit().map_err(|e| sql_error(path, e))?;
             }
         }
     }
 }
 
 /// Creates the newest schema inside `tx`.
-fn create_schema(tx: &Connection, path: &Path) -> Result<(), SqliteError> {
-    tx.execute_batch(SCHEMA).map_err(|e| sql_error(path, e))?;
-    tx.execute_batch(create_fts!())
-        .map_err(|e| sql_error(path, e))?;
-    tx.execute_batch(create_unembedded_index!())
-        .map_err(|e| sql_error(path, e))?;
-    tx.execute_batch(create_write_seq!())
-        .map_err(|e| sql_error(path, e))?;
+fn create_schema(tx: &Connection) -> rusqlite::Result<()> {
+    tx.execute_batch(SCHEMA)?;
+    tx.execute_batch(create_fts!())?;
+    tx.execute_batch(create_unembedded_index!())?;
+    tx.execute_batch(create_write_seq!())?;
     tx.execute_batch(&format!(
         "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};"
-    ))
-    .map_err(|e| sql_error(path, e))?;
+    ))?;
     tx.execute(
         "INSERT INTO meta (key, value) VALUES ('format', 'ava-memory-store')",
         [],
-    )
-    .map_err(|e| sql_error(path, e))?;
+    )?;
     Ok(())
 }
 

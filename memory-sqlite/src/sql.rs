@@ -12,7 +12,7 @@ use rusqlite::{CachedStatement, Connection, OptionalExtension, params, params_fr
 use uuid::Uuid;
 
 use crate::cache::{self, Scanned, VectorCache};
-use crate::error::{SqliteError, sql_error};
+use crate::error::{JobError, SqliteError};
 
 /// The largest `k` sqlite-vec accepts in one KNN query.
 pub(crate) const MAX_KNN_K: usize = 4096;
@@ -21,13 +21,15 @@ const ENTRY_COLS: &str = "m.pk, m.id, s.tenant, s.user, s.chat, s.thread, m.kind
      m.role, m.source, m.importance, m.pinned, m.created_at, m.accessed_at, m.access_count, \
      m.valid_from, m.valid_until, m.superseded_by, m.embedded";
 
-/// A connection plus the file path, for error messages.
+/// A connection plus the file path, for error messages. Its methods fail with
+/// [`JobError`], so SQLite's errors are classified with the path once, by whoever runs the
+/// job.
 pub(crate) struct Sql<'c> {
     pub(crate) conn: &'c Connection,
     pub(crate) path: &'c Path,
 }
 
-type R<T> = Result<T, SqliteError>;
+type R<T> = Result<T, JobError>;
 
 struct RawRow {
     pk: i64,
@@ -85,7 +87,6 @@ pub(crate) fn vector_blob(v: &[f32]) -> Vec<u8> {
 /// Writes new memories of one scope into the base, tag, FTS and vec0 tables, with each
 /// statement looked up once per batch instead of once per row.
 pub(crate) struct Inserter<'c> {
-    path: &'c Path,
     conn: &'c Connection,
     scope_id: i64,
     /// The FTS `scope` column's token for this scope.
@@ -107,10 +108,9 @@ fn exact_needed(limit: usize) -> usize {
 
 impl<'c> Inserter<'c> {
     pub(crate) fn new(sql: &Sql<'c>, scope_id: i64) -> R<Self> {
-        let (conn, path) = (sql.conn, sql.path);
-        let prep = |q: &str| conn.prepare_cached(q).map_err(|e| sql_error(path, e));
+        let conn = sql.conn;
+        let prep = |q: &str| conn.prepare_cached(q);
         Ok(Self {
-            path,
             conn,
             scope_id,
             scope_token: format!("s{scope_id}"),
@@ -129,62 +129,48 @@ impl<'c> Inserter<'c> {
         })
     }
 
-    fn err(&self, e: rusqlite::Error) -> SqliteError {
-        sql_error(self.path, e)
-    }
-
     /// Inserts one memory and returns its pk; `None` (nothing written) when a memory with
     /// this id already exists. The UNIQUE index on `id` is the check, so an insert costs no
     /// separate lookup.
     pub(crate) fn insert(&mut self, e: &MemoryEntry, vector: Option<&[f32]>) -> R<Option<i64>> {
-        let written = self
-            .memory
-            .execute(params![
-                e.id.as_uuid().as_bytes().as_slice(),
-                self.scope_id,
-                e.kind.as_str(),
-                e.content,
-                e.context,
-                e.role.map(Role::as_str),
-                e.source,
-                f64::from(e.importance.get()),
-                e.pinned,
-                e.created_at.as_millis(),
-                e.accessed_at.as_millis(),
-                i64::try_from(e.access_count).unwrap_or(i64::MAX),
-                e.valid_from.map(Timestamp::as_millis),
-                e.valid_until.map(Timestamp::as_millis),
-                e.superseded_by.map(|s| s.as_uuid().as_bytes().to_vec()),
-                vector.is_some(),
-            ])
-            .map_err(|e| self.err(e))?;
+        let written = self.memory.execute(params![
+            e.id.as_uuid().as_bytes().as_slice(),
+            self.scope_id,
+            e.kind.as_str(),
+            e.content,
+            e.context,
+            e.role.map(Role::as_str),
+            e.source,
+            f64::from(e.importance.get()),
+            e.pinned,
+            e.created_at.as_millis(),
+            e.accessed_at.as_millis(),
+            i64::try_from(e.access_count).unwrap_or(i64::MAX),
+            e.valid_from.map(Timestamp::as_millis),
+            e.valid_until.map(Timestamp::as_millis),
+            e.superseded_by.map(|s| s.as_uuid().as_bytes().to_vec()),
+            vector.is_some(),
+        ])?;
         if written == 0 {
             return Ok(None);
         }
         let pk = self.conn.last_insert_rowid();
         for t in &e.tags {
-            self.tag
-                .execute(params![pk, t.as_str()])
-                .map_err(|e| self.err(e))?;
+            self.tag.execute(params![pk, t.as_str()])?;
         }
         self.fts
-            .execute(params![pk, self.scope_token, e.content, e.context])
-            .map_err(|e| self.err(e))?;
+            .execute(params![pk, self.scope_token, e.content, e.context])?;
         if let Some(v) = vector {
             if self.vec.is_none() {
-                let stmt = self
-                    .conn
-                    .prepare_cached(
-                        "INSERT INTO memory_vec (rowid, scope_id, embedding) VALUES (?1, ?2, ?3)",
-                    )
-                    .map_err(|e| self.err(e))?;
+                let stmt = self.conn.prepare_cached(
+                    "INSERT INTO memory_vec (rowid, scope_id, embedding) VALUES (?1, ?2, ?3)",
+                )?;
                 self.vec = Some(stmt);
             }
             self.blob.clear();
             self.blob.extend(v.iter().flat_map(|x| x.to_le_bytes()));
             if let Some(stmt) = &mut self.vec {
-                stmt.execute(params![pk, self.scope_id, self.blob.as_slice()])
-                    .map_err(|e| sql_error(self.path, e))?;
+                stmt.execute(params![pk, self.scope_id, self.blob.as_slice()])?;
             }
         }
         Ok(Some(pk))
@@ -253,51 +239,45 @@ pub(crate) fn filter_sql(filter: &Filter, sql: &mut String, params: &mut Vec<Val
 }
 
 impl Sql<'_> {
-    fn err(&self, e: rusqlite::Error) -> SqliteError {
-        sql_error(self.path, e)
-    }
-
-    fn invalid(&self, what: impl Into<String>) -> SqliteError {
+    fn invalid(&self, what: impl Into<String>) -> JobError {
         SqliteError::InvalidData {
             path: self.path.to_owned(),
             what: what.into(),
         }
+        .into()
     }
 
     pub(crate) fn scope_id(&self, scope: &Scope) -> R<Option<i64>> {
-        self.conn
-            .prepare_cached("SELECT id FROM scopes WHERE key = ?1")
-            .and_then(|mut s| s.query_row([scope.key()], |r| r.get(0)).optional())
-            .map_err(|e| self.err(e))
+        Ok(self
+            .conn
+            .prepare_cached("SELECT id FROM scopes WHERE key = ?1")?
+            .query_row([scope.key()], |r| r.get(0))
+            .optional()?)
     }
 
     pub(crate) fn ensure_scope_id(&self, scope: &Scope) -> R<i64> {
         if let Some(id) = self.scope_id(scope)? {
             return Ok(id);
         }
-        self.conn
-            .execute(
-                "INSERT INTO scopes (key, tenant, user, chat, thread) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![
-                    scope.key(),
-                    scope.tenant(),
-                    scope.user(),
-                    scope.chat(),
-                    scope.thread()
-                ],
-            )
-            .map_err(|e| self.err(e))?;
+        self.conn.execute(
+            "INSERT INTO scopes (key, tenant, user, chat, thread) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![
+                scope.key(),
+                scope.tenant(),
+                scope.user(),
+                scope.chat(),
+                scope.thread()
+            ],
+        )?;
         Ok(self.conn.last_insert_rowid())
     }
 
     pub(crate) fn insert_tags<'t>(&self, pk: i64, tags: impl Iterator<Item = &'t Tag>) -> R<()> {
         let mut stmt = self
             .conn
-            .prepare_cached("INSERT INTO memory_tags (memory, tag) VALUES (?1, ?2)")
-            .map_err(|e| self.err(e))?;
+            .prepare_cached("INSERT INTO memory_tags (memory, tag) VALUES (?1, ?2)")?;
         for t in tags {
-            stmt.execute(params![pk, t.as_str()])
-                .map_err(|e| self.err(e))?;
+            stmt.execute(params![pk, t.as_str()])?;
         }
         Ok(())
     }
@@ -312,20 +292,18 @@ impl Sql<'_> {
         self.conn
             .prepare_cached(
                 "INSERT INTO memory_fts (rowid, scope, content, context) VALUES (?1, ?2, ?3, ?4)",
-            )
-            .and_then(|mut s| s.execute(params![pk, format!("s{scope_id}"), content, context]))
-            .map(drop)
-            .map_err(|e| self.err(e))
+            )?
+            .execute(params![pk, format!("s{scope_id}"), content, context])?;
+        Ok(())
     }
 
     pub(crate) fn insert_vec(&self, pk: i64, scope_id: i64, v: &[f32]) -> R<()> {
         self.conn
             .prepare_cached(
                 "INSERT INTO memory_vec (rowid, scope_id, embedding) VALUES (?1, ?2, ?3)",
-            )
-            .and_then(|mut s| s.execute(params![pk, scope_id, vector_blob(v)]))
-            .map(drop)
-            .map_err(|e| self.err(e))
+            )?
+            .execute(params![pk, scope_id, vector_blob(v)])?;
+        Ok(())
     }
 
     /// Removes memories from every table.
@@ -335,33 +313,28 @@ impl Sql<'_> {
             if vec_table {
                 self.conn
                     .prepare_cached("DELETE FROM memory_vec WHERE rowid = ?1")
-                    .and_then(|mut s| s.execute([pk]))
-                    .map_err(|e| self.err(e))?;
+                    .and_then(|mut s| s.execute([pk]))?;
             }
             self.conn
                 .prepare_cached("DELETE FROM memory_fts WHERE rowid = ?1")
-                .and_then(|mut s| s.execute([pk]))
-                .map_err(|e| self.err(e))?;
+                .and_then(|mut s| s.execute([pk]))?;
             // Tags go with it (ON DELETE CASCADE).
             self.conn
                 .prepare_cached("DELETE FROM memories WHERE pk = ?1")
-                .and_then(|mut s| s.execute([pk]))
-                .map_err(|e| self.err(e))?;
+                .and_then(|mut s| s.execute([pk]))?;
         }
         Ok(())
     }
 
     /// The pk of memory `id` if it belongs to scope `scope_id`.
     pub(crate) fn find_pk(&self, scope_id: i64, id: MemoryId) -> R<Option<i64>> {
-        self.conn
-            .prepare_cached("SELECT pk FROM memories WHERE id = ?1 AND scope_id = ?2")
-            .and_then(|mut s| {
-                s.query_row(params![id.as_uuid().as_bytes().as_slice(), scope_id], |r| {
-                    r.get(0)
-                })
-                .optional()
+        Ok(self
+            .conn
+            .prepare_cached("SELECT pk FROM memories WHERE id = ?1 AND scope_id = ?2")?
+            .query_row(params![id.as_uuid().as_bytes().as_slice(), scope_id], |r| {
+                r.get(0)
             })
-            .map_err(|e| self.err(e))
+            .optional()?)
     }
 
     /// Loads full entries: `tail` continues `FROM memories m JOIN scopes s ...` with a WHERE
@@ -370,11 +343,10 @@ impl Sql<'_> {
         let sql = format!(
             "SELECT {ENTRY_COLS} FROM memories m JOIN scopes s ON s.id = m.scope_id {tail}"
         );
-        let mut stmt = self.conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
+        let mut stmt = self.conn.prepare_cached(&sql)?;
         let raws = stmt
             .query_map(params_from_iter(params.iter()), raw_row)
-            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
-            .map_err(|e| self.err(e))?;
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())?;
         let mut tags = self.tags_of(&raws.iter().map(|r| r.pk).collect::<Vec<_>>())?;
         raws.into_iter()
             .map(|raw| {
@@ -412,18 +384,14 @@ impl Sql<'_> {
         let mut out: HashMap<i64, memory_core::TagSet> = HashMap::new();
         for chunk in pks.chunks(500) {
             let marks = vec!["?"; chunk.len()].join(", ");
-            let mut stmt = self
-                .conn
-                .prepare_cached(&format!(
-                    "SELECT memory, tag FROM memory_tags WHERE memory IN ({marks})"
-                ))
-                .map_err(|e| self.err(e))?;
+            let mut stmt = self.conn.prepare_cached(&format!(
+                "SELECT memory, tag FROM memory_tags WHERE memory IN ({marks})"
+            ))?;
             let rows = stmt
                 .query_map(params_from_iter(chunk.iter()), |r| {
                     Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
                 })
-                .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
-                .map_err(|e| self.err(e))?;
+                .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())?;
             for (pk, tag) in rows {
                 let tag = Tag::new(&tag).map_err(|e| self.invalid(e.to_string()))?;
                 out.entry(pk).or_default().insert(tag);
@@ -492,11 +460,11 @@ impl Sql<'_> {
 
     /// How many vectors a scope's partition holds.
     pub(crate) fn vector_count(&self, scope_id: i64) -> R<usize> {
-        self.conn
-            .prepare_cached("SELECT COUNT(*) FROM memories WHERE scope_id = ?1 AND embedded = 1")
-            .and_then(|mut s| s.query_row([scope_id], |r| r.get::<_, i64>(0)))
-            .map(|n| usize::try_from(n).unwrap_or(0))
-            .map_err(|e| self.err(e))
+        let n: i64 = self
+            .conn
+            .prepare_cached("SELECT COUNT(*) FROM memories WHERE scope_id = ?1 AND embedded = 1")?
+            .query_row([scope_id], |r| r.get(0))?;
+        Ok(usize::try_from(n).unwrap_or(0))
     }
 
     /// Exact top-`limit` by cosine similarity among the scope's memories passing `filter`.
@@ -529,10 +497,7 @@ impl Sql<'_> {
             if count == 0 {
                 return Ok(Vec::new());
             }
-            if let Some(scanned) = cache
-                .scan(self.conn, scope_id, q, count, exact_needed(limit))
-                .map_err(|e| self.err(e))?
-            {
+            if let Some(scanned) = cache.scan(self.conn, scope_id, q, count, exact_needed(limit))? {
                 return self.filter_ranked(scope_id, scanned, q, filter, limit);
             }
             counted = Some(count);
@@ -625,8 +590,7 @@ impl Sql<'_> {
         let pass = self.passing(scope_id, None, filter)?;
         if let Some(bound) = approximate {
             all.retain(|(pk, _)| pass.contains_key(pk));
-            cache::rescore(self.conn, q.len(), &cache::unit(q), &mut all, limit, bound)
-                .map_err(|e| self.err(e))?;
+            cache::rescore(self.conn, q.len(), &cache::unit(q), &mut all, limit, bound)?;
         }
         all.sort_by(by_score);
         Ok(pick(&pass, &all))
@@ -653,13 +617,12 @@ impl Sql<'_> {
             params.extend(c.iter().map(|(pk, _)| Value::Integer(*pk)));
         }
         filter_sql(filter, &mut sql, &mut params);
-        let mut stmt = self.conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
+        let mut stmt = self.conn.prepare_cached(&sql)?;
         let rows = stmt
             .query_map(params_from_iter(params.iter()), |r| {
                 Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?))
             })
-            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
-            .map_err(|e| self.err(e))?;
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())?;
         rows.into_iter()
             .map(|(pk, id)| Ok((pk, self.id(&id)?)))
             .collect()
@@ -689,7 +652,7 @@ impl Sql<'_> {
     }
 
     fn scored(&self, sql: &str, params: &[Value]) -> R<Vec<(i64, MemoryId, f32)>> {
-        let mut stmt = self.conn.prepare_cached(sql).map_err(|e| self.err(e))?;
+        let mut stmt = self.conn.prepare_cached(sql)?;
         let rows = stmt
             .query_map(params_from_iter(params.iter()), |r| {
                 Ok((
@@ -698,8 +661,7 @@ impl Sql<'_> {
                     r.get::<_, f64>(2)?,
                 ))
             })
-            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
-            .map_err(|e| self.err(e))?;
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())?;
         rows.into_iter()
             .map(|(pk, id, s)| Ok((pk, self.id(&id)?, s as f32)))
             .collect()
@@ -708,28 +670,26 @@ impl Sql<'_> {
     /// Up to `limit` memories of the scope that have no vector yet, oldest first (the
     /// partial index `memories_unembedded` finds them without a scan).
     pub(crate) fn unembedded(&self, scope_id: i64, limit: usize) -> R<Vec<(i64, String)>> {
-        self.conn
-            .prepare_cached(
-                "SELECT pk, content FROM memories INDEXED BY memories_unembedded \
-                 WHERE scope_id = ?1 AND embedded = 0 ORDER BY pk LIMIT ?2",
-            )
-            .and_then(|mut s| {
-                s.query_map(params![scope_id, limit as i64], |r| {
-                    Ok((r.get(0)?, r.get(1)?))
-                })?
-                .collect()
-            })
-            .map_err(|e| self.err(e))
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT pk, content FROM memories INDEXED BY memories_unembedded \
+             WHERE scope_id = ?1 AND embedded = 0 ORDER BY pk LIMIT ?2",
+        )?;
+        let rows = stmt
+            .query_map(params![scope_id, limit as i64], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
     }
 
     /// Whether the vec0 table exists: another process may have created it (given the
     /// store its space) after this one opened the file.
     pub(crate) fn has_vec_table(&self) -> R<bool> {
-        self.conn
+        Ok(self
+            .conn
             .prepare_cached(
                 "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'memory_vec')",
-            )
-            .and_then(|mut s| s.query_row([], |r| r.get(0)))
-            .map_err(|e| self.err(e))
+            )?
+            .query_row([], |r| r.get(0))?)
     }
 }

@@ -1,7 +1,10 @@
-//! The connection's own thread: blocking SQLite work runs there, fed by a command channel,
-//! so async callers never block the runtime. Jobs get a [`Conn`]: the connection plus what
-//! the thread knows about it (its path, whether it may write, recalls not yet recorded),
-//! and [`Conn::write`], the one way a job writes.
+//! The connection's own thread, in sqlx's shape: the thread opens the connection itself
+//! (inspection, schema creation and migrations, the recorded embedding space) and then runs
+//! jobs fed by a command channel, so async callers never block the runtime, not even to
+//! open or close a store. Jobs get a [`Conn`]: the connection plus what the thread knows
+//! about it (its path, whether it may write, recalls not yet recorded), and
+//! [`Conn::write`], the one way a job writes. Job code uses `?` on rusqlite errors
+//! ([`JobError`]); they are classified with the store's path once, in the reply.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -16,18 +19,16 @@ use rusqlite::{Connection, Transaction, TransactionBehavior};
 use tokio::sync::oneshot;
 
 use crate::cache::{CacheOps, VectorCache};
-use crate::checkpointer::Checkpointer;
-use crate::error::{SqliteError, is_busy, sql_error};
+use crate::error::{JobError, SqliteError, is_busy, sql_error};
 use crate::schema;
+use crate::{Opened, SqliteConfig};
 
 type Job = Box<dyn FnOnce(&mut Conn) + Send>;
 
-/// Takes a thread's handle out of its slot, so only the first `close` joins it (a poisoned
-/// lock still yields the handle).
-pub(crate) fn take_thread(slot: &Mutex<Option<JoinHandle<()>>>) -> Option<JoinHandle<()>> {
-    slot.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .take()
+/// Takes what a slot holds (a thread's handle, a sender), so only the first `close` gets
+/// it (a poisoned lock still yields it).
+pub(crate) fn take<T>(slot: &Mutex<Option<T>>) -> Option<T> {
+    slot.lock().unwrap_or_else(PoisonError::into_inner).take()
 }
 
 /// How long the worker polls for the next job before it sleeps.
@@ -39,6 +40,10 @@ const MAX_PENDING_ACCESS: usize = 10_000;
 
 /// How long closing waits for the write lock to record the last pending recalls.
 const CLOSE_FLUSH_WAIT: Duration = Duration::from_millis(200);
+
+/// How long dropping a store on an async runtime's thread waits for its worker to finish
+/// before it lets the thread finish alone (see [`Worker`]'s `Drop`).
+const DROP_WAIT: Duration = Duration::from_secs(1);
 
 /// The next job; `None` once every sender is gone. Calls come in bursts (a hydrate runs
 /// several searches back to back, the bot stores after it recalls), and waking a sleeping
@@ -198,10 +203,6 @@ impl Conn {
         self.space_checked_at.set(None);
     }
 
-    pub(crate) fn err(&self, e: rusqlite::Error) -> SqliteError {
-        sql_error(&self.path, e)
-    }
-
     /// Runs `f` in a write transaction begun `IMMEDIATE`: the write lock is taken up
     /// front, so the transaction waits its turn behind other processes' writers (the busy
     /// timeout) instead of failing when it upgrades from reading. Recalls still pending
@@ -213,8 +214,17 @@ impl Conn {
     /// [`CacheOps`], applied to the cache once the transaction has committed.
     pub(crate) fn write<T>(
         &mut self,
-        f: impl FnOnce(&Transaction<'_>, SpaceCheck, &mut CacheOps) -> Result<T>,
-    ) -> Result<T> {
+        f: impl FnOnce(&Transaction<'_>, SpaceCheck, &mut CacheOps) -> Result<T, JobError>,
+    ) -> Result<T, JobError> {
+        self.write_with(f)
+    }
+
+    /// [`Conn::write`] for `f` failing with any `E` a store error converts into
+    /// ([`SqliteError`] while opening, before there are jobs).
+    pub(crate) fn write_with<T, E: From<SqliteError>>(
+        &mut self,
+        f: impl FnOnce(&Transaction<'_>, SpaceCheck, &mut CacheOps) -> Result<T, E>,
+    ) -> Result<T, E> {
         if self.read_only {
             return Err(SqliteError::ReadOnly {
                 path: self.path.clone(),
@@ -288,7 +298,7 @@ pub(crate) fn lock_cache_for<'c>(
     cache: Option<&'c Mutex<VectorCache>>,
     reader: &Connection,
     path: &Path,
-) -> Result<Option<std::sync::MutexGuard<'c, VectorCache>>> {
+) -> Result<Option<std::sync::MutexGuard<'c, VectorCache>>, SqliteError> {
     let Some(cache) = cache else {
         return Ok(None);
     };
@@ -306,7 +316,7 @@ pub(crate) fn check_space(
     path: &Path,
     mine: Option<&EmbeddingSpace>,
     checked_at: &Cell<Option<i64>>,
-) -> Result<SpaceCheck> {
+) -> Result<SpaceCheck, SqliteError> {
     let Some(mine) = mine else {
         return Ok(SpaceCheck::Same);
     };
@@ -365,53 +375,94 @@ fn record_access(tx: &Transaction<'_>, pending: &HashMap<i64, (u64, i64)>) -> ru
 }
 
 /// Owns one connection on a dedicated thread and runs closures against it in order.
+///
+/// Closing is [`Worker::close`], which awaits the thread's last act (the reply that it has
+/// closed both connections) without blocking the runtime. Dropping an open worker stops
+/// it too: off an async runtime the drop joins the thread, as closing a file should; on a
+/// runtime's thread it waits at most [`DROP_WAIT`] (normally the thread is done in
+/// milliseconds, so a process that exits right after still leaves a checkpointed file) and
+/// then leaves the thread to finish alone rather than block the runtime indefinitely
+/// behind queued work or another process's lock.
 #[derive(Debug)]
 pub(crate) struct Worker {
     path: PathBuf,
     tx: Mutex<Option<mpsc::Sender<Job>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
-    checkpointer: Option<Checkpointer>,
+    /// Answered by the thread once both connections are closed.
+    done: Mutex<Option<oneshot::Receiver<()>>>,
 }
 
 impl Worker {
-    /// Starts the worker on `conn`, with `checkpoint` (a second connection to the same
-    /// file; none for a read-only store) copying its write-ahead log into the database in
-    /// the background.
-    pub(crate) fn spawn(mut conn: Conn, checkpoint: Option<Connection>) -> Result<Self> {
-        let path = conn.path.clone();
-        let checkpointer = match checkpoint {
-            Some(c) => Some(Checkpointer::attach(&mut conn, c, &path)?),
-            None => None,
-        };
+    /// Starts the worker thread, which opens the store at `path` itself ([`crate::open_store`]:
+    /// inspection, schema, space, with the checkpointer unless read-only), and waits for
+    /// what it found. `given` is the space of the caller's embedder, if any.
+    pub(crate) async fn open(
+        path: &Path,
+        config: &SqliteConfig,
+        given: Option<Arc<EmbeddingSpace>>,
+    ) -> Result<(Self, Opened), SqliteError> {
         let (tx, rx) = mpsc::channel::<Job>();
+        let (ready, opened) = oneshot::channel();
+        let (done_tx, done) = oneshot::channel();
+        let (p, c) = (path.to_owned(), config.clone());
         let thread = std::thread::Builder::new()
             .name("ava-sqlite".into())
             .spawn(move || {
-                while let Some(job) = next_job(&rx) {
-                    job(&mut conn);
-                    // After the job has replied: its caller does not wait for this.
-                    conn.flush_access(Duration::ZERO);
+                let (mut conn, checkpointer, opened) = match crate::open_store(&p, &c, given) {
+                    Ok(o) => o,
+                    Err(e) => {
+                        let _ = ready.send(Err(e));
+                        return;
+                    }
+                };
+                // Nobody waits for the store any more (the open was cancelled): close it.
+                if ready.send(Ok(opened)).is_ok() {
+                    while let Some(job) = next_job(&rx) {
+                        job(&mut conn);
+                        // After the job has replied: its caller does not wait for this.
+                        conn.flush_access(Duration::ZERO);
+                    }
+                    conn.flush_access(CLOSE_FLUSH_WAIT);
                 }
-                conn.flush_access(CLOSE_FLUSH_WAIT);
-                // Every sender is gone: close the connection here, on its own thread.
+                // Every sender is gone: close the connection here, on its own thread, then
+                // the checkpointer's, the file's last, which checkpoints the whole log.
                 drop(conn);
+                if let Some(c) = checkpointer {
+                    c.close();
+                }
+                let _ = done_tx.send(());
             })
-            .map_err(|e| {
-                MemoryError::backend(crate::error::BACKEND, "spawn the SQLite worker thread", e)
+            .map_err(|source| SqliteError::Thread {
+                path: path.to_owned(),
+                source,
             })?;
-        Ok(Self {
-            path,
+        let gone = || SqliteError::WorkerGone {
+            path: path.to_owned(),
+        };
+        let opened = match opened.await {
+            Ok(Ok(opened)) => opened,
+            Ok(Err(e)) => {
+                // The thread has ended, having opened nothing.
+                let _ = thread.join();
+                return Err(e);
+            }
+            Err(_) => return Err(gone()),
+        };
+        let worker = Self {
+            path: path.to_owned(),
             tx: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
-            checkpointer,
-        })
+            done: Mutex::new(Some(done)),
+        };
+        Ok((worker, opened))
     }
 
-    /// Runs `f` on the worker thread and waits for its result.
+    /// Runs `f` on the worker thread and waits for its result; its rusqlite errors are
+    /// classified with the store's path here.
     pub(crate) async fn call<T, F>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Conn) -> Result<T> + Send + 'static,
+        F: FnOnce(&mut Conn) -> Result<T, JobError> + Send + 'static,
     {
         let (reply, rx) = oneshot::channel();
         let job: Job = Box::new(move |conn| {
@@ -419,59 +470,67 @@ impl Worker {
             let _ = reply.send(f(conn));
         });
         let sent = {
-            let tx = self
-                .tx
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let tx = self.tx.lock().unwrap_or_else(PoisonError::into_inner);
             tx.as_ref().map(|tx| tx.send(job).is_ok()).unwrap_or(false)
         };
-        if !sent {
-            return Err(SqliteError::WorkerGone {
+        let gone = || -> MemoryError {
+            SqliteError::WorkerGone {
                 path: self.path.clone(),
             }
-            .into());
+            .into()
+        };
+        if !sent {
+            return Err(gone());
         }
-        rx.await
-            .map_err(|_| {
-                SqliteError::WorkerGone {
-                    path: self.path.clone(),
-                }
-                .into()
-            })
-            .and_then(|r| r)
+        match rx.await {
+            Ok(result) => result.map_err(|e| e.into_memory(&self.path)),
+            Err(_) => Err(gone()),
+        }
     }
 
     /// Wakes the worker without waiting for it (an empty job: it writes pending recalls
     /// after every job).
     pub(crate) fn nudge(&self) {
-        let tx = self
-            .tx
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let tx = self.tx.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(tx) = tx.as_ref() {
             let _ = tx.send(Box::new(|_| {}));
         }
     }
 
     /// Stops accepting work, lets queued work finish, and closes both connections (the
-    /// last one to close checkpoints the whole log and removes it).
-    pub(crate) fn close(&self) {
-        self.tx
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        if let Some(h) = take_thread(&self.thread) {
-            // A panicking job already lost its reply; nothing more to report here.
-            let _ = h.join();
+    /// last one to close checkpoints the whole log and removes it). Awaits the thread's
+    /// reply, so the runtime is not blocked meanwhile; a second call returns at once.
+    pub(crate) async fn close(&self) {
+        take(&self.tx);
+        if let Some(done) = take(&self.done) {
+            // An error means the thread ended without replying (a job panicked).
+            let _ = done.await;
         }
-        if let Some(c) = &self.checkpointer {
-            c.close();
+        if let Some(h) = take(&self.thread) {
+            // Its last act was the reply: this waits only for the thread to exit.
+            let _ = h.join();
         }
     }
 }
 
 impl Drop for Worker {
     fn drop(&mut self) {
-        self.close();
+        take(&self.tx);
+        let Some(h) = take(&self.thread) else {
+            return;
+        };
+        if tokio::runtime::Handle::try_current().is_err() {
+            // A panicking job already lost its reply; nothing more to report here.
+            let _ = h.join();
+            return;
+        }
+        let deadline = Instant::now() + DROP_WAIT;
+        while !h.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if h.is_finished() {
+            let _ = h.join();
+        }
+        // Otherwise the thread finishes the queued work and closes the file alone.
     }
 }

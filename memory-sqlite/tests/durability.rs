@@ -97,7 +97,7 @@ async fn sigkill_mid_ingest_loses_no_acknowledged_memory() {
             .await
             .unwrap_or_else(|e| panic!("acknowledged memory {id} lost: {e}"));
     }
-    store.close();
+    store.close().await;
     drop(store);
     // Every index agrees with the base table.
     sqlite_vec_consistency(&path);
@@ -176,7 +176,7 @@ async fn many_tasks_on_many_scopes_lose_nothing_and_leak_nothing() {
     for t in tasks {
         all.push(t.await.unwrap());
     }
-    store.close();
+    store.close().await;
     drop(store);
     let store = SqliteBackend::open(&path, embedder(), SqliteConfig::default())
         .await

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use memory_core::{
-    EmbeddingProvider, HashingEmbedder, MemoryBackend, MemoryError, NewMemory, Scope, SearchRequest,
+    EmbeddingProvider, ErrorChain, HashingEmbedder, MemoryBackend, MemoryError, NewMemory, Scope,
+    SearchRequest, repeated_cause,
 };
 use memory_sqlite::{SqliteBackend, SqliteConfig, SqliteError};
 
@@ -23,37 +24,47 @@ fn scope() -> Scope {
     Scope::for_user("42").unwrap().in_chat("7").unwrap()
 }
 
-/// The typed store error inside a memory error, and the whole chain as text.
+/// The typed store error inside a memory error from a `MemoryBackend` call, and the
+/// whole chain as text (each cause said once).
 fn sqlite_error(e: &MemoryError) -> (&SqliteError, String) {
-    let MemoryError::Backend {
-        source: Some(s), ..
-    } = e
-    else {
-        panic!("expected a backend error, got {e:?}");
-    };
-    let typed = s
-        .downcast_ref::<SqliteError>()
+    let typed = e
+        .backend_error::<SqliteError>()
         .unwrap_or_else(|| panic!("not a SqliteError: {e:?}"));
-    let mut text = e.to_string();
-    let mut cause = std::error::Error::source(e);
-    while let Some(c) = cause {
-        text.push_str(&format!(": {c}"));
-        cause = c.source();
-    }
-    (typed, text)
+    assert_eq!(repeated_cause(e), None, "a cause said twice: {e:?}");
+    (typed, ErrorChain(e).to_string())
 }
 
-/// Opening `path` is refused; the error chain as text (never a misdiagnosis).
-async fn open_err(path: impl AsRef<Path>, config: SqliteConfig) -> String {
+/// Opening `path` is refused: the typed error, and its chain as text (never a
+/// misdiagnosis, no cause said twice, the path named).
+async fn open_error(path: impl AsRef<Path>, config: SqliteConfig) -> (SqliteError, String) {
     let e = SqliteBackend::open(path.as_ref(), hash(), config)
         .await
         .expect_err("the open is refused");
-    let (_, text) = sqlite_error(&e);
+    assert_eq!(repeated_cause(&e), None, "a cause said twice: {e:?}");
+    let text = ErrorChain(&e).to_string();
     assert!(
         !text.contains("not an SQLite database"),
         "misdiagnosed: {text}"
     );
-    text
+    // As a `MemoryError` it says the same, once, under the backend's name.
+    let memory = MemoryError::from(e);
+    assert_eq!(repeated_cause(&memory), None, "{memory:?}");
+    assert_eq!(
+        ErrorChain(&memory).to_string(),
+        format!("memory-sqlite failed: {text}")
+    );
+    let e = match memory {
+        MemoryError::Backend {
+            source: Some(s), ..
+        } => *s.downcast::<SqliteError>().unwrap(),
+        other => panic!("not a backend error: {other:?}"),
+    };
+    (e, text)
+}
+
+/// [`open_error`]'s text.
+async fn open_err(path: impl AsRef<Path>, config: SqliteConfig) -> String {
+    open_error(path, config).await.1
 }
 
 #[tokio::test]
@@ -137,11 +148,13 @@ async fn a_missing_store_is_not_created_when_the_caller_says_so() {
     SqliteBackend::open(&path, hash(), SqliteConfig::default())
         .await
         .unwrap()
-        .close();
+        .close()
+        .await;
     SqliteBackend::open(&path, hash(), config)
         .await
         .unwrap()
-        .close();
+        .close()
+        .await;
 }
 
 /// Names and hashes of every file in `dir`.
@@ -171,7 +184,7 @@ async fn a_read_only_open_serves_reads_and_writes_nothing() {
         .store(&scope(), NewMemory::new("my cat is called Pixel"))
         .await
         .unwrap();
-    store.close();
+    store.close().await;
     drop(store);
     let before = files(dir.path());
 
@@ -202,7 +215,7 @@ async fn a_read_only_open_serves_reads_and_writes_nothing() {
     let (typed, text) = sqlite_error(&err);
     assert!(matches!(typed, SqliteError::ReadOnly { .. }), "{text}");
     assert!(text.contains("read-only"), "{text}");
-    store.close();
+    store.close().await;
     drop(store);
     // Not a byte changed: no recall counts, no log left behind.
     let after: Vec<(String, Vec<u8>)> = files(dir.path())
@@ -325,7 +338,7 @@ async fn unwritable_places_are_reported_as_such_and_a_read_only_file_serves_read
         .store(&scope(), NewMemory::new("my cat is called Pixel"))
         .await
         .unwrap();
-    store.close();
+    store.close().await;
     drop(store);
     // Everyone may create the -shm file beside it; only the owner may write the store.
     set_mode(&shared, 0o777);
@@ -392,9 +405,17 @@ async fn a_bad_config_is_refused_before_the_file_is_created() {
             .await
             .unwrap_err();
         match &e {
-            MemoryError::InvalidInput { field: f, .. } => assert_eq!(*f, field),
+            SqliteError::InvalidConfig(MemoryError::InvalidInput { field: f, .. }) => {
+                assert_eq!(*f, field);
+            }
             other => panic!("expected invalid {field}, got {other:?}"),
         }
+        assert!(e.to_string().contains(field), "{e}");
+        // Through `?` it is the invalid input it always was.
+        assert!(matches!(
+            MemoryError::from(e),
+            MemoryError::InvalidInput { .. }
+        ));
         assert!(!path.exists(), "nothing was created for a bad {field}");
     }
     let store = SqliteBackend::open(&path, hash(), SqliteConfig::default())
@@ -404,4 +425,81 @@ async fn a_bad_config_is_refused_before_the_file_is_created() {
     assert_eq!(info.topology, memory_core::Topology::Embedded);
     assert!(info.durable);
     assert_eq!(info.kind(), "embedded, durable");
+}
+
+/// Every kind of refusal says each fact once: the chain names the store's path and keeps
+/// what SQLite or the OS said as the source, not copied into the store's own message.
+#[tokio::test]
+async fn open_errors_say_each_fact_once_and_keep_the_path_and_the_cause() {
+    let dir = tempfile::tempdir().unwrap();
+    let shown = |p: &Path| p.display().to_string();
+
+    // Not a database: the header check's own words are the source.
+    let junk = dir.path().join("junk.db");
+    std::fs::write(&junk, vec![b'x'; 4096]).unwrap();
+    let e = SqliteBackend::open(&junk, hash(), SqliteConfig::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(e, SqliteError::NotADatabase { .. }), "{e:?}");
+    assert_eq!(repeated_cause(&e), None);
+    let text = ErrorChain(&e).to_string();
+    assert!(
+        text.contains(&shown(&junk)) && text.contains("does not start with the SQLite header"),
+        "{text}"
+    );
+
+    // Another application's database.
+    let foreign = dir.path().join("foreign.db");
+    rusqlite::Connection::open(&foreign)
+        .unwrap()
+        .execute_batch("CREATE TABLE invoices (id INTEGER PRIMARY KEY);")
+        .unwrap();
+    let (e, text) = open_error(&foreign, SqliteConfig::default()).await;
+    assert!(matches!(e, SqliteError::Foreign { .. }), "{e:?}");
+    assert!(
+        text.contains(&shown(&foreign)) && text.contains("invoices"),
+        "{text}"
+    );
+
+    // A missing directory, a missing store, a directory.
+    let nowhere = dir.path().join("nowhere/m.db");
+    let (e, text) = open_error(&nowhere, SqliteConfig::default()).await;
+    assert!(matches!(e, SqliteError::MissingDirectory { .. }), "{e:?}");
+    assert!(text.contains(&shown(&nowhere)), "{text}");
+    let typo = dir.path().join("typo.db");
+    let config = SqliteConfig {
+        create_if_missing: false,
+        ..SqliteConfig::default()
+    };
+    let (e, text) = open_error(&typo, config).await;
+    assert!(matches!(e, SqliteError::NoStore { .. }), "{e:?}");
+    assert!(text.contains(&shown(&typo)), "{text}");
+    let (e, _) = open_error(dir.path(), SqliteConfig::default()).await;
+    assert!(matches!(e, SqliteError::NotAFile { .. }), "{e:?}");
+
+    // Another embedding space than the store records.
+    let store_path = dir.path().join("m.db");
+    SqliteBackend::open(&store_path, hash(), SqliteConfig::default())
+        .await
+        .unwrap()
+        .close()
+        .await;
+    let other: Arc<dyn EmbeddingProvider> = Arc::new(HashingEmbedder::new(32).unwrap());
+    let e = SqliteBackend::open(&store_path, Some(other), SqliteConfig::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(e, SqliteError::SpaceChanged { .. }), "{e:?}");
+    assert_eq!(repeated_cause(&e), None);
+    assert!(ErrorChain(&e).to_string().contains(&shown(&store_path)));
+
+    // A store that is closed says so, through a `MemoryBackend` call.
+    let store = SqliteBackend::open(&store_path, hash(), SqliteConfig::default())
+        .await
+        .unwrap();
+    store.close().await;
+    let err = store.count(&scope()).await.unwrap_err();
+    let (typed, text) = sqlite_error(&err);
+    assert!(matches!(typed, SqliteError::WorkerGone { .. }), "{text}");
+    assert!(text.starts_with("memory-sqlite failed: "), "{text}");
+    assert!(text.contains(&shown(&store_path)), "{text}");
 }

@@ -134,7 +134,7 @@ async fn check_store(path: &Path, embedder: Option<Arc<dyn EmbeddingProvider>>, 
             got.unwrap_or_else(|e| panic!("acknowledged memory {id} of {user} lost: {e}"));
         }
     }
-    store.close();
+    store.close().await;
     drop(store);
     let c = rusqlite::Connection::open(path).unwrap();
     let n = |sql: &str| -> i64 { c.query_row(sql, [], |r| r.get(0)).unwrap() };
@@ -168,7 +168,7 @@ async fn writer(index: usize, path: &Path) {
     for i in 0..60 {
         if i % 15 == 0 {
             if let Some(s) = store.take() {
-                SqliteBackend::close(&s);
+                SqliteBackend::close(&s).await;
             }
             match SqliteBackend::open(path, hash(64), SqliteConfig::default()).await {
                 Ok(s) => store = Some(s),
@@ -313,12 +313,11 @@ async fn churn(path: &Path) {
         .search(&scope, &SearchRequest::semantic("kites").limit(3))
         .await
     {
-        Err(MemoryError::Backend {
-            source: Some(s), ..
-        }) if matches!(
-            s.downcast_ref::<SqliteError>(),
-            Some(SqliteError::SpaceMoved { .. })
-        ) =>
+        Err(e)
+            if matches!(
+                e.backend_error::<SqliteError>(),
+                Some(SqliteError::SpaceMoved { .. })
+            ) =>
         {
             say("search refused: space moved")
         }
@@ -338,7 +337,8 @@ async fn reembed_beside_a_writer_keeps_every_memory_and_a_consistent_file() {
     SqliteBackend::open(&path, hash(64), SqliteConfig::default())
         .await
         .unwrap()
-        .close();
+        .close()
+        .await;
     let child = spawn(REEMBED, "churn", 0, &path);
     let count = |p: &Path| -> i64 {
         let c =
@@ -463,7 +463,7 @@ async fn four_processes_embed_the_same_missing_vectors_at_once() {
             heard.acked.push((user.clone(), e.id));
         }
     }
-    store.close();
+    store.close().await;
     drop(store);
     let children = (0..4)
         .map(|i| spawn(BACKFILL, "backfill", i, &path))

@@ -170,7 +170,7 @@ async fn a_big_scope_streams_its_first_search_and_scans_a_block_after() {
     for batch in memories_n(10_200).chunks(2_000) {
         store.store_batch(&scope(), batch.to_vec()).await.unwrap();
     }
-    store.close();
+    store.close().await;
     let req = SearchRequest::semantic("rain on the river with a cat")
         .limit(10)
         .without_access_tracking();
@@ -182,7 +182,7 @@ async fn a_big_scope_streams_its_first_search_and_scans_a_block_after() {
     let bits = |h: &[(MemoryId, f32)]| h.iter().map(|x| (x.0, x.1.to_bits())).collect::<Vec<_>>();
     assert_eq!(bits(&first), bits(&second), "stream and block scan");
     assert_eq!(bits(&second), bits(&third));
-    fresh.close();
+    fresh.close().await;
     let knn = store_with(dir.path(), 0).await;
     let exact = hits(&knn, &req).await;
     same_hits(&first, &exact, "the same as sqlite-vec KNN");

@@ -24,14 +24,17 @@ async fn open(
     path: &Path,
     embedder: Option<Arc<dyn EmbeddingProvider>>,
 ) -> memory_core::Result<SqliteBackend> {
-    SqliteBackend::open(path, embedder, SqliteConfig::default()).await
+    Ok(SqliteBackend::open(path, embedder, SqliteConfig::default()).await?)
 }
 
+/// A backend error's whole chain, each fact said once.
 fn backend_message(err: &MemoryError) -> String {
-    match err {
-        MemoryError::Backend { message, .. } => message.clone(),
-        other => panic!("expected a backend error, got {other:?}"),
-    }
+    assert!(
+        matches!(err, MemoryError::Backend { .. }),
+        "expected a backend error, got {err:?}"
+    );
+    assert_eq!(memory_core::repeated_cause(err), None, "{err:?}");
+    memory_core::ErrorChain(err).to_string()
 }
 
 /// Name, size and content hash of every file in the store's directory, to prove a refused
@@ -69,7 +72,7 @@ async fn memories_survive_close_and_reopen() {
         )
         .await
         .unwrap();
-    store.close();
+    store.close().await;
     assert!(
         store.count(&scope()).await.is_err(),
         "a closed store refuses work"
@@ -135,7 +138,7 @@ async fn another_applications_database_is_refused_and_left_untouched() {
 async fn a_store_from_a_newer_ava_is_refused_and_left_untouched() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.db");
-    open(&path, None).await.unwrap().close();
+    open(&path, None).await.unwrap().close().await;
     {
         let c = rusqlite::Connection::open(&path).unwrap();
         c.execute_batch("PRAGMA user_version = 99;").unwrap();
@@ -158,7 +161,7 @@ async fn a_corrupt_store_gives_a_clear_error() {
         .map(|i| NewMemory::new(format!("memory number {i} with some padding text")))
         .collect();
     store.store_batch(&scope(), batch).await.unwrap();
-    store.close();
+    store.close().await;
     drop(store);
     // Scribble over everything after the first page (the header stays valid).
     let mut bytes = std::fs::read(&path).unwrap();
@@ -206,7 +209,7 @@ async fn another_embedding_space_is_refused_until_reembedded() {
     .map(NewMemory::new)
     .collect();
     let stored = store.store_batch(&scope(), batch).await.unwrap();
-    store.close();
+    store.close().await;
     drop(store);
 
     let msg = backend_message(&open(&path, hash(32)).await.unwrap_err());
@@ -263,7 +266,7 @@ async fn keyword_only_memories_are_embedded_when_an_embedder_arrives() {
             .unwrap_err()
             .is_unsupported()
     );
-    store.close();
+    store.close().await;
     drop(store);
 
     let store = open(&path, hash(64)).await.unwrap();
@@ -283,7 +286,7 @@ async fn keyword_only_memories_are_embedded_when_an_embedder_arrives() {
         "the search embedded its scope first"
     );
     assert!(store.get(&scope(), e.id).await.unwrap().embedded);
-    store.close();
+    store.close().await;
     drop(store);
     // Back to keyword-only (say the model went missing): still opens, still searchable by words.
     let store = open(&path, None).await.unwrap();
@@ -487,7 +490,7 @@ async fn a_schema_1_store_is_migrated_without_losing_a_memory() {
             .unwrap()
             .is_empty()
     );
-    store.close();
+    store.close().await;
 
     assert_eq!(version(&path), 4);
     let c = rusqlite::Connection::open(&path).unwrap();
@@ -539,9 +542,38 @@ async fn the_log_is_checkpointed_into_the_file_while_the_store_is_open() {
         file_len()
     );
     assert_eq!(store.count(&scope()).await.unwrap(), 16_000);
-    store.close();
+    store.close().await;
     // Closing checkpointed the rest and removed the log.
     assert!(!dir.path().join("m.db-wal").exists());
     let reopened = open(&path, hash(384)).await.unwrap();
     assert_eq!(reopened.count(&scope()).await.unwrap(), 16_000);
+}
+
+/// A batch whose third id is taken writes nothing, and the conflict names that id (not the
+/// batch's first).
+#[tokio::test]
+async fn a_taken_id_in_a_batch_is_the_one_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("m.db"), hash(64)).await.unwrap();
+    let taken = memory_core::MemoryId::new();
+    store
+        .store(&scope(), NewMemory::new("first").with_id(taken))
+        .await
+        .unwrap();
+    let batch = vec![
+        NewMemory::new("a").with_id(memory_core::MemoryId::new()),
+        NewMemory::new("b"),
+        NewMemory::new("c").with_id(taken),
+        NewMemory::new("d"),
+    ];
+    match store.store_batch(&scope(), batch).await {
+        Err(MemoryError::Conflict { id }) => assert_eq!(id, taken),
+        other => panic!("expected a conflict on {taken}, got {other:?}"),
+    }
+    assert_eq!(
+        store.count(&scope()).await.unwrap(),
+        1,
+        "nothing was written"
+    );
+    store.close().await;
 }

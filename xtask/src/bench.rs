@@ -60,8 +60,8 @@ const SPECS: &[Spec] = &[
         needs: None,
     },
     Spec {
-        key: "memory-core/embed_local",
-        package: "memory-core",
+        key: "memory-embedders/embed_local",
+        package: "memory-embedders",
         bench: "embed_local",
         features: &["local"],
         env: &[("RAYON_NUM_THREADS", "1", "1")],

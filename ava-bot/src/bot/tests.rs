@@ -151,7 +151,7 @@ impl Harness {
     /// file the bot may not write).
     async fn read_only(telegram: MockServer) -> Self {
         let h = Self::new(telegram).await;
-        h.store.close();
+        h.store.close().await;
         let config = SqliteConfig {
             read_only: true,
             ..SqliteConfig::default()

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use hydrate::ChatMessage;
 
-use crate::config::{DbTarget, Secret, Settings, redact_url};
+use crate::config::{DbTarget, Settings, redact_url, secret_from_env};
 use crate::error_chain;
 use crate::llm::{LlmChoice, LlmSettings};
 
@@ -208,7 +208,10 @@ pub(crate) async fn run(
     }
 
     // Telegram: the token shown to the Bot API.
-    match Secret::from_env("TELOXIDE_TOKEN").expose() {
+    match secret_from_env("TELOXIDE_TOKEN")
+        .as_ref()
+        .map(memory_core::Secret::expose)
+    {
         None => lines.line("telegram", Status::Off, "no TELOXIDE_TOKEN")?,
         Some(token) => {
             let r = crate::bot::whoami(token, args.telegram_api_url.as_deref())

@@ -427,7 +427,8 @@ async fn store_batch(
             Ingested::Exists(_) => counts.present += 1,
             Ingested::Rejected(e) => {
                 counts.malformed += 1;
-                bar.suspend(|| eprintln!("skipped message {id}: {e}"));
+                let why = crate::std_error_chain(&e);
+                bar.suspend(|| eprintln!("skipped message {id}: {why}"));
             }
         }
     }

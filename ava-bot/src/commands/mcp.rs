@@ -125,7 +125,7 @@ pub(crate) async fn run(settings: &Settings, args: &Args) -> anyhow::Result<()> 
     // Every acknowledged write is committed already; this waits for the store's worker and
     // folds the write-ahead log back into the file.
     if let Some(sqlite) = &opened.sqlite {
-        sqlite.close();
+        sqlite.close().await;
     }
     tracing::info!(?ended, "MCP server stopped");
     if ended == Ended::Signal && args.http.is_none() {

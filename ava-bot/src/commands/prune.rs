@@ -273,7 +273,11 @@ impl Upkeep {
         Some(tokio::spawn(async move {
             match store.prune(&scope, &policy).await {
                 Ok(report) => log(&scope, &report),
-                Err(e) => tracing::warn!(scope = %scope, error = %e, "pruning the chat failed"),
+                Err(e) => tracing::warn!(
+                    scope = %scope,
+                    error = %crate::std_error_chain(&e),
+                    "pruning the chat failed"
+                ),
             }
         }))
     }

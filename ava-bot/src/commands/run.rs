@@ -10,7 +10,7 @@ use teloxide::adaptors::throttle::Limits;
 use crate::agent::{Agent, DEFAULT_BUDGET};
 use crate::bot::{BotState, make_bot};
 use crate::commands::prune::UpkeepArgs;
-use crate::config::{Secret, Settings};
+use crate::config::{Settings, secret_from_env};
 use crate::llm::LlmSettings;
 
 #[derive(Debug, clap::Args)]
@@ -35,8 +35,8 @@ pub(crate) async fn run(
     args: &Args,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
-    let token = Secret::from_env("TELOXIDE_TOKEN");
-    let Some(token) = token.expose() else {
+    let token = secret_from_env("TELOXIDE_TOKEN");
+    let Some(token) = token.as_ref().map(memory_core::Secret::expose) else {
         bail!("no bot token: set TELOXIDE_TOKEN (from @BotFather) in the environment or .env");
     };
     let allow = parse_allow(&args.allow_users)?;

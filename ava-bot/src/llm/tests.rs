@@ -14,7 +14,7 @@ use wiremock::{Mock, MockServer, ResponseTemplate};
 
 use super::{OllamaChat, OpenAiChat};
 use crate::agent::Agent;
-use crate::config::Secret;
+use memory_core::Secret;
 
 const LONG: Duration = Duration::from_secs(30);
 
@@ -159,8 +159,14 @@ async fn openai_runs_a_tool_call_then_answers() {
         )))
         .mount(&server)
         .await;
-    let key = Secret::for_tests("sk-test-key");
-    let model = OpenAiChat::new(&format!("{}/v1", server.uri()), "gpt-test", &key, LONG).unwrap();
+    let key = Secret::new("sk-test-key");
+    let model = OpenAiChat::new(
+        &format!("{}/v1", server.uri()),
+        "gpt-test",
+        Some(&key),
+        LONG,
+    )
+    .unwrap();
     assert!(!format!("{model:?}").contains("sk-test-key"));
     let scope = Scope::for_user("1").unwrap().in_chat("2").unwrap();
 
@@ -203,7 +209,7 @@ async fn failing_server(route: &str, response: ResponseTemplate) -> MockServer {
 fn models(server: &MockServer, timeout: Duration) -> Vec<Box<dyn ChatModel>> {
     vec![
         Box::new(OllamaChat::new(&server.uri(), "llama-test", timeout).unwrap()),
-        Box::new(OpenAiChat::new(&server.uri(), "gpt-test", &Secret::default(), timeout).unwrap()),
+        Box::new(OpenAiChat::new(&server.uri(), "gpt-test", None, timeout).unwrap()),
     ]
 }
 
@@ -219,7 +225,11 @@ async fn assert_fails(response: ResponseTemplate, timeout: Duration, expect: &st
             .chat(&[ChatMessage::user("hello")], &tools())
             .await
             .unwrap_err();
-        let text = format!("{err}");
+        // The model error says its own part; the client's words are its source.
+        if let Some(cause) = std::error::Error::source(&err) {
+            assert!(!err.to_string().contains(&cause.to_string()), "{err:?}");
+        }
+        let text = crate::std_error_chain(&err);
         assert!(text.contains(model.name()), "{text}");
         assert!(
             text.to_lowercase().contains(expect),
@@ -268,7 +278,7 @@ async fn malformed_json_is_a_model_error() {
 fn bad_urls_and_timeouts_are_refused() {
     let e = OllamaChat::new("localhost:11434", "m", LONG).unwrap_err();
     assert!(e.to_string().contains("not an http(s) URL"), "{e}");
-    let e = OpenAiChat::new("ftp://x", "m", &Secret::default(), LONG).unwrap_err();
+    let e = OpenAiChat::new("ftp://x", "m", None, LONG).unwrap_err();
     assert!(e.to_string().contains("not an http(s) URL"), "{e}");
 }
 
@@ -326,15 +336,8 @@ async fn learned_facts_are_added_ended_and_not_repeated() {
         .respond_with(Decide)
         .mount(&server)
         .await;
-    let model: Arc<dyn ChatModel> = Arc::new(
-        OpenAiChat::new(
-            &format!("{}/v1", server.uri()),
-            "gpt-test",
-            &Secret::default(),
-            LONG,
-        )
-        .unwrap(),
-    );
+    let model: Arc<dyn ChatModel> =
+        Arc::new(OpenAiChat::new(&format!("{}/v1", server.uri()), "gpt-test", None, LONG).unwrap());
     let backend = InMemoryBackend::new(Some(Arc::new(HashingEmbedder::new(64).unwrap())));
     let scope = Scope::for_user("1").unwrap().in_chat("2").unwrap();
     let fact = |t: &str| NewMemory::new(t).with_kind(MemoryKind::Fact);

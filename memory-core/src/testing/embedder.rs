@@ -37,7 +37,7 @@ pub async fn embedder_contract(provider: &dyn EmbeddingProvider) {
     let batch = provider
         .embed_batch(&texts)
         .await
-        .unwrap_or_else(|e| panic!("{who}: embed_batch failed: {e}"));
+        .unwrap_or_else(|e| panic!("{who}: embed_batch failed: {}", crate::ErrorChain(&e)));
     assert_eq!(batch.len(), texts.len(), "{who}: one vector per text");
     for (text, e) in texts.iter().zip(&batch) {
         assert_eq!(**e.space(), *space, "{who}: a vector of another space");
@@ -54,7 +54,7 @@ pub async fn embedder_contract(provider: &dyn EmbeddingProvider) {
         let alone = provider
             .embed(text)
             .await
-            .unwrap_or_else(|e| panic!("{who}: embed failed: {e}"));
+            .unwrap_or_else(|e| panic!("{who}: embed failed: {}", crate::ErrorChain(&e)));
         let same = cos(alone.vector(), e.vector());
         assert!(
             same >= SAME,

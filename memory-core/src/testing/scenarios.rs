@@ -1545,7 +1545,7 @@ pub async fn scope_isolation_randomized(cx: Ctx) -> Outcome {
                         Err(MemoryError::NotFound { .. }) => {
                             assert!(!mine, "seed {seed}: own id {id} not found")
                         }
-                        Err(e) => panic!("seed {seed}: get failed: {e}"),
+                        Err(e) => panic!("seed {seed}: get failed: {}", crate::ErrorChain(&e)),
                     }
                     match b.delete(s, id).await {
                         Ok(()) => {
@@ -1556,7 +1556,7 @@ pub async fn scope_isolation_randomized(cx: Ctx) -> Outcome {
                             owner.remove(&id);
                         }
                         Err(MemoryError::NotFound { .. }) => assert!(!mine),
-                        Err(e) => panic!("seed {seed}: delete failed: {e}"),
+                        Err(e) => panic!("seed {seed}: delete failed: {}", crate::ErrorChain(&e)),
                     }
                 }
                 _ => {

@@ -9,15 +9,15 @@ use ollama_rs::Ollama;
 use ollama_rs::error::OllamaError;
 use ollama_rs::generation::embeddings::request::{EmbeddingsInput, GenerateEmbeddingsRequest};
 
-use super::retry::{Failure, RetryPolicy, snippet, with_retries};
-use super::{HttpEmbedder, embed_batch};
-use crate::embedding::{Embedding, EmbeddingProvider, EmbeddingSpace};
-use crate::error::{MemoryError, Result};
+use crate::retry::{Failure, RetryPolicy, snippet, with_retries};
+use crate::{HttpEmbedder, embed_batch};
+use memory_core::{Embedding, EmbeddingProvider, EmbeddingSpace};
+use memory_core::{MemoryError, Result};
 
 /// Settings for [`OllamaEmbedder`].
 ///
 /// ```
-/// use memory_core::embedders::OllamaConfig;
+/// use memory_embedders::OllamaConfig;
 /// let config = OllamaConfig { base_url: "http://gpu-box:11434".into(), ..OllamaConfig::new("mxbai-embed-large") };
 /// assert_eq!(config.dimensions, None); // discovered by `OllamaEmbedder::connect`
 /// ```
@@ -55,7 +55,7 @@ impl OllamaConfig {
     /// calls it first.
     pub fn validate(&self) -> Result<()> {
         parse_base_url(&self.base_url)?;
-        super::check_common(
+        crate::check_common(
             "Ollama",
             &self.model,
             self.dimensions,
@@ -125,7 +125,7 @@ impl OllamaEmbedder {
     /// from the probe's answer; set ones are checked against it.
     pub async fn connect(config: OllamaConfig) -> Result<Self> {
         let configured = config.dimensions;
-        super::connect(config, configured).await
+        crate::connect(config, configured).await
     }
 }
 
@@ -211,7 +211,7 @@ impl OllamaEmbedder {
             OllamaError::JsonError(e) => Failure::permanent(
                 Self::PROVIDER,
                 format!(
-                    "{origin} answered with malformed JSON ({e}); expected \
+                    "{origin} answered with malformed JSON; expected \
                      {{\"embeddings\": [[numbers], ...]}}"
                 ),
                 Some(Box::new(e)),

@@ -12,15 +12,15 @@ use async_openai::middleware::ReqwestService;
 use async_openai::types::embeddings::{CreateEmbeddingRequest, EmbeddingInput};
 use async_trait::async_trait;
 
-use super::retry::{Failure, RetryPolicy, snippet, with_retries};
-use super::{HttpEmbedder, embed_batch};
-use crate::embedding::{Embedding, EmbeddingProvider, EmbeddingSpace};
-use crate::error::{MemoryError, Result};
+use crate::retry::{Failure, RetryPolicy, snippet, with_retries};
+use crate::{HttpEmbedder, embed_batch};
+use memory_core::{Embedding, EmbeddingProvider, EmbeddingSpace};
+use memory_core::{MemoryError, Result, Secret};
 
-/// An API key. Its `Debug` shows `ApiKey(<redacted>)` and it has no `Display`, so it cannot
-/// end up in logs by accident.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ApiKey(String);
+/// An API key: a [`Secret`] checked to fit an HTTP header. Its `Debug` is the secret's,
+/// redacted, and it has no `Display`, so it cannot end up in logs by accident.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiKey(Secret);
 
 impl ApiKey {
     /// Wraps a key; it must be printable ASCII without spaces, as an HTTP header demands.
@@ -37,25 +37,19 @@ impl ApiKey {
                 ),
             ));
         }
-        Ok(Self(key))
+        Ok(Self(Secret::new(key)))
     }
 
     /// The key itself, for the `Authorization` header.
     pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("ApiKey(<redacted>)")
+        self.0.expose()
     }
 }
 
 /// Settings for [`OpenAiEmbedder`].
 ///
 /// ```
-/// use memory_core::embedders::{ApiKey, OpenAiConfig};
+/// use memory_embedders::{ApiKey, OpenAiConfig};
 /// # fn demo() -> memory_core::Result<()> {
 /// // A llama.cpp server on this machine: no key, dimensions discovered on connect.
 /// let local = OpenAiConfig {
@@ -117,7 +111,7 @@ impl OpenAiConfig {
                 "is set, but no dimensions are configured to request",
             ));
         }
-        super::check_common(
+        crate::check_common(
             "OpenAI",
             &self.model,
             self.dimensions,
@@ -207,7 +201,7 @@ impl OpenAiEmbedder {
     /// taken from the probe's answer; set ones are checked against it.
     pub async fn connect(config: OpenAiConfig) -> Result<Self> {
         let configured = config.dimensions;
-        super::connect(config, configured).await
+        crate::connect(config, configured).await
     }
 }
 
@@ -387,7 +381,7 @@ impl OpenAiEmbedder {
             OpenAIError::JSONDeserialize(e, body) => Failure::permanent(
                 Self::PROVIDER,
                 format!(
-                    "{origin} answered with malformed JSON ({e}); expected {{\"data\": \
+                    "{origin} answered with malformed JSON; expected {{\"data\": \
                      [{{\"index\": 0, \"embedding\": [numbers]}}, ...]}}; body starts: {}",
                     snippet(&body)
                 ),
@@ -395,7 +389,7 @@ impl OpenAiEmbedder {
             ),
             other => Failure::permanent(
                 Self::PROVIDER,
-                format!("{origin} failed: {other}"),
+                format!("{origin} failed"),
                 Some(Box::new(other)),
             ),
         }
@@ -424,7 +418,7 @@ mod tests {
     #[test]
     fn keys_are_redacted_and_checked_without_echoing_them() {
         let key = ApiKey::new("sk-very-secret").unwrap();
-        assert_eq!(format!("{key:?}"), "ApiKey(<redacted>)");
+        assert_eq!(format!("{key:?}"), "ApiKey(Secret(<redacted>))");
         let config = OpenAiConfig {
             api_key: Some(key),
             ..OpenAiConfig::default()

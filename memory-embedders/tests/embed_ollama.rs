@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use memory_core::embedders::{OllamaConfig, OllamaEmbedder, RetryPolicy};
 use memory_core::{EmbeddingProvider, MemoryError, embed_all};
+use memory_embedders::{OllamaConfig, OllamaEmbedder, RetryPolicy};
 use serde_json::{Value, json};
 use wiremock::matchers::{body_partial_json, method, path};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
@@ -78,6 +78,8 @@ fn message(err: &MemoryError) -> String {
         MemoryError::Embedding {
             provider, message, ..
         } => {
+            // Each part of the chain is said once.
+            assert_eq!(memory_core::repeated_cause(err), None, "{err:?}");
             assert_eq!(provider, "ollama");
             message.clone()
         }

@@ -1,16 +1,21 @@
-//! `cargo xtask eval`: quality of Ava's memory search (retrieval recall@k) and of the prompts
-//! it builds (evidence in the compiled prompt, `--context-budget`).
+//! `ava-eval` (run as `cargo xtask eval`): quality of Ava's memory search (retrieval
+//! recall@k) and of the prompts it builds (evidence in the compiled prompt,
+//! `--context-budget`).
+//!
+//! A crate of its own, apart from `xtask`, so that `cargo xtask snapshots` or `bench` does
+//! not build the local model's stack (candle, tokenizers) nor the stores.
 
 mod cache;
 mod context;
 mod duplicates;
 mod locomo;
 
-use clap::{Args as ClapArgs, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand, ValueEnum};
 
-/// `cargo xtask eval <dataset> ...`
-#[derive(Debug, ClapArgs)]
-pub(crate) struct Args {
+/// Evaluate retrieval quality on a dataset (recall@k); `cargo xtask eval` runs this.
+#[derive(Debug, Parser)]
+#[command(name = "ava-eval", bin_name = "cargo xtask eval", version, about)]
+struct Args {
     #[command(subcommand)]
     dataset: Dataset,
 }
@@ -54,13 +59,13 @@ pub(crate) enum Embedder {
 }
 
 /// The local all-MiniLM-L6-v2 embedder, or an error naming `cargo xtask fetch-model`.
-pub(crate) fn local_embedder() -> anyhow::Result<memory_core::embedders::LocalEmbedder> {
-    use memory_core::embedders::{LocalConfig, LocalEmbedder};
+pub(crate) fn local_embedder() -> anyhow::Result<memory_embedders::LocalEmbedder> {
+    use memory_embedders::{LocalConfig, LocalEmbedder};
     Ok(LocalEmbedder::load(&LocalConfig::default())?)
 }
 
-pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
-    match &args.dataset {
+fn main() -> anyhow::Result<()> {
+    match &Args::parse().dataset {
         Dataset::Locomo(a) => locomo::run(a),
         Dataset::Duplicates(a) => duplicates::run(a),
     }

@@ -10,17 +10,17 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
-use super::bert::{BertConfig, BertModel};
-use super::into_embeddings;
-use super::model_dir::{DEFAULT_MODEL_NAME, ModelDir, resolve_model_dir};
-use crate::embedding::{Embedding, EmbeddingProvider, EmbeddingSpace, normalize};
-use crate::error::{BoxError, MemoryError, Result};
+use crate::bert::{BertConfig, BertModel};
+use crate::into_embeddings;
+use crate::model_dir::{DEFAULT_MODEL_NAME, ModelDir, resolve_model_dir};
+use memory_core::{BoxError, MemoryError, Result};
+use memory_core::{Embedding, EmbeddingProvider, EmbeddingSpace, normalize};
 
 /// Settings for [`LocalEmbedder`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LocalConfig {
     /// The model directory; `None` resolves it with
-    /// [`resolve_model_dir`](super::resolve_model_dir) (`$AVA_MODEL_DIR`, then the cache dir).
+    /// [`resolve_model_dir`](crate::resolve_model_dir) (`$AVA_MODEL_DIR`, then the cache dir).
     pub model_dir: Option<PathBuf>,
     /// Model name recorded in the embedding space (`all-MiniLM-L6-v2`).
     pub model: String,

@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use memory_core::embedders::{ApiKey, OpenAiConfig, OpenAiEmbedder, RetryPolicy};
 use memory_core::{EmbeddingProvider, MemoryError, embed_all};
+use memory_embedders::{ApiKey, OpenAiConfig, OpenAiEmbedder, RetryPolicy};
 use serde_json::{Value, json};
 use wiremock::matchers::{body_partial_json, header, method, path};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
@@ -89,8 +89,12 @@ fn message(err: &MemoryError) -> String {
         MemoryError::Embedding {
             provider, message, ..
         } => {
+            // Each part of the chain is said once.
+            assert_eq!(memory_core::repeated_cause(err), None, "{err:?}");
             assert_eq!(provider, "openai");
             assert!(!message.contains(KEY), "the key leaked into {message}");
+            let chain = memory_core::ErrorChain(err).to_string();
+            assert!(!chain.contains(KEY), "the key leaked into {chain}");
             message.clone()
         }
         other => panic!("expected an Embedding error, got {other:?}"),

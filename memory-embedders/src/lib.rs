@@ -2,11 +2,11 @@
 //! (`ollama`), any OpenAI-compatible server (`openai`), and all-MiniLM-L6-v2 run offline
 //! with candle (`local`).
 //!
-//! Every provider implements the [`EmbeddingProvider` trait](crate::EmbeddingProvider),
-//! reports its [embedding space](crate::EmbeddingSpace) (provider, model, dimensions), and
-//! fails with [`MemoryError::Embedding`](crate::MemoryError#variant.Embedding) (server down,
+//! Every provider implements the [`EmbeddingProvider` trait](memory_core::EmbeddingProvider),
+//! reports its [embedding space](memory_core::EmbeddingSpace) (provider, model, dimensions), and
+//! fails with [`MemoryError::Embedding`](memory_core::MemoryError#variant.Embedding) (server down,
 //! model missing, malformed response, timeout) or
-//! [`MemoryError::DimensionMismatch`](crate::MemoryError#variant.DimensionMismatch) (the
+//! [`MemoryError::DimensionMismatch`](memory_core::MemoryError#variant.DimensionMismatch) (the
 //! server answered with other dimensions than configured or first discovered).
 //!
 //! The model-directory helpers ([`resolve_model_dir`], [`ModelDir`]) need no feature, so a
@@ -16,7 +16,7 @@
 //! # #[cfg(feature = "ollama")]
 //! # async fn demo() -> memory_core::Result<()> {
 //! use memory_core::EmbeddingProvider;
-//! use memory_core::embedders::{OllamaConfig, OllamaEmbedder};
+//! use memory_embedders::{OllamaConfig, OllamaEmbedder};
 //! // Discovers the dimensions with one call and fails early if the model is not pulled.
 //! let embedder = OllamaEmbedder::connect(OllamaConfig::new("nomic-embed-text")).await?;
 //! let v = embedder.embed("Alice's cat is called Miso").await?;
@@ -54,9 +54,9 @@ pub use openai::{ApiKey, OpenAiConfig, OpenAiEmbedder};
 use std::sync::Arc;
 
 #[cfg(any(feature = "ollama", feature = "openai"))]
-use crate::EmbeddingProvider;
+use memory_core::EmbeddingProvider;
 #[cfg(any(feature = "ollama", feature = "openai", feature = "local"))]
-use crate::{Embedding, EmbeddingSpace, MemoryError, Result};
+use memory_core::{Embedding, EmbeddingSpace, MemoryError, Result};
 
 /// Turns raw vectors from a provider into [`Embedding`]s of `space`, checking that there is
 /// one per text and that each has the space's dimensions; `origin` names the server or

@@ -5,7 +5,7 @@
 //! (`cargo xtask fetch-model` fetches it).
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use memory_core::embedders::{LocalConfig, LocalEmbedder, resolve_model_dir};
+use memory_embedders::{LocalConfig, LocalEmbedder, resolve_model_dir};
 
 /// Everyday memory-sized sentences of varied length (5 to 30 words).
 const SENTENCES: [&str; 8] = [

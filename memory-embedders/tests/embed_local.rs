@@ -4,10 +4,10 @@
 // Test helpers outside #[test] fns may unwrap too: a failure is a test failure.
 #![allow(clippy::unwrap_used)]
 
-use memory_core::embedders::{
+use memory_core::{EmbeddingProvider, MemoryError, cosine, embed_all};
+use memory_embedders::{
     FETCH_MODEL_COMMAND, LocalConfig, LocalEmbedder, ModelDir, resolve_model_dir,
 };
-use memory_core::{EmbeddingProvider, MemoryError, cosine, embed_all};
 
 /// The model directory when it is complete; otherwise prints one line saying the test is
 /// skipped and which command fetches the model.

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
-use crate::error::{BoxError, MemoryError, Result};
+use memory_core::{BoxError, MemoryError, Result};
 
 /// How often and how patiently an HTTP provider retries transient failures: rate limits
 /// (429), server errors (5xx), refused connections and timeouts.

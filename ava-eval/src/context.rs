@@ -933,7 +933,7 @@ pub(super) async fn evaluate(options: &Options, samples: &[Sample]) -> anyhow::R
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::eval::locomo::parse_samples;
+    use crate::locomo::parse_samples;
 
     const CUTOFFS: Cutoffs = Cutoffs {
         threshold: 0.7,

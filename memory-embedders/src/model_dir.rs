@@ -7,7 +7,7 @@ use std::ffi::OsString;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use crate::error::{MemoryError, Result};
+use memory_core::{MemoryError, Result};
 
 /// Environment variable naming the model directory (used when no explicit path is given).
 pub const MODEL_DIR_ENV: &str = "AVA_MODEL_DIR";
