@@ -268,7 +268,6 @@ impl OpenAiChat {
         })
     }
 
-    #[allow(deprecated)] // `function_call` is deprecated but has to be spelled out.
     fn to_openai(m: &ChatMessage) -> ChatCompletionRequestMessage {
         match m.role {
             ChatRole::System => ChatCompletionRequestSystemMessage::from(m.content.as_str()).into(),

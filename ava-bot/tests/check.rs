@@ -2,7 +2,11 @@
 //! OpenAI-compatible chat server, a text-embeddings-inference reranker, SearxNG, the
 //! Telegram Bot API): one line per check, and a non-zero exit naming what failed.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails loudly on an unexpected error"
+)]
 
 mod common;
 

@@ -3,7 +3,11 @@
 //! unchanged file is left alone, a changed one replaced; `ava context` shows a passage with
 //! its `file:start-end`, for its user only; removing a file takes its passages out.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails loudly on an unexpected error"
+)]
 
 mod common;
 

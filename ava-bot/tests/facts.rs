@@ -4,7 +4,11 @@
 //! old one in the prompt and keeps it in the history; a garbage, mislabelled or late
 //! extraction answer changes nothing.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails loudly on an unexpected error"
+)]
 
 mod common;
 

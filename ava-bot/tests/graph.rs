@@ -4,7 +4,11 @@
 //! the question's place, reached one hop away through a person, with its path, and none of
 //! another user's memories about the same place.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails loudly on an unexpected error"
+)]
 
 mod common;
 

@@ -2,7 +2,11 @@
 //! and over streamable HTTP: the handshake, the tools, identities kept apart, bad arguments
 //! answered as tool errors, tokens required, and clean shutdowns that lose nothing.
 
-#![allow(clippy::expect_used, clippy::unwrap_used)]
+#![allow(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "a test fails loudly on an unexpected error"
+)]
 
 mod common;
 

@@ -3,7 +3,11 @@
 //! it the test prints one skip line and passes.
 
 #![cfg(feature = "postgres")]
-#![allow(clippy::expect_used, clippy::unwrap_used)]
+#![allow(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "a test fails loudly on an unexpected error"
+)]
 
 mod common;
 

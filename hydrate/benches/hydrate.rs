@@ -13,7 +13,11 @@
 //! `hydrate::product::tokenizer`), and `product`: exactly what `ava` runs
 //! (`hydrate::product::config`: tracked, with the product's tokenizer and system prompt).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails loudly on an unexpected error"
+)]
 
 use std::hint::black_box;
 use std::sync::Arc;

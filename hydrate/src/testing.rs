@@ -11,7 +11,12 @@
 //!   contract with a question of the caller's (a source that answers only some questions,
 //!   such as the graph's, which needs a name in it).
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails loudly on an unexpected error"
+)]
 
 use std::collections::HashSet;
 

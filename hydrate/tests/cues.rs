@@ -3,7 +3,11 @@
 //! quoted phrases and informative names lift what holds them, and one fact said several
 //! times takes one place in the prompt.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails loudly on an unexpected error"
+)]
 
 mod common;
 

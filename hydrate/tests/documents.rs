@@ -5,7 +5,12 @@
 //! Needs the `documents` feature (on in `--all-features`).
 
 #![cfg(feature = "documents")]
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails loudly on an unexpected error"
+)]
 
 mod common;
 

@@ -11,7 +11,12 @@
     feature = "web-search",
     feature = "rerank-http"
 ))]
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails loudly on an unexpected error"
+)]
 
 mod common;
 

@@ -3,7 +3,11 @@
 //! answers, within a step bound; application tools run through their handlers; `infer_raw`
 //! passes messages through; the memory operations act on the ops' scope only.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails loudly on an unexpected error"
+)]
 
 mod common;
 

@@ -3,7 +3,11 @@
 //! which option value wins (runtime > request > app state > defaults), identity checks, and
 //! that auth secrets never show in `Debug` output.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails loudly on an unexpected error"
+)]
 
 mod common;
 

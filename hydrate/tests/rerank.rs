@@ -4,7 +4,12 @@
 //! Needs the `rerank-http` feature (on in the workspace's `--all-features` test run).
 
 #![cfg(feature = "rerank-http")]
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails loudly on an unexpected error"
+)]
 
 mod common;
 

@@ -3,7 +3,11 @@
 //! recent conversation is not repeated as related messages, and never loses a message to
 //! a weaker copy of it), failures and rerankers are reported, never fatal.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails loudly on an unexpected error"
+)]
 
 mod common;
 

@@ -2,7 +2,11 @@
 //! text (observation, memories) appears only when `trace_prompt_text` is on, and auth
 //! secrets never. Uses a minimal recording subscriber (no tracing-subscriber dependency).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails loudly on an unexpected error"
+)]
 
 mod common;
 

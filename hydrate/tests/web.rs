@@ -5,7 +5,12 @@
 //! Needs the `web-search` and `rerank-http` features (on in `--all-features`).
 
 #![cfg(all(feature = "web-search", feature = "rerank-http"))]
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails loudly on an unexpected error"
+)]
 
 mod common;
 

@@ -10,7 +10,11 @@
 //! exits 0. Output for `cargo xtask bench`: `ava-bench: percentiles <id> p50=.. p95=.. n=..`
 //! and `ava-bench: note <id> <text>` lines.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails loudly on an unexpected error"
+)]
 
 use std::collections::HashSet;
 use std::hint::black_box;

@@ -819,7 +819,12 @@ impl MemoryBackend for PostgresBackend {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    #![allow(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        reason = "a test fails loudly on an unexpected error"
+    )]
 
     use super::*;
     use crate::PostgresConfig;

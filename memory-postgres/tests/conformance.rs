@@ -2,7 +2,10 @@
 //! fresh Postgres schema that is dropped afterwards. Needs `MEMORY_PG_URL`; without it every
 //! scenario is skipped with one line on stderr.
 
-#![allow(clippy::expect_used)]
+#![allow(
+    clippy::expect_used,
+    reason = "a test fails loudly on an unexpected error"
+)]
 
 mod common;
 

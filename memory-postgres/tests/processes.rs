@@ -3,7 +3,12 @@
 //! Afterwards every acknowledged write is there, and no search ever returned a memory of
 //! another scope. Needs `MEMORY_PG_URL`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails loudly on an unexpected error"
+)]
 
 mod common;
 

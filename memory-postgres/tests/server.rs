@@ -3,7 +3,12 @@
 //! space, and a database where pgvector cannot be created. The first three need no server;
 //! the rest need `MEMORY_PG_URL` and skip with one line on stderr without it.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails loudly on an unexpected error"
+)]
 
 mod common;
 

@@ -12,7 +12,11 @@
 //! brute-force scan of the scope reads as `ava-bench: scanned <name> bytes=<n>`, which
 //! `cargo xtask bench` turns into the tables of BENCHMARKS.md.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails loudly on an unexpected error"
+)]
 
 use std::hint::black_box;
 use std::sync::Arc;

@@ -53,9 +53,7 @@ impl Quantized {
             let inv = 1.0 / step;
             self.codes.extend(unit.iter().map(|x| {
                 // In [-127, 127] since |x| <= m; the cast cannot truncate.
-                #[allow(clippy::cast_possible_truncation)]
-                let c = (x * inv).round().clamp(-127.0, 127.0) as i8;
-                c
+                (x * inv).round().clamp(-127.0, 127.0) as i8
             }));
             self.steps.push(step);
             self.max_step = self.max_step.max(step);
@@ -157,7 +155,10 @@ fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
 /// AVX2 + FMA: four 8-lane fused multiply-add accumulators (32 floats per step), which
 /// keeps a scan of a scope's block close to memory bandwidth.
 #[cfg(target_arch = "x86_64")]
-#[allow(unsafe_code)]
+#[expect(
+    unsafe_code,
+    reason = "AVX2 and FMA intrinsics; callers check the CPU has them"
+)]
 #[target_feature(enable = "avx2,fma")]
 fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
     use std::arch::x86_64::{
@@ -197,7 +198,10 @@ fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
 fn dot_fn() -> fn(&[f32], &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        #[allow(unsafe_code)]
+        #[expect(
+            unsafe_code,
+            reason = "calls the SIMD kernel once the CPU is known to have it"
+        )]
         return |a, b| {
             // SAFETY: the CPU supports AVX2 and FMA, checked just above before this
             // function was handed out.
@@ -216,7 +220,10 @@ fn dot_codes_portable(codes: &[i8], q: &[i16]) -> i32 {
 
 /// AVX2: sixteen codes widened to i16 and multiplied pairwise into eight i32 sums per step.
 #[cfg(target_arch = "x86_64")]
-#[allow(unsafe_code)]
+#[expect(
+    unsafe_code,
+    reason = "AVX2 intrinsics; callers check the CPU has them"
+)]
 #[target_feature(enable = "avx2")]
 fn dot_codes_avx2(codes: &[i8], q: &[i16]) -> i32 {
     use std::arch::x86_64::{
@@ -259,7 +266,10 @@ fn dot_codes_avx2(codes: &[i8], q: &[i16]) -> i32 {
 fn dot_codes_fn() -> fn(&[i8], &[i16]) -> i32 {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
-        #[allow(unsafe_code)]
+        #[expect(
+            unsafe_code,
+            reason = "calls the SIMD kernel once the CPU is known to have it"
+        )]
         return |a, b| {
             // SAFETY: the CPU supports AVX2, checked just above before this function was
             // handed out.
@@ -283,7 +293,6 @@ impl QueryCodes {
         let dims = unit.len().max(1);
         let cap = (i32::MAX as usize / (127 * dims)).min(i16::MAX as usize);
         // At most i16::MAX: exact as f32.
-        #[allow(clippy::cast_precision_loss)]
         let top = cap as f32;
         let m = unit.iter().fold(0f32, |a, x| a.max(x.abs()));
         let step = if m > 0.0 && m.is_finite() {
@@ -296,9 +305,7 @@ impl QueryCodes {
             .iter()
             .map(|x| {
                 // In [-cap, cap] since |x| <= m; the cast cannot truncate.
-                #[allow(clippy::cast_possible_truncation)]
-                let v = (x * inv).round().clamp(-top, top) as i16;
-                v
+                (x * inv).round().clamp(-top, top) as i16
             })
             .collect();
         Self {
@@ -313,7 +320,6 @@ impl QueryCodes {
     /// value by half the query's, and a small allowance covers f32 rounding of both sums.
     fn error_bound(&self, dims: usize, max_step: f32) -> f32 {
         // A dimension count: exact as f32 for any real embedding.
-        #[allow(clippy::cast_precision_loss)]
         let d = dims as f32;
         let code_l1 = d.sqrt() + d * max_step / 2.0;
         self.l1 * max_step / 2.0 + self.step / 2.0 * code_l1 + 1e-4 + d * 2.5e-7
@@ -402,7 +408,6 @@ fn approximate<K: Copy>(
         .zip(&block.steps)
         .map(|((key, codes), step)| {
             // The integer sum is exact; as f32 it is off by at most one part in 2^24.
-            #[allow(clippy::cast_precision_loss)]
             let sum = dot_codes(codes, &query.values) as f32;
             (key, sum * step * query.step)
         })
@@ -886,7 +891,6 @@ mod tests {
 
     /// An in-memory database with the store's `memories` columns the cache reads and a
     /// vec0 table of `dims` dimensions.
-    #[allow(clippy::unwrap_used)]
     fn memories_with_vectors(dims: usize) -> Connection {
         crate::schema::register_sqlite_vec();
         let conn = Connection::open_in_memory().unwrap();
@@ -918,7 +922,6 @@ mod tests {
     /// best similarities of either are still exactly those of the whole `f32` block: same
     /// memories, same scores to the bit.
     #[test]
-    #[allow(clippy::unwrap_used)]
     fn quantized_scans_find_the_exact_best() {
         let dims = 48;
         let conn = memories_with_vectors(dims);
@@ -999,7 +1002,6 @@ mod tests {
     /// deletes and across partitions (so a sqlite-vec upgrade that changes the layout is
     /// caught here, not by slow searches).
     #[test]
-    #[allow(clippy::unwrap_used)]
     fn chunk_reads_match_rowid_lookups() {
         let dims = 8;
         let conn = memories_with_vectors(dims);

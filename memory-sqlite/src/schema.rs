@@ -143,7 +143,10 @@ pub(crate) fn create_vec_table(conn: &Connection, dims: usize) -> rusqlite::Resu
 }
 
 /// Registers sqlite-vec with every connection this process opens, once.
-#[allow(unsafe_code)]
+#[expect(
+    unsafe_code,
+    reason = "hands sqlite-vec's entry point to SQLite, a C API"
+)]
 pub(crate) fn register_sqlite_vec() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
@@ -152,7 +155,10 @@ pub(crate) fn register_sqlite_vec() {
         // the -sys binding, hence the transmute). It is statically linked and lives for the
         // whole process.
         unsafe {
-            #[allow(clippy::missing_transmute_annotations)]
+            #[expect(
+                clippy::missing_transmute_annotations,
+                reason = "the target is the C entry-point type sqlite3_auto_extension takes"
+            )]
             rusqlite::ffi::sqlite3_auto_extension(Some(std::mem::transmute(
                 sqlite_vec::sqlite3_vec_init as *const (),
             )));

@@ -2,7 +2,11 @@
 //! acknowledged memory and leaves a consistent file; many tasks on many scopes at once
 //! lose nothing and see nothing of each other.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails loudly on an unexpected error"
+)]
 
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write};

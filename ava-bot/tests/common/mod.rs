@@ -2,7 +2,11 @@
 //! no settings leaking in from the environment, and readers for what it printed.
 
 // Each test crate uses its own subset of these.
-#![allow(dead_code, clippy::expect_used)]
+#![allow(
+    dead_code,
+    clippy::expect_used,
+    reason = "each test binary uses a different part of the shared helpers, which fail loudly"
+)]
 
 use std::ffi::OsStr;
 use std::io::Write;

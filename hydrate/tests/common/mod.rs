@@ -1,7 +1,10 @@
 //! Shared fixtures: a fixed clock, Alice's memories, configs, and the redaction used by
 //! snapshots (memory ids and timings replaced, keys sorted so `preserve_order` does not matter).
 
-#![allow(dead_code)] // Each test binary uses a different part.
+#![allow(
+    dead_code,
+    reason = "each test binary uses a different part of the shared helpers"
+)] // Each test binary uses a different part.
 
 use std::sync::Arc;
 

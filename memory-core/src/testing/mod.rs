@@ -22,7 +22,12 @@
 //! each implementation's tests; [`Rng`], the deterministic generator the randomised scenarios and the benches
 //! draw from, and [`bench`], the data and `ava-bench:` lines the benches share.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails loudly on an unexpected error"
+)]
 
 pub mod bench;
 mod embedder;
@@ -267,7 +272,7 @@ macro_rules! __conformance_tests {
     };
     ($factory:path, $env:expr; $($name:ident),* $(,)?) => {
         mod conformance {
-            #[allow(unused_imports)]
+            #[allow(unused_imports, reason = "a factory may need nothing from its module")]
             use super::*;
             $(
                 #[test]

@@ -1,7 +1,13 @@
 //! Helpers shared by the Postgres tests: the server address from `MEMORY_PG_URL` (with one
 //! skip line when it is unset), fresh schema names, and a guard that drops its schema.
 
-#![allow(dead_code, unreachable_pub, clippy::expect_used, clippy::unwrap_used)]
+#![allow(
+    dead_code,
+    unreachable_pub,
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "each test binary uses a different part of the shared helpers, which fail loudly"
+)]
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};

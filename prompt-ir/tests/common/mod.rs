@@ -1,6 +1,9 @@
 //! Shared test fixtures: the seed example prompt and the invariants every compression must keep.
 
-#![allow(dead_code)] // Each test binary uses a different part.
+#![allow(
+    dead_code,
+    reason = "each test binary uses a different part of the shared helpers"
+)] // Each test binary uses a different part.
 
 use chrono::{DateTime, Duration, Utc};
 use prompt_ir::{
