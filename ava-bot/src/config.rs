@@ -411,7 +411,6 @@ impl Settings {
                 let store = match SqliteBackend::open(&path, embedder.clone(), config).await {
                     Ok(store) => store,
                     Err(e) => {
-                        let e = memory_core::MemoryError::from(e);
                         let hint = sqlite_hint(&e, self.db.is_none());
                         let e = anyhow::Error::new(e)
                             .context(format!("open memory store {}", path.display()));
@@ -454,12 +453,8 @@ fn store_embedder(
 
 /// What to do about a SQLite store error, when there is something to do from the command
 /// line.
-fn sqlite_hint(e: &memory_core::MemoryError, default_path: bool) -> Option<String> {
-    let typed = std::iter::successors(Some(e as &(dyn std::error::Error + 'static)), |c| {
-        c.source()
-    })
-    .find_map(|c| c.downcast_ref::<memory_sqlite::SqliteError>())?;
-    match typed {
+fn sqlite_hint(e: &memory_sqlite::SqliteError, default_path: bool) -> Option<String> {
+    match e {
         memory_sqlite::SqliteError::SpaceChanged { stored, .. } => Some(format!(
             "open it with the embedder it was made with (--embedder; it holds {stored}), or \
              move it to the new one with `ava reembed` and the new --embedder"

@@ -262,4 +262,130 @@ mod tests {
         }
         assert!(blocks >= 2, "found {blocks} rust blocks in README.md");
     }
+
+    /// Identifiers in `text`, in order (letters, digits and `_`).
+    fn words(text: &str) -> impl Iterator<Item = &str> {
+        text.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .filter(|w| !w.is_empty())
+    }
+
+    /// hydrate's modules and what each imports from the others: a `crate::module` path, or a
+    /// name lib.rs re-exports from a module (`crate::Name`, `use crate::{A, B}`). Comment lines
+    /// are left out.
+    fn hydrate_module_graph() -> BTreeMap<String, std::collections::BTreeSet<String>> {
+        let src = root().join("hydrate/src");
+        let mut modules = std::collections::BTreeSet::new();
+        for entry in std::fs::read_dir(&src).expect("hydrate/src").flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(m) = name.strip_suffix(".rs")
+                && m != "lib"
+            {
+                modules.insert(m.to_owned());
+            }
+        }
+        // `pub use module::{A, B};` in lib.rs: where each re-exported name lives.
+        let lib = std::fs::read_to_string(src.join("lib.rs")).expect("lib.rs");
+        let mut home = BTreeMap::new();
+        for stmt in lib.split(';') {
+            let Some(rest) = stmt.trim().strip_prefix("pub use ") else {
+                continue;
+            };
+            let mut names = words(rest);
+            if let Some(m) = names.next().filter(|m| modules.contains(*m)) {
+                for n in names {
+                    home.insert(n.to_owned(), m.to_owned());
+                }
+            }
+        }
+        let mut graph = BTreeMap::new();
+        for m in &modules {
+            let text = std::fs::read_to_string(src.join(format!("{m}.rs"))).expect("module");
+            let code: String = text
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("//"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            let mut deps = std::collections::BTreeSet::new();
+            for (i, _) in code.match_indices("crate::") {
+                let after = &code[i + "crate::".len()..];
+                // `crate::{A, b::C}` names several; `crate::x` one.
+                let span = if after.starts_with('{') {
+                    &after[..after.find('}').unwrap_or(after.len())]
+                } else {
+                    after
+                        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                        .next()
+                        .unwrap_or_default()
+                };
+                let group = after.starts_with('{');
+                for (k, w) in words(span).enumerate() {
+                    if !group && k > 0 {
+                        break;
+                    }
+                    let target = if modules.contains(w) {
+                        Some(w.to_owned())
+                    } else {
+                        home.get(w).cloned()
+                    };
+                    if let Some(t) = target.filter(|t| t != m) {
+                        deps.insert(t);
+                    }
+                }
+            }
+            graph.insert(m.clone(), deps);
+        }
+        graph
+    }
+
+    /// ARCHITECTURE.md: hydrate's modules import only from below, so there is no cycle.
+    #[test]
+    fn hydrate_modules_have_no_cycle() {
+        let graph = hydrate_module_graph();
+        assert!(graph.len() > 15, "read only {} modules", graph.len());
+        // The layering the map describes, spot-checked: the bottom does not reach up.
+        for (low, high) in [
+            ("source", "report"),
+            ("provider", "report"),
+            ("hydrate", "ops"),
+        ] {
+            assert!(
+                !graph[low].contains(high),
+                "{low} imports {high}: {:?}",
+                graph[low]
+            );
+        }
+        // Depth-first search; a module met again on the current path closes a cycle.
+        fn visit(
+            m: &str,
+            graph: &BTreeMap<String, std::collections::BTreeSet<String>>,
+            path: &mut Vec<String>,
+            done: &mut std::collections::BTreeSet<String>,
+        ) -> Option<Vec<String>> {
+            if let Some(at) = path.iter().position(|p| p == m) {
+                let mut cycle = path[at..].to_vec();
+                cycle.push(m.to_owned());
+                return Some(cycle);
+            }
+            if done.contains(m) {
+                return None;
+            }
+            path.push(m.to_owned());
+            for d in graph.get(m).into_iter().flatten() {
+                if let Some(c) = visit(d, graph, path, done) {
+                    return Some(c);
+                }
+            }
+            path.pop();
+            done.insert(m.to_owned());
+            None
+        }
+        let mut done = std::collections::BTreeSet::new();
+        for m in graph.keys() {
+            let cycle = visit(m, &graph, &mut Vec::new(), &mut done);
+            assert!(
+                cycle.is_none(),
+                "hydrate's modules import in a cycle: {cycle:?}"
+            );
+        }
+    }
 }
