@@ -41,7 +41,7 @@ const MAX_PENDING_ACCESS: usize = 10_000;
 /// How long closing waits for the write lock to record the last pending recalls.
 const CLOSE_FLUSH_WAIT: Duration = Duration::from_millis(200);
 
-/// How long dropping a store on an async runtime's thread waits for its worker to finish
+/// How long dropping a store on a current-thread runtime waits for its worker to finish
 /// before it lets the thread finish alone (see [`Worker`]'s `Drop`).
 const DROP_WAIT: Duration = Duration::from_secs(1);
 
@@ -378,11 +378,12 @@ fn record_access(tx: &Transaction<'_>, pending: &HashMap<i64, (u64, i64)>) -> ru
 ///
 /// Closing is [`Worker::close`], which awaits the thread's last act (the reply that it has
 /// closed both connections) without blocking the runtime. Dropping an open worker stops
-/// it too: off an async runtime the drop joins the thread, as closing a file should; on a
-/// runtime's thread it waits at most [`DROP_WAIT`] (normally the thread is done in
-/// milliseconds, so a process that exits right after still leaves a checkpointed file) and
-/// then leaves the thread to finish alone rather than block the runtime indefinitely
-/// behind queued work or another process's lock.
+/// it too, and waits for the thread as closing a file should (its last connection folds
+/// the write-ahead log back, so a process that exits right after leaves a whole file):
+/// off a runtime it joins the thread; on a multi-thread runtime it joins inside
+/// `block_in_place`, so the runtime's other tasks move to other threads meanwhile; on a
+/// current-thread runtime, which has no other thread to move them to, it waits at most
+/// [`DROP_WAIT`] and then leaves the thread to finish alone.
 #[derive(Debug)]
 pub(crate) struct Worker {
     path: PathBuf,
@@ -519,10 +520,19 @@ impl Drop for Worker {
         let Some(h) = take(&self.thread) else {
             return;
         };
-        if tokio::runtime::Handle::try_current().is_err() {
-            // A panicking job already lost its reply; nothing more to report here.
-            let _ = h.join();
-            return;
+        match tokio::runtime::Handle::try_current().map(|rt| rt.runtime_flavor()) {
+            Err(_) => {
+                // A panicking job already lost its reply; nothing more to report here.
+                let _ = h.join();
+                return;
+            }
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
+                tokio::task::block_in_place(|| {
+                    let _ = h.join();
+                });
+                return;
+            }
+            Ok(_) => {}
         }
         let deadline = Instant::now() + DROP_WAIT;
         while !h.is_finished() && Instant::now() < deadline {

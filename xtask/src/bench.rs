@@ -173,7 +173,7 @@ fn run_bench(
     spec: &Spec,
     quick: bool,
 ) -> anyhow::Result<(String, Vec<String>)> {
-    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    let mut cmd = crate::cargo();
     let mut shown = Vec::new();
     cmd.current_dir(root).env("CRITERION_HOME", criterion_home);
     for (name, full, short) in spec.env {

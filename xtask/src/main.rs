@@ -51,8 +51,7 @@ fn main() -> anyhow::Result<()> {
 /// `cargo xtask eval ARGS`: `cargo run -p ava-eval -- ARGS`, with the same profile as xtask
 /// (the evaluation is optimised in debug builds too, see the workspace manifest).
 fn eval(args: &[String]) -> anyhow::Result<()> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = std::process::Command::new(cargo)
+    let status = cargo()
         .args(["run", "--quiet", "--package", "ava-eval", "--"])
         .args(args)
         .status()
@@ -61,4 +60,31 @@ fn eval(args: &[String]) -> anyhow::Result<()> {
         anyhow::bail!("ava-eval failed ({status})");
     }
     Ok(())
+}
+
+/// A `cargo` command as if typed in the shell. `cargo xtask` is `cargo run`, which hands
+/// xtask its own package's variables (`CARGO_MANIFEST_DIR`, `CARGO_PKG_NAME`, ...); build
+/// scripts such as ring's rerun when those change, so a nested cargo that kept them would
+/// rebuild half the tree the outer build had just made (measured in CI: 17 crates again
+/// before `cargo xtask snapshots --check` could run its tests).
+pub(crate) fn cargo() -> std::process::Command {
+    let mut cmd =
+        std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    for (key, _) in std::env::vars_os() {
+        let Some(key) = key.to_str() else { continue };
+        let package_var = key.starts_with("CARGO_PKG_")
+            || matches!(
+                key,
+                "CARGO_MANIFEST_DIR"
+                    | "CARGO_MANIFEST_PATH"
+                    | "CARGO_MANIFEST_LINKS"
+                    | "CARGO_CRATE_NAME"
+                    | "CARGO_BIN_NAME"
+                    | "CARGO_PRIMARY_PACKAGE"
+            );
+        if package_var {
+            cmd.env_remove(key);
+        }
+    }
+    cmd
 }

@@ -16,7 +16,6 @@
 use std::collections::BTreeSet;
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::{Context, bail};
 
@@ -224,11 +223,13 @@ enum Update {
 fn run_tests(root: &Path, targets: &[String], update: Update) -> anyhow::Result<BTreeSet<PathBuf>> {
     let refs_dir = tempfile::tempdir().context("create a temp dir")?;
     let refs_file = refs_dir.path().join("references");
-    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    let mut cmd = crate::cargo();
     cmd.current_dir(root)
         .args(["test", "--workspace", "--all-features"])
-        .env("INSTA_SNAPSHOT_REFERENCES_FILE", &refs_file)
-        .env("INSTA_WORKSPACE_ROOT", root);
+        // No INSTA_WORKSPACE_ROOT: insta's macros read it at compile time too, so setting it
+        // here would rebuild every crate with snapshots that the plain `cargo test` built;
+        // insta finds the same root with `cargo metadata`.
+        .env("INSTA_SNAPSHOT_REFERENCES_FILE", &refs_file);
     for t in targets {
         cmd.args(["--test", t]);
     }
@@ -306,7 +307,7 @@ impl SnapshotFiles {
 
 /// The integration-test targets of workspace packages that dev-depend on insta.
 fn snapshot_test_targets(root: &Path) -> anyhow::Result<Vec<String>> {
-    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+    let out = crate::cargo()
         .current_dir(root)
         .args(["metadata", "--format-version", "1", "--no-deps"])
         .output()
