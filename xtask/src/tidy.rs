@@ -207,17 +207,21 @@ mod tests {
         );
     }
 
-    /// ARCHITECTURE.md's code map has a heading for every crate of the workspace.
+    /// ARCHITECTURE.md's code map has a heading for every crate of the workspace, and
+    /// README's "What is here" table a row.
     #[test]
     fn the_code_map_names_every_crate() {
         let map = std::fs::read_to_string(root().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+        let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
         let missing: Vec<String> = normal_dependencies()
             .into_keys()
-            .filter(|k| !map.contains(&format!("### `{k}`")))
+            .filter(|k| {
+                !map.contains(&format!("### `{k}`")) || !readme.contains(&format!("| `{k}` |"))
+            })
             .collect();
         assert!(
             missing.is_empty(),
-            "ARCHITECTURE.md has no `### `name`` for {missing:?}"
+            "ARCHITECTURE.md (`### `name``) or README.md (`| `name` |`) misses {missing:?}"
         );
     }
 
