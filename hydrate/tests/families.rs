@@ -29,10 +29,7 @@ use hydrate::{
     HydrationConfig, SourceKind, SourceStatus, WebSearchConfig, WebSearchSource, add_document,
     compile, hydrate, with_entity_tags,
 };
-use memory_core::{
-    BackendInfo, Capabilities, Filter, MemoryBackend, MemoryEntry, MemoryError, MemoryId,
-    MemoryPatch, NewMemory, PrunePolicy, PruneReport, Scope, ScoredMemory, SearchRequest, TagQuery,
-};
+use memory_core::{MemoryBackend, MemoryError, NewMemory};
 use memory_inmem::InMemoryBackend;
 use serde_json::json;
 use wiremock::matchers::method;
@@ -182,91 +179,12 @@ async fn every_family_reaches_the_prompt_and_fits_a_tight_budget() {
     }
 }
 
-/// The store as the document and graph sources see it: reads that take `delay`, then
-/// fail if `fail` is set. Writes and everything else pass straight through.
-#[derive(Debug)]
-struct Troubled {
-    inner: Arc<dyn MemoryBackend>,
-    delay: Duration,
-    fail: bool,
-}
-
-impl Troubled {
-    async fn read<T>(
-        &self,
-        f: impl Future<Output = memory_core::Result<T>>,
-    ) -> memory_core::Result<T> {
-        tokio::time::sleep(self.delay).await;
-        if self.fail {
-            return Err(MemoryError::Backend {
-                backend: "troubled".into(),
-                message: "the disk went away".into(),
-                source: None,
-            });
-        }
-        f.await
-    }
-}
-
-#[async_trait::async_trait]
-impl MemoryBackend for Troubled {
-    fn info(&self) -> BackendInfo {
-        self.inner.info()
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    async fn store_batch(
-        &self,
-        s: &Scope,
-        m: Vec<NewMemory>,
-    ) -> memory_core::Result<Vec<MemoryEntry>> {
-        self.inner.store_batch(s, m).await
-    }
-    async fn get(&self, s: &Scope, id: MemoryId) -> memory_core::Result<MemoryEntry> {
-        self.inner.get(s, id).await
-    }
-    async fn search(&self, s: &Scope, r: &SearchRequest) -> memory_core::Result<Vec<ScoredMemory>> {
-        self.read(self.inner.search(s, r)).await
-    }
-    async fn recent(
-        &self,
-        s: &Scope,
-        limit: usize,
-        f: &Filter,
-    ) -> memory_core::Result<Vec<MemoryEntry>> {
-        self.read(self.inner.recent(s, limit, f)).await
-    }
-    async fn by_tags(
-        &self,
-        s: &Scope,
-        t: &TagQuery,
-        limit: usize,
-    ) -> memory_core::Result<Vec<MemoryEntry>> {
-        self.read(self.inner.by_tags(s, t, limit)).await
-    }
-    async fn update(
-        &self,
-        s: &Scope,
-        id: MemoryId,
-        p: MemoryPatch,
-    ) -> memory_core::Result<MemoryEntry> {
-        self.inner.update(s, id, p).await
-    }
-    async fn delete(&self, s: &Scope, id: MemoryId) -> memory_core::Result<()> {
-        self.inner.delete(s, id).await
-    }
-    async fn delete_scope(&self, s: &Scope) -> memory_core::Result<u64> {
-        self.inner.delete_scope(s).await
-    }
-    async fn prune(&self, s: &Scope, p: &PrunePolicy) -> memory_core::Result<PruneReport> {
-        self.inner.prune(s, p).await
-    }
-    async fn count(&self, s: &Scope) -> memory_core::Result<u64> {
-        self.inner.count(s).await
-    }
-    async fn user_scopes(&self, tenant: &str, user: &str) -> memory_core::Result<Vec<Scope>> {
-        self.inner.user_scopes(tenant, user).await
+/// The failure of a store in trouble, as the document and graph sources see it.
+fn disk_gone() -> MemoryError {
+    MemoryError::Backend {
+        backend: "troubled".into(),
+        message: "the disk went away".into(),
+        source: None,
     }
 }
 
@@ -293,10 +211,11 @@ async fn slow_or_failing_documents_and_graph_degrade_the_request() {
             SourceStatus::Failed,
         ),
     ] {
-        let troubled: Arc<dyn MemoryBackend> = Arc::new(Troubled {
+        let troubled: Arc<dyn MemoryBackend> = Arc::new(common::TroubledStore {
             inner: Arc::clone(&store),
+            name: None,
             delay,
-            fail,
+            error: fail.then_some(disk_gone as fn() -> MemoryError),
         });
         let cfg = cfg
             .clone()

@@ -19,10 +19,7 @@ use hydrate::{
     ContextSource, DegradationKind, Reranker, SourceItem, SourceKind, SourceOutput, SourceQuery,
     SourceStatus, hydrate,
 };
-use memory_core::{
-    BackendInfo, Capabilities, Filter, MemoryBackend, MemoryEntry, MemoryError, MemoryId,
-    MemoryPatch, NewMemory, PrunePolicy, PruneReport, Scope, ScoredMemory, SearchRequest,
-};
+use memory_core::{MemoryBackend, MemoryError};
 use memory_inmem::InMemoryBackend;
 use prompt_ir::Relevance;
 
@@ -521,10 +518,6 @@ impl std::error::Error for Corrupt {
     }
 }
 
-/// A store whose reads fail with [`Corrupt`].
-#[derive(Debug)]
-struct Flaky(Arc<dyn MemoryBackend>);
-
 fn corrupt() -> MemoryError {
     MemoryError::from_backend(
         "memory-flaky",
@@ -532,69 +525,18 @@ fn corrupt() -> MemoryError {
     )
 }
 
-#[async_trait]
-impl MemoryBackend for Flaky {
-    fn info(&self) -> BackendInfo {
-        BackendInfo {
-            name: "memory-flaky".into(),
-            ..self.0.info()
-        }
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.0.capabilities()
-    }
-    async fn store_batch(
-        &self,
-        s: &Scope,
-        m: Vec<NewMemory>,
-    ) -> memory_core::Result<Vec<MemoryEntry>> {
-        self.0.store_batch(s, m).await
-    }
-    async fn get(&self, s: &Scope, id: MemoryId) -> memory_core::Result<MemoryEntry> {
-        self.0.get(s, id).await
-    }
-    async fn search(&self, _: &Scope, _: &SearchRequest) -> memory_core::Result<Vec<ScoredMemory>> {
-        Err(corrupt())
-    }
-    async fn recent(
-        &self,
-        _: &Scope,
-        _: usize,
-        _: &Filter,
-    ) -> memory_core::Result<Vec<MemoryEntry>> {
-        Err(corrupt())
-    }
-    async fn update(
-        &self,
-        s: &Scope,
-        id: MemoryId,
-        p: MemoryPatch,
-    ) -> memory_core::Result<MemoryEntry> {
-        self.0.update(s, id, p).await
-    }
-    async fn delete(&self, s: &Scope, id: MemoryId) -> memory_core::Result<()> {
-        self.0.delete(s, id).await
-    }
-    async fn delete_scope(&self, s: &Scope) -> memory_core::Result<u64> {
-        self.0.delete_scope(s).await
-    }
-    async fn prune(&self, s: &Scope, p: &PrunePolicy) -> memory_core::Result<PruneReport> {
-        self.0.prune(s, p).await
-    }
-    async fn count(&self, s: &Scope) -> memory_core::Result<u64> {
-        self.0.count(s).await
-    }
-    async fn user_scopes(&self, tenant: &str, user: &str) -> memory_core::Result<Vec<Scope>> {
-        self.0.user_scopes(tenant, user).await
-    }
-}
-
 /// A failing store's degradation says the store's own words and their cause, each exactly
 /// once: nothing lost to a short `Display` (`memory-flaky failed`), nothing repeated by a
 /// wrapper, and the store named once (by its source, `memory:memory-flaky`).
 #[tokio::test]
 async fn a_failing_store_is_reported_in_its_own_words_once() {
-    let flaky: Arc<dyn MemoryBackend> = Arc::new(Flaky(alice().await));
+    // A store whose reads fail with [`Corrupt`].
+    let flaky: Arc<dyn MemoryBackend> = Arc::new(common::TroubledStore {
+        inner: alice().await,
+        name: Some("memory-flaky"),
+        delay: std::time::Duration::ZERO,
+        error: Some(corrupt),
+    });
     let cfg = config(Arc::clone(&flaky), Some(embedder()));
     let h = hydrate(
         &cfg,

@@ -4,7 +4,7 @@
 #![allow(
     dead_code,
     reason = "each test binary uses a different part of the shared helpers"
-)] // Each test binary uses a different part.
+)]
 
 use std::sync::Arc;
 
@@ -225,4 +225,109 @@ pub(crate) async fn spice_reranker() -> wiremock::MockServer {
         .mount(&server)
         .await;
     server
+}
+
+/// A store in trouble: its reads (search, recent, by tags) take `delay` and then, if `error`
+/// is set, fail with what it makes; writes and everything else pass straight through. `name`,
+/// if set, is the name its `info()` gives (sources name their store by it).
+#[derive(Debug)]
+pub(crate) struct TroubledStore {
+    pub(crate) inner: Arc<dyn MemoryBackend>,
+    pub(crate) name: Option<&'static str>,
+    pub(crate) delay: std::time::Duration,
+    pub(crate) error: Option<fn() -> memory_core::MemoryError>,
+}
+
+impl TroubledStore {
+    async fn read<T>(
+        &self,
+        f: impl Future<Output = memory_core::Result<T>>,
+    ) -> memory_core::Result<T> {
+        tokio::time::sleep(self.delay).await;
+        if let Some(error) = self.error {
+            return Err(error());
+        }
+        f.await
+    }
+}
+
+#[async_trait::async_trait]
+impl MemoryBackend for TroubledStore {
+    fn info(&self) -> memory_core::BackendInfo {
+        let info = self.inner.info();
+        match self.name {
+            Some(name) => memory_core::BackendInfo {
+                name: name.into(),
+                ..info
+            },
+            None => info,
+        }
+    }
+    fn capabilities(&self) -> memory_core::Capabilities {
+        self.inner.capabilities()
+    }
+    async fn store_batch(
+        &self,
+        s: &Scope,
+        m: Vec<NewMemory>,
+    ) -> memory_core::Result<Vec<memory_core::MemoryEntry>> {
+        self.inner.store_batch(s, m).await
+    }
+    async fn get(
+        &self,
+        s: &Scope,
+        id: memory_core::MemoryId,
+    ) -> memory_core::Result<memory_core::MemoryEntry> {
+        self.inner.get(s, id).await
+    }
+    async fn search(
+        &self,
+        s: &Scope,
+        r: &memory_core::SearchRequest,
+    ) -> memory_core::Result<Vec<memory_core::ScoredMemory>> {
+        self.read(self.inner.search(s, r)).await
+    }
+    async fn recent(
+        &self,
+        s: &Scope,
+        limit: usize,
+        f: &memory_core::Filter,
+    ) -> memory_core::Result<Vec<memory_core::MemoryEntry>> {
+        self.read(self.inner.recent(s, limit, f)).await
+    }
+    async fn by_tags(
+        &self,
+        s: &Scope,
+        t: &memory_core::TagQuery,
+        limit: usize,
+    ) -> memory_core::Result<Vec<memory_core::MemoryEntry>> {
+        self.read(self.inner.by_tags(s, t, limit)).await
+    }
+    async fn update(
+        &self,
+        s: &Scope,
+        id: memory_core::MemoryId,
+        p: memory_core::MemoryPatch,
+    ) -> memory_core::Result<memory_core::MemoryEntry> {
+        self.inner.update(s, id, p).await
+    }
+    async fn delete(&self, s: &Scope, id: memory_core::MemoryId) -> memory_core::Result<()> {
+        self.inner.delete(s, id).await
+    }
+    async fn delete_scope(&self, s: &Scope) -> memory_core::Result<u64> {
+        self.inner.delete_scope(s).await
+    }
+    async fn prune(
+        &self,
+        s: &Scope,
+        p: &memory_core::PrunePolicy,
+    ) -> memory_core::Result<memory_core::PruneReport> {
+        self.inner.prune(s, p).await
+    }
+    async fn count(&self, s: &Scope) -> memory_core::Result<u64> {
+        self.inner.count(s).await
+    }
+    async fn user_scopes(&self, tenant: &str, user: &str) -> memory_core::Result<Vec<Scope>> {
+        self.inner.user_scopes(tenant, user).await
+    }
 }
