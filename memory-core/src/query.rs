@@ -262,7 +262,8 @@ pub struct SearchRequest {
 }
 
 impl SearchRequest {
-    fn with_mode(text: impl Into<String>, mode: SearchMode) -> Self {
+    /// A search for `text` in `mode`, top 10.
+    pub fn in_mode(text: impl Into<String>, mode: SearchMode) -> Self {
         Self {
             text: Some(text.into()),
             vector: None,
@@ -276,7 +277,7 @@ impl SearchRequest {
 
     /// Semantic search for `text` (embedded by the backend's embedder), top 10.
     pub fn semantic(text: impl Into<String>) -> Self {
-        Self::with_mode(text, SearchMode::Semantic)
+        Self::in_mode(text, SearchMode::Semantic)
     }
 
     /// Semantic search for a precomputed vector, top 10.
@@ -284,18 +285,18 @@ impl SearchRequest {
         Self {
             text: None,
             vector: Some(vector),
-            ..Self::with_mode("", SearchMode::Semantic)
+            ..Self::in_mode("", SearchMode::Semantic)
         }
     }
 
     /// Keyword search for `text`, top 10.
     pub fn keyword(text: impl Into<String>) -> Self {
-        Self::with_mode(text, SearchMode::Keyword)
+        Self::in_mode(text, SearchMode::Keyword)
     }
 
     /// Hybrid search for `text` with equal weights, top 10.
     pub fn hybrid(text: impl Into<String>) -> Self {
-        Self::with_mode(text, SearchMode::Hybrid(HybridWeights::default()))
+        Self::in_mode(text, SearchMode::Hybrid(HybridWeights::default()))
     }
 
     /// The best search `caps` offer for `text`, top 10: hybrid when the store has vectors and
@@ -304,12 +305,7 @@ impl SearchRequest {
     pub fn best(caps: &Capabilities, text: impl Into<String>) -> Self {
         let mode = SearchMode::best_supported(SearchMode::Hybrid(HybridWeights::default()), caps)
             .unwrap_or(SearchMode::Semantic);
-        Self::with_mode(text, mode)
-    }
-
-    /// A search for `text` in `mode`, top 10.
-    pub fn in_mode(text: impl Into<String>, mode: SearchMode) -> Self {
-        Self::with_mode(text, mode)
+        Self::in_mode(text, mode)
     }
 
     /// Sets the number of hits.

@@ -179,18 +179,23 @@ mod tests {
         }
     }
 
-    /// House style: every source file opens with a `//!` line saying what it is.
-    #[test]
-    fn every_source_file_says_what_it_is() {
-        let meta = metadata();
+    /// Every `.rs` file under these folders of every workspace crate.
+    fn crate_sources(folders: &[&str]) -> Vec<std::path::PathBuf> {
         let mut files = Vec::new();
-        for p in meta["packages"].as_array().into_iter().flatten() {
+        for p in metadata()["packages"].as_array().into_iter().flatten() {
             let manifest = std::path::Path::new(p["manifest_path"].as_str().expect("path"));
             let dir = manifest.parent().expect("crate dir");
-            for sub in ["src", "tests", "benches", "examples"] {
+            for sub in folders {
                 sources(&dir.join(sub), &mut files);
             }
         }
+        files
+    }
+
+    /// House style: every source file opens with a `//!` line saying what it is.
+    #[test]
+    fn every_source_file_says_what_it_is() {
+        let files = crate_sources(&["src", "tests", "benches", "examples"]);
         assert!(files.len() > 50, "found only {} files", files.len());
         let missing: Vec<String> = files
             .iter()
@@ -238,15 +243,7 @@ mod tests {
     #[test]
     fn readme_rust_is_compiled_code() {
         let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
-        let meta = metadata();
-        let mut files = Vec::new();
-        for p in meta["packages"].as_array().into_iter().flatten() {
-            let manifest = std::path::Path::new(p["manifest_path"].as_str().expect("path"));
-            let dir = manifest.parent().expect("crate dir");
-            for sub in ["tests", "examples"] {
-                sources(&dir.join(sub), &mut files);
-            }
-        }
+        let files = crate_sources(&["tests", "examples"]);
         let compiled: Vec<String> = files
             .iter()
             .map(|f| lines_of(&std::fs::read_to_string(f).unwrap_or_default()).join("\n"))
