@@ -144,16 +144,6 @@ impl Agent {
         self
     }
 
-    /// The same agent, adding to each prompt the memories `graph` finds from the message's
-    /// names and one hop further (`None` adds none; see [`crate::config::graph`]).
-    pub(crate) fn with_graph(mut self, graph: Option<Arc<dyn hydrate::ContextSource>>) -> Self {
-        if let Some(source) = graph {
-            let config = (*self.config).clone();
-            self.config = Arc::new(config.with_source(hydrate::SourceKind::Graph, source));
-        }
-        self
-    }
-
     /// The same agent, adding passages of the user's documents from `documents` to each
     /// prompt (`None` adds none; see [`crate::config::documents`]).
     pub(crate) fn with_documents(
@@ -189,15 +179,18 @@ impl Agent {
         if message.trim().is_empty() {
             anyhow::bail!("the message is empty; say something");
         }
-        // Checked before the model is asked: the message has to fit in the store afterwards.
-        let max = self.store.info().limits.max_content_bytes;
-        if message.len() > max {
-            anyhow::bail!(
-                "the message is {} bytes long; at most {max} bytes are accepted",
-                message.len()
-            );
-        }
+        // A message longer than the store takes in one memory is stored in linked parts.
         Ok(ContextRequest::new(message, self.budget.clone()))
+    }
+
+    /// Stores `memory` whatever its length: in linked parts when it is longer than the store
+    /// takes in one memory ([`NewMemory::split_to_fit`]).
+    async fn store_whole(&self, scope: &Scope, memory: NewMemory) -> memory_core::Result<()> {
+        let max = self.store.info().limits.max_content_bytes;
+        self.store
+            .store_batch(scope, memory.split_to_fit(max))
+            .await
+            .map(drop)
     }
 
     /// The prompt the model would get for `message` now (nothing stored, no model called).
@@ -283,10 +276,8 @@ impl Agent {
             user_turn = user_turn.with_context(in_reply_to(&previous.content));
         }
         let mut stored = self
-            .store
-            .store(scope, user_turn)
+            .store_whole(scope, user_turn)
             .await
-            .map(drop)
             .context("store the message");
         if stored.is_ok()
             && let Ok(inference) = &answer
@@ -297,10 +288,8 @@ impl Agent {
                 .with_source(source)
                 .with_context(in_reply_to(message));
             stored = self
-                .store
-                .store(scope, reply)
+                .store_whole(scope, reply)
                 .await
-                .map(drop)
                 .context("store the answer");
         }
         if stored.is_ok() {
@@ -463,10 +452,21 @@ fn render_report(report: &ExplainReport, previews: &HashMap<MemoryId, String>) -
                 "  + [{}] {what} ({tokens} tokens{score}, id {id})",
                 s.block
             )),
-            Action::Truncated { from, to } => went_in.push(format!(
-                "  ~ [{}] {what} (cut {from} -> {to} tokens{score}, id {id})",
-                s.block
-            )),
+            Action::Truncated { from, to } => went_in.push(match &s.excerpt {
+                Some(kept) => {
+                    let ranges: Vec<String> =
+                        kept.iter().map(|(a, b)| format!("{a}-{b}")).collect();
+                    format!(
+                        "  ~ [{}] {what} (excerpt {from} -> {to} tokens: characters {}{score}, id {id})",
+                        s.block,
+                        ranges.join(", ")
+                    )
+                }
+                None => format!(
+                    "  ~ [{}] {what} (cut {from} -> {to} tokens{score}, id {id})",
+                    s.block
+                ),
+            }),
             Action::Dropped { tokens } => left_out.push(format!(
                 "  - [{}] {what} ({tokens} tokens{score}, id {id}): {}",
                 s.block, s.reason

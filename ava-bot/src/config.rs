@@ -138,16 +138,6 @@ pub(crate) fn documents(
     Ok(Some(Arc::new(source)))
 }
 
-/// The entity graph over `opened`'s store (memories one hop from a message's names), or
-/// `None` in a build without the `graph` feature (where `ava graph` says how to rebuild).
-pub(crate) fn graph(opened: &Opened) -> anyhow::Result<Option<Arc<dyn hydrate::ContextSource>>> {
-    if hydrate::graph_available().is_err() {
-        return Ok(None);
-    }
-    let source = hydrate::GraphSource::new(Arc::clone(&opened.store))?;
-    Ok(Some(Arc::new(source)))
-}
-
 /// An optional reranker of retrieved memories: a `/rerank` server.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct RerankArgs {

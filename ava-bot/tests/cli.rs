@@ -335,10 +335,11 @@ fn bad_stores_and_bad_messages_get_clear_errors() {
         "{}",
         stderr(&o)
     );
-    let big = "x".repeat(100 * 1024);
+    // Longer than one memory holds: stored whole, in linked parts.
+    let big = "word ".repeat(20 * 1024);
     let o = ava(&db, &["remember", "--user", "1", "--chat", "1", &big]);
     assert!(
-        !o.status.success() && stderr(&o).contains("at most 65536 bytes"),
+        o.status.success() && stderr(&o).contains("stored in 2 linked parts"),
         "{}",
         stderr(&o)
     );
@@ -501,10 +502,13 @@ fn context_rejects_bad_input() {
         &db,
         &["remember", "--user", "1", "--chat", "1", "hello"],
     ));
-    let big = "x".repeat(100 * 1024);
+    // A message larger than the budget: the prompt is shown, and said not to fit.
+    let big = "x ".repeat(50 * 1024);
     let o = ava(&db, &["context", "--user", "1", "--chat", "1", &big]);
     assert!(
-        !o.status.success() && stderr(&o).contains("at most 65536 bytes"),
+        !o.status.success()
+            && stderr(&o).contains("the prompt above is incomplete")
+            && stderr(&o).contains("the observation"),
         "{}",
         stderr(&o)
     );
@@ -593,6 +597,96 @@ async fn chat_answers_from_stdin_and_stores_both_turns() {
         recalled.contains("Hello, Maya!"),
         "the answer is stored: {recalled}"
     );
+}
+
+/// An answer of 341 KiB (a model repeating itself, as one in BEAM does) is stored whole, in
+/// linked parts, and its end is found again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_keeps_an_answer_of_any_length() {
+    let mut answer = String::new();
+    let mut i = 0;
+    while answer.len() < 341 * 1024 {
+        answer.push_str(&format!(
+            "Point {i}: keep the plan as it is and check it again. "
+        ));
+        i += 1;
+    }
+    answer.push_str("In the end, the answer is the zeppelin.");
+    let llm = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/api/chat"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(ollama_answer(&answer)))
+        .mount(&llm)
+        .await;
+    let (_dir, db) = store();
+    let uri = llm.uri();
+    let db2 = db.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        chat_with(
+            &db2,
+            &uri,
+            &["--no-facts"],
+            "Tell me everything about the plan.\n",
+        )
+    })
+    .await
+    .unwrap();
+    let text = ok(out);
+    assert!(text.contains("Point 0: keep the plan"), "{}", &text[..200]);
+    assert!(!text.contains("could not"), "nothing was refused");
+
+    let db3 = db.clone();
+    let (recalled, listed) = tokio::task::spawn_blocking(move || {
+        let recalled = ok(ava(
+            &db3,
+            &[
+                "recall", "--user", "42", "--chat", "7", "--json", "zeppelin",
+            ],
+        ));
+        let listed = ok(ava(
+            &db3,
+            &[
+                "recall", "--user", "42", "--chat", "7", "--json", "--limit", "20", "plan",
+            ],
+        ));
+        (recalled, listed)
+    })
+    .await
+    .unwrap();
+    let hits: Value = serde_json::from_str(&recalled).unwrap();
+    let best = &hits.as_array().unwrap()[0];
+    assert!(
+        best["entry"]["content"]
+            .as_str()
+            .unwrap()
+            .ends_with("the answer is the zeppelin."),
+        "{best}"
+    );
+    let tags: Vec<&str> = best["entry"]["tags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(tags.iter().any(|t| t.starts_with("part-of:")), "{tags:?}");
+    let of = tags.iter().find(|t| t.starts_with("part:")).unwrap();
+    let n: usize = of.rsplit("-of-").next().unwrap().parse().unwrap();
+    assert!(n >= 6, "341 KiB in parts of at most 64 KiB: {of}");
+    // Every part is stored, and together they are the whole answer.
+    let all: Value = serde_json::from_str(&listed).unwrap();
+    let mut parts: Vec<&Value> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|h| h["entry"]["role"] == "assistant")
+        .collect();
+    assert_eq!(parts.len(), n, "{}", parts.len());
+    parts.sort_by_key(|h| h["entry"]["created_at"].as_str().unwrap().to_owned());
+    let joined: String = parts
+        .iter()
+        .map(|h| h["entry"]["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(joined, answer);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

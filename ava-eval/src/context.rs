@@ -72,8 +72,10 @@ impl Overrides {
         Ok(Self { set })
     }
 
-    const KEYS: [&'static str; 12] = [
+    const KEYS: [&'static str; 14] = [
         "allocation",
+        "excerpts",
+        "graph",
         "semantic_threshold",
         "semantic_limit",
         "temporal_window",
@@ -122,6 +124,12 @@ impl Overrides {
         if let Some(v) = self.get("near_duplicate") {
             // Above 1 nothing is a near-duplicate: off.
             config.near_duplicate = (v <= 1.0).then_some(v);
+        }
+        if self.get("excerpts") == Some(0.0) {
+            config.excerpts = false;
+        }
+        if self.get("graph") == Some(0.0) {
+            config.kinds.remove(&SourceKind::Graph);
         }
         config
     }
@@ -173,7 +181,10 @@ struct Conversation {
     /// Request options that keep questions from counting as recalls (a question must not
     /// change the next one's scores).
     options: (String, ProviderOptions),
+    /// Each turn's memory, or the first of its parts.
     ids: HashMap<String, MemoryId>,
+    /// Each turn's memories: one, or its linked parts.
+    parts: HashMap<String, Vec<Part>>,
     turns: usize,
     now: Timestamp,
     overrides: Overrides,
@@ -190,7 +201,8 @@ async fn ingest(
     let mut previous: Option<&str> = None;
     let mut memories = Vec::with_capacity(sample.turns.len());
     for t in &sample.turns {
-        let mut m = NewMemory::new(&t.text)
+        // As `ava` stores a turn: tagged with the names it mentions (the graph's index).
+        let mut m = hydrate::with_entity_tags(NewMemory::new(&t.text))
             .with_role(t.role)
             .with_source("locomo")
             .at(t.chat_at);
@@ -201,14 +213,30 @@ async fn ingest(
         previous = Some(&t.text);
         memories.push(m);
     }
+    // As `ava` stores a message: one longer than the store takes in one memory goes in as
+    // linked parts.
+    let max = store.info().limits.max_content_bytes;
+    let mut owners: Vec<(usize, NewMemory)> = Vec::with_capacity(memories.len());
+    for (i, m) in memories.into_iter().enumerate() {
+        owners.extend(m.split_to_fit(max).into_iter().map(|p| (i, p)));
+    }
     let mut ids = HashMap::new();
-    for (memories, turns) in memories.chunks(256).zip(sample.turns.chunks(256)) {
+    let mut parts: HashMap<String, Vec<Part>> = HashMap::new();
+    for chunk in owners.chunks(256) {
+        let batch: Vec<NewMemory> = chunk.iter().map(|(_, m)| m.clone()).collect();
         let stored = store
-            .store_batch(&scope, memories.to_vec())
+            .store_batch(&scope, batch)
             .await
             .with_context(|| format!("store the turns of {}", sample.id))?;
-        for (e, t) in stored.iter().zip(turns) {
-            ids.insert(t.dia_id.clone(), e.id);
+        for (e, (i, _)) in stored.into_iter().zip(chunk) {
+            let t = &sample.turns[*i];
+            ids.entry(t.dia_id.clone()).or_insert(e.id);
+            parts.entry(t.dia_id.clone()).or_default().push(Part {
+                id: e.id,
+                text: e.content,
+                role: t.role,
+                at: e.created_at,
+            });
         }
     }
     let last = sample
@@ -239,6 +267,7 @@ async fn ingest(
             ProviderOptions::new().with(OPT_RECORD_ACCESS, false),
         ),
         ids,
+        parts,
         turns: sample.turns.len(),
         now: last.plus(NOW_AFTER_LAST_TURN),
         overrides: overrides.clone(),
@@ -284,32 +313,77 @@ impl Conversation {
     }
 }
 
+/// A message as the prompt shows it: its text, who said it, when.
+trait Said {
+    fn text(&self) -> &str;
+    fn role(&self) -> memory_core::Role;
+    fn said_at(&self) -> Timestamp;
+}
+
+impl Said for Turn {
+    fn text(&self) -> &str {
+        &self.text
+    }
+    fn role(&self) -> memory_core::Role {
+        self.role
+    }
+    fn said_at(&self) -> Timestamp {
+        self.chat_at
+    }
+}
+
+/// One stored memory of a turn: the whole turn, or one of the linked parts of a turn
+/// longer than the store takes in one memory.
+struct Part {
+    id: MemoryId,
+    text: String,
+    role: memory_core::Role,
+    at: Timestamp,
+}
+
+impl Said for Part {
+    fn text(&self) -> &str {
+        &self.text
+    }
+    fn role(&self) -> memory_core::Role {
+        self.role
+    }
+    fn said_at(&self) -> Timestamp {
+        self.at
+    }
+}
+
 /// How `compile` writes a chat turn into a `<recalled-memory>` block: the header of its day
-/// (`[2023-05-08 Mon]`) and, under it, the line `- role: escaped text` between line breaks
+/// (`[2023-05-08 Mon]`) and, under it, the line `- role: escaped text` after a line break
 /// (a block's items always are), with the time of day after the dash (`- 13:56 role: ...`)
-/// in the recent conversation. Returns the header and both forms of the line.
-fn turn_line(turn: &Turn) -> (String, [String; 2]) {
-    let text = escape_data(&turn.text);
-    let role = turn.role.as_str();
+/// in the recent conversation. Returns the header and both forms of the line's start.
+fn turn_line(turn: &impl Said) -> (String, [String; 2]) {
+    let text = escape_data(turn.text());
+    let role = turn.role().as_str();
     (
-        day_header(turn.chat_at),
+        day_header(turn.said_at()),
         [
-            format!("\n- {role}: {text}\n"),
+            format!("\n- {role}: {text}"),
             format!(
-                "\n- {} {role}: {text}\n",
-                turn.chat_at.to_datetime().format("%H:%M")
+                "\n- {} {role}: {text}",
+                turn.said_at().to_datetime().format("%H:%M")
             ),
         ],
     )
 }
 
-/// Whether one of `texts` holds `turn`'s whole line under the header of its day. A
-/// truncated line does not count; the date keeps equal texts apart.
-fn line_in<'a>(texts: impl IntoIterator<Item = &'a str>, turn: &Turn) -> bool {
+/// Whether one of `texts` holds `turn`'s whole line under the header of its day: the text
+/// ends the line, or a note in parentheses follows it (`(mentions Porto)`). A truncated
+/// line does not count; the date keeps equal texts apart.
+fn line_in<'a>(texts: impl IntoIterator<Item = &'a str>, turn: &impl Said) -> bool {
     let (day, lines) = turn_line(turn);
     texts.into_iter().any(|t| {
         lines.iter().any(|line| {
             t.match_indices(line.as_str()).any(|(at, _)| {
+                let after = &t[at + line.len()..];
+                if !(after.starts_with('\n') || after.starts_with(" (")) {
+                    return false;
+                }
                 // The nearest header above the line: headers are the only lines starting `[`.
                 let above = &t[..=at];
                 above.rfind("\n[").is_some_and(|h| {
@@ -324,14 +398,93 @@ fn line_in<'a>(texts: impl IntoIterator<Item = &'a str>, turn: &Turn) -> bool {
 }
 
 /// Whether `turn` is in one of `prompt`'s data messages (never the observation).
-fn in_prompt(prompt: &CompiledPrompt, turn: &Turn) -> bool {
-    let data = prompt
+fn in_prompt(prompt: &CompiledPrompt, turn: &impl Said) -> bool {
+    line_in(data_texts(prompt), turn)
+}
+
+/// The data messages of `prompt` (never the observation).
+fn data_texts(prompt: &CompiledPrompt) -> impl Iterator<Item = &str> {
+    prompt
         .messages
         .iter()
         .zip(&prompt.layout)
         .filter(|(_, b)| matches!(b, Block::Data(_)))
-        .map(|(m, _)| m.content.as_str());
-    line_in(data, turn)
+        .map(|(m, _)| m.content.as_str())
+}
+
+/// The share of `turn`'s text (its passages' characters, whitespace between them left out)
+/// that is in `prompt`: 1 for the whole line; for an excerpt the passages the explain report
+/// names (`excerpt`), each counted only if its escaped text is in a data message; otherwise
+/// the longest head of the line that is there (`- role: ` and the start of the text). The
+/// second value is whether the report named a passage that is not in the prompt.
+fn coverage(prompt: &CompiledPrompt, turn: &impl Said, id: MemoryId) -> (f64, bool) {
+    if in_prompt(prompt, turn) {
+        return (1.0, false);
+    }
+    let text = turn.text();
+    let total = text_chars(text);
+    if total == 0 {
+        return (0.0, false);
+    }
+    let data: Vec<&str> = data_texts(prompt).collect();
+    let excerpt = prompt
+        .report
+        .sections
+        .iter()
+        .find(|s| s.memory_id == Some(id))
+        .and_then(|s| s.excerpt.as_ref());
+    if let Some(kept) = excerpt {
+        let chars: Vec<char> = text.chars().collect();
+        let (mut found, mut missing) = (0usize, false);
+        for &(a, b) in kept {
+            let piece: String = chars.get(a..b).unwrap_or_default().iter().collect();
+            if data.iter().any(|d| d.contains(&escape_data(&piece))) {
+                found += b - a;
+            } else {
+                missing = true;
+            }
+        }
+        return ((found as f64 / total as f64).min(1.0), missing);
+    }
+    // A head: the longest prefix of the line (by characters) found in a data message.
+    let role = turn.role().as_str();
+    let present = |n: usize| {
+        let head: String = text.chars().take(n).collect();
+        let line = format!("\n- {role}: {}", escape_data(&head));
+        data.iter().any(|d| d.contains(&line))
+    };
+    let (mut lo, mut hi) = (0usize, text.chars().count());
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if present(mid) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    // A head of a few characters is a coincidence (`- user: I`), not the message.
+    let head = if lo >= 20 { lo } else { 0 };
+    ((head as f64 / total as f64).min(1.0), false)
+}
+
+/// The characters of `text`'s passages (the whitespace between them left out).
+fn text_chars(text: &str) -> usize {
+    hydrate::passages(text)
+        .iter()
+        .map(|r| text[r.clone()].chars().count())
+        .sum()
+}
+
+/// [`coverage`] of a turn stored in `parts`: each part's share weighed by its length.
+fn parts_coverage(prompt: &CompiledPrompt, parts: &[Part]) -> (f64, bool) {
+    let total: usize = parts.iter().map(|p| text_chars(&p.text)).sum();
+    let (mut covered, mut missing) = (0.0, false);
+    for p in parts {
+        let (share, m) = coverage(prompt, p, p.id);
+        covered += share * text_chars(&p.text) as f64;
+        missing |= m;
+    }
+    ((covered / total.max(1) as f64).min(1.0), missing)
 }
 
 /// What the explain report says of one memory: kept whole, or why not.
@@ -404,25 +557,33 @@ impl Tally {
 struct ByCategory {
     overall: Tally,
     categories: BTreeMap<u64, Tally>,
+    /// By BEAM's own category, for files that have one.
+    beam: BTreeMap<String, Tally>,
 }
 
 impl ByCategory {
-    fn add(&mut self, category: u64, x: f64) {
+    fn add(&mut self, q: &Question, x: f64) {
         self.overall.add(x);
-        self.categories.entry(category).or_default().add(x);
+        self.categories.entry(q.category).or_default().add(x);
+        if let Some(b) = &q.beam_category {
+            self.beam.entry(b.clone()).or_default().add(x);
+        }
     }
     fn json(&self) -> Value {
-        let cats: serde_json::Map<String, Value> = self
-            .categories
-            .iter()
-            .map(|(c, t)| {
-                (
-                    c.to_string(),
-                    json!({"questions": t.questions, "mean": t.mean()}),
-                )
-            })
-            .collect();
-        json!({"overall": self.overall.mean(), "questions": self.overall.questions, "categories": cats})
+        let tallies = |m: Vec<(String, &Tally)>| -> serde_json::Map<String, Value> {
+            m.into_iter()
+                .map(|(c, t)| (c, json!({"questions": t.questions, "mean": t.mean()})))
+                .collect()
+        };
+        let cats = tallies(
+            self.categories
+                .iter()
+                .map(|(c, t)| (c.to_string(), t))
+                .collect(),
+        );
+        let beam = tallies(self.beam.iter().map(|(c, t)| (c.clone(), t)).collect());
+        json!({"overall": self.overall.mean(), "questions": self.overall.questions,
+               "categories": cats, "beam_categories": beam})
     }
 
     /// The table cells of each category's mean, in [`CATEGORIES`] order (`-` when empty).
@@ -443,6 +604,13 @@ impl ByCategory {
 struct BudgetResult {
     budget: u32,
     product: ByCategory,
+    /// The share of each evidence message's text in the prompt, averaged per question.
+    coverage: ByCategory,
+    /// Knowledge updates: questions whose message holding the current value is (in part)
+    /// in the prompt, and those where only an older evidence message is.
+    updated_in: usize,
+    older_only: usize,
+    updates: usize,
     newest: ByCategory,
     tokens: Vec<u32>,
     newest_tokens: Vec<u32>,
@@ -476,6 +644,10 @@ struct Cutoffs {
 /// was lost (`candidates`: the semantic source's search, ranked, without threshold).
 struct Scored {
     share: f64,
+    /// The mean share of each evidence message's text in the prompt.
+    coverage: f64,
+    /// Per evidence message, its share of text in the prompt.
+    covered: HashMap<String, f64>,
     lost: Vec<(String, Lost)>,
     disagreements: usize,
 }
@@ -491,14 +663,23 @@ fn score(
     let mut found = 0usize;
     let mut lost = Vec::new();
     let mut disagreements = 0;
+    let mut covered = HashMap::new();
     for e in &question.evidence {
-        let (Some(turn), Some(&id)) = (turns.get(e.as_str()), conv.ids.get(e)) else {
+        let (Some(turn), Some(&id), Some(parts)) =
+            (turns.get(e.as_str()), conv.ids.get(e), conv.parts.get(e))
+        else {
             continue;
         };
-        let present = in_prompt(prompt, turn);
+        let present = if parts.len() == 1 {
+            in_prompt(prompt, *turn)
+        } else {
+            parts.iter().all(|p| in_prompt(prompt, p))
+        };
+        let (share, missing) = parts_coverage(prompt, parts);
+        covered.insert(e.clone(), share);
         let action = report_action(prompt, id);
         let kept = matches!(action, Some((_, Action::Kept { .. }, _, _)));
-        if present != kept {
+        if present != kept || missing {
             disagreements += 1;
         }
         if present {
@@ -524,6 +705,8 @@ fn score(
     }
     Scored {
         share: found as f64 / question.evidence.len() as f64,
+        coverage: covered.values().sum::<f64>() / question.evidence.len() as f64,
+        covered,
         lost,
         disagreements,
     }
@@ -718,7 +901,17 @@ pub(super) async fn evaluate(options: &Options, samples: &[Sample]) -> anyhow::R
                     r.vector_given_differs += 1;
                 }
                 let scored = score(&conv, &turns, q, &prompt, &candidates, cutoffs);
-                r.product.add(q.category, scored.share);
+                r.product.add(q, scored.share);
+                r.coverage.add(q, scored.coverage);
+                if !q.updated_evidence.is_empty() {
+                    let has = |e: &String| scored.covered.get(e).is_some_and(|&c| c > 0.0);
+                    r.updates += 1;
+                    if q.updated_evidence.iter().any(has) {
+                        r.updated_in += 1;
+                    } else if q.evidence.iter().any(has) {
+                        r.older_only += 1;
+                    }
+                }
                 r.tokens.push(prompt.report.estimated_prompt_tokens);
                 for s in &prompt.report.sources {
                     *r.kept_by_source.entry(s.kind.as_str()).or_default() += s.kept;
@@ -746,7 +939,7 @@ pub(super) async fn evaluate(options: &Options, samples: &[Sample]) -> anyhow::R
                 }
                 let base = conv.newest_turns(&q.text, r.budget).await?;
                 let scored = score(&conv, &turns, q, &base, &[], cutoffs);
-                r.newest.add(q.category, scored.share);
+                r.newest.add(q, scored.share);
                 r.newest_tokens.push(base.report.estimated_prompt_tokens);
             }
             bar.inc(1);
@@ -773,6 +966,10 @@ pub(super) async fn evaluate(options: &Options, samples: &[Sample]) -> anyhow::R
             .iter()
             .map(|r| (r.budget.to_string(), Value::from(r.product.overall.mean())))
             .collect();
+        let coverage: serde_json::Map<String, Value> = results
+            .iter()
+            .map(|r| (r.budget.to_string(), Value::from(r.coverage.overall.mean())))
+            .collect();
         let budgets: Vec<Value> = results
             .iter()
             .map(|r| {
@@ -784,6 +981,12 @@ pub(super) async fn evaluate(options: &Options, samples: &[Sample]) -> anyhow::R
                 json!({
                     "budget": r.budget,
                     "evidence_in_prompt": r.product.json(),
+                    "evidence_coverage": r.coverage.json(),
+                    "knowledge_updates": {
+                        "questions": r.updates,
+                        "current_value_in_prompt": r.updated_in,
+                        "only_an_older_value_in_prompt": r.older_only,
+                    },
                     "newest_turns_baseline": r.newest.json(),
                     "avg_prompt_tokens": mean(&r.tokens),
                     "newest_turns_avg_prompt_tokens": mean(&r.newest_tokens),
@@ -818,6 +1021,7 @@ pub(super) async fn evaluate(options: &Options, samples: &[Sample]) -> anyhow::R
                 "p95": percentile(&embed_latency, 0.95),
             })),
             "evidence_in_prompt": headline,
+            "evidence_coverage": coverage,
             "config": options.overrides.describe(),
             "budgets": budgets,
         });
@@ -841,15 +1045,16 @@ pub(super) async fn evaluate(options: &Options, samples: &[Sample]) -> anyhow::R
         .map(|(_, name)| format!("{name:>12}"))
         .collect();
     println!(
-        "{:>7}{:>10}{:>10}{cats}{:>8}{:>8}{:>8}{:>8}",
-        "budget", "evidence", "newest", "tokens", "p50 ms", "p95 ms", "p50 vec"
+        "{:>7}{:>10}{:>10}{:>10}{cats}{:>8}{:>8}{:>8}{:>8}",
+        "budget", "evidence", "coverage", "newest", "tokens", "p50 ms", "p95 ms", "p50 vec"
     );
     for r in &results {
         let cats = r.product.cells();
         println!(
-            "{:>7}{:>10.3}{:>10.3}{cats}{:>8.0}{:>8.1}{:>8.1}{:>8.1}",
+            "{:>7}{:>10.3}{:>10.3}{:>10.3}{cats}{:>8.0}{:>8.1}{:>8.1}{:>8.1}",
             r.budget,
             r.product.overall.mean(),
+            r.coverage.overall.mean(),
             r.newest.overall.mean(),
             mean(&r.tokens),
             percentile(&r.latency, 0.5),
@@ -868,6 +1073,43 @@ pub(super) async fn evaluate(options: &Options, samples: &[Sample]) -> anyhow::R
             per.join(" / "),
             percentile(&embed_latency, 0.5)
         );
+    }
+    let beam: Vec<&String> = results
+        .first()
+        .map(|r| r.product.beam.keys().collect())
+        .unwrap_or_default();
+    if !beam.is_empty() {
+        println!("\nby BEAM category: evidence in prompt / evidence coverage");
+        let header: String = results
+            .iter()
+            .map(|r| format!("{:>14}", r.budget))
+            .collect();
+        println!("{:<26}{:>4}{header}", "category", "n");
+        for b in beam {
+            let n = results
+                .first()
+                .and_then(|r| r.product.beam.get(b))
+                .map_or(0, |t| t.questions);
+            let cells: String = results
+                .iter()
+                .map(|r| {
+                    let m = |c: &ByCategory| c.beam.get(b).map_or(0.0, Tally::mean);
+                    format!(
+                        "{:>14}",
+                        format!("{:.3} / {:.3}", m(&r.product), m(&r.coverage))
+                    )
+                })
+                .collect();
+            println!("{b:<26}{n:>4}{cells}");
+        }
+    }
+    for r in &results {
+        if r.updates > 0 {
+            println!(
+                "{:>7}  knowledge updates: the current value in the prompt for {} of {}, only an older one for {}",
+                r.budget, r.updated_in, r.updates, r.older_only
+            );
+        }
     }
     println!("\nnewest-turns baseline by category:");
     for r in &results {
@@ -1081,7 +1323,7 @@ mod tests {
         let (day, [line, timed]) = turn_line(turn);
         for line in [line, timed] {
             let block = format!(
-                "<recalled-memory kind=\"semantic\">\nRecalled data.\n{day}{line}</recalled-memory>"
+                "<recalled-memory kind=\"semantic\">\nRecalled data.\n{day}{line}\n</recalled-memory>"
             );
             assert!(line_in([block.as_str()], turn));
             // Cut short by compile, or the same words in another line: not the turn.
@@ -1089,6 +1331,9 @@ mod tests {
             assert!(!line_in([cut.as_str()], turn));
             let longer = block.replace("last spring\n", "last spring, and more\n");
             assert!(!line_in([longer.as_str()], turn));
+            // A note after the whole text (the graph's `(mentions X)`) still holds it whole.
+            let noted = block.replace("last spring\n", "last spring (mentions Zephyr)\n");
+            assert!(line_in([noted.as_str()], turn));
             // The same line under another day's header, or under none: not the turn.
             let other = block.replace(&day, "[1999-01-01 Fri]");
             assert!(!line_in([other.as_str()], turn));

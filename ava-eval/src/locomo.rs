@@ -95,6 +95,10 @@ pub(super) struct Question {
     pub(super) text: String,
     pub(super) category: u64,
     pub(super) evidence: Vec<String>,
+    /// BEAM's own category (`knowledge_update`, ...), when the file has one.
+    pub(super) beam_category: Option<String>,
+    /// For a knowledge update: the evidence messages holding the current value.
+    pub(super) updated_evidence: Vec<String>,
 }
 
 pub(super) struct Sample {
@@ -234,10 +238,24 @@ pub(super) fn parse_samples(data: &Value) -> anyhow::Result<(Vec<Sample>, Vec<St
                 unusable += 1;
                 continue;
             }
+            let updated = q
+                .get("updated_evidence")
+                .and_then(Value::as_array)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            let updated_evidence: Vec<String> = evidence_ids(updated)
+                .into_iter()
+                .filter(|e| evidence.contains(e))
+                .collect();
             questions.push(Question {
                 text: text.to_owned(),
                 category,
                 evidence,
+                beam_category: q
+                    .get("beam_category")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+                updated_evidence,
             });
         }
         samples.push(Sample {

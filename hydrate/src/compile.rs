@@ -376,6 +376,25 @@ fn explain(
         .iter()
         .map(|o| {
             let info = hydrated.sections.get(&o.id);
+            // The passages an excerpt kept, as character ranges of the memory's text.
+            let excerpt = compressed
+                .ir
+                .section(&o.id)
+                .and_then(|s| s.excerpt())
+                .zip(info)
+                .map(|(kept, i)| {
+                    kept.iter()
+                        .filter_map(|&k| i.passages.get(k).copied())
+                        .collect::<Vec<_>>()
+                });
+            let reason = match &excerpt {
+                Some(kept) => format!(
+                    "shortened to an excerpt: its {} passage(s) most relevant to the \
+                     message, in order, gaps marked […]; lowest value while over budget",
+                    kept.len()
+                ),
+                None => o.reason.to_string(),
+            };
             SectionExplain {
                 id: o.id.clone(),
                 label: o.label.clone(),
@@ -384,9 +403,10 @@ fn explain(
                 priority: o.priority,
                 value: o.value,
                 action: o.action,
-                reason: o.reason.to_string(),
+                reason,
                 scores: info.and_then(|i| i.scores.clone()),
                 found_by: info.map(|i| i.found_by.clone()).unwrap_or_default(),
+                excerpt,
             }
         })
         .collect();

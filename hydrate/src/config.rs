@@ -93,6 +93,11 @@ pub struct HydrationConfig {
     /// filled with one fact said several times. The newest messages of the conversation
     /// are never left out. Default `Some(0.8)`; `None` keeps every candidate.
     pub near_duplicate: Option<f64>,
+    /// A long memory that does not fit whole (or is worth less than its whole cost) may
+    /// shrink to an excerpt: its passages that best answer the message, in order, gaps
+    /// marked `[…]` (see [`passages`](crate::passages)). Off, it is cut at its head, as any
+    /// long section. Default on.
+    pub excerpts: bool,
     /// Counts tokens (of sources' items, and when compiling).
     pub tokenizer: Arc<dyn Tokenizer>,
     /// Put the rendered prompt in trace events (off by default: prompts hold personal data).
@@ -127,6 +132,7 @@ impl HydrationConfig {
             allocation: None,
             cue_weights: CueWeights::default(),
             near_duplicate: Some(0.8),
+            excerpts: true,
             tokenizer,
             trace_prompt_text: false,
         }
@@ -233,6 +239,7 @@ impl fmt::Debug for HydrationConfig {
             .field("allocation", &self.allocation)
             .field("cue_weights", &self.cue_weights)
             .field("near_duplicate", &self.near_duplicate)
+            .field("excerpts", &self.excerpts)
             .field("tokenizer", &self.tokenizer.name())
             .field("trace_prompt_text", &self.trace_prompt_text)
             .finish()

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use memory_core::{MemoryId, Timestamp};
 use prompt_ir::{
-    ContextRequest, Priority, PromptIR, Relevance, Section, SectionSource, TokenBudget,
+    ContextRequest, Passage, Priority, PromptIR, Relevance, Section, SectionSource, TokenBudget,
 };
 use serde::Serialize;
 use tracing::Instrument;
@@ -17,6 +17,7 @@ use crate::config::{HydrateInput, HydrationConfig};
 use crate::cues::{CueMatch, CueWeights, QueryCues};
 use crate::error::Result;
 use crate::gather::{Collected, gather};
+use crate::passages;
 use crate::render;
 use crate::report::{ScoreExplain, SourceReport};
 use crate::source::{Degradation, SourceItem, SourceKind};
@@ -81,6 +82,10 @@ pub struct SectionInfo {
     pub found_by: Vec<SourceKind>,
     /// The day header its line sits under in its block (`[2023-05-08 Mon]`), if dated.
     pub day: Option<String>,
+    /// A long memory's passages, as character ranges (start, end) of its text, in order:
+    /// compile may keep an excerpt of them (empty when the section is kept whole or not at
+    /// all).
+    pub passages: Vec<(usize, usize)>,
 }
 
 /// The result of [`hydrate`]: the Prompt IR and what is needed to compile and explain it.
@@ -167,13 +172,19 @@ async fn hydrate_inner(
     let cues = QueryCues::read(&request.observation, input.now);
     let gathered = gather(config, input, &cues).await;
     let mut reports = gathered.reports;
-    let mut retrieved = merge(config, &cues, gathered.collected, &mut reports)?;
+    let mut retrieved = merge(
+        config,
+        &request.observation,
+        &cues,
+        gathered.collected,
+        &mut reports,
+    )?;
     reports.sort_by_key(|r| r.kind);
 
     // Retrieved sections in render order: background first, the conversation last; messages
     // (the conversation, related messages) in time order, so a day's lines share one header;
     // within other blocks, best first.
-    retrieved.sort_by(|(a, _), (b, _)| {
+    retrieved.sort_by(|(a, _, _), (b, _, _)| {
         a.kind
             .render_rank()
             .cmp(&b.kind.render_rank())
@@ -193,10 +204,10 @@ async fn hydrate_inner(
         "hydrate.tokens",
         retrieved
             .iter()
-            .filter_map(|(_, s)| s.tokens())
+            .filter_map(|(_, s, _)| s.tokens())
             .fold(0, u32::saturating_add),
     );
-    for (cand, section) in retrieved {
+    for (cand, section, passages) in retrieved {
         infos.insert(
             section.id().to_owned(),
             SectionInfo {
@@ -205,6 +216,7 @@ async fn hydrate_inner(
                 scores: Some(score_explain(&cand.item, &cand.cues)),
                 found_by: cand.found_by,
                 day: render::item_day(&cand.item),
+                passages,
             },
         );
         ir.push_section(section)?;
@@ -254,6 +266,7 @@ fn fixed_sections(
             scores: None,
             found_by: Vec::new(),
             day: None,
+            passages: Vec::new(),
         };
         infos.insert(section.id().to_owned(), info);
         Ok(ir.push_section(section)?)
@@ -322,6 +335,9 @@ struct Candidate {
     cues: CueMatch,
 }
 
+/// A candidate, its section, and its passages as character ranges (see [`item_section`]).
+type Retrieved = (Candidate, Section, Vec<(usize, usize)>);
+
 /// One ranking across sources: a memory found by several sources becomes one candidate with
 /// its best similarity and all its provenance, placed in the block of the first source that
 /// found it; then every candidate becomes a section whose value for compression is its
@@ -331,10 +347,11 @@ struct Candidate {
 /// first (High priority). Each source's report is added to `reports` with what it kept.
 fn merge(
     config: &HydrationConfig,
+    question: &str,
     cues: &QueryCues,
     mut collected: Vec<Collected>,
     reports_out: &mut Vec<SourceReport>,
-) -> Result<Vec<(Candidate, Section)>> {
+) -> Result<Vec<Retrieved>> {
     let mut retrieved = Vec::new();
     collected.sort_by_key(|c| c.kind);
     // A search sees every memory of its kind in the scope, so one it did not return
@@ -426,7 +443,9 @@ fn merge(
             }
             continue;
         }
-        let mut section = item_section(&cand, tail.contains(&i), relevance[i])?;
+        let question = config.excerpts.then_some(question);
+        let (mut section, passages) =
+            item_section(&cand, question, tail.contains(&i), relevance[i])?;
         if !ids.insert(section.id().to_owned()) {
             if let Some(report) = reports.get_mut(&cand.kind) {
                 report.duplicates += 1;
@@ -438,7 +457,7 @@ fn merge(
             report.kept += 1;
             report.tokens = report.tokens.saturating_add(tokens);
         }
-        retrieved.push((cand, section));
+        retrieved.push((cand, section, passages));
     }
     reports_out.extend(reports.into_values());
     Ok(retrieved)
@@ -619,10 +638,23 @@ fn mark_cues(candidates: &mut [Candidate], cues: &QueryCues, w: CueWeights) {
 /// undated: they do not age), and compression weighs the two with the strategy's recency
 /// decay. Retrieved memories share one priority, so value decides between sources;
 /// `protected` (the newest messages of the conversation) and pinned facts rank High.
-fn item_section(cand: &Candidate, protected: bool, relevance: Relevance) -> Result<Section> {
+///
+/// With a `question` (excerpts on), a long item is marked out in passages scored against
+/// it, so compile keeps the passages that answer it when the whole does not fit; the
+/// passages are returned as character ranges of the item's text (none for a short item).
+fn item_section(
+    cand: &Candidate,
+    question: Option<&str>,
+    protected: bool,
+    relevance: Relevance,
+) -> Result<(Section, Vec<(usize, usize)>)> {
     let (kind, item) = (cand.kind, &cand.item);
-    let line = render::item_line(kind, item);
-    let long = line.len() > SHRINKABLE_BYTES;
+    let long = render::item_line(kind, item).len() > SHRINKABLE_BYTES;
+    let ranges = match question {
+        Some(_) if long => passages::passages(&item.content),
+        _ => Vec::new(),
+    };
+    let (line, spans) = render::item_line_in_passages(kind, item, &ranges);
     let priority = if protected || (item.pinned && kind == SourceKind::Knowledge) {
         Priority::High
     } else {
@@ -641,10 +673,38 @@ fn item_section(cand: &Candidate, protected: bool, relevance: Relevance) -> Resu
     {
         s = s.with_recency(at.to_datetime());
     }
+    if let Some(question) = question
+        && spans.len() >= 2
+    {
+        let scores = passages::score_passages(question, &item.content, &ranges);
+        let marked = spans
+            .iter()
+            .zip(scores)
+            .map(|(span, score)| Passage {
+                start: span.start,
+                end: span.end,
+                score,
+            })
+            .collect();
+        s = s.with_passages(marked)?;
+        let chars = char_ranges(&item.content, &ranges);
+        return Ok((s, chars));
+    }
     if long {
         s = s.with_min_tokens(MIN_ITEM_TOKENS);
     }
-    Ok(s)
+    Ok((s, Vec::new()))
+}
+
+/// Byte ranges of `text` (ordered) as character ranges.
+fn char_ranges(text: &str, ranges: &[std::ops::Range<usize>]) -> Vec<(usize, usize)> {
+    let (mut bytes, mut chars) = (0, 0);
+    let mut at = |b: usize| {
+        chars += text.get(bytes..b).map_or(0, |t| t.chars().count());
+        bytes = b;
+        chars
+    };
+    ranges.iter().map(|r| (at(r.start), at(r.end))).collect()
 }
 
 #[cfg(test)]

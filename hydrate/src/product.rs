@@ -13,7 +13,9 @@ use prompt_ir::{CountCache, TiktokenTokenizer, Tokenizer};
 
 use crate::config::HydrationConfig;
 use crate::error::Result;
+use crate::graph::GraphSource;
 use crate::memory::memory_provider;
+use crate::source::SourceKind;
 
 /// The system prompt of every conversation (the stable prefix; no secrets, no user data).
 pub const SYSTEM_PROMPT: &str = "You are Ava, a friendly assistant with long-term \
@@ -31,17 +33,22 @@ pub const TOKENIZER_MODEL: &str = "gpt-4o";
 pub const REPLY_CONTEXT_CHARS: usize = 500;
 
 /// The hydration config of `ava` over `store`: [`SYSTEM_PROMPT`], the tokenizer of
-/// [`TOKENIZER_MODEL`], the memory provider over `store`, and [`HydrationConfig::new`]'s
-/// defaults for everything else. `embedder` is the store's own (of its embedding space):
-/// with it the observation is embedded once per prompt and shared by every search;
-/// without it each search has the backend embed it again. Fails only if the tokenizer
-/// cannot be loaded.
+/// [`TOKENIZER_MODEL`], the memory provider over `store`, the entity graph over `store`
+/// (in a build with the `graph` feature), and [`HydrationConfig::new`]'s defaults for
+/// everything else. `embedder` is the store's own (of its embedding space): with it the
+/// observation is embedded once per prompt and shared by every search; without it each
+/// search has the backend embed it again. Fails only if the tokenizer cannot be loaded.
 pub fn config(
     store: Arc<dyn MemoryBackend>,
     embedder: Option<Arc<dyn EmbeddingProvider>>,
 ) -> Result<HydrationConfig> {
-    Ok(HydrationConfig::new(SYSTEM_PROMPT, tokenizer()?)
-        .with_provider(memory_provider(store, embedder)))
+    let config = HydrationConfig::new(SYSTEM_PROMPT, tokenizer()?)
+        .with_provider(memory_provider(Arc::clone(&store), embedder));
+    Ok(match GraphSource::new(store) {
+        Ok(graph) => config.with_source(SourceKind::Graph, Arc::new(graph)),
+        // A build without the `graph` feature: no graph.
+        Err(_) => config,
+    })
 }
 
 /// Texts whose token counts [`tokenizer`] remembers (about 10 MB of text at most).
@@ -87,5 +94,10 @@ mod tests {
         assert_eq!(config.tokenizer.name(), "o200k_base");
         assert_eq!(config.providers.len(), 1);
         assert!(config.memory_tools);
+        // The graph ships where the build has it, and so is measured.
+        assert_eq!(
+            config.sources.contains_key(&SourceKind::Graph),
+            crate::graph_available().is_ok()
+        );
     }
 }

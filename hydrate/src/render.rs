@@ -37,7 +37,13 @@ pub fn preview(text: &str, max_chars: usize) -> String {
 /// item; other control characters become spaces and invisible format characters (zero-width,
 /// bidirectional overrides) are removed. Trailing whitespace is trimmed.
 pub fn escape_data(text: &str) -> String {
-    let text = text.trim_end();
+    escape_piece(text.trim_end())
+}
+
+/// [`escape_data`] of a piece of a text, whitespace kept at both ends: the pieces of a text
+/// escaped one by one and joined are the text escaped (when no piece ends in a carriage
+/// return whose line feed starts the next).
+fn escape_piece(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + 8);
     let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {
@@ -76,6 +82,16 @@ fn format_time(at: Timestamp) -> String {
 /// time of day is shown for messages of the recent conversation only (in older messages it
 /// costs tokens and rarely matters).
 pub(crate) fn item_line(kind: SourceKind, item: &SourceItem) -> String {
+    item_line_in_passages(kind, item, &[]).0
+}
+
+/// [`item_line`], and where in it each of `passages` (byte ranges of the item's content,
+/// ordered, trimmed of whitespace, as [`crate::passages::passages`] gives them) ended up.
+pub(crate) fn item_line_in_passages(
+    kind: SourceKind,
+    item: &SourceItem,
+    passages: &[std::ops::Range<usize>],
+) -> (String, Vec<std::ops::Range<usize>>) {
     let mut line = String::with_capacity(item.content.len() + 24);
     line.push_str("- ");
     if let Some(at) = item.created_at
@@ -89,13 +105,28 @@ pub(crate) fn item_line(kind: SourceKind, item: &SourceItem) -> String {
         line.push_str(role.as_str());
         line.push_str(": ");
     }
-    line.push_str(&escape_data(&item.content));
+    let mut spans = Vec::with_capacity(passages.len());
+    let content = item.content.as_str();
+    match passages.last() {
+        Some(last) if content.get(last.end..).is_some_and(|t| t.trim().is_empty()) => {
+            let mut at = 0;
+            for p in passages {
+                line.push_str(&escape_piece(content.get(at..p.start).unwrap_or("")));
+                let start = line.len();
+                line.push_str(&escape_piece(content.get(p.clone()).unwrap_or("")));
+                spans.push(start..line.len());
+                at = p.end;
+            }
+        }
+        // Passages that do not end the text (not `passages`'): the whole, no spans.
+        _ => line.push_str(&escape_data(content)),
+    }
     if let Some(note) = &item.note {
         line.push_str(" (");
         line.push_str(&escape_data(note));
         line.push(')');
     }
-    line
+    (line, spans)
 }
 
 /// The day header an item's line sits under (`[2023-05-08 Mon]`), if it is dated.

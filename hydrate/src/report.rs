@@ -150,6 +150,10 @@ pub struct SectionExplain {
     /// Every kind of source that found the item (one section however many did).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub found_by: Vec<SourceKind>,
+    /// When the prompt holds an excerpt of a long memory: the character ranges (start, end)
+    /// of the memory's text it keeps, in order; the gaps are marked `[…]` in the prompt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub excerpt: Option<Vec<(usize, usize)>>,
 }
 
 /// What happened to one tool definition.

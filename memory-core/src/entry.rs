@@ -16,6 +16,10 @@ use crate::time::Timestamp;
 /// Default largest accepted memory content, in bytes (64 KiB).
 pub const DEFAULT_MAX_CONTENT_BYTES: usize = 64 * 1024;
 
+/// The tag every part of a memory split by [`NewMemory::split_to_fit`] carries, followed by
+/// the id of its first part: the parts of one long message are the memories tagged alike.
+pub const PART_OF_TAG_PREFIX: &str = "part-of:";
+
 /// Longest accepted tag, in bytes.
 pub const MAX_TAG_BYTES: usize = 64;
 
@@ -446,6 +450,80 @@ impl NewMemory {
         Ok(())
     }
 
+    /// The memory as it can be stored under a content limit of `max_bytes`: itself when it
+    /// fits, otherwise linked parts of at most `max_bytes` each, cut at a paragraph, line,
+    /// sentence or word break in the second half of each part where there is one, so that
+    /// nothing of a long message is refused or lost. The parts together hold the whole text,
+    /// in order; each keeps the memory's kind, context, tags, role, source, importance, pin
+    /// and validity, and is dated a millisecond after the one before (so they stay in order;
+    /// now when the memory has no date). Every part is tagged `part-of:<id of the first
+    /// part>` and `part:<k>-of-<n>` (see [`PART_OF_TAG_PREFIX`]); the first part has the
+    /// memory's id (or a fresh one), the others ids derived from it, so an import that
+    /// chooses ids stays idempotent. A precomputed vector is dropped (it is not a part's).
+    /// Parts that would hold only whitespace are left out.
+    pub fn split_to_fit(self, max_bytes: usize) -> Vec<NewMemory> {
+        if self.content.len() <= max_bytes || max_bytes < 8 {
+            return vec![self];
+        }
+        let text = self.content.as_str();
+        let mut cuts = Vec::new();
+        let mut at = 0;
+        while text.len() - at > max_bytes {
+            let mut end = at + max_bytes;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            let window = &text[at..end];
+            let half = window.len() / 2;
+            let cut = ["\n\n", "\n", ". ", " "]
+                .iter()
+                .find_map(|sep| {
+                    window
+                        .rfind(sep)
+                        .filter(|&i| i >= half)
+                        .map(|i| at + i + sep.len())
+                })
+                .unwrap_or(end);
+            cuts.push(at..cut);
+            at = cut;
+        }
+        cuts.push(at..text.len());
+        let pieces: Vec<&str> = cuts
+            .into_iter()
+            .filter_map(|r| text.get(r))
+            .filter(|p| !p.trim().is_empty())
+            .collect();
+        let first = self.id.unwrap_or_default();
+        let start = self.created_at.unwrap_or_else(Timestamp::now);
+        let n = pieces.len();
+        let group = Tag::new(format!("{PART_OF_TAG_PREFIX}{first}")).ok();
+        pieces
+            .iter()
+            .enumerate()
+            .map(|(k, piece)| {
+                let id = if k == 0 {
+                    first
+                } else {
+                    MemoryId::from_uuid(Uuid::new_v5(
+                        first.as_uuid(),
+                        format!("part-{k}").as_bytes(),
+                    ))
+                };
+                let mut part = NewMemory {
+                    id: Some(id),
+                    content: (*piece).to_owned(),
+                    created_at: Some(start.plus(std::time::Duration::from_millis(k as u64))),
+                    embedding: None,
+                    ..self.clone()
+                };
+                part.tags.extend(group.clone());
+                part.tags
+                    .extend(Tag::new(format!("part:{}-of-{n}", k + 1)).ok());
+                part
+            })
+            .collect()
+    }
+
     /// Checks a batch before a backend stores any of it: each memory
     /// ([`NewMemory::validate`]), no caller-chosen id twice in the batch
     /// ([`MemoryError::Conflict`] with that id), and each given vector with `check_vector`
@@ -663,5 +741,67 @@ mod tests {
         assert!(Importance::new(f32::NAN).is_err());
         assert!(serde_json::from_str::<Importance>("-0.1").is_err());
         assert_eq!(Importance::new(0.25).unwrap().get(), 0.25);
+    }
+
+    #[test]
+    fn a_long_memory_becomes_linked_parts_that_hold_all_of_it() {
+        let fits = NewMemory::new("short").split_to_fit(100);
+        assert_eq!(fits.len(), 1);
+        assert!(fits[0].tags.is_empty());
+
+        let mut text = String::new();
+        for i in 0..400 {
+            text.push_str(&format!("Sentence {i} says something é. "));
+            if i % 50 == 49 {
+                text.push_str("\n\n");
+            }
+        }
+        let at = Timestamp::from_millis(1_700_000_000_000).unwrap();
+        let id = MemoryId::new();
+        let m = NewMemory::new(text.clone())
+            .with_role(Role::Assistant)
+            .with_context("in reply to: hi")
+            .at(at);
+        let m = NewMemory { id: Some(id), ..m };
+        let parts = m.clone().split_to_fit(1000);
+        assert!(parts.len() >= 13, "{}", parts.len());
+        assert_eq!(
+            parts.iter().map(|p| p.content.as_str()).collect::<String>(),
+            text
+        );
+        let n = parts.len();
+        for (k, p) in parts.iter().enumerate() {
+            assert!(p.content.len() <= 1000);
+            assert!(p.validate(1000).is_ok());
+            assert_eq!(p.role, Some(Role::Assistant));
+            assert_eq!(p.context.as_deref(), Some("in reply to: hi"));
+            assert_eq!(
+                p.created_at,
+                Some(at.plus(std::time::Duration::from_millis(k as u64)))
+            );
+            let tags: Vec<&str> = p.tags.iter().map(Tag::as_str).collect();
+            assert!(tags.contains(&format!("part-of:{id}").as_str()), "{tags:?}");
+            assert!(
+                tags.contains(&format!("part:{}-of-{n}", k + 1).as_str()),
+                "{tags:?}"
+            );
+        }
+        // Parts end at a sentence or paragraph break, not mid-word.
+        assert!(parts[0].content.ends_with(". ") || parts[0].content.ends_with('\n'));
+        assert_eq!(parts[0].id, Some(id));
+        // The same memory splits into the same ids (idempotent imports).
+        let again = m.split_to_fit(1000);
+        let ids = |ps: &[NewMemory]| ps.iter().map(|p| p.id).collect::<Vec<_>>();
+        assert_eq!(ids(&again), ids(&parts));
+        let distinct: HashSet<_> = ids(&parts).into_iter().collect();
+        assert_eq!(distinct.len(), n);
+        // Text without a break is cut on character boundaries.
+        let wall = "é".repeat(5000);
+        let parts = NewMemory::new(wall.clone()).split_to_fit(999);
+        assert_eq!(
+            parts.iter().map(|p| p.content.as_str()).collect::<String>(),
+            wall
+        );
+        assert!(parts.iter().all(|p| p.content.len() <= 999));
     }
 }

@@ -26,7 +26,10 @@
 //!    if everything left would not fit even at those floors are items dropped, lowest value
 //!    first, until it would.
 //! 4. Then the lowest-value remaining sections are truncated, each only as far as needed,
-//!    until the pool fits; higher-value sections stay whole.
+//!    until the pool fits; higher-value sections stay whole. A section marked out in
+//!    [`Passage`](crate::Passage)s is not cut at its head: it keeps the excerpt of its most
+//!    relevant passages that fits, in their order, gaps marked, and its floor is its best
+//!    passage alone.
 //!
 //! Order is stable: kept items stay in their original order. Compression is deterministic
 //! (same inputs, byte-identical output) and idempotent: compressing the result again with
@@ -42,6 +45,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::budget::{BudgetAllocation, FixedRatios, TokenBudget};
+use crate::excerpt;
 use crate::impact::{estimate_impact, round6};
 use crate::ir::PromptIR;
 use crate::section::{CompositionMode, Priority, Section, TokenCount};
@@ -519,13 +523,27 @@ fn fit_pool(
 }
 
 /// Truncates `section` to the longest boundary prefix of at most `target` tokens and at
-/// least `floor`; returns its token count, or `None` if no such prefix exists.
+/// least `floor` (a section with passages: to the excerpt of its most relevant passages
+/// that fits `target`); returns its token count, or `None` if no such prefix exists.
 fn shrink(
     section: &mut Section,
     target: u32,
     floor: u32,
     tokenizer: &dyn Tokenizer,
 ) -> Option<u32> {
+    if let Some(passages) = section.passages() {
+        let (kept, text, tokens) = excerpt::fit(section.content(), passages, target, tokenizer)?;
+        section.excerpt_to(
+            kept,
+            text,
+            TokenCount {
+                tokenizer: tokenizer.name().to_owned(),
+                tokens,
+                floor: tokens,
+            },
+        );
+        return Some(tokens);
+    }
     let (cuts, _) = truncate::cuts(section.content(), tokenizer);
     let min_useful = section.min_tokens().unwrap_or(0).max(1);
     for cut in cuts

@@ -59,6 +59,26 @@ pub enum Error {
         what: &'static str,
     },
 
+    /// A section's passages were out of order, overlapping, empty, outside its content, off
+    /// a character boundary, or scored with a number that is not finite.
+    #[error(
+        "section `{id}` passage {index} spans bytes {start}..{end} of a {len}-byte content, \
+         expected non-empty, ordered, non-overlapping ranges on character boundaries with \
+         finite scores"
+    )]
+    InvalidPassage {
+        /// The section's id.
+        id: String,
+        /// Which passage (0-based).
+        index: usize,
+        /// Its start.
+        start: usize,
+        /// Its end.
+        end: usize,
+        /// The content's length in bytes.
+        len: usize,
+    },
+
     /// Two sections of one prompt IR share an id; ids name sections in compression reports,
     /// so they must be unique.
     #[error("section id `{id}` appears twice in one prompt IR, expected unique section ids")]

@@ -18,6 +18,8 @@
 //! - `compress`: [`compress()`], whose module docs define ranking, shrinking and dropping,
 //!   and its [`CompressionReport`].
 //! - `impact`: [`estimate_impact`] and [`equivalent`].
+//! - `excerpt`: [`Passage`]s of a section, and the excerpt of its most relevant ones that
+//!   compression keeps instead of a head (gaps marked [`ELISION`]).
 //!
 //! # Architecture invariants
 //!
@@ -47,6 +49,7 @@ mod budget;
 mod compose;
 mod compress;
 mod error;
+mod excerpt;
 mod impact;
 mod ir;
 mod section;
@@ -62,6 +65,7 @@ pub use compress::{
     Action, Compressed, CompressionReport, ItemOutcome, Pool, PoolReport, Reason, compress,
 };
 pub use error::{Error, Result};
+pub use excerpt::{ELISION, Passage};
 pub use impact::{Embedder, Impact, Information, equivalent, estimate_impact};
 pub use ir::{Observation, PromptIR, PromptMeta, ToolDef};
 pub use section::{

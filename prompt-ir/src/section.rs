@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::error::{Error, Result};
+use crate::excerpt::{self, Passage};
 use crate::impact::{Information, information};
 use crate::tokenizer::Tokenizer;
 use crate::truncate;
@@ -253,6 +254,12 @@ pub struct Section {
     hash: ContentHash,
     #[serde(skip_serializing_if = "Option::is_none")]
     embedding: Option<Embedding>,
+    /// Scored parts of the content that compression may keep without the rest.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    passages: Option<Vec<Passage>>,
+    /// After compression kept an excerpt: the indices of the passages the content now holds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    excerpt: Option<Vec<usize>>,
     content: String,
     /// Derived from `content`; recomputed on deserialization.
     #[serde(skip)]
@@ -279,6 +286,10 @@ struct SectionRepr {
     hash: Option<ContentHash>,
     #[serde(default)]
     embedding: Option<Embedding>,
+    #[serde(default)]
+    passages: Option<Vec<Passage>>,
+    #[serde(default)]
+    excerpt: Option<Vec<usize>>,
     content: String,
 }
 
@@ -302,6 +313,11 @@ impl TryFrom<SectionRepr> for Section {
         s.min_tokens = r.min_tokens;
         s.tokens = r.tokens;
         s.embedding = r.embedding;
+        if let Some(passages) = r.passages {
+            excerpt::validate(&s.id, &s.content, &passages)?;
+            s.passages = Some(passages);
+        }
+        s.excerpt = r.excerpt;
         Ok(s)
     }
 }
@@ -340,6 +356,8 @@ impl Section {
             tokens: None,
             hash: ContentHash::of(&content),
             embedding: None,
+            passages: None,
+            excerpt: None,
             information: information(&content),
             content,
         })
@@ -377,6 +395,31 @@ impl Section {
         self.min_tokens = Some(min_tokens);
         self.tokens = None;
         self
+    }
+
+    /// Marks the content out in scored passages (at least two): compression may then shrink
+    /// the section to an excerpt of its most relevant passages, in their order, each gap
+    /// marked with [`ELISION`](crate::ELISION), instead of cutting it at its head; the
+    /// smallest excerpt is the best passage alone. Passages take precedence over
+    /// [`with_min_tokens`](Self::with_min_tokens). Clears a cached count. Fails when a
+    /// passage is empty, out of order, overlapping, outside the content, off a character
+    /// boundary, or scored with a number that is not finite.
+    pub fn with_passages(mut self, passages: Vec<Passage>) -> Result<Self> {
+        excerpt::validate(&self.id, &self.content, &passages)?;
+        self.passages = (passages.len() >= 2).then_some(passages);
+        self.tokens = None;
+        Ok(self)
+    }
+
+    /// The scored passages, if the section may shrink to an excerpt.
+    pub fn passages(&self) -> Option<&[Passage]> {
+        self.passages.as_deref()
+    }
+
+    /// When compression shrank the section to an excerpt: the indices of the passages (as
+    /// given to [`with_passages`](Self::with_passages)) its content now holds, ascending.
+    pub fn excerpt(&self) -> Option<&[usize]> {
+        self.excerpt.as_deref()
     }
 
     /// Attaches an embedding of the content.
@@ -463,9 +506,18 @@ impl Section {
         {
             return c.tokens;
         }
-        let count = match self.min_tokens {
+        let count = match (&self.passages, self.min_tokens) {
+            // An excerpt keeps whole passages: no cut points needed.
+            (Some(passages), _) => {
+                let total = tokenizer.count(&self.content);
+                TokenCount {
+                    tokenizer: tokenizer.name().to_owned(),
+                    tokens: total,
+                    floor: excerpt::floor(&self.content, passages, tokenizer).min(total),
+                }
+            }
             // Only sections that may shrink need their cut points.
-            Some(min) => {
+            (None, Some(min)) => {
                 let (cuts, total) = truncate::cuts(&self.content, tokenizer);
                 TokenCount {
                     tokenizer: tokenizer.name().to_owned(),
@@ -473,7 +525,7 @@ impl Section {
                     floor: truncate::floor(&cuts, min, total),
                 }
             }
-            _ => {
+            (None, None) => {
                 let total = tokenizer.count(&self.content);
                 TokenCount {
                     tokenizer: tokenizer.name().to_owned(),
@@ -493,6 +545,16 @@ impl Section {
         self.hash = ContentHash::of(&self.content);
         self.information = information(&self.content);
         self.tokens = Some(count);
+    }
+
+    /// Replaces the content with an excerpt of its passages whose count is already known.
+    pub(crate) fn excerpt_to(&mut self, kept: Vec<usize>, text: String, count: TokenCount) {
+        self.content = text;
+        self.hash = ContentHash::of(&self.content);
+        self.information = information(&self.content);
+        self.tokens = Some(count);
+        self.passages = None;
+        self.excerpt = Some(kept);
     }
 
     /// Gives the section another id (used by `compose` to keep both sides of a collision).

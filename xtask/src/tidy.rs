@@ -58,6 +58,56 @@ mod tests {
             .collect()
     }
 
+    /// Hydrate features that shape `ava`'s prompts with no server to call: the evaluation must
+    /// build with each that `ava` turns on by default, or it measures another product.
+    const PROMPT_FEATURES: [&str; 1] = ["graph"];
+
+    #[test]
+    fn the_eval_measures_the_prompts_ava_ships() {
+        let meta = metadata();
+        let packages = meta["packages"].as_array().expect("packages");
+        let package = |name: &str| {
+            packages
+                .iter()
+                .find(|p| p["name"] == name)
+                .unwrap_or_else(|| panic!("{name} is in the workspace"))
+        };
+        let bot = package("ava-bot");
+        let defaults: Vec<&str> = bot["features"]["default"]
+            .as_array()
+            .expect("ava-bot has default features")
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        let eval_hydrate: Vec<&str> = package("ava-eval")["dependencies"]
+            .as_array()
+            .expect("ava-eval has dependencies")
+            .iter()
+            .find(|d| d["name"] == "hydrate")
+            .expect("ava-eval depends on hydrate")["features"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        for feature in PROMPT_FEATURES {
+            let shipped = defaults.iter().any(|d| {
+                bot["features"][*d]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|f| f.as_str() == Some(&format!("hydrate/{feature}")))
+            });
+            assert_eq!(
+                shipped,
+                eval_hydrate.contains(&feature),
+                "hydrate feature `{feature}`: on in ava by default is {shipped}, in ava-eval's \
+                 build is {}; the evaluation must build what ships",
+                eval_hydrate.contains(&feature)
+            );
+        }
+    }
+
     #[test]
     fn crates_depend_only_downward() {
         let deps = normal_dependencies();

@@ -32,13 +32,11 @@ pub(crate) async fn run(
     let opened = settings.open().await?;
     let web = settings.web.build(opened.embedder.clone())?;
     let documents = crate::config::documents(&opened)?;
-    let graph = crate::config::graph(&opened)?;
     let agent = Agent::new(opened.store, opened.embedder, args.budget)?
         .with_allocation(settings.allocation.clone())
         .with_reranker(settings.rerank.build()?)
         .with_web(web)
         .with_documents(documents)
-        .with_graph(graph)
         .with_upkeep(args.upkeep.upkeep())
         .with_facts(args.llm.extractor(&model));
     let interactive = std::io::stdin().is_terminal();

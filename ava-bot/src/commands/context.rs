@@ -41,13 +41,11 @@ pub(crate) async fn run(
     let opened = settings.open_existing().await?;
     let web = settings.web.build(opened.embedder.clone())?;
     let documents = crate::config::documents(&opened)?;
-    let graph = crate::config::graph(&opened)?;
     let agent = Agent::dry_run(opened.store, opened.embedder, args.budget)?
         .with_allocation(settings.allocation.clone())
         .with_reranker(settings.rerank.build()?)
         .with_web(web)
-        .with_documents(documents)
-        .with_graph(graph);
+        .with_documents(documents);
     let prompt = agent.prepare(&scope, &args.message).await?;
     // Printed first, then judged: a prompt missing a source is still worth seeing.
     let problems = incomplete(&prompt.report);

@@ -416,17 +416,30 @@ async fn store_batch(
     if todo.is_empty() {
         return Ok(());
     }
-    let (ids, memories): (Vec<_>, Vec<NewMemory>) = todo.into_iter().unzip();
+    // A message longer than the store takes in one memory goes in as linked parts; it
+    // counts once, as its first part does.
+    let max = store.info().limits.max_content_bytes;
+    let mut memories = Vec::with_capacity(todo.len());
+    let mut owners = Vec::with_capacity(todo.len());
+    for (id, memory) in todo {
+        for (k, part) in memory.split_to_fit(max).into_iter().enumerate() {
+            owners.push((id, k == 0));
+            memories.push(part);
+        }
+    }
     let results = store
         .store_each(scope, memories)
         .await
         .context("store imported messages")?;
-    for (id, result) in ids.into_iter().zip(results) {
+    for ((id, first), result) in owners.into_iter().zip(results) {
         match result {
-            Ingested::Stored(_) => counts.imported += 1,
-            Ingested::Exists(_) => counts.present += 1,
+            Ingested::Stored(_) if first => counts.imported += 1,
+            Ingested::Exists(_) if first => counts.present += 1,
+            Ingested::Stored(_) | Ingested::Exists(_) => {}
             Ingested::Rejected(e) => {
-                counts.malformed += 1;
+                if first {
+                    counts.malformed += 1;
+                }
                 let why = crate::std_error_chain(&e);
                 bar.suspend(|| eprintln!("skipped message {id}: {why}"));
             }

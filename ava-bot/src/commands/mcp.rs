@@ -85,8 +85,7 @@ pub(crate) async fn run(settings: &Settings, args: &Args) -> anyhow::Result<()> 
         .with_allocation(settings.allocation.clone())
         .with_reranker(settings.rerank.build()?)
         .with_web(settings.web.build(opened.embedder.clone())?)
-        .with_documents(crate::config::documents(&opened)?)
-        .with_graph(crate::config::graph(&opened)?),
+        .with_documents(crate::config::documents(&opened)?),
     );
     let ended = match plan {
         Plan::Http(addr, tokens) => {

@@ -52,6 +52,25 @@ pub(crate) async fn run(
         writeln!(out, "{}", entry.id)?;
         return Ok(());
     }
+    let max = opened.store.info().limits.max_content_bytes;
+    if memory.content.len() > max {
+        // Longer than the store takes in one memory: kept whole, in linked parts.
+        let parts = opened
+            .store
+            .store_batch(&scope, memory.split_to_fit(max))
+            .await
+            .context("store the memory")?;
+        if let Some(first) = parts.first() {
+            eprintln!(
+                "longer than {max} bytes: stored in {} linked parts, tagged {}{}",
+                parts.len(),
+                memory_core::PART_OF_TAG_PREFIX,
+                first.id
+            );
+            writeln!(out, "{}", first.id)?;
+        }
+        return Ok(());
+    }
     let done = remember_once(opened.store.as_ref(), &scope, memory)
         .await
         .context("store the memory")?;

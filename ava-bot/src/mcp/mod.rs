@@ -71,8 +71,6 @@ pub(crate) struct Memory {
     web: Option<Arc<dyn hydrate::ContextSource>>,
     /// Where `context` gets passages of the user's documents (`ava docs`; `None`: nowhere).
     documents: Option<Arc<dyn hydrate::ContextSource>>,
-    /// Where `context` gets memories one hop from the message's names (`None`: nowhere).
-    graph: Option<Arc<dyn hydrate::ContextSource>>,
     tools: Vec<Tool>,
 }
 
@@ -91,7 +89,6 @@ impl Memory {
             reranker: None,
             web: None,
             documents: None,
-            graph: None,
             tools: tools()?,
         })
     }
@@ -120,13 +117,6 @@ impl Memory {
         documents: Option<Arc<dyn hydrate::ContextSource>>,
     ) -> Self {
         self.documents = documents;
-        self
-    }
-
-    /// Adds memories one hop from the message's names, from `graph`, to each `context`
-    /// prompt.
-    pub(crate) fn with_graph(mut self, graph: Option<Arc<dyn hydrate::ContextSource>>) -> Self {
-        self.graph = graph;
         self
     }
 }
@@ -516,7 +506,32 @@ impl AvaMcp {
         if a.pinned {
             memory = memory.pinned();
         }
-        let done = match a.replaces.as_deref().filter(|r| !r.trim().is_empty()) {
+        let max = self.store().info().limits.max_content_bytes;
+        let replaces = a.replaces.as_deref().filter(|r| !r.trim().is_empty());
+        if memory.content.len() > max && replaces.is_none() {
+            // Longer than the store takes in one memory: kept whole, in linked parts.
+            let parts = self
+                .store()
+                .store_batch(&self.scope, memory.split_to_fit(max))
+                .await
+                .context("could not store the memory")?;
+            let first = parts.first().context("the store returned no memory")?;
+            return reply(
+                format!(
+                    "Remembered in {} linked parts (first id {}, all tagged {}{}).",
+                    parts.len(),
+                    first.id,
+                    memory_core::PART_OF_TAG_PREFIX,
+                    first.id
+                ),
+                &Remembered {
+                    id: first.id.to_string(),
+                    pinned: first.pinned,
+                    already_known: false,
+                },
+            );
+        }
+        let done = match replaces {
             Some(old) => {
                 let old: MemoryId = old.trim().parse().context("bad `replaces`")?;
                 let entry = memory_core::supersede(
@@ -652,8 +667,7 @@ impl AvaMcp {
         .with_allocation(self.memory.allocation.clone())
         .with_reranker(self.memory.reranker.clone())
         .with_web(self.memory.web.clone())
-        .with_documents(self.memory.documents.clone())
-        .with_graph(self.memory.graph.clone());
+        .with_documents(self.memory.documents.clone());
         let prompt = agent.prepare(&self.scope, &a.message).await?;
         let blocks: Vec<String> = prompt
             .messages

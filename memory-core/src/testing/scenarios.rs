@@ -1751,6 +1751,52 @@ pub async fn empty_and_oversized_content_rejected(cx: Ctx) -> Outcome {
     Outcome::Passed
 }
 
+/// A message longer than the content limit goes in as linked parts
+/// ([`NewMemory::split_to_fit`]): every part is accepted, the parts are found again by their
+/// shared tag, newest first, and in time order they hold the whole text; the part holding a
+/// word near the end is found by keyword search.
+pub async fn oversized_message_stored_in_linked_parts(cx: Ctx) -> Outcome {
+    let b = &*cx.backend;
+    let s = scope("yann", None);
+    let max = b.info().limits.max_content_bytes;
+    let mut text = String::new();
+    let mut i = 0;
+    while text.len() <= max * 2 {
+        text.push_str(&format!(
+            "Line {i} of a very long answer, repeating itself. "
+        ));
+        i += 1;
+    }
+    text.push_str("The last line names the zeppelin.");
+    let whole = NewMemory::new(text.clone())
+        .with_role(crate::Role::Assistant)
+        .at(t0());
+    let parts = whole.split_to_fit(max);
+    assert!(parts.len() >= 3, "{} parts", parts.len());
+    let first = parts[0].id.expect("the first part has an id");
+    let stored = b.store_batch(&s, parts.clone()).await.unwrap();
+    assert_eq!(stored.len(), parts.len());
+    let tag = Tag::new(format!("{}{first}", crate::PART_OF_TAG_PREFIX)).unwrap();
+    let mut found = b
+        .by_tags(&s, &TagQuery::any([tag]), parts.len() + 5)
+        .await
+        .unwrap();
+    assert_eq!(found.len(), parts.len());
+    found.sort_by_key(|e| e.created_at);
+    let joined: String = found.iter().map(|e| e.content.as_str()).collect();
+    assert_eq!(joined, text);
+    assert_eq!(found[0].id, first);
+    if b.capabilities().supports(Capability::KeywordSearch) {
+        let hits = b
+            .search(&s, &SearchRequest::keyword("zeppelin"))
+            .await
+            .unwrap();
+        let last = found.last().map(|e| e.id);
+        assert_eq!(hit_ids(&hits).first().copied(), last);
+    }
+    Outcome::Passed
+}
+
 /// Malformed requests get InvalidInput before any work.
 pub async fn invalid_requests_are_rejected(cx: Ctx) -> Outcome {
     let b = &*cx.backend;
