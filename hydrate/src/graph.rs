@@ -81,7 +81,9 @@ pub const MAX_ENTITIES: usize = 16;
 pub const HOP_ENTITIES: usize = 8;
 
 /// The similarity of a memory that mentions one of the question's entities (plus 0.1 for
-/// each further one it mentions, up to 0.9). Graph relevance, not a cosine.
+/// each further one it mentions, up to 0.9). Graph relevance, not a cosine: it orders the
+/// graph's own items under its limit; `hydrate` ranks them against other candidates as
+/// memories the searches saw and did not match.
 const DIRECT_SIMILARITY: f32 = 0.7;
 
 /// The similarity of a memory reached one hop away: below every direct hit.

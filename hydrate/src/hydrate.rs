@@ -374,7 +374,14 @@ fn merge(
     let mut candidates: Vec<Candidate> = Vec::new();
     let mut at: HashMap<MemoryId, usize> = HashMap::new();
     for c in &mut collected {
-        for item in std::mem::take(&mut c.items) {
+        for mut item in std::mem::take(&mut c.items) {
+            // The graph's similarity orders its own items (direct mentions before hops); it
+            // is not a search's match to the observation, so it neither outranks a search
+            // hit nor claims room of its own: a memory only the graph found competes as one
+            // the searches saw and did not match.
+            if c.kind == SourceKind::Graph {
+                item.similarity = None;
+            }
             if let Some(id) = item.memory_id
                 && let Some(&i) = at.get(&id)
             {
@@ -422,7 +429,7 @@ fn merge(
         .enumerate()
         .map(|(i, cand)| {
             let unmatched = match cand.kind {
-                SourceKind::Temporal => unmatched_message,
+                SourceKind::Temporal | SourceKind::Graph => unmatched_message,
                 SourceKind::Knowledge => unmatched_fact,
                 _ => config.unmatched_relevance,
             };
