@@ -249,3 +249,45 @@ async fn the_graph_source_keeps_the_source_contract() {
     )
     .await;
 }
+
+/// The graph's own ordering (direct mentions, then hops) is not a match to the question: a
+/// memory only the graph found ranks below every memory a search matched, and one both found
+/// keeps the search's similarity.
+#[tokio::test]
+async fn a_memory_only_the_graph_found_ranks_below_every_search_hit() {
+    let store = store();
+    let alice = chat_scope("alice");
+    let ideas = "Porto trip ideas: a river cruise and the tile museum.";
+    remember(store.as_ref(), &alice, &[PORTO, BAKERY, OSLO, ideas]).await;
+    let cfg = with_graph(&store);
+    let mut request = request("What should we do in Porto?", 8000);
+    request.strategy.temporal_window = 0;
+    let h = hydrate(&cfg, &input(alice.clone(), request)).await.unwrap();
+    let report = compile(&cfg, &h).unwrap().report;
+    let section = |text: &str| {
+        let id =
+            h.ir.sections()
+                .iter()
+                .find(|s| s.content().contains(text))
+                .unwrap_or_else(|| panic!("{text} is a candidate"))
+                .id()
+                .to_owned();
+        report.sections.iter().find(|s| s.id == id).unwrap().clone()
+    };
+    let bakery = section(BAKERY);
+    assert_eq!(bakery.found_by, [SourceKind::Graph]);
+    assert_eq!(bakery.scores.as_ref().unwrap().similarity, None);
+    let hits: Vec<_> = report
+        .sections
+        .iter()
+        .filter(|s| s.found_by.contains(&SourceKind::Semantic))
+        .collect();
+    assert!(hits.len() >= 2, "{hits:#?}");
+    for hit in &hits {
+        assert!(hit.value > bakery.value, "{hit:#?} {bakery:#?}");
+    }
+    // Found by the search and the graph: one section, the search's similarity.
+    let porto = section(PORTO);
+    assert_eq!(porto.found_by, [SourceKind::Semantic, SourceKind::Graph]);
+    assert!(porto.scores.as_ref().unwrap().similarity.is_some());
+}
