@@ -19,19 +19,10 @@ use hydrate::{
     memory_provider,
 };
 use memory_core::{MemoryBackend, NewMemory, Role};
-use memory_sqlite::{SqliteBackend, SqliteConfig};
 use prompt_ir::{ContextRequest, TokenBudget};
 
 async fn store(dir: &tempfile::TempDir) -> Arc<dyn MemoryBackend> {
-    Arc::new(
-        SqliteBackend::open(
-            &dir.path().join("ava.db"),
-            Some(common::embedder()),
-            SqliteConfig::default(),
-        )
-        .await
-        .unwrap(),
-    )
+    common::sqlite_store(dir).await
 }
 
 fn cfg(backend: &Arc<dyn MemoryBackend>) -> HydrationConfig {

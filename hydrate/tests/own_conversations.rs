@@ -22,7 +22,6 @@ use hydrate::{
     memory_provider,
 };
 use memory_core::{MemoryBackend, MemoryId, NewMemory, Role};
-use memory_sqlite::{SqliteBackend, SqliteConfig};
 use prompt_ir::{Action, ContextRequest, TokenBudget};
 
 const ANSWERING: &str = "For the launch database we settled on PostgreSQL 16, with nightly backups to the Lisbon bucket.";
@@ -62,15 +61,7 @@ fn long_answer() -> String {
 }
 
 async fn seeded(dir: &tempfile::TempDir) -> (Arc<dyn MemoryBackend>, MemoryId) {
-    let store: Arc<dyn MemoryBackend> = Arc::new(
-        SqliteBackend::open(
-            &dir.path().join("ava.db"),
-            Some(common::embedder()),
-            SqliteConfig::default(),
-        )
-        .await
-        .unwrap(),
-    );
+    let store = common::sqlite_store(dir).await;
     let answer = long_answer();
     assert!((4_800..5_400).contains(&answer.len()), "{}", answer.len());
     let scope = chat_scope("alice");
@@ -170,15 +161,7 @@ async fn a_long_answer_reaches_a_tight_prompt_by_the_passage_that_answers() {
 /// Weeks of talk about a project, in which the dashboard's response time was said once and
 /// changed later; returns the store and the ids of the older and the newer statement.
 async fn changed_fact(dir: &tempfile::TempDir) -> (Arc<dyn MemoryBackend>, MemoryId, MemoryId) {
-    let store: Arc<dyn MemoryBackend> = Arc::new(
-        SqliteBackend::open(
-            &dir.path().join("ava.db"),
-            Some(common::embedder()),
-            SqliteConfig::default(),
-        )
-        .await
-        .unwrap(),
-    );
+    let store = common::sqlite_store(dir).await;
     let scope = chat_scope("alice");
     let mut turns = Vec::new();
     for day in 1..=20 {

@@ -39,6 +39,19 @@ pub(crate) fn embedder() -> Arc<dyn EmbeddingProvider> {
     Arc::new(HashingEmbedder::new(DIMS).unwrap())
 }
 
+/// A fresh SQLite store in `dir`, with [`embedder`].
+pub(crate) async fn sqlite_store(dir: &tempfile::TempDir) -> Arc<dyn MemoryBackend> {
+    Arc::new(
+        memory_sqlite::SqliteBackend::open(
+            &dir.path().join("ava.db"),
+            Some(embedder()),
+            memory_sqlite::SqliteConfig::default(),
+        )
+        .await
+        .unwrap(),
+    )
+}
+
 pub(crate) fn tokenizer() -> Arc<dyn Tokenizer> {
     Arc::new(TiktokenTokenizer::for_model("gpt-4o").unwrap())
 }
