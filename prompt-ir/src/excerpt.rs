@@ -139,17 +139,44 @@ pub(crate) fn fit(
         chosen.pop();
     }
     // `chosen` is best first: the least relevant kept passage is the last.
-    while !chosen.is_empty() {
-        let mut kept = chosen.clone();
+    let counted = |chosen: &[usize]| {
+        let mut kept = chosen.to_vec();
         kept.sort_unstable();
         let text = render(content, passages, &kept);
         let tokens = tokenizer.count(&text);
-        if tokens <= target {
-            return Some((kept, text, tokens));
+        (kept, text, tokens)
+    };
+    let mut best = loop {
+        if chosen.is_empty() {
+            return None;
+        }
+        let fitted = counted(&chosen);
+        if fitted.2 <= target {
+            break fitted;
         }
         chosen.pop();
+    };
+    // The estimate errs high: the passages it left out, best first, join while the excerpt
+    // as counted still fits, so the room it frees is not wasted.
+    for &k in &order {
+        let p = &passages[k];
+        // Only a passage that could fit the room left is counted in (its count is cached).
+        let slack = target.saturating_sub(best.2);
+        if chosen.contains(&k)
+            || chosen.len() + 1 >= passages.len()
+            || tokenizer.count(&content[p.start..p.end]) > slack
+        {
+            continue;
+        }
+        chosen.push(k);
+        let fitted = counted(&chosen);
+        if fitted.2 <= target {
+            best = fitted;
+        } else {
+            chosen.pop();
+        }
     }
-    None
+    Some(best)
 }
 
 #[cfg(test)]
@@ -213,6 +240,34 @@ mod tests {
         // relevant passage still goes (an excerpt is shorter than the whole).
         assert!(fit(&c, &p, 3, &tok).is_none());
         assert_eq!(fit(&c, &p, 100, &tok).unwrap().0, [1, 2]);
+    }
+
+    #[test]
+    fn room_the_estimate_left_is_filled() {
+        let content = "- a: A b. C d e. F g. H i j k.";
+        let passages: Vec<Passage> = [
+            ("A b.", 0.9),
+            ("C d e.", 0.1),
+            ("F g.", 0.8),
+            ("H i j k.", 0.2),
+        ]
+        .iter()
+        .map(|(t, score)| {
+            let start = content.find(t).unwrap();
+            Passage {
+                start,
+                end: start + t.len(),
+                score: *score,
+            }
+        })
+        .collect();
+        let tok = WhitespaceTokenizer;
+        // The estimate (a marker per passage) takes the two best; neighbours need no marker,
+        // so the least relevant passage that fits joins them.
+        let (kept, text, tokens) = fit(content, &passages, 11, &tok).unwrap();
+        assert_eq!(kept, [0, 1, 2]);
+        assert_eq!(text, "- a: A b. C d e. F g. […]");
+        assert_eq!(tokens, 10);
     }
 
     #[test]
