@@ -59,9 +59,11 @@ pub(crate) struct Args {
     json: bool,
     /// With `--context-budget`, an experiment: a setting other than the product's
     /// (repeatable), one of `semantic_threshold`, `semantic_limit`, `temporal_window`,
-    /// `keep_recent`, `item_tokens`, `unmatched_relevance`, `decay_floor` (numbers), or
-    /// `allocation` (`relevance`, `information`, `fixed:SYSTEM,CONTEXT,OBSERVATION`). The
-    /// output says it is an experiment.
+    /// `keep_recent`, `item_tokens`, `unmatched_relevance`, `decay_floor`, `cue_time`,
+    /// `cue_phrase`, `cue_name`, `near_duplicate` (numbers), `excerpts=0` (long memories cut
+    /// at their head), `graph=0` (no graph family), or `allocation` (`relevance`,
+    /// `information`, `fixed:SYSTEM,CONTEXT,OBSERVATION`). The output says it is an
+    /// experiment.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
 }
