@@ -387,14 +387,6 @@ fn explain(
                         .filter_map(|&k| i.passages.get(k).copied())
                         .collect::<Vec<_>>()
                 });
-            let reason = match &excerpt {
-                Some(kept) => format!(
-                    "shortened to an excerpt: its {} passage(s) most relevant to the \
-                     message, in order, gaps marked […]; lowest value while over budget",
-                    kept.len()
-                ),
-                None => o.reason.to_string(),
-            };
             SectionExplain {
                 id: o.id.clone(),
                 label: o.label.clone(),
@@ -403,7 +395,7 @@ fn explain(
                 priority: o.priority,
                 value: o.value,
                 action: o.action,
-                reason,
+                reason: o.reason.to_string(),
                 scores: info.and_then(|i| i.scores.clone()),
                 found_by: info.map(|i| i.found_by.clone()).unwrap_or_default(),
                 excerpt,

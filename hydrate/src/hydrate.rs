@@ -440,6 +440,8 @@ fn merge(
         Some(t) => near_duplicates(&candidates, &relevance, &tail, t),
         None => HashSet::new(),
     };
+    // Long items are marked out in passages scored against the question when excerpts are on.
+    let excerpts_for = config.excerpts.then_some(question);
     // Section ids are `kind:key`; gathering keeps one item per key and kind, and this
     // keeps it so, whatever a source returned: a repeat is a duplicate, never an error.
     let mut ids: HashSet<String> = HashSet::new();
@@ -450,9 +452,8 @@ fn merge(
             }
             continue;
         }
-        let question = config.excerpts.then_some(question);
         let (mut section, passages) =
-            item_section(&cand, question, tail.contains(&i), relevance[i])?;
+            item_section(&cand, excerpts_for, tail.contains(&i), relevance[i])?;
         if !ids.insert(section.id().to_owned()) {
             if let Some(report) = reports.get_mut(&cand.kind) {
                 report.duplicates += 1;
@@ -656,12 +657,13 @@ fn item_section(
     relevance: Relevance,
 ) -> Result<(Section, Vec<(usize, usize)>)> {
     let (kind, item) = (cand.kind, &cand.item);
-    let long = render::item_line(kind, item).len() > SHRINKABLE_BYTES;
+    // One rendering: the passages only mark where each piece lands in the same line.
     let ranges = match question {
-        Some(_) if long => passages::passages(&item.content),
-        _ => Vec::new(),
+        Some(_) => passages::passages(&item.content),
+        None => Vec::new(),
     };
     let (line, spans) = render::item_line_in_passages(kind, item, &ranges);
+    let long = line.len() > SHRINKABLE_BYTES;
     let priority = if protected || (item.pinned && kind == SourceKind::Knowledge) {
         Priority::High
     } else {
@@ -681,6 +683,7 @@ fn item_section(
         s = s.with_recency(at.to_datetime());
     }
     if let Some(question) = question
+        && long
         && spans.len() >= 2
     {
         let scores = passages::score_passages(question, &item.content, &ranges);

@@ -102,6 +102,9 @@ pub enum Reason {
     HigherValue,
     /// Truncated: among the lowest-value items while the pool was over budget.
     LowValueShrunk,
+    /// Shortened to an excerpt of its most relevant passages: among the lowest-value items
+    /// while the pool was over budget.
+    LowValueExcerpted,
     /// Dropped: among the lowest-value items, and the rest would not fit even at their
     /// smallest useful sizes.
     LowValueDropped,
@@ -117,6 +120,10 @@ impl fmt::Display for Reason {
             Reason::HigherValue => "kept whole: cutting lower-value items made room",
             Reason::LowValueShrunk => {
                 "truncated at a sentence or line boundary: lowest value while over budget"
+            }
+            Reason::LowValueExcerpted => {
+                "shortened to an excerpt: its passages most relevant to the message, in order, \
+                 gaps marked […]; lowest value while over budget"
             }
             Reason::LowValueDropped => {
                 "dropped: lowest value, and the rest would not fit even at their smallest \
@@ -341,7 +348,12 @@ pub fn compress(budget: &TokenBudget, ir: &PromptIR, tokenizer: &dyn Tokenizer) 
                     from: item.tokens,
                     to,
                 },
-                Reason::LowValueShrunk,
+                match item.slot {
+                    Slot::Section(i) if sections.get(i).is_some_and(|s| s.excerpt().is_some()) => {
+                        Reason::LowValueExcerpted
+                    }
+                    _ => Reason::LowValueShrunk,
+                },
             ),
             State::Dropped(reason) => (
                 Action::Dropped {
@@ -788,6 +800,7 @@ mod tests {
             Reason::Critical.to_string(),
             "critical: never truncated or dropped"
         );
+        assert!(Reason::LowValueExcerpted.to_string().contains("excerpt"));
         let json = serde_json::to_value(Action::Truncated { from: 9, to: 4 }).unwrap();
         assert_eq!(
             json,
