@@ -6,6 +6,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+use crate::entry::split_text;
 use crate::error::{MemoryError, Result};
 
 /// The identity of an embedding space: vectors are only comparable within one.
@@ -193,6 +194,52 @@ pub trait EmbeddingProvider: Send + Sync + fmt::Debug {
     fn max_batch(&self) -> usize {
         64
     }
+
+    /// The longest text, in UTF-8 bytes, whose whole meaning this embedder surely takes in
+    /// (a model reads a fixed number of tokens and drops the rest). Stores embed a longer
+    /// memory as passages of at most this many bytes ([`embed_passages`]), so that its end
+    /// is found by meaning as well as its head. `None` (the default): no limit that
+    /// matters; every text is one vector.
+    fn window_bytes(&self) -> Option<usize> {
+        None
+    }
+}
+
+/// Embeds each text as the passages that fit `provider`'s window
+/// ([`EmbeddingProvider::window_bytes`], cut by [`split_text`]): one vector for a text that
+/// fits, one per passage, in order, for a longer one. Every passage of every text goes
+/// through [`embed_all`] together, in batches. A text that is empty or only whitespace gets
+/// one vector of the whole text, as [`embed_all`] would give it.
+///
+/// A store ranks a memory by its best passage's similarity; its first vector is its head's.
+pub async fn embed_passages<P: EmbeddingProvider + ?Sized>(
+    provider: &P,
+    texts: &[&str],
+) -> Result<Vec<Vec<Embedding>>> {
+    let window = provider.window_bytes();
+    let mut pieces: Vec<&str> = Vec::with_capacity(texts.len());
+    let mut counts: Vec<usize> = Vec::with_capacity(texts.len());
+    for text in texts {
+        let cut: Vec<&str> = match window {
+            Some(w) if text.len() > w => split_text(text, w)
+                .into_iter()
+                .filter_map(|r| text.get(r))
+                .collect(),
+            _ => Vec::new(),
+        };
+        if cut.is_empty() {
+            pieces.push(text);
+            counts.push(1);
+        } else {
+            counts.push(cut.len());
+            pieces.extend(cut);
+        }
+    }
+    let mut vectors = embed_all(provider, &pieces).await?.into_iter();
+    Ok(counts
+        .into_iter()
+        .map(|n| vectors.by_ref().take(n).collect())
+        .collect())
 }
 
 /// Embeds any number of texts with `provider`, in batches of at most its `max_batch`,
@@ -237,6 +284,9 @@ macro_rules! forward_embedder {
             }
             fn max_batch(&self) -> usize {
                 (**self).max_batch()
+            }
+            fn window_bytes(&self) -> Option<usize> {
+                (**self).window_bytes()
             }
         }
     )*};

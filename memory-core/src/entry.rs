@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeSet, HashSet};
 use std::fmt;
+use std::ops::Range;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
@@ -466,32 +467,9 @@ impl NewMemory {
             return vec![self];
         }
         let text = self.content.as_str();
-        let mut cuts = Vec::new();
-        let mut at = 0;
-        while text.len() - at > max_bytes {
-            let mut end = at + max_bytes;
-            while !text.is_char_boundary(end) {
-                end -= 1;
-            }
-            let window = &text[at..end];
-            let half = window.len() / 2;
-            let cut = ["\n\n", "\n", ". ", " "]
-                .iter()
-                .find_map(|sep| {
-                    window
-                        .rfind(sep)
-                        .filter(|&i| i >= half)
-                        .map(|i| at + i + sep.len())
-                })
-                .unwrap_or(end);
-            cuts.push(at..cut);
-            at = cut;
-        }
-        cuts.push(at..text.len());
-        let pieces: Vec<&str> = cuts
+        let pieces: Vec<&str> = split_text(text, max_bytes)
             .into_iter()
             .filter_map(|r| text.get(r))
-            .filter(|p| !p.trim().is_empty())
             .collect();
         let first = self.id.unwrap_or_default();
         let start = self.created_at.unwrap_or_else(Timestamp::now);
@@ -573,6 +551,43 @@ impl NewMemory {
             embedded,
         }
     }
+}
+
+/// Cuts `text` into consecutive pieces of at most `max_bytes` bytes each (at least 8; a
+/// smaller limit is taken as 8), at a paragraph, line, sentence or word break in the second
+/// half of each piece where there is one, else at the last character that fits. The
+/// pieces together are the whole text, in order, except that pieces holding only
+/// whitespace are left out. A text of at most `max_bytes` is one piece.
+///
+/// The one rule for cutting a long text: [`NewMemory::split_to_fit`] stores a message too
+/// long for a store as linked parts with it, and [`embed_passages`](crate::embed_passages)
+/// embeds a memory longer than the embedder's window as passages with it.
+pub fn split_text(text: &str, max_bytes: usize) -> Vec<Range<usize>> {
+    let max_bytes = max_bytes.max(8);
+    let mut cuts = Vec::new();
+    let mut at = 0;
+    while text.len() - at > max_bytes {
+        let mut end = at + max_bytes;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let window = &text[at..end];
+        let half = window.len() / 2;
+        let cut = ["\n\n", "\n", ". ", " "]
+            .iter()
+            .find_map(|sep| {
+                window
+                    .rfind(sep)
+                    .filter(|&i| i >= half)
+                    .map(|i| at + i + sep.len())
+            })
+            .unwrap_or(end);
+        cuts.push(at..cut);
+        at = cut;
+    }
+    cuts.push(at..text.len());
+    cuts.retain(|r| text.get(r.clone()).is_some_and(|p| !p.trim().is_empty()));
+    cuts
 }
 
 /// Checks memory content: not blank, no NUL characters, at most `max_bytes` bytes.

@@ -14,9 +14,14 @@ use crate::keyword::tokenize;
 /// buckets with a hashed sign; the vector is L2-normalised. Texts that share words are
 /// close; synonyms are not. It exists so tests, benches and machines without a model get
 /// stable vectors with no I/O. Its space is `hash/fnv1a-words-v1`.
+///
+/// With [`HashingEmbedder::with_window`] it reads only the head of a text, as a model with
+/// a fixed number of tokens does, and says so ([`EmbeddingProvider::window_bytes`]): what
+/// tests of long memories need.
 #[derive(Clone, Debug)]
 pub struct HashingEmbedder {
     space: Arc<EmbeddingSpace>,
+    window: Option<usize>,
 }
 
 impl HashingEmbedder {
@@ -29,14 +34,27 @@ impl HashingEmbedder {
     pub fn new(dims: usize) -> Result<Self> {
         Ok(Self {
             space: Arc::new(EmbeddingSpace::new(Self::PROVIDER, Self::MODEL, dims)?),
+            window: None,
         })
+    }
+
+    /// The same embedder reading only the first `bytes` of a text (cut back to a character
+    /// boundary) and declaring that window. Its vectors are in the same space: a text that
+    /// fits gets the same vector.
+    pub fn with_window(mut self, bytes: usize) -> Self {
+        self.window = Some(bytes);
+        self
     }
 
     /// Embeds one text synchronously.
     pub fn embed_sync(&self, text: &str) -> Embedding {
         let dims = self.space.dims;
         let mut v = vec![0.0f32; dims];
-        for word in tokenize(text) {
+        let mut end = self.window.unwrap_or(text.len()).min(text.len());
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        for word in tokenize(&text[..end]) {
             let h = fnv1a(word.as_bytes());
             // dims >= 1 by construction, so the modulo is defined.
             let bucket = (h % dims as u64) as usize;
@@ -70,6 +88,10 @@ impl EmbeddingProvider for HashingEmbedder {
     fn max_batch(&self) -> usize {
         1024
     }
+
+    fn window_bytes(&self) -> Option<usize> {
+        self.window
+    }
 }
 
 #[cfg(test)]
@@ -93,5 +115,39 @@ mod tests {
         assert!(cosine(a.vector(), c.vector()) < 0.3);
         assert_eq!(a, e.embed_sync("the cat sat on the mat"));
         assert_eq!(a.vector().len(), 256);
+    }
+
+    /// With a window, a long text is one vector per passage, and its tail is found by the
+    /// passage that holds it; without one it stays a single vector.
+    #[tokio::test]
+    async fn a_window_embeds_long_texts_as_passages() {
+        let filler = "We compared the quarterly budget figures line by line. ".repeat(12);
+        let long = format!("{filler}\n\nThe lighthouse keeper feeds seven gulls.");
+        let plain = HashingEmbedder::new(64).unwrap();
+        let windowed = plain.clone().with_window(200);
+        assert_eq!(windowed.window_bytes(), Some(200));
+        assert_eq!(windowed.embed_sync("short"), plain.embed_sync("short"));
+
+        let out = crate::embed_passages(&windowed, &[long.as_str(), "short"])
+            .await
+            .unwrap();
+        assert_eq!(out[1].len(), 1);
+        let passages = crate::split_text(&long, 200);
+        assert!(passages.len() >= 4, "{passages:?}");
+        assert_eq!(out[0].len(), passages.len());
+        let q = plain.embed_sync("lighthouse keeper gulls");
+        let best = |vs: &[Embedding]| {
+            vs.iter()
+                .map(|v| cosine(v.vector(), q.vector()))
+                .fold(f32::MIN, f32::max)
+        };
+        assert!(best(&out[0]) > 0.7, "{}", best(&out[0]));
+        // Read whole by one vector, the head alone misses the tail.
+        let head = windowed.embed_sync(&long);
+        assert!(cosine(head.vector(), q.vector()) < 0.3);
+        let whole = crate::embed_passages(&plain, &[long.as_str()])
+            .await
+            .unwrap();
+        assert_eq!(whole[0].len(), 1);
     }
 }

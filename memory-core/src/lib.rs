@@ -37,10 +37,13 @@ pub mod testing;
 
 pub use backend::{Ingested, MemoryBackend, ensure_scope};
 pub use capability::{BackendInfo, Capabilities, Capability, Limits, Topology};
-pub use embedding::{Embedding, EmbeddingProvider, EmbeddingSpace, cosine, embed_all, normalize};
+pub use embedding::{
+    Embedding, EmbeddingProvider, EmbeddingSpace, cosine, embed_all, embed_passages, normalize,
+};
 pub use entry::{
     DEFAULT_MAX_CONTENT_BYTES, Importance, MAX_TAG_BYTES, MemoryEntry, MemoryId, MemoryKind,
-    MemoryPatch, NewMemory, PART_OF_TAG_PREFIX, Role, Tag, TagSet, tags, validate_content,
+    MemoryPatch, NewMemory, PART_OF_TAG_PREFIX, Role, Tag, TagSet, split_text, tags,
+    validate_content,
 };
 pub use error::{BoxError, ErrorChain, MemoryError, Result, repeated_cause};
 pub use hash_embedder::HashingEmbedder;

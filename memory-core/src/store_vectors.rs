@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 use crate::capability::Capability;
-use crate::embedding::{Embedding, EmbeddingProvider, EmbeddingSpace, embed_all};
+use crate::embedding::{Embedding, EmbeddingProvider, EmbeddingSpace, embed_passages};
 use crate::entry::NewMemory;
 use crate::error::{MemoryError, Result};
 use crate::query::SearchRequest;
@@ -92,28 +92,49 @@ impl StoreVectors<'_> {
         }
     }
 
+    /// The vectors of a memory's new text (an update): one per passage, as
+    /// [`StoreVectors::embed_missing`] computes them; empty without an embedder.
+    pub async fn embed_text(&self, text: &str) -> Result<Vec<Vec<f32>>> {
+        match self.embedder {
+            Some(embedder) => Ok(embed_passages(embedder, &[text])
+                .await?
+                .into_iter()
+                .flatten()
+                .map(Embedding::into_vector)
+                .collect()),
+            None => Ok(Vec::new()),
+        }
+    }
+
     /// Takes each memory's given vector and embeds the content of those without one, in
-    /// batches ([`embed_all`]); one entry per memory, in order, `None` where the store has
-    /// no embedder.
+    /// batches: one entry per memory, in order, holding its vectors (empty where the store
+    /// has no embedder). A given vector is the memory's only one; a computed one is one
+    /// per passage ([`embed_passages`]: a memory longer than the embedder's window gets
+    /// one vector per passage that fits it, the head's first).
     ///
     /// Given vectors are not checked here: check the batch first
     /// ([`NewMemory::validate_batch`] with [`StoreVectors::check`]).
-    pub async fn embed_missing(&self, memories: &mut [NewMemory]) -> Result<Vec<Option<Vec<f32>>>> {
-        let mut vectors: Vec<Option<Vec<f32>>> = memories
+    pub async fn embed_missing(&self, memories: &mut [NewMemory]) -> Result<Vec<Vec<Vec<f32>>>> {
+        let mut vectors: Vec<Vec<Vec<f32>>> = memories
             .iter_mut()
-            .map(|m| m.embedding.take().map(Embedding::into_vector))
+            .map(|m| {
+                m.embedding
+                    .take()
+                    .map(|e| vec![e.into_vector()])
+                    .unwrap_or_default()
+            })
             .collect();
         if let Some(embedder) = self.embedder {
             let missing: Vec<usize> = (0..memories.len())
-                .filter(|i| vectors[*i].is_none())
+                .filter(|i| vectors[*i].is_empty())
                 .collect();
             let texts: Vec<&str> = missing
                 .iter()
                 .map(|i| memories[*i].content.as_str())
                 .collect();
-            let computed = embed_all(embedder, &texts).await?;
+            let computed = embed_passages(embedder, &texts).await?;
             for (i, e) in missing.into_iter().zip(computed) {
-                vectors[i] = Some(e.into_vector());
+                vectors[i] = e.into_iter().map(Embedding::into_vector).collect();
             }
         }
         Ok(vectors)
@@ -271,14 +292,14 @@ mod tests {
         assert_eq!(
             out,
             [
-                Some(embedder.embed_sync("cats purr").into_vector()),
-                Some(vec![1.0, 0.0, 0.0, 0.0]),
+                vec![embedder.embed_sync("cats purr").into_vector()],
+                vec![vec![1.0, 0.0, 0.0, 0.0]],
             ]
         );
         assert!(memories.iter().all(|m| m.embedding.is_none()));
 
         let mut memories = vec![NewMemory::new("cats purr")];
         let out = without(None).embed_missing(&mut memories).await.unwrap();
-        assert_eq!(out, [None]);
+        assert_eq!(out, [Vec::<Vec<f32>>::new()]);
     }
 }

@@ -41,18 +41,25 @@ struct State {
 #[derive(Debug)]
 struct Item {
     entry: MemoryEntry,
-    vector: Option<Vec<f32>>,
+    /// One vector per passage (one for a memory that fits the embedder's window); empty
+    /// without an embedder.
+    vectors: Vec<Vec<f32>>,
     terms: Vec<String>,
 }
 
 impl Item {
-    fn new(entry: MemoryEntry, vector: Option<Vec<f32>>) -> Self {
+    fn new(entry: MemoryEntry, vectors: Vec<Vec<f32>>) -> Self {
         let terms = tokenize(&entry.content);
         Self {
             entry,
-            vector,
+            vectors,
             terms,
         }
+    }
+
+    /// Similarity to `q`: the best passage's; `None` without vectors.
+    fn similarity(&self, q: &[f32]) -> Option<f32> {
+        self.vectors.iter().map(|v| cosine(q, v)).reduce(f32::max)
     }
 }
 
@@ -143,7 +150,7 @@ impl MemoryBackend for InMemoryBackend {
         let items: Vec<Item> = memories
             .into_iter()
             .zip(vectors)
-            .map(|(m, v)| Item::new(m.into_entry(scope, now, v.is_some()), v))
+            .map(|(m, v)| Item::new(m.into_entry(scope, now, !v.is_empty()), v))
             .collect();
         let mut state = self.write();
         // Checked again under the write lock: another task may have taken an id meanwhile.
@@ -197,7 +204,7 @@ impl MemoryBackend for InMemoryBackend {
                 };
                 let mut hits: Vec<(MemoryId, f32)> = candidates
                     .iter()
-                    .filter_map(|i| i.vector.as_ref().map(|v| (i.entry.id, cosine(q, v))))
+                    .filter_map(|i| i.similarity(q).map(|s| (i.entry.id, s)))
                     .collect();
                 sort_hits(&mut hits);
                 hits.truncate(take);
@@ -294,9 +301,9 @@ impl MemoryBackend for InMemoryBackend {
         }
         // Exists in this scope? (checked before embedding, so a foreign id costs nothing)
         self.get(scope, id).await?;
-        let new_vector = match (&patch.content, &self.embedder) {
-            (Some(c), Some(e)) => Some(e.embed(c).await?.into_vector()),
-            _ => None,
+        let new_vectors = match &patch.content {
+            Some(c) => Some(self.vectors().embed_text(c).await?),
+            None => None,
         };
         let mut state = self.write();
         let item = state
@@ -308,8 +315,8 @@ impl MemoryBackend for InMemoryBackend {
         patch.apply(&mut item.entry);
         if content_changed {
             item.terms = tokenize(&item.entry.content);
-            if new_vector.is_some() {
-                item.vector = new_vector;
+            if let Some(v) = new_vectors.filter(|v| !v.is_empty()) {
+                item.vectors = v;
             }
         }
         Ok(item.entry.clone())

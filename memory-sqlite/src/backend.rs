@@ -79,7 +79,7 @@ impl MemoryBackend for SqliteBackend {
         let entries: Vec<MemoryEntry> = memories
             .into_iter()
             .zip(&vectors)
-            .map(|(m, v)| m.into_entry(scope, now, v.is_some()))
+            .map(|(m, v)| m.into_entry(scope, now, !v.is_empty()))
             .collect();
         let scope = scope.clone();
         self.worker
@@ -91,7 +91,7 @@ impl MemoryBackend for SqliteBackend {
                         // Another process re-embedded the store into another space: keep
                         // the text, without vectors of the old space; a process of the
                         // new space embeds them when it searches their scope.
-                        vectors.iter_mut().for_each(|v| *v = None);
+                        vectors.iter_mut().for_each(Vec::clear);
                         entries.iter_mut().for_each(|e| e.embedded = false);
                     }
                     if entries.is_empty() {
@@ -106,11 +106,11 @@ impl MemoryBackend for SqliteBackend {
                     for (e, v) in entries.iter().zip(&mut vectors) {
                         // A taken id writes nothing; the error drops the transaction, which
                         // rolls back the rows already written for this batch.
-                        let Some(pk) = inserter.insert(e, v.as_deref())? else {
+                        let Some((_, written)) = inserter.insert(e, std::mem::take(v))? else {
                             return Err(MemoryError::Conflict { id: e.id }.into());
                         };
-                        if let Some(v) = v.take() {
-                            ops.append(scope_id, pk, v);
+                        for (rowid, v) in written {
+                            ops.append(scope_id, rowid, v);
                         }
                     }
                     Ok(())
@@ -211,9 +211,9 @@ impl MemoryBackend for SqliteBackend {
             validate_content(c, self.config.limits.max_content_bytes)?;
         }
         let mut entry = self.get(scope, id).await?;
-        let vector = match (&patch.content, &self.embedder) {
-            (Some(c), Some(e)) => Some(e.embed(c).await?.into_vector()),
-            _ => None,
+        let vectors = match &patch.content {
+            Some(c) => self.vectors().embed_text(c).await?,
+            None => Vec::new(),
         };
         let content_changed = patch.content.is_some();
         let reindex = content_changed || patch.context.is_some();
@@ -222,27 +222,32 @@ impl MemoryBackend for SqliteBackend {
         if content_changed {
             // Without an embedder, changed content has no vector until a store opened with
             // one backfills it.
-            entry.embedded = vector.is_some();
+            entry.embedded = !vectors.is_empty();
         }
         let (scope_c, path) = (scope.clone(), self.path.clone());
         let e = entry.clone();
         self.worker
             .call(move |conn| {
-                let mut vector = vector;
+                let mut vectors = vectors;
                 let mut e = e;
                 conn.write(|tx, space, ops| {
-                    if vector.is_some() && space != SpaceCheck::Same {
+                    if !vectors.is_empty() && space != SpaceCheck::Same {
                         // Re-embedded into another space by another process: no vector of
                         // ours; a process of the new space embeds it later.
-                        vector = None;
+                        vectors.clear();
                         e.embedded = false;
                     }
                     let sql = Sql { conn: tx, path: &path };
                     let scope_id = sql.scope_id(&scope_c)?.ok_or(MemoryError::NotFound { id })?;
                     let pk = sql.find_pk(scope_id, id)?.ok_or(MemoryError::NotFound { id })?;
+                    // The old vectors go while the row still says how many there are.
+                    if content_changed && sql.has_vec_table()? {
+                        sql.delete_vectors(pk)?;
+                    }
                     tx.execute(
                         "UPDATE memories SET kind = ?1, content = ?2, context = ?3, importance = ?4, pinned = ?5, \
-                         valid_until = ?6, superseded_by = ?7, embedded = ?8 WHERE pk = ?9",
+                         valid_until = ?6, superseded_by = ?7, \
+                         embedded = CASE WHEN ?8 THEN 0 ELSE embedded END WHERE pk = ?9",
                         rusqlite::params![
                             e.kind.as_str(),
                             e.content,
@@ -251,7 +256,7 @@ impl MemoryBackend for SqliteBackend {
                             e.pinned,
                             e.valid_until.map(Timestamp::as_millis),
                             e.superseded_by.map(|s| s.as_uuid().as_bytes().to_vec()),
-                            e.embedded,
+                            content_changed,
                             pk
                         ],
                     )?;
@@ -264,11 +269,8 @@ impl MemoryBackend for SqliteBackend {
                         sql.insert_fts(pk, scope_id, &e.content, e.context.as_deref())?;
                     }
                     if content_changed {
-                        if sql.has_vec_table()? {
-                            tx.execute("DELETE FROM memory_vec WHERE rowid = ?1", [pk])?;
-                        }
-                        if let Some(v) = &vector {
-                            sql.insert_vec(pk, scope_id, v)?;
+                        if !vectors.is_empty() {
+                            sql.insert_vectors(pk, scope_id, &vectors)?;
                         }
                         ops.invalidate(scope_id);
                     }

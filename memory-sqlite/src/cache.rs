@@ -14,9 +14,13 @@ use std::collections::{HashMap, HashSet};
 
 use rusqlite::{CachedStatement, Connection, OptionalExtension};
 
+use crate::sql::vector_rowid;
+
 /// One scope's vectors.
 #[derive(Debug)]
 struct Block {
+    /// Each vector's vec0 rowid: its memory's pk, or a further passage's
+    /// ([`crate::sql::vector_rowid`]).
     pks: Vec<i64>,
     vectors: Vectors,
     last_used: u64,
@@ -366,14 +370,11 @@ fn stored_vector(
     })
 }
 
-/// How many of the scope's memories have a vector. Both counts come from indexes (the scope
-/// index, the partial index of memories without a vector), without visiting a row.
+/// How many vectors the scope holds ([`crate::sql::VECTOR_COUNT_SQL`]: one per embedded
+/// memory and the further passages of long ones, counted from indexes).
 fn embedded_count(conn: &Connection, scope_id: i64) -> Option<usize> {
     let n: i64 = conn
-        .prepare_cached(
-            "SELECT (SELECT count(*) FROM memories WHERE scope_id = ?1) \
-                  - (SELECT count(*) FROM memories WHERE scope_id = ?1 AND embedded = 0)",
-        )
+        .prepare_cached(crate::sql::VECTOR_COUNT_SQL)
         .ok()?
         .query_row([scope_id], |r| r.get(0))
         .ok()?;
@@ -446,7 +447,8 @@ fn dual_scan(
 ) -> Scanned {
     let (mut all, bound) = approximate(0..pks.len(), block, dims, q);
     let dot = dot_fn();
-    refine(&mut all, exact, bound, |i| {
+    let memory = |i: usize| pks.get(i).map_or(-1, |rowid| crate::sql::memory_pk(*rowid));
+    refine(&mut all, exact, bound, memory, |i| {
         Ok(vecs.get(i * dims..(i + 1) * dims).map(|v| dot(q, v)))
     })
     .unwrap_or(());
@@ -477,7 +479,7 @@ pub(crate) fn rescore(
     let dot = dot_fn();
     let mut scratch = Vec::with_capacity(dims);
     let mut raw = vec![0f32; dims];
-    refine(items, exact, bound, |pk| {
+    refine(items, exact, bound, crate::sql::memory_pk, |pk| {
         if !stored_vector(&mut stmt, pk, &mut raw)? {
             return Ok(None);
         }
@@ -488,17 +490,24 @@ pub(crate) fn rescore(
 }
 
 /// [`rescore`]'s loop, with `exact_score` giving an item's exact similarity (`None`: it has
-/// no vector; it keeps its approximation).
+/// no vector; it keeps its approximation) and `memory` the memory an item's vector belongs
+/// to. The best `exact` are counted by memory: a long memory's passages are one memory,
+/// whose similarity is its best passage's, so the loop goes on until the best `exact`
+/// memories are exact (an item left unscored is below all of them, so it can neither
+/// enter nor raise them).
 fn refine<K: Copy + Ord>(
     items: &mut [(K, f32)],
     exact: usize,
     bound: f32,
+    memory: impl Fn(K) -> i64,
     mut exact_score: impl FnMut(K) -> rusqlite::Result<Option<f32>>,
 ) -> rusqlite::Result<()> {
     let exact = exact.max(1).min(items.len());
     let by_score = |a: &(K, f32), b: &(K, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-    // The best exact similarities so far, highest first (at most `exact` of them).
-    let mut best: Vec<f32> = Vec::with_capacity(exact + 1);
+    // The best exact similarity of each memory scored so far, and the best `exact` of
+    // them, highest first.
+    let mut maxima: HashMap<i64, f32> = HashMap::new();
+    let mut best: Vec<(f32, i64)> = Vec::with_capacity(exact + 1);
     let mut done = 0;
     let mut batch = (exact * 4).max(64);
     'outer: while done < items.len() && done < MAX_RESCORED {
@@ -509,23 +518,30 @@ fn refine<K: Copy + Ord>(
         }
         rest[..end - done].sort_by(by_score);
         for i in done..end {
-            let Some(&(pk, approx)) = items.get(i) else {
+            let Some(&(key, approx)) = items.get(i) else {
                 break 'outer;
             };
             if i >= MAX_RESCORED
-                || (best.len() >= exact && best.last().is_some_and(|&kth| approx + bound < kth))
+                || (best.len() >= exact && best.last().is_some_and(|&(kth, _)| approx + bound < kth))
             {
                 break 'outer;
             }
-            let Some(score) = exact_score(pk)? else {
+            let Some(score) = exact_score(key)? else {
                 continue;
             };
             if let Some(slot) = items.get_mut(i) {
                 slot.1 = score;
             }
-            let at = best.partition_point(|&b| b >= score);
+            let m = memory(key);
+            let max = maxima.entry(m).or_insert(score);
+            if score < *max {
+                continue;
+            }
+            *max = score;
+            best.retain(|&(_, g)| g != m);
+            let at = best.partition_point(|&(b, _)| b >= score);
             if at < exact {
-                best.insert(at, score);
+                best.insert(at, (score, m));
                 best.truncate(exact);
             }
         }
@@ -749,12 +765,19 @@ impl VectorCache {
             return Ok(block);
         }
         let mut pks_stmt = conn.prepare_cached(
-            "SELECT pk FROM memories WHERE scope_id = ?1 AND embedded = 1 ORDER BY pk",
+            "SELECT pk, embedded FROM memories WHERE scope_id = ?1 AND embedded > 0 ORDER BY pk",
         )?;
-        let pks: Vec<i64> = pks_stmt
-            .query_map([scope_id], |r| r.get(0))?
+        let memories: Vec<(i64, i64)> = pks_stmt
+            .query_map([scope_id], |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect::<rusqlite::Result<_>>()?;
-        self.load_by_rowid(conn, pks, clock)
+        // Every vector's rowid: the memory's own, then its further passages'.
+        let rowids = memories
+            .into_iter()
+            .flat_map(|(pk, n)| {
+                (0..usize::try_from(n).unwrap_or(1)).filter_map(move |k| vector_rowid(pk, k))
+            })
+            .collect();
+        self.load_by_rowid(conn, rowids, clock)
     }
 
     /// The scope's block from vec0's chunks (see [`Self::read_chunks`]).

@@ -35,7 +35,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use memory_core::{EmbeddingProvider, EmbeddingSpace, Limits, MemoryError, Result, embed_all};
+use memory_core::{
+    Embedding, EmbeddingProvider, EmbeddingSpace, Limits, MemoryError, Result, embed_passages,
+};
 use rusqlite::OptionalExtension;
 
 pub use error::SqliteError;
@@ -252,7 +254,7 @@ impl SqliteBackend {
                 let page_size = q("PRAGMA page_size")?;
                 Ok(StoreStats {
                     memories: q("SELECT COUNT(*) FROM memories")?,
-                    embedded: q("SELECT COUNT(*) FROM memories WHERE embedded = 1")?,
+                    embedded: q("SELECT COUNT(*) FROM memories WHERE embedded > 0")?,
                     facts: q("SELECT COUNT(*) FROM memories WHERE kind = 'fact'")?,
                     scopes: q("SELECT COUNT(*) FROM scopes s WHERE EXISTS (SELECT 1 FROM memories m WHERE m.scope_id = s.id)")?,
                     users: q("SELECT COUNT(DISTINCT tenant || '/' || user) FROM scopes s WHERE EXISTS (SELECT 1 FROM memories m WHERE m.scope_id = s.id)")?,
@@ -322,11 +324,14 @@ impl SqliteBackend {
             return Ok(0);
         }
         let texts: Vec<&str> = rows.iter().map(|(_, c)| c.as_str()).collect();
-        let vectors = embed_all(embedder.as_ref(), &texts).await?;
-        let rows: Vec<(i64, String, Vec<f32>)> = rows
+        let vectors = embed_passages(embedder.as_ref(), &texts).await?;
+        let rows: Vec<(i64, String, Vec<Vec<f32>>)> = rows
             .into_iter()
             .zip(vectors)
-            .map(|((pk, content), v)| (pk, content, v.into_vector()))
+            .map(|((pk, content), v)| {
+                let v = v.into_iter().map(Embedding::into_vector).collect();
+                (pk, content, v)
+            })
             .collect();
         self.worker
             .call(move |conn| {
@@ -345,13 +350,13 @@ impl SqliteBackend {
                     for (pk, content, v) in &rows {
                         let scope_id: Option<i64> = tx
                             .prepare_cached(
-                                "UPDATE memories SET embedded = 1 \
-                                 WHERE pk = ?1 AND embedded = 0 AND content = ?2 RETURNING scope_id",
+                                "SELECT scope_id FROM memories \
+                                 WHERE pk = ?1 AND embedded = 0 AND content = ?2",
                             )?
                             .query_row(rusqlite::params![pk, content], |r| r.get(0))
                             .optional()?;
                         if let Some(sid) = scope_id {
-                            sql.insert_vec(*pk, sid, v)?;
+                            sql.insert_vectors(*pk, sid, v)?;
                             ops.invalidate(sid);
                             added += 1;
                         }

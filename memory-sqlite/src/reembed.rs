@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use memory_core::{EmbeddingProvider, Result, embed_all};
+use memory_core::{Embedding, EmbeddingProvider, Result, embed_passages};
 use rusqlite::OptionalExtension;
 
 use crate::sql::Sql;
@@ -67,7 +67,11 @@ async fn reembed_on(worker: &Worker, embedder: &dyn EmbeddingProvider) -> Result
         })
         .await?;
     let texts: Vec<&str> = rows.iter().map(|(_, c)| c.as_str()).collect();
-    let vectors = embed_all(embedder, &texts).await?;
+    let vectors: Vec<Vec<Vec<f32>>> = embed_passages(embedder, &texts)
+        .await?
+        .into_iter()
+        .map(|v| v.into_iter().map(Embedding::into_vector).collect())
+        .collect();
     let space = embedder.space();
     worker
         .call(move |conn| {
@@ -83,8 +87,7 @@ async fn reembed_on(worker: &Worker, embedder: &dyn EmbeddingProvider) -> Result
                     path: &path,
                 };
                 let mut mark = tx.prepare(
-                    "UPDATE memories SET embedded = 1 WHERE pk = ?1 AND content = ?2 \
-                     RETURNING scope_id",
+                    "SELECT scope_id FROM memories WHERE pk = ?1 AND content = ?2",
                 )?;
                 let mut embedded = 0u64;
                 for ((pk, content), v) in rows.iter().zip(&vectors) {
@@ -92,7 +95,7 @@ async fn reembed_on(worker: &Worker, embedder: &dyn EmbeddingProvider) -> Result
                         .query_row(rusqlite::params![pk, content], |r| r.get(0))
                         .optional()?;
                     if let Some(scope_id) = scope_id {
-                        sql.insert_vec(*pk, scope_id, v.vector())?;
+                        sql.insert_vectors(*pk, scope_id, v)?;
                         embedded += 1;
                     }
                 }

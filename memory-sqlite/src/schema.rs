@@ -27,7 +27,20 @@ pub(crate) const APPLICATION_ID: i32 = 0x4156_4131;
 ///   process's (its cache must be dropped) when it reads on connections other than its
 ///   writer's. Older builds do not bump it, so they must not write to a version 4 store;
 ///   they refuse it as coming from a newer Ava.
-pub(crate) const SCHEMA_VERSION: i64 = 4;
+/// - 5: a memory longer than the embedder's window has one vector per passage:
+///   `memories.embedded` holds how many (0 none, 1 one, n passages), passage k ≥ 1 is the
+///   vec0 row `pk + k << 40` (`sql::vector_rowid`), and a partial index of the memories
+///   with several (`memories_passages`) lets a scope's vectors be counted from indexes.
+///   Older builds would delete such a memory's first vector only, so they must not write
+///   to a version 5 store. Memories embedded before keep their one vector until `reembed`.
+pub(crate) const SCHEMA_VERSION: i64 = 5;
+
+/// The partial index of memories with more than one vector (schema 5).
+macro_rules! create_passages_index {
+    () => {
+        "CREATE INDEX memories_passages ON memories (scope_id, embedded) WHERE embedded > 1;"
+    };
+}
 
 /// The write sequence's table (schema 4): one row, bumped by every write transaction.
 macro_rules! create_write_seq {
@@ -69,6 +82,8 @@ const MIGRATIONS: &[&str] = &[
     create_unembedded_index!(),
     // 3 -> 4: the write sequence.
     create_write_seq!(),
+    // 4 -> 5: memories embedded as several passages.
+    create_passages_index!(),
 ];
 
 /// Every table of the newest schema but the full-text one ([`create_fts`]).
@@ -636,6 +651,7 @@ fn create_schema(tx: &Connection) -> rusqlite::Result<()> {
     tx.execute_batch(SCHEMA)?;
     tx.execute_batch(create_fts!())?;
     tx.execute_batch(create_unembedded_index!())?;
+    tx.execute_batch(create_passages_index!())?;
     tx.execute_batch(create_write_seq!())?;
     tx.execute_batch(&format!(
         "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};"

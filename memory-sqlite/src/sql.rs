@@ -17,6 +17,56 @@ use crate::error::{JobError, SqliteError};
 /// The largest `k` sqlite-vec accepts in one KNN query.
 pub(crate) const MAX_KNN_K: usize = 4096;
 
+/// A memory's passage `k` (k ≥ 1) has vec0 rowid `pk + k << PASSAGE_SHIFT` (schema 5); its
+/// first vector has rowid `pk`. `memories.embedded` holds how many vectors it has.
+pub(crate) const PASSAGE_SHIFT: u32 = 40;
+
+/// The low bits of a vec0 rowid: the memory's pk.
+const PK_MASK: i64 = (1 << PASSAGE_SHIFT) - 1;
+
+/// Most vectors one memory keeps (a 64 KiB text cut into 8-byte passages stays below it).
+const MAX_VECTORS: usize = 1 << 20;
+
+/// The vec0 rowid of vector `k` of memory `pk`; `None` when `pk` is too large to carry
+/// passages (beyond 2^40 rows: such a memory keeps its first vector only).
+pub(crate) fn vector_rowid(pk: i64, k: usize) -> Option<i64> {
+    match k {
+        0 => Some(pk),
+        _ if pk > PK_MASK || k >= MAX_VECTORS => None,
+        // k < 2^20, so the shifted value stays below 2^60.
+        _ => Some(pk + ((k as i64) << PASSAGE_SHIFT)),
+    }
+}
+
+/// The memory a vec0 rowid belongs to.
+pub(crate) fn memory_pk(rowid: i64) -> i64 {
+    if rowid > PK_MASK {
+        rowid & PK_MASK
+    } else {
+        rowid
+    }
+}
+
+/// How many vectors a scope holds: one per embedded memory, plus the further passages of
+/// long ones. Every count reads an index only (the scope index, the partial indexes of
+/// memories without a vector and of memories with several).
+pub(crate) const VECTOR_COUNT_SQL: &str =
+    "SELECT (SELECT count(*) FROM memories WHERE scope_id = ?1) \
+          - (SELECT count(*) FROM memories WHERE scope_id = ?1 AND embedded = 0) \
+          + (SELECT coalesce(sum(embedded - 1), 0) FROM memories WHERE scope_id = ?1 AND embedded > 1)";
+
+/// Keeps, for each memory, its best similarity among its vectors' `(rowid, similarity)`,
+/// keyed by pk (unordered). A scope whose memories all have one vector is left as it is.
+pub(crate) fn best_per_memory(mut all: Vec<(i64, f32)>) -> Vec<(i64, f32)> {
+    if !all.iter().any(|(rowid, _)| *rowid > PK_MASK) {
+        return all;
+    }
+    all.iter_mut().for_each(|(rowid, _)| *rowid = memory_pk(*rowid));
+    all.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.total_cmp(&a.1)));
+    all.dedup_by_key(|(pk, _)| *pk);
+    all
+}
+
 const ENTRY_COLS: &str = "m.pk, m.id, s.tenant, s.user, s.chat, s.thread, m.kind, m.content, m.context, \
      m.role, m.source, m.importance, m.pinned, m.created_at, m.accessed_at, m.access_count, \
      m.valid_from, m.valid_until, m.superseded_by, m.embedded";
@@ -132,7 +182,13 @@ impl<'c> Inserter<'c> {
     /// Inserts one memory and returns its pk; `None` (nothing written) when a memory with
     /// this id already exists. The UNIQUE index on `id` is the check, so an insert costs no
     /// separate lookup.
-    pub(crate) fn insert(&mut self, e: &MemoryEntry, vector: Option<&[f32]>) -> R<Option<i64>> {
+    /// Its vectors (one per passage; none without an embedder) go to vec0 (see
+    /// [`vector_rowid`]); the caller hands each returned `(rowid, vector)` to the cache.
+    pub(crate) fn insert(
+        &mut self,
+        e: &MemoryEntry,
+        vectors: Vec<Vec<f32>>,
+    ) -> R<Option<(i64, Vec<(i64, Vec<f32>)>)>> {
         let written = self.memory.execute(params![
             e.id.as_uuid().as_bytes().as_slice(),
             self.scope_id,
@@ -149,7 +205,7 @@ impl<'c> Inserter<'c> {
             e.valid_from.map(Timestamp::as_millis),
             e.valid_until.map(Timestamp::as_millis),
             e.superseded_by.map(|s| s.as_uuid().as_bytes().to_vec()),
-            vector.is_some(),
+            vectors.len().min(MAX_VECTORS) as i64,
         ])?;
         if written == 0 {
             return Ok(None);
@@ -160,7 +216,12 @@ impl<'c> Inserter<'c> {
         }
         self.fts
             .execute(params![pk, self.scope_token, e.content, e.context])?;
-        if let Some(v) = vector {
+        let n = vectors.len();
+        let mut written = Vec::with_capacity(n);
+        for (k, v) in vectors.into_iter().enumerate() {
+            let Some(rowid) = vector_rowid(pk, k) else {
+                break;
+            };
             if self.vec.is_none() {
                 let stmt = self.conn.prepare_cached(
                     "INSERT INTO memory_vec (rowid, scope_id, embedding) VALUES (?1, ?2, ?3)",
@@ -170,10 +231,17 @@ impl<'c> Inserter<'c> {
             self.blob.clear();
             self.blob.extend(v.iter().flat_map(|x| x.to_le_bytes()));
             if let Some(stmt) = &mut self.vec {
-                stmt.execute(params![pk, self.scope_id, self.blob.as_slice()])?;
+                stmt.execute(params![rowid, self.scope_id, self.blob.as_slice()])?;
             }
+            written.push((rowid, v));
         }
-        Ok(Some(pk))
+        if written.len() != n {
+            self.conn.execute(
+                "UPDATE memories SET embedded = ?1 WHERE pk = ?2",
+                params![written.len() as i64, pk],
+            )?;
+        }
+        Ok(Some((pk, written)))
     }
 }
 
@@ -297,12 +365,45 @@ impl Sql<'_> {
         Ok(())
     }
 
-    pub(crate) fn insert_vec(&self, pk: i64, scope_id: i64, v: &[f32]) -> R<()> {
+    /// Writes a memory's vectors (one per passage, see [`vector_rowid`]) and records how
+    /// many it has; its old ones must be gone ([`Sql::delete_vectors`]).
+    pub(crate) fn insert_vectors(&self, pk: i64, scope_id: i64, vectors: &[Vec<f32>]) -> R<()> {
+        let mut stmt = self.conn.prepare_cached(
+            "INSERT INTO memory_vec (rowid, scope_id, embedding) VALUES (?1, ?2, ?3)",
+        )?;
+        let mut n = 0i64;
+        for (k, v) in vectors.iter().enumerate() {
+            let Some(rowid) = vector_rowid(pk, k) else {
+                break;
+            };
+            stmt.execute(params![rowid, scope_id, vector_blob(v)])?;
+            n += 1;
+        }
         self.conn
-            .prepare_cached(
-                "INSERT INTO memory_vec (rowid, scope_id, embedding) VALUES (?1, ?2, ?3)",
-            )?
-            .execute(params![pk, scope_id, vector_blob(v)])?;
+            .prepare_cached("UPDATE memories SET embedded = ?1 WHERE pk = ?2")?
+            .execute(params![n, pk])?;
+        Ok(())
+    }
+
+    /// Removes a memory's vectors from vec0 (as many as `memories.embedded` says it has).
+    /// Call it before the row's `embedded` changes or the row goes.
+    pub(crate) fn delete_vectors(&self, pk: i64) -> R<()> {
+        let n: i64 = self
+            .conn
+            .prepare_cached("SELECT embedded FROM memories WHERE pk = ?1")?
+            .query_row([pk], |r| r.get(0))
+            .optional()?
+            .unwrap_or(0);
+        let mut stmt = self
+            .conn
+            .prepare_cached("DELETE FROM memory_vec WHERE rowid = ?1")?;
+        // A memory of an older build marked 1 may still have its vector: always try the
+        // first.
+        for k in 0..usize::try_from(n).unwrap_or(0).max(1) {
+            if let Some(rowid) = vector_rowid(pk, k) {
+                stmt.execute([rowid])?;
+            }
+        }
         Ok(())
     }
 
@@ -311,9 +412,7 @@ impl Sql<'_> {
         let vec_table = !pks.is_empty() && self.has_vec_table()?;
         for &pk in pks {
             if vec_table {
-                self.conn
-                    .prepare_cached("DELETE FROM memory_vec WHERE rowid = ?1")
-                    .and_then(|mut s| s.execute([pk]))?;
+                self.delete_vectors(pk)?;
             }
             self.conn
                 .prepare_cached("DELETE FROM memory_fts WHERE rowid = ?1")
@@ -462,7 +561,7 @@ impl Sql<'_> {
     pub(crate) fn vector_count(&self, scope_id: i64) -> R<usize> {
         let n: i64 = self
             .conn
-            .prepare_cached("SELECT COUNT(*) FROM memories WHERE scope_id = ?1 AND embedded = 1")?
+            .prepare_cached(VECTOR_COUNT_SQL)?
             .query_row([scope_id], |r| r.get(0))?;
         Ok(usize::try_from(n).unwrap_or(0))
     }
@@ -511,10 +610,11 @@ impl Sql<'_> {
         }
         let k = (limit * 4).clamp(40, MAX_KNN_K).min(in_scope);
         let blob = vector_blob(q);
-        let mut sql = String::from(
-            "SELECT m.pk, m.id, knn.distance FROM \
+        // A long memory's passages are several rows of the k nearest: one hit, its best.
+        let mut sql = format!(
+            "SELECT m.pk, m.id, min(knn.distance) AS d FROM \
              (SELECT rowid, distance FROM memory_vec WHERE embedding MATCH ? AND k = ? AND scope_id = ?) knn \
-             JOIN memories m ON m.pk = knn.rowid WHERE m.scope_id = ?",
+             JOIN memories m ON m.pk = (knn.rowid & {PK_MASK}) WHERE m.scope_id = ?",
         );
         let mut params = vec![
             Value::Blob(blob.clone()),
@@ -523,7 +623,7 @@ impl Sql<'_> {
             Value::Integer(scope_id),
         ];
         filter_sql(filter, &mut sql, &mut params);
-        sql.push_str(" ORDER BY knn.distance, m.id LIMIT ?");
+        sql.push_str(" GROUP BY m.pk ORDER BY d, m.id LIMIT ?");
         params.push(Value::Integer(limit as i64));
         let hits = self.scored(&sql, &params)?;
         // Enough survivors among the k nearest: they are the exact answer. Otherwise (a
@@ -534,14 +634,28 @@ impl Sql<'_> {
                 .map(|(pk, id, d)| (pk, id, 1.0 - d))
                 .collect());
         }
-        let mut sql = String::from(
-            "SELECT m.pk, m.id, vec_distance_cosine(v.embedding, ?) AS d \
-             FROM memories m CROSS JOIN memory_vec v ON v.rowid = m.pk \
-             WHERE m.scope_id = ? AND m.embedded = 1",
+        // Every vector of every passing memory: passage k of memory pk is looked up by its
+        // rowid (`p` counts 0..the most passages a memory of the scope has).
+        let most: i64 = self
+            .conn
+            .prepare_cached(
+                "SELECT coalesce(max(embedded), 1) FROM memories WHERE scope_id = ?1 AND embedded > 1",
+            )?
+            .query_row([scope_id], |r| r.get(0))?;
+        let mut sql = format!(
+            "WITH RECURSIVE p(k) AS (SELECT 0 UNION ALL SELECT k + 1 FROM p WHERE k + 1 < ?) \
+             SELECT m.pk, m.id, min(vec_distance_cosine(v.embedding, ?)) AS d \
+             FROM memories m CROSS JOIN p ON p.k < m.embedded \
+             CROSS JOIN memory_vec v ON v.rowid = m.pk + (p.k << {PASSAGE_SHIFT}) \
+             WHERE m.scope_id = ? AND m.embedded > 0",
         );
-        let mut params = vec![Value::Blob(blob), Value::Integer(scope_id)];
+        let mut params = vec![
+            Value::Integer(most),
+            Value::Blob(blob),
+            Value::Integer(scope_id),
+        ];
         filter_sql(filter, &mut sql, &mut params);
-        sql.push_str(" ORDER BY d, m.id LIMIT ?");
+        sql.push_str(" GROUP BY m.pk ORDER BY d, m.id LIMIT ?");
         params.push(Value::Integer(limit as i64));
         Ok(self
             .scored(&sql, &params)?
@@ -565,16 +679,23 @@ impl Sql<'_> {
         filter: &Filter,
         limit: usize,
     ) -> R<Vec<(i64, MemoryId, f32)>> {
-        let Scanned {
-            mut all,
-            approximate,
-        } = scanned;
+        let Scanned { all, approximate } = scanned;
         let by_score = |a: &(i64, f32), b: &(i64, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-        let k = exact_needed(limit).min(all.len());
-        if k < all.len() {
-            all.select_nth_unstable_by(k - 1, by_score);
+        // Similarities by memory: a long memory's is its best passage's. The vectors' own
+        // list is kept apart only when some memory has several.
+        let (mut best, vectors) = if all.iter().any(|(rowid, _)| memory_pk(*rowid) != *rowid) {
+            (best_per_memory(all.clone()), Some(all))
+        } else {
+            (all, None)
+        };
+        let k = exact_needed(limit).min(best.len());
+        if k == 0 {
+            return Ok(Vec::new());
         }
-        all[..k].sort_by(by_score);
+        if k < best.len() {
+            best.select_nth_unstable_by(k - 1, by_score);
+        }
+        best[..k].sort_by(by_score);
         let pick =
             |pass: &HashMap<i64, MemoryId>, from: &[(i64, f32)]| -> Vec<(i64, MemoryId, f32)> {
                 from.iter()
@@ -582,18 +703,20 @@ impl Sql<'_> {
                     .take(limit)
                     .collect()
             };
-        let pass = self.passing(scope_id, Some(&all[..k]), filter)?;
-        let hits = pick(&pass, &all[..k]);
-        if hits.len() >= limit || k == all.len() {
+        let pass = self.passing(scope_id, Some(&best[..k]), filter)?;
+        let hits = pick(&pass, &best[..k]);
+        if hits.len() >= limit || k == best.len() {
             return Ok(hits);
         }
         let pass = self.passing(scope_id, None, filter)?;
+        let mut all = vectors.unwrap_or(best);
         if let Some(bound) = approximate {
-            all.retain(|(pk, _)| pass.contains_key(pk));
+            all.retain(|(rowid, _)| pass.contains_key(&memory_pk(*rowid)));
             cache::rescore(self.conn, q.len(), &cache::unit(q), &mut all, limit, bound)?;
         }
-        all.sort_by(by_score);
-        Ok(pick(&pass, &all))
+        let mut best = best_per_memory(all);
+        best.sort_by(by_score);
+        Ok(pick(&pass, &best))
     }
 
     /// Which of `candidates` (or, with `None`, of all the scope's memories) pass `filter`.

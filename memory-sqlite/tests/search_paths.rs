@@ -191,3 +191,108 @@ async fn a_big_scope_streams_its_first_search_and_scans_a_block_after() {
     let exact = hits(&knn, &req).await;
     same_hits(&first, &exact, "the same as sqlite-vec KNN");
 }
+
+/// Long memories embedded as passages (a windowed embedder): on every path (block scan,
+/// vec0 KNN, stream, quantized block) a memory is one hit whose similarity is its best
+/// passage's, as computed here from the passages themselves, with and without a filter;
+/// the quantized block's hits are those of the whole block, to the bit.
+#[tokio::test]
+async fn long_memories_rank_by_their_best_passage_on_every_path() {
+    let embedder = HashingEmbedder::new(DIMS).unwrap().with_window(48);
+    let words = [
+        "cat", "dog", "tea", "rain", "bike", "piano", "garden", "train", "soup", "river", "book",
+        "lamp",
+    ];
+    let n = 2000;
+    let data: Vec<NewMemory> = (0..n)
+        .map(|i| {
+            let sentence = |j: usize| {
+                format!(
+                    "{} {} {} line {j} of {i}.",
+                    words[(i + j) % 12],
+                    words[(i / 3 + 2 * j) % 12],
+                    words[(i * 7 + j) % 12]
+                )
+            };
+            let text = if i % 3 == 0 {
+                (0..4).map(sentence).collect::<Vec<_>>().join(" ")
+            } else {
+                sentence(0)
+            };
+            let mut m = NewMemory::new(text).with_id(MemoryId::new());
+            if i % 5 == 0 {
+                m = m.with_tag(Tag::new("fifth").unwrap());
+            }
+            m
+        })
+        .collect();
+    let texts: Vec<&str> = data.iter().map(|m| m.content.as_str()).collect();
+    let passages = memory_core::embed_passages(&embedder, &texts).await.unwrap();
+    let vectors: usize = passages.iter().map(Vec::len).sum();
+    assert!(vectors > n + n / 3, "{vectors} vectors for {n} memories");
+    // A cache that holds the scope quantized (codes, a step and a key per vector) but not
+    // whole.
+    let quantized_mib = (vectors * (DIMS + 12)).div_ceil(1 << 20) + 1;
+    assert!(vectors * (DIMS * 4 + 8) > quantized_mib << 20);
+    let shared: Arc<dyn EmbeddingProvider> = Arc::new(embedder.clone());
+    let mut stores = Vec::new();
+    let mut dirs = Vec::new();
+    for mib in [256, 0, 1, u32::try_from(quantized_mib).unwrap()] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = SqliteConfig {
+            vector_cache_mib: mib,
+            ..SqliteConfig::default()
+        };
+        let store = SqliteBackend::open(dir.path().join("long.db"), Some(shared.clone()), config)
+            .await
+            .unwrap();
+        store.store_batch(&scope(), data.clone()).await.unwrap();
+        stores.push(store);
+        dirs.push(dir);
+    }
+    let tagged = Filter {
+        tags: Some(TagQuery::any([Tag::new("fifth").unwrap()])),
+        ..Filter::default()
+    };
+    let bits = |h: &[(MemoryId, f32)]| h.iter().map(|x| (x.0, x.1.to_bits())).collect::<Vec<_>>();
+    for query in ["cat piano", "rain on the river", "soup and a book by the lamp"] {
+        let q = embedder.embed_sync(query);
+        for (filter, only_tagged) in [(Filter::default(), false), (tagged.clone(), true)] {
+            let mut truth: Vec<(MemoryId, f32)> = data
+                .iter()
+                .zip(&passages)
+                .enumerate()
+                .filter(|(i, _)| !only_tagged || i % 5 == 0)
+                .map(|(_, (m, vs))| {
+                    let best = vs
+                        .iter()
+                        .map(|v| memory_core::cosine(v.vector(), q.vector()))
+                        .fold(f32::MIN, f32::max);
+                    (m.id.unwrap(), best)
+                })
+                .collect();
+            truth.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            for limit in [1, 10, 40] {
+                let req = SearchRequest::semantic(query)
+                    .limit(limit)
+                    .filter(filter.clone())
+                    .without_access_tracking();
+                let want = &truth[..limit];
+                let scan = hits(&stores[0], &req).await;
+                same_hits(&scan, want, &format!("{query} (block scan, {filter:?})"));
+                for (other, name) in [(&stores[1], "no cache"), (&stores[2], "small cache")] {
+                    let got = hits(other, &req).await;
+                    same_hits(&got, want, &format!("{query} ({name}, {filter:?})"));
+                }
+                for _ in 0..2 {
+                    let quantized = hits(&stores[3], &req).await;
+                    assert_eq!(
+                        bits(&quantized),
+                        bits(&scan),
+                        "{query} (quantized, {filter:?}, limit {limit})"
+                    );
+                }
+            }
+        }
+    }
+}

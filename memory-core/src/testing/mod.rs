@@ -266,6 +266,7 @@ macro_rules! __conformance_tests {
             unicode_content_round_trips,
             empty_and_oversized_content_rejected,
             oversized_message_stored_in_linked_parts,
+            long_memory_found_by_any_passage,
             invalid_requests_are_rejected,
             unsupported_capabilities_are_typed_errors,
             user_scopes_lists_only_that_user,

@@ -1797,6 +1797,140 @@ pub async fn oversized_message_stored_in_linked_parts(cx: Ctx) -> Outcome {
     Outcome::Passed
 }
 
+/// A memory longer than the embedder's window is searched by meaning in full: each passage
+/// that fits the window has its vector ([`crate::embed_passages`]), and the memory's
+/// similarity is its best passage's. The memory is one hit however many of its passages
+/// match, under a filter too; changing its text replaces its passages, and deleting it
+/// removes them.
+pub async fn long_memory_found_by_any_passage(cx: Ctx) -> Outcome {
+    require!(cx, Capability::SemanticSearch);
+    let windowed = Arc::new(
+        HashingEmbedder::new(super::SUITE_DIMS)
+            .unwrap()
+            .with_window(200),
+    );
+    let made = cx
+        .make(Setup {
+            embedder: Some(windowed.clone()),
+        })
+        .await;
+    let b = &*made.backend;
+    let s = scope("zelda", None);
+    let filler = "We compared the quarterly budget figures line by line. ".repeat(12);
+    let long_text = format!("{filler}\n\nThe lighthouse keeper feeds seven gulls at dawn.");
+    let long = b
+        .store(
+            &s,
+            NewMemory::new(long_text.clone())
+                .with_tag(tag("long"))
+                .at(t0()),
+        )
+        .await
+        .unwrap();
+    assert!(long.embedded, "the long memory has vectors");
+    for (i, t) in [
+        "Dinner plans for friday night",
+        "The dentist appointment moved to monday",
+        "A recipe for lemon cake",
+        "Gulls gather where the fishing boats come in",
+    ]
+    .iter()
+    .enumerate()
+    {
+        b.store(&s, NewMemory::new(*t).at(t0().plus(DAY * (i as u32 + 1))))
+            .await
+            .unwrap();
+    }
+    let query = "lighthouse keeper feeds gulls";
+    let passages = crate::embed_passages(&*windowed, &[long_text.as_str()])
+        .await
+        .unwrap()
+        .remove(0);
+    assert!(passages.len() >= 4, "{} passages", passages.len());
+    let q = windowed.embed_sync(query);
+    let best = passages
+        .iter()
+        .map(|v| crate::cosine(v.vector(), q.vector()))
+        .fold(f32::MIN, f32::max);
+    let head = crate::cosine(windowed.embed_sync(&long_text).vector(), q.vector());
+    assert!(best > 0.4 && head < 0.2, "best passage {best}, head {head}");
+
+    let hits = b
+        .search(&s, &SearchRequest::semantic(query).limit(3))
+        .await
+        .unwrap();
+    assert_eq!(hits.first().map(|h| h.entry.id), Some(long.id), "{hits:#?}");
+    let sem = hits[0].breakdown.semantic.expect("a semantic hit");
+    assert!(
+        (sem - best).abs() < 1e-3,
+        "similarity {sem}, best passage {best}"
+    );
+    // Many passages match the filler: still one hit per memory.
+    for request in [
+        SearchRequest::semantic("quarterly budget figures").limit(10),
+        SearchRequest::hybrid("quarterly budget figures").limit(10),
+        SearchRequest::semantic(query).limit(10).filter(Filter {
+            tags: Some(TagQuery::any([tag("long")])),
+            ..Filter::default()
+        }),
+    ] {
+        let hits = b.search(&s, &request).await.unwrap();
+        let found = hit_ids(&hits);
+        let unique: BTreeSet<_> = found.iter().collect();
+        assert_eq!(unique.len(), found.len(), "one hit per memory: {found:?}");
+        assert_eq!(found.first(), Some(&long.id), "{request:?}: {hits:#?}");
+    }
+
+    // A new text replaces the passages.
+    let changed = format!("{filler}\n\nThe orchard grows eleven pear trees.");
+    b.update(
+        &s,
+        long.id,
+        MemoryPatch {
+            content: Some(changed),
+            ..MemoryPatch::default()
+        },
+    )
+    .await
+    .unwrap();
+    let hits = b
+        .search(&s, &SearchRequest::semantic("orchard pear trees").limit(1))
+        .await
+        .unwrap();
+    assert_eq!(hit_ids(&hits), [long.id]);
+    let hits = b
+        .search(&s, &SearchRequest::semantic(query).limit(5))
+        .await
+        .unwrap();
+    let old = hits.iter().find(|h| h.entry.id == long.id);
+    assert!(
+        old.is_none_or(|h| h.score < 0.3),
+        "the old tail's passage is gone: {old:#?}"
+    );
+
+    // Deleting it removes every passage; the store goes on as before.
+    b.delete(&s, long.id).await.unwrap();
+    let hits = b
+        .search(
+            &s,
+            &SearchRequest::semantic("orchard pear trees quarterly budget").limit(10),
+        )
+        .await
+        .unwrap();
+    assert!(!hit_ids(&hits).contains(&long.id));
+    let again = b
+        .store(&s, NewMemory::new(long_text.clone()))
+        .await
+        .unwrap();
+    let hits = b
+        .search(&s, &SearchRequest::semantic(query).limit(2))
+        .await
+        .unwrap();
+    assert_eq!(hits.first().map(|h| h.entry.id), Some(again.id));
+    assert_eq!(b.count(&s).await.unwrap(), 5);
+    Outcome::Passed
+}
+
 /// Malformed requests get InvalidInput before any work.
 pub async fn invalid_requests_are_rejected(cx: Ctx) -> Outcome {
     let b = &*cx.backend;
