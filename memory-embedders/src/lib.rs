@@ -24,6 +24,17 @@
 //! ```
 
 mod model_dir;
+
+/// The fewest UTF-8 bytes a token is taken to cover when a model's token window is turned
+/// into a byte window ([`EmbeddingProvider::window_bytes`](memory_core::EmbeddingProvider::window_bytes)):
+/// English runs at about four bytes a token, code and numbers nearer three, so a passage
+/// this long is read whole.
+#[cfg_attr(
+    not(any(feature = "local", feature = "ollama", feature = "openai")),
+    expect(dead_code, reason = "only the embedders use it")
+)]
+pub(crate) const BYTES_PER_TOKEN: usize = 3;
+
 #[cfg(any(feature = "ollama", feature = "openai"))]
 mod retry;
 

@@ -106,6 +106,7 @@ pub struct LocalEmbedder {
     space: Arc<EmbeddingSpace>,
     dir: ModelDir,
     max_batch: usize,
+    max_tokens: usize,
 }
 
 impl fmt::Debug for LocalEmbedder {
@@ -200,6 +201,7 @@ impl LocalEmbedder {
             space,
             dir,
             max_batch: config.max_batch,
+            max_tokens: config.max_tokens,
         })
     }
 
@@ -322,5 +324,12 @@ impl EmbeddingProvider for LocalEmbedder {
 
     fn max_batch(&self) -> usize {
         self.max_batch
+    }
+
+    /// Three bytes per word piece of the window (two pieces go to the special tokens):
+    /// English runs at about four bytes a piece, code and numbers nearer three, so a
+    /// passage this long is read whole (762 bytes at the default 256 tokens).
+    fn window_bytes(&self) -> Option<usize> {
+        Some(self.max_tokens.saturating_sub(2).max(1) * crate::BYTES_PER_TOKEN)
     }
 }

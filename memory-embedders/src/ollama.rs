@@ -306,4 +306,12 @@ impl EmbeddingProvider for OllamaEmbedder {
     fn max_batch(&self) -> usize {
         self.config.max_batch
     }
+
+    /// Ollama runs an embedding model with a context of 2,048 tokens unless told otherwise, and cuts a longer input: a longer text is embedded as passages of that many tokens' worth of bytes.
+    fn window_bytes(&self) -> Option<usize> {
+        Some(WINDOW_TOKENS * crate::BYTES_PER_TOKEN)
+    }
 }
+
+/// Tokens one input may hold (see [`EmbeddingProvider::window_bytes`]).
+const WINDOW_TOKENS: usize = 2048;

@@ -409,7 +409,15 @@ impl EmbeddingProvider for OpenAiEmbedder {
     fn max_batch(&self) -> usize {
         self.config.max_batch
     }
+
+    /// OpenAI's embedding models read at most 8,191 tokens and refuse a longer input: a longer text is embedded as passages of that many tokens' worth of bytes.
+    fn window_bytes(&self) -> Option<usize> {
+        Some(WINDOW_TOKENS * crate::BYTES_PER_TOKEN)
+    }
 }
+
+/// Tokens one input may hold (see [`EmbeddingProvider::window_bytes`]).
+const WINDOW_TOKENS: usize = 8191;
 
 #[cfg(test)]
 mod tests {

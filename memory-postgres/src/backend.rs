@@ -20,7 +20,8 @@ use crate::PostgresBackend;
 use crate::error::{BACKEND, InSchema, PostgresError, query_error};
 use crate::index::Indexes;
 use crate::sql::{
-    Query, SCORE_COL, entries, entry, entry_cols, push_filter, scored, scored_entries, tsquery,
+    Passages, Query, SCORE_COL, entries, entry, entry_cols, push_filter, scored, scored_entries,
+    tsquery,
 };
 
 /// What a candidate statement found: `(pk, id, score)` best first, and the entries by pk
@@ -92,15 +93,21 @@ impl PostgresBackend {
     }
 
     /// Top-`limit` by cosine similarity among the scope's memories passing `filter`, with
-    /// their entries if `entries`.
+    /// their entries if `entries`. A memory's similarity is its best passage's: its head
+    /// vector's (`memories.embedding`) or one of its further passages' (`memory_passages`).
     ///
     /// With `indexed` (the scope's id, its HNSW index being ready), the scope's own index
-    /// ranks them with iterative scan, which is approximate; the id is written into the
-    /// statement so the planner can match the partial index. Otherwise every distance in
-    /// the scope is computed: its rows come through the scope index (the materialized CTE
-    /// keeps the planner from an index that cannot filter by scope first), and the rows
+    /// ranks the heads with iterative scan, which is approximate; the id is written into the
+    /// statement so the planner can match the partial index. Otherwise every head distance
+    /// in the scope is computed: its rows come through the scope index (the materialized
+    /// CTE keeps the planner from an index that cannot filter by scope first), and the rows
     /// also say whether the scope has a ready index now, so searches learn of indexes
     /// other processes built.
+    ///
+    /// Either way the top `limit` heads are joined by every passage of the scope (a scan
+    /// through their scope index: only long memories have any) and each memory keeps its
+    /// least distance. That is the exact top `limit` of the heads' ranking: a memory
+    /// outside the top heads and without passages is beaten by all of them.
     #[expect(
         clippy::too_many_arguments,
         reason = "one search's parts, each used once; a struct would only rename them"
@@ -118,6 +125,7 @@ impl PostgresBackend {
         let (m, op) = (&self.names.memories, &self.names.cosine);
         let mut query = Query::default();
         let qv = query.bind(Vector::from(q.to_vec()));
+        let lim = query.bind(i64::try_from(limit).unwrap_or(i64::MAX));
         let sid = match indexed {
             Some(id) => {
                 query.push("WITH ");
@@ -136,22 +144,34 @@ impl PostgresBackend {
                 "(SELECT id FROM s)".to_owned()
             }
         };
+        let heads = if indexed.is_some() { "h" } else { "c" };
         query.push(&format!(
-            "c AS MATERIALIZED (SELECT m.pk, m.id, m.embedding {op} {qv} AS d FROM {m} m \
+            "{heads} AS MATERIALIZED (SELECT m.pk, m.id, m.embedding {op} {qv} AS d FROM {m} m \
              WHERE m.scope_id = {sid} AND m.embedding IS NOT NULL AND m.embedded"
         ));
         push_filter(&mut query, filter);
-        let lim = query.bind(i64::try_from(limit).unwrap_or(i64::MAX));
         if indexed.is_some() {
-            query.push(&format!(
-                " ORDER BY m.embedding {op} {qv} LIMIT {lim}), \
-                 t AS (SELECT pk, id, 1 - d AS score FROM c) "
-            ));
-            query.push(&self.candidate_rows(entries, ""));
+            query.push(&format!(" ORDER BY m.embedding {op} {qv} LIMIT {lim}), "));
         } else {
             query.push(&format!(
-                "), t AS (SELECT pk, id, 1 - d AS score FROM c ORDER BY d, id LIMIT {lim}) "
+                "), h AS (SELECT pk, id, d FROM c ORDER BY d, id LIMIT {lim}), "
             ));
+        }
+        query.push(&format!(
+            "v AS (SELECT m.pk, m.id, p.embedding {op} {qv} AS d FROM {} p \
+             JOIN {m} m ON m.pk = p.memory \
+             WHERE p.scope_id = {sid} AND m.scope_id = {sid} AND m.embedded",
+            self.names.passages
+        ));
+        push_filter(&mut query, filter);
+        query.push(&format!(
+            "), t AS (SELECT pk, id, 1 - min(d) AS score \
+             FROM (SELECT pk, id, d FROM h UNION ALL SELECT pk, id, d FROM v) x \
+             GROUP BY pk, id ORDER BY min(d), id LIMIT {lim}) "
+        ));
+        if indexed.is_some() {
+            query.push(&self.candidate_rows(entries, ""));
+        } else {
             query
                 .push(&self.candidate_rows(entries, ", (SELECT id FROM s), (SELECT ready FROM s)"));
         }
@@ -300,23 +320,30 @@ impl PostgresBackend {
         Ok((get(0)?, get(1)?))
     }
 
-    /// Writes `entries` (with `vectors`) into the scope in one transaction. Returns the
-    /// scope's id and its count of memories ever stored, or the first id of the batch that
-    /// another memory holds already (nothing written).
+    /// Writes `entries` (with their `vectors`: per memory, one per passage) into the scope
+    /// in one transaction. Returns the scope's id and its count of memories ever stored, or
+    /// the first id of the batch that another memory holds already (nothing written).
     async fn insert_all(
         &self,
         client: &mut Object,
         scope: &Scope,
         entries: &[MemoryEntry],
-        vectors: Vec<Option<Vec<f32>>>,
+        vectors: Vec<Vec<Vec<f32>>>,
     ) -> std::result::Result<std::result::Result<(i64, i64), MemoryId>, PostgresError> {
         let ids: Vec<Uuid> = entries.iter().map(|e| *e.id.as_uuid()).collect();
+        let mut heads = Vec::with_capacity(vectors.len());
+        let mut more = Passages::default();
+        for (&id, vectors) in ids.iter().zip(vectors) {
+            let mut vectors = vectors.into_iter();
+            heads.push(vectors.next());
+            more.extend(id, vectors);
+        }
         let tx = client.transaction().await.in_schema(&self.schema)?;
         if let Some(id) = self.first_taken(&tx, &ids).await? {
             return Ok(Err(id));
         }
         let (scope_id, stored) = self.count_into_scope(&tx, scope, entries.len()).await?;
-        let insert = self.insert_statement(scope_id, ids.clone(), entries, vectors);
+        let insert = self.insert_statement(scope_id, ids.clone(), entries, heads);
         match tx.execute(&insert.sql, &insert.params()).await {
             Ok(_) => {}
             Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
@@ -328,6 +355,18 @@ impl PostgresBackend {
                 };
             }
             Err(e) => return Err(query_error(&self.schema, e)),
+        }
+        if !more.is_empty() {
+            let sql = format!(
+                "INSERT INTO {} (memory, scope_id, k, embedding) \
+                 SELECT m.pk, m.scope_id, u.k, u.v \
+                 FROM unnest($1::uuid[], $2::int4[], $3::{}[]) AS u(id, k, v) \
+                 JOIN {} m ON m.id = u.id WHERE m.scope_id = $4",
+                self.names.passages, self.names.vector, self.names.memories
+            );
+            tx.execute(&sql, &[&more.owners, &more.ks, &more.vectors, &scope_id])
+                .await
+                .in_schema(&self.schema)?;
         }
         tx.commit().await.in_schema(&self.schema)?;
         Ok(Ok((scope_id, stored)))
@@ -506,7 +545,7 @@ impl MemoryBackend for PostgresBackend {
         let entries: Vec<MemoryEntry> = memories
             .into_iter()
             .zip(&vectors)
-            .map(|(m, v)| m.into_entry(scope, now, v.is_some()))
+            .map(|(m, v)| m.into_entry(scope, now, !v.is_empty()))
             .collect();
         let mut client = self.client().await?;
         match self
@@ -635,10 +674,12 @@ impl MemoryBackend for PostgresBackend {
         if let Some(c) = &patch.content {
             validate_content(c, self.config.limits.max_content_bytes)?;
         }
-        let vector = match (&patch.content, &self.embedder) {
-            (Some(c), Some(e)) => Some(e.embed(c).await?.into_vector()),
-            _ => None,
+        let mut vectors = match &patch.content {
+            Some(c) => self.vectors().embed_text(c).await?.into_iter(),
+            None => Vec::new().into_iter(),
         };
+        let head = vectors.next();
+        let mut more = Passages::default();
         let content_changed = patch.content.is_some();
         let mut client = self.client().await?;
         let tx = client.transaction().await.in_schema(&self.schema)?;
@@ -654,7 +695,7 @@ impl MemoryBackend for PostgresBackend {
         if content_changed {
             // Without an embedder, changed content has no vector until a connection with
             // one backfills it.
-            entry.embedded = vector.is_some();
+            entry.embedded = head.is_some();
         }
         let e = &entry;
         let mut q = Query::default();
@@ -684,8 +725,9 @@ impl MemoryBackend for PostgresBackend {
             format!("embedded = {}", q.bind(e.embedded)),
         ];
         let mut set = sets.join(", ");
-        if content_changed && self.space.is_some() {
-            let p = q.bind(vector.map(Vector::from));
+        let new_vectors = content_changed && self.space.is_some();
+        if new_vectors {
+            let p = q.bind(head.map(Vector::from));
             set.push_str(&format!(", embedding = {p}::{}", self.names.vector));
         }
         let pkp = q.bind(pk);
@@ -696,6 +738,26 @@ impl MemoryBackend for PostgresBackend {
         tx.execute(&q.sql, &q.params())
             .await
             .in_schema(&self.schema)?;
+        if new_vectors {
+            // The old text's passages go; the new text's come.
+            let p = &self.names.passages;
+            tx.execute(&format!("DELETE FROM {p} WHERE memory = $1"), &[&pk])
+                .await
+                .in_schema(&self.schema)?;
+            more.extend(pk, vectors);
+            if !more.is_empty() {
+                let sql = format!(
+                    "INSERT INTO {p} (memory, scope_id, k, embedding) \
+                     SELECT u.memory, m.scope_id, u.k, u.v \
+                     FROM unnest($1::int8[], $2::int4[], $3::{}[]) AS u(memory, k, v) \
+                     JOIN {} m ON m.pk = u.memory",
+                    self.names.vector, self.names.memories
+                );
+                tx.execute(&sql, &[&more.owners, &more.ks, &more.vectors])
+                    .await
+                    .in_schema(&self.schema)?;
+            }
+        }
         tx.commit().await.in_schema(&self.schema)?;
         Ok(entry)
     }

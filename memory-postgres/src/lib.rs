@@ -1,7 +1,9 @@
 //! A memory backend on a Postgres server: many bot processes (replicas behind a webhook,
 //! agents sharing memory) read and write one store. pgvector holds the vectors (an exact
-//! per-scope scan for ordinary scopes, a per-scope HNSW index for very large ones), Postgres
-//! full-text search does keyword search, and hybrid search fuses both like every backend.
+//! per-scope scan for ordinary scopes, a per-scope HNSW index for very large ones; a memory
+//! longer than the embedder's window has one vector per passage and ranks by its best),
+//! Postgres full-text search does keyword search, and hybrid search fuses both like every
+//! backend.
 //!
 //! ```no_run
 //! # async fn demo() -> memory_core::Result<()> {
@@ -36,7 +38,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
-use memory_core::{EmbeddingProvider, EmbeddingSpace, Limits, Result, embed_all};
+use memory_core::{
+    Embedding, EmbeddingProvider, EmbeddingSpace, Limits, Result, embed_passages,
+};
 use tokio_postgres::NoTls;
 use tokio_postgres::config::Host;
 
@@ -45,6 +49,7 @@ pub use error::PostgresError;
 use crate::error::{InSchema, connect_error};
 use crate::index::Indexes;
 use crate::schema::{HNSW_MAX_DIMS, Opened, Target, quote_ident, valid_schema_name};
+use crate::sql::Passages;
 
 /// How a store is reached and searched. The defaults suit a few bot processes sharing one
 /// server.
@@ -252,6 +257,8 @@ pub(crate) struct Names {
     pub(crate) scopes: String,
     /// Recall counts, apart from the wide memory rows.
     pub(crate) access: String,
+    /// Long memories' passages after the first (a store with vectors only).
+    pub(crate) passages: String,
     /// pgvector's cosine distance operator, qualified by the extension's schema.
     pub(crate) cosine: String,
     /// pgvector's `vector` type, qualified.
@@ -341,6 +348,7 @@ impl PostgresBackend {
             memories: String::new(),
             scopes: String::new(),
             access: String::new(),
+            passages: String::new(),
             cosine: String::new(),
             vector: String::new(),
         };
@@ -380,6 +388,7 @@ impl PostgresBackend {
             memories: format!("{s}.memories"),
             scopes: format!("{s}.scopes"),
             access: format!("{s}.memory_access"),
+            passages: format!("{s}.memory_passages"),
             cosine: format!("OPERATOR({}.<=>)", opened.ext_schema),
             vector: format!("{}.vector", opened.ext_schema),
         };
@@ -456,22 +465,36 @@ impl PostgresBackend {
         pooled(&self.pool, &self.server, &self.config).await
     }
 
-    /// Embeds memories stored while no embedder was available.
+    /// Embeds memories stored while no embedder was available, each as its passages
+    /// ([`embed_passages`]). A memory another process embedded or changed meanwhile is
+    /// left as that process wrote it.
     async fn backfill_vectors(&self) -> Result<(), PostgresError> {
         let Some(embedder) = self.embedder.clone() else {
             return Ok(());
         };
-        let m = &self.names.memories;
-        let select =
-            format!("SELECT pk, content FROM {m} WHERE NOT embedded ORDER BY pk LIMIT 256");
-        let update = format!(
-            "UPDATE {m} SET embedding = u.v, embedded = true \
-             FROM unnest($1::bigint[], $2::{}[]) AS u(pk, v) WHERE {m}.pk = u.pk",
-            self.names.vector
+        let (m, vector) = (&self.names.memories, &self.names.vector);
+        let select = format!(
+            "SELECT pk, content FROM {m} WHERE NOT embedded AND pk > $1 ORDER BY pk LIMIT 256"
         );
+        // Heads into the memory rows (those still unembedded with the text embedded), then
+        // the further passages of the rows written.
+        let update = format!(
+            "WITH w AS (UPDATE {m} SET embedding = u.v, embedded = u.v IS NOT NULL \
+             FROM unnest($1::bigint[], $2::text[], $3::{vector}[]) AS u(pk, content, v) \
+             WHERE {m}.pk = u.pk AND NOT {m}.embedded AND {m}.content = u.content \
+             RETURNING {m}.pk, {m}.scope_id) \
+             INSERT INTO {} (memory, scope_id, k, embedding) \
+             SELECT w.pk, w.scope_id, x.k, x.v FROM w \
+             JOIN unnest($4::bigint[], $5::int4[], $6::{vector}[]) AS x(pk, k, v) ON x.pk = w.pk",
+            self.names.passages
+        );
+        let mut after = 0i64;
         loop {
             let client = self.client().await?;
-            let rows = client.query(&select, &[]).await.in_schema(&self.schema)?;
+            let rows = client
+                .query(&select, &[&after])
+                .await
+                .in_schema(&self.schema)?;
             if rows.is_empty() {
                 return Ok(());
             }
@@ -481,15 +504,24 @@ impl PostgresBackend {
                 pks.push(r.try_get::<_, i64>(0).in_schema(&self.schema)?);
                 texts.push(r.try_get::<_, String>(1).in_schema(&self.schema)?);
             }
+            // Ordered by pk: rows that stay unembedded are not read again.
+            after = pks.iter().copied().max().unwrap_or(after);
             let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-            let vectors: Vec<pgvector::Vector> = embed_all(embedder.as_ref(), &refs)
+            let embedded = embed_passages(embedder.as_ref(), &refs)
                 .await
-                .map_err(PostgresError::Embedder)?
-                .into_iter()
-                .map(|e| pgvector::Vector::from(e.into_vector()))
-                .collect();
+                .map_err(PostgresError::Embedder)?;
+            let mut heads = Vec::with_capacity(pks.len());
+            let mut more = Passages::default();
+            for (&pk, vectors) in pks.iter().zip(embedded) {
+                let mut vectors = vectors.into_iter().map(Embedding::into_vector);
+                heads.push(vectors.next().map(pgvector::Vector::from));
+                more.extend(pk, vectors);
+            }
             client
-                .execute(&update, &[&pks, &vectors])
+                .execute(
+                    &update,
+                    &[&pks, &texts, &heads, &more.owners, &more.ks, &more.vectors],
+                )
                 .await
                 .in_schema(&self.schema)?;
         }

@@ -9,7 +9,7 @@ use tokio_postgres::Transaction;
 use crate::error::{InSchema, PostgresError};
 
 /// The schema version this build writes and understands.
-pub(crate) const SCHEMA_VERSION: i64 = 2;
+pub(crate) const SCHEMA_VERSION: i64 = 3;
 
 /// `meta.format` of Ava stores.
 pub(crate) const FORMAT: &str = "ava-memory-store";
@@ -17,17 +17,33 @@ pub(crate) const FORMAT: &str = "ava-memory-store";
 /// Advisory lock key taken while a store is opened (ASCII "AVAMEMPG").
 const SETUP_LOCK: i64 = 0x4156_414d_454d_5047;
 
-/// Migrations: entry `i` upgrades a store from version `i + 1` to `i + 2`; `{s}` stands for
-/// the quoted schema name. A new store is created at version 1 by [`schema_v1`] and
-/// migrated from there, so every migration runs on every new store too.
-const MIGRATIONS: &[&str] = &[
+/// One step of [`MIGRATIONS`].
+enum Migration {
+    /// Statements; `{s}` stands for the quoted schema name.
+    Sql(&'static str),
+    /// The passages table ([`create_passages`]), in a store that has vectors; a store
+    /// without gets it when it adopts a space ([`adopt_space`]).
+    Passages,
+}
+
+/// Migrations: entry `i` upgrades a store from version `i + 1` to `i + 2`. A new store is
+/// created at version 1 by [`schema_v1`] and migrated from there, so every migration runs
+/// on every new store too.
+const MIGRATIONS: &[Migration] = &[
     // 2: one HNSW index per large scope (built in the background, see index.rs) instead of
     // one over the whole table, whose upkeep made every write ~40x slower while scopes under
     // `exact_scan_max` never used it. `stored` counts the memories ever stored in a scope,
     // so a write knows when the scope outgrows exact scans without counting rows.
-    "DROP INDEX IF EXISTS {s}.memories_embedding_hnsw;
-     ALTER TABLE {s}.scopes ADD COLUMN stored bigint NOT NULL DEFAULT 0;
-     UPDATE {s}.scopes sc SET stored = (SELECT count(*) FROM {s}.memories m WHERE m.scope_id = sc.id);",
+    Migration::Sql(
+        "DROP INDEX IF EXISTS {s}.memories_embedding_hnsw;
+         ALTER TABLE {s}.scopes ADD COLUMN stored bigint NOT NULL DEFAULT 0;
+         UPDATE {s}.scopes sc SET stored = (SELECT count(*) FROM {s}.memories m WHERE m.scope_id = sc.id);",
+    ),
+    // 3: a memory longer than the embedder's window has one vector per passage: the first
+    // in `memories.embedding`, the others in `memory_passages`. Memories embedded before
+    // keep their one vector. (Older builds, which would leave a changed memory's old
+    // passages behind, refuse a version 3 store as newer.)
+    Migration::Passages,
 ];
 
 /// pgvector's HNSW index handles `vector` columns of at most this many dimensions.
@@ -153,9 +169,9 @@ pub(crate) async fn open(
                 .await
                 .in_schema(t.schema)?;
             }
-            migrate(tx, t, &s, 1).await?;
+            migrate(tx, t, &s, &ext_schema, 1).await?;
         }
-        Existing::Store { version } => migrate(tx, t, &s, version).await?,
+        Existing::Store { version } => migrate(tx, t, &s, &ext_schema, version).await?,
     }
     let stored = stored_space(tx, t, &s).await?;
     let space = match (stored, given) {
@@ -290,24 +306,31 @@ async fn ensure_vector_extension(
     Ok(quote_ident(&name))
 }
 
-/// Brings an older store up to [`SCHEMA_VERSION`], one version at a time.
+/// Brings an older store up to [`SCHEMA_VERSION`], one version at a time; `ext` is
+/// pgvector's schema (quoted).
 async fn migrate(
     tx: &mut Transaction<'_>,
     t: &Target<'_>,
     s: &str,
+    ext: &str,
     from: i64,
 ) -> Result<(), PostgresError> {
     for version in from..SCHEMA_VERSION {
         let idx = usize::try_from(version - 1).unwrap_or(usize::MAX);
-        let Some(sql) = MIGRATIONS.get(idx) else {
-            return Err(PostgresError::InvalidData {
-                schema: t.schema.to_owned(),
-                what: format!("no migration from schema version {version}"),
-            });
+        let sql = match MIGRATIONS.get(idx) {
+            Some(Migration::Sql(sql)) => sql.replace("{s}", s),
+            Some(Migration::Passages) => match stored_space(tx, t, s).await? {
+                Some(space) => create_passages(s, ext, space.dims),
+                None => String::new(),
+            },
+            None => {
+                return Err(PostgresError::InvalidData {
+                    schema: t.schema.to_owned(),
+                    what: format!("no migration from schema version {version}"),
+                });
+            }
         };
-        tx.batch_execute(&sql.replace("{s}", s))
-            .await
-            .in_schema(t.schema)?;
+        tx.batch_execute(&sql).await.in_schema(t.schema)?;
         let next = (version + 1).to_string();
         tx.execute(
             &format!("UPDATE {s}.meta SET value = $1 WHERE key = 'schema_version'"),
@@ -357,8 +380,25 @@ async fn stored_space(
         .map_err(|e| invalid(e.to_string()))
 }
 
-/// Gives a store without vectors its embedding space: the vector column, its indexes, and
-/// the record in `meta`.
+/// The table of long memories' further passages in schema `s`, pgvector living in `ext`
+/// (both quoted): passage `k` (from 1; the first is `memories.embedding`) of memory
+/// `memory`. Semantic search scans a scope's passages through its index on `scope_id`;
+/// they go with their memory.
+fn create_passages(s: &str, ext: &str, dims: usize) -> String {
+    format!(
+        "CREATE TABLE {s}.memory_passages (
+             memory    bigint NOT NULL REFERENCES {s}.memories (pk) ON DELETE CASCADE,
+             scope_id  bigint NOT NULL REFERENCES {s}.scopes (id),
+             k         integer NOT NULL CHECK (k >= 1),
+             embedding {ext}.vector({dims}) NOT NULL,
+             PRIMARY KEY (memory, k)
+         );
+         CREATE INDEX memory_passages_by_scope ON {s}.memory_passages (scope_id);"
+    )
+}
+
+/// Gives a store without vectors its embedding space: the vector column, its indexes, the
+/// passages table, and the record in `meta`.
 async fn adopt_space(
     tx: &mut Transaction<'_>,
     t: &Target<'_>,
@@ -369,7 +409,9 @@ async fn adopt_space(
     let dims = space.dims;
     tx.batch_execute(&format!(
         "ALTER TABLE {s}.memories ADD COLUMN embedding {ext}.vector({dims});
-         CREATE INDEX memories_embedded_by_scope ON {s}.memories (scope_id) WHERE embedding IS NOT NULL;"
+         CREATE INDEX memories_embedded_by_scope ON {s}.memories (scope_id) WHERE embedding IS NOT NULL;
+         {}",
+        create_passages(s, ext, dims)
     ))
     .await
     .in_schema(t.schema)?;

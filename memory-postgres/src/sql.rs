@@ -62,6 +62,41 @@ impl Query {
     }
 }
 
+/// Long memories' passages after their first, as the parallel arrays a statement
+/// `unnest`s: whose (a pk or an id), which (`k`, from 1), and the vector.
+#[derive(Debug)]
+pub(crate) struct Passages<T> {
+    pub(crate) owners: Vec<T>,
+    pub(crate) ks: Vec<i32>,
+    pub(crate) vectors: Vec<pgvector::Vector>,
+}
+
+impl<T> Default for Passages<T> {
+    fn default() -> Self {
+        Self {
+            owners: Vec::new(),
+            ks: Vec::new(),
+            vectors: Vec::new(),
+        }
+    }
+}
+
+impl<T: Copy> Passages<T> {
+    /// Adds `owner`'s passages after its first (which `vectors` no longer holds).
+    pub(crate) fn extend(&mut self, owner: T, vectors: impl IntoIterator<Item = Vec<f32>>) {
+        for (k, v) in (1..=i32::MAX).zip(vectors) {
+            self.owners.push(owner);
+            self.ks.push(k);
+            self.vectors.push(pgvector::Vector::from(v));
+        }
+    }
+
+    /// Whether there are none.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.owners.is_empty()
+    }
+}
+
 /// Appends a filter's conditions (each starting with ` AND`) over alias `m`.
 pub(crate) fn push_filter(q: &mut Query, filter: &Filter) {
     if let Some(t) = &filter.tags {
