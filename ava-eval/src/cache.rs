@@ -22,6 +22,9 @@ pub(crate) struct CachedEmbedder {
     live: AtomicBool,
     /// Texts sent to the model while live.
     live_texts: AtomicUsize,
+    /// When set, the model's window is not declared, so a store embeds each long text as
+    /// one vector of its head instead of one per passage (`--set passages=0`).
+    whole_texts: AtomicBool,
 }
 
 fn key(text: &str) -> u64 {
@@ -73,10 +76,16 @@ impl CachedEmbedder {
             map: Mutex::new(map),
             live: AtomicBool::new(false),
             live_texts: AtomicUsize::new(0),
+            whole_texts: AtomicBool::new(false),
         }
     }
 
     /// Sends every text to the model (`true`) or serves cached vectors (`false`, the default).
+    /// Declares no window (see `whole_texts`): long texts get one vector of their head.
+    pub(crate) fn set_whole_texts(&self, whole: bool) {
+        self.whole_texts.store(whole, Ordering::SeqCst);
+    }
+
     pub(crate) fn set_live(&self, live: bool) {
         self.live.store(live, Ordering::SeqCst);
     }
@@ -112,6 +121,14 @@ impl EmbeddingProvider for CachedEmbedder {
 
     fn max_batch(&self) -> usize {
         self.inner.max_batch()
+    }
+
+    fn window_bytes(&self) -> Option<usize> {
+        if self.whole_texts.load(Ordering::SeqCst) {
+            None
+        } else {
+            self.inner.window_bytes()
+        }
     }
 
     async fn embed_batch(&self, texts: &[&str]) -> memory_core::Result<Vec<Embedding>> {

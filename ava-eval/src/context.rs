@@ -72,10 +72,11 @@ impl Overrides {
         Ok(Self { set })
     }
 
-    const KEYS: [&'static str; 14] = [
+    const KEYS: [&'static str; 15] = [
         "allocation",
         "excerpts",
         "graph",
+        "passages",
         "semantic_threshold",
         "semantic_limit",
         "temporal_window",
@@ -812,9 +813,16 @@ pub(super) async fn evaluate(options: &Options, samples: &[Sample]) -> anyhow::R
         store: embedder,
         cache,
     } = embedders(options.embedder)?;
+    if let Some(c) = &cache {
+        c.set_whole_texts(options.overrides.get("passages") == Some(0.0));
+    }
     let space = embedder.space().to_string();
     let dir = tempfile::tempdir()?;
     let strategy = ContextStrategy::default();
+    // What storing the conversations cost: time (vectors from the cache: SQLite's own
+    // work) and the store files' size on disk.
+    let mut ingest_time = std::time::Duration::ZERO;
+    let mut store_bytes = 0u64;
     let cutoffs = Cutoffs {
         threshold: strategy.semantic_threshold.get() as f32,
         limit: strategy.semantic_limit as usize,
@@ -845,7 +853,18 @@ pub(super) async fn evaluate(options: &Options, samples: &[Sample]) -> anyhow::R
             .path()
             .join(format!("{}.db", sample.id.replace(['/', '\\'], "_")));
         let store = open_store(&path, Arc::clone(&embedder)).await?;
+        let started = Instant::now();
         let conv = ingest(sample, store, Arc::clone(&embedder), &options.overrides).await?;
+        ingest_time += started.elapsed();
+        store_bytes += ["", "-wal"]
+            .iter()
+            .filter_map(|ext| {
+                let mut name = path.clone().into_os_string();
+                name.push(ext);
+                std::fs::metadata(name).ok()
+            })
+            .map(|m| m.len())
+            .sum::<u64>();
         let turns: HashMap<&str, &Turn> = sample
             .turns
             .iter()
@@ -1015,6 +1034,8 @@ pub(super) async fn evaluate(options: &Options, samples: &[Sample]) -> anyhow::R
             "memories": memories,
             "questions": questions,
             "questions_without_evidence": unusable,
+            "ingest_seconds": ingest_time.as_secs_f64(),
+            "store_bytes": store_bytes,
             // Measured with the local model only (the hashing embedder costs nothing).
             "one_query_embedding_ms": cache.as_ref().map(|_| json!({
                 "p50": percentile(&embed_latency, 0.5),
@@ -1037,8 +1058,13 @@ pub(super) async fn evaluate(options: &Options, samples: &[Sample]) -> anyhow::R
         options.overrides.describe()
     );
     println!(
-        "{} conversations, {memories} memories, {questions} questions ({unusable} without usable evidence left out)\n",
+        "{} conversations, {memories} memories, {questions} questions ({unusable} without usable evidence left out)",
         samples.len()
+    );
+    println!(
+        "ingest {:.1} s (vectors from the cache), stores {:.1} MiB on disk\n",
+        ingest_time.as_secs_f64(),
+        store_bytes as f64 / f64::from(1u32 << 20)
     );
     let cats: String = CATEGORIES
         .iter()

@@ -184,10 +184,9 @@ async fn the_local_model_finds_a_long_answer_by_meaning_through_its_last_passage
         );
         return;
     }
-    let local = memory_embedders::LocalEmbedder::load(&memory_embedders::LocalConfig::in_dir(
-        &dir.path,
-    ))
-    .unwrap();
+    let local =
+        memory_embedders::LocalEmbedder::load(&memory_embedders::LocalConfig::in_dir(&dir.path))
+            .unwrap();
     let embedder: Arc<dyn EmbeddingProvider> = Arc::new(local);
     let tmp = tempfile::tempdir().unwrap();
     let store: Arc<dyn MemoryBackend> = Arc::new(
@@ -217,8 +216,14 @@ async fn the_local_model_finds_a_long_answer_by_meaning_through_its_last_passage
             .unwrap();
     }
     let answer = long_answer();
-    let window = embedder.window_bytes().expect("the local model has a window");
-    assert!(answer.len() > 4 * window, "{} bytes, window {window}", answer.len());
+    let window = embedder
+        .window_bytes()
+        .expect("the local model has a window");
+    assert!(
+        answer.len() > 4 * window,
+        "{} bytes, window {window}",
+        answer.len()
+    );
 
     let hits = store
         .search(

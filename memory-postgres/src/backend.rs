@@ -679,7 +679,6 @@ impl MemoryBackend for PostgresBackend {
             None => Vec::new().into_iter(),
         };
         let head = vectors.next();
-        let mut more = Passages::default();
         let content_changed = patch.content.is_some();
         let mut client = self.client().await?;
         let tx = client.transaction().await.in_schema(&self.schema)?;
@@ -744,6 +743,7 @@ impl MemoryBackend for PostgresBackend {
             tx.execute(&format!("DELETE FROM {p} WHERE memory = $1"), &[&pk])
                 .await
                 .in_schema(&self.schema)?;
+            let mut more = Passages::default();
             more.extend(pk, vectors);
             if !more.is_empty() {
                 let sql = format!(

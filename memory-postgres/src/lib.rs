@@ -38,9 +38,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
-use memory_core::{
-    Embedding, EmbeddingProvider, EmbeddingSpace, Limits, Result, embed_passages,
-};
+use memory_core::{Embedding, EmbeddingProvider, EmbeddingSpace, Limits, Result, embed_passages};
 use tokio_postgres::NoTls;
 use tokio_postgres::config::Host;
 

@@ -197,7 +197,7 @@ async fn newer_schema_is_refused_and_left_untouched() {
                 &err,
                 PostgresError::NewerSchema {
                     found: 99,
-                    supported: 2,
+                    supported: 3,
                     ..
                 }
             ),
@@ -630,11 +630,13 @@ async fn a_version_1_store_is_migrated_and_its_large_scopes_indexed() {
             .unwrap();
         store.close();
     }
-    // Version 1 as it was: no `stored` count, one HNSW index over the whole table.
+    // Version 1 as it was: no `stored` count, one HNSW index over the whole table, no
+    // passages.
     common::run_sql(
         &url,
         &format!(
             "UPDATE \"{schema}\".meta SET value = '1' WHERE key = 'schema_version';
+             DROP TABLE \"{schema}\".memory_passages;
              ALTER TABLE \"{schema}\".scopes DROP COLUMN stored;
              CREATE INDEX memories_embedding_hnsw ON \"{schema}\".memories USING hnsw (embedding vector_cosine_ops);"
         ),
@@ -661,7 +663,8 @@ async fn a_version_1_store_is_migrated_and_its_large_scopes_indexed() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(version, "2");
+    assert_eq!(version, "3");
+    assert!(has_passages(&client, &schema).await);
     let counts: Vec<(String, i64)> = client
         .query(
             &format!("SELECT chat, stored FROM \"{schema}\".scopes ORDER BY chat"),

@@ -522,7 +522,8 @@ fn refine<K: Copy + Ord>(
                 break 'outer;
             };
             if i >= MAX_RESCORED
-                || (best.len() >= exact && best.last().is_some_and(|&(kth, _)| approx + bound < kth))
+                || (best.len() >= exact
+                    && best.last().is_some_and(|&(kth, _)| approx + bound < kth))
             {
                 break 'outer;
             }

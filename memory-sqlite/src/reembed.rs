@@ -86,9 +86,8 @@ async fn reembed_on(worker: &Worker, embedder: &dyn EmbeddingProvider) -> Result
                     conn: tx,
                     path: &path,
                 };
-                let mut mark = tx.prepare(
-                    "SELECT scope_id FROM memories WHERE pk = ?1 AND content = ?2",
-                )?;
+                let mut mark =
+                    tx.prepare("SELECT scope_id FROM memories WHERE pk = ?1 AND content = ?2")?;
                 let mut embedded = 0u64;
                 for ((pk, content), v) in rows.iter().zip(&vectors) {
                     let scope_id: Option<i64> = mark

@@ -50,8 +50,7 @@ pub(crate) fn memory_pk(rowid: i64) -> i64 {
 /// How many vectors a scope holds: one per embedded memory, plus the further passages of
 /// long ones. Every count reads an index only (the scope index, the partial indexes of
 /// memories without a vector and of memories with several).
-pub(crate) const VECTOR_COUNT_SQL: &str =
-    "SELECT (SELECT count(*) FROM memories WHERE scope_id = ?1) \
+pub(crate) const VECTOR_COUNT_SQL: &str = "SELECT (SELECT count(*) FROM memories WHERE scope_id = ?1) \
           - (SELECT count(*) FROM memories WHERE scope_id = ?1 AND embedded = 0) \
           + (SELECT coalesce(sum(embedded - 1), 0) FROM memories WHERE scope_id = ?1 AND embedded > 1)";
 
@@ -61,7 +60,8 @@ pub(crate) fn best_per_memory(mut all: Vec<(i64, f32)>) -> Vec<(i64, f32)> {
     if !all.iter().any(|(rowid, _)| *rowid > PK_MASK) {
         return all;
     }
-    all.iter_mut().for_each(|(rowid, _)| *rowid = memory_pk(*rowid));
+    all.iter_mut()
+        .for_each(|(rowid, _)| *rowid = memory_pk(*rowid));
     all.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.total_cmp(&a.1)));
     all.dedup_by_key(|(pk, _)| *pk);
     all

@@ -227,7 +227,9 @@ async fn long_memories_rank_by_their_best_passage_on_every_path() {
         })
         .collect();
     let texts: Vec<&str> = data.iter().map(|m| m.content.as_str()).collect();
-    let passages = memory_core::embed_passages(&embedder, &texts).await.unwrap();
+    let passages = memory_core::embed_passages(&embedder, &texts)
+        .await
+        .unwrap();
     let vectors: usize = passages.iter().map(Vec::len).sum();
     assert!(vectors > n + n / 3, "{vectors} vectors for {n} memories");
     // A cache that holds the scope quantized (codes, a step and a key per vector) but not
@@ -255,7 +257,11 @@ async fn long_memories_rank_by_their_best_passage_on_every_path() {
         ..Filter::default()
     };
     let bits = |h: &[(MemoryId, f32)]| h.iter().map(|x| (x.0, x.1.to_bits())).collect::<Vec<_>>();
-    for query in ["cat piano", "rain on the river", "soup and a book by the lamp"] {
+    for query in [
+        "cat piano",
+        "rain on the river",
+        "soup and a book by the lamp",
+    ] {
         let q = embedder.embed_sync(query);
         for (filter, only_tagged) in [(Filter::default(), false), (tagged.clone(), true)] {
             let mut truth: Vec<(MemoryId, f32)> = data

@@ -243,6 +243,64 @@ async fn another_embedding_space_is_refused_until_reembedded() {
     }
 }
 
+/// A long memory embedded whole (by a build, or an embedder, without a window) keeps one
+/// vector of its head, so its end is not found by meaning; `reembed` with an embedder that
+/// declares its window gives it one vector per passage, and its end is found.
+#[tokio::test]
+async fn reembed_gives_long_memories_their_passages() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.db");
+    let whole = memory_core::HashingEmbedder::new(384).unwrap();
+    let windowed: Arc<dyn EmbeddingProvider> = Arc::new(whole.clone().with_window(120));
+    let head_only: Arc<dyn EmbeddingProvider> = Arc::new(whole.clone().with_window(120));
+    // The old build: the same space, read through the window, but no passages declared.
+    #[derive(Debug)]
+    struct NoWindow(Arc<dyn EmbeddingProvider>);
+    #[async_trait::async_trait]
+    impl EmbeddingProvider for NoWindow {
+        fn space(&self) -> Arc<memory_core::EmbeddingSpace> {
+            self.0.space()
+        }
+        async fn embed_batch(
+            &self,
+            texts: &[&str],
+        ) -> memory_core::Result<Vec<memory_core::Embedding>> {
+            self.0.embed_batch(texts).await
+        }
+    }
+    let store = open(&path, Some(Arc::new(NoWindow(head_only))))
+        .await
+        .unwrap();
+    let text = format!(
+        "{}The harbour master keeps a blue canoe.",
+        "Notes on the weekly budget review and its figures. ".repeat(6)
+    );
+    let long = store.store(&scope(), NewMemory::new(text)).await.unwrap();
+    store
+        .store(&scope(), NewMemory::new("a red bicycle in the shed"))
+        .await
+        .unwrap();
+    let query = SearchRequest::semantic("harbour master canoe").limit(1);
+    let hits = store.search(&scope(), &query).await.unwrap();
+    assert!(
+        hits.first()
+            .is_none_or(|h| h.entry.id != long.id || h.score < 0.1),
+        "{hits:#?}"
+    );
+    store.close().await;
+    drop(store);
+
+    let report = reembed(&path, Arc::clone(&windowed), SqliteConfig::default())
+        .await
+        .unwrap();
+    assert_eq!(report.memories, 2);
+    let store = open(&path, Some(windowed)).await.unwrap();
+    let hits = store.search(&scope(), &query).await.unwrap();
+    assert_eq!(hits.first().map(|h| h.entry.id), Some(long.id), "{hits:#?}");
+    assert!(hits[0].score > 0.4, "{hits:#?}");
+    assert_eq!(store.count(&scope()).await.unwrap(), 2, "no memory lost");
+}
+
 #[tokio::test]
 async fn keyword_only_memories_are_embedded_when_an_embedder_arrives() {
     let dir = tempfile::tempdir().unwrap();
