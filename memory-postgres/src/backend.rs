@@ -104,10 +104,11 @@ impl PostgresBackend {
     /// also say whether the scope has a ready index now, so searches learn of indexes
     /// other processes built.
     ///
-    /// Either way the top `limit` heads are joined by every passage of the scope (a scan
-    /// through their scope index: only long memories have any) and each memory keeps its
-    /// least distance. That is the exact top `limit` of the heads' ranking: a memory
-    /// outside the top heads and without passages is beaten by all of them.
+    /// Either way only the top `limit` heads and the scope's passages (a scan through their
+    /// scope index: only long memories have any) are ranked, each memory by its least
+    /// distance, one row each. That is the top `limit` of ranking every memory so: one
+    /// outside the top heads either ranks by a passage, which is there, or is beaten by
+    /// all of those heads.
     #[expect(
         clippy::too_many_arguments,
         reason = "one search's parts, each used once; a struct would only rename them"

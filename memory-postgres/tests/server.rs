@@ -758,3 +758,322 @@ async fn a_taken_id_in_a_batch_is_the_one_reported() {
     assert_eq!(store.count(&scope).await.unwrap(), 1, "nothing was written");
     store.close();
 }
+
+/// Whether the store has its table of long memories' further passages.
+async fn has_passages(client: &tokio_postgres::Client, schema: &str) -> bool {
+    client
+        .query_one(
+            "SELECT to_regclass(format('%I.memory_passages', $1::text)) IS NOT NULL",
+            &[&schema],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// How many further passages (after the first) the memory `id` has.
+async fn passages_of(client: &tokio_postgres::Client, schema: &str, id: MemoryId) -> i64 {
+    client
+        .query_one(
+            &format!(
+                "SELECT count(*) FROM \"{schema}\".memory_passages p \
+                 JOIN \"{schema}\".memories m ON m.pk = p.memory WHERE m.id = $1"
+            ),
+            &[id.as_uuid()],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// A long text whose tail only a passage holds: filler the width of several windows of
+/// 200 bytes, then `tail`.
+fn long_text(tail: &str) -> String {
+    let filler = "We compared the quarterly budget figures line by line. ".repeat(12);
+    format!("{filler}\n\n{tail}")
+}
+
+/// Each memory's similarity to `query` as its best passage's, computed here from the
+/// passages themselves, best first.
+async fn best_passages(
+    embedder: &HashingEmbedder,
+    memories: &[(MemoryId, String)],
+    query: &str,
+) -> Vec<(MemoryId, f32)> {
+    let texts: Vec<&str> = memories.iter().map(|(_, t)| t.as_str()).collect();
+    let passages = memory_core::embed_passages(embedder, &texts).await.unwrap();
+    let q = embedder.embed_sync(query);
+    let mut best: Vec<(MemoryId, f32)> = memories
+        .iter()
+        .zip(&passages)
+        .map(|((id, _), vs)| {
+            let s = vs
+                .iter()
+                .map(|v| memory_core::cosine(v.vector(), q.vector()))
+                .fold(f32::MIN, f32::max);
+            (*id, s)
+        })
+        .collect();
+    best.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    best
+}
+
+/// `hits` are the top `limit` of `truth`: one per memory, each scored by its best passage,
+/// and every memory that clearly belongs in the top (ties at the edge may go either way)
+/// is there.
+fn same_as_truth(
+    hits: &[memory_core::ScoredMemory],
+    truth: &[(MemoryId, f32)],
+    limit: usize,
+    what: &str,
+) {
+    let want = &truth[..limit.min(truth.len())];
+    assert_eq!(hits.len(), want.len(), "{what}: {hits:#?}");
+    for (h, (_, s)) in hits.iter().zip(want) {
+        let got = h.breakdown.semantic.unwrap();
+        assert!((got - s).abs() < 1e-4, "{what}: {got} where {s}: {hits:#?}");
+    }
+    let edge = want.last().map_or(0.0, |w| w.1) + 1e-4;
+    for (id, s) in want.iter().filter(|w| w.1 > edge) {
+        let hit = hits.iter().find(|h| h.entry.id == *id);
+        assert!(hit.is_some(), "{what}: {id} ({s}) missing: {hits:#?}");
+    }
+}
+
+/// Stores from before passages (version 2): one with vectors gets the passages table when
+/// it is migrated, one without gets it when it adopts a space, and a long memory stored
+/// while no embedder was given is embedded as passages when a windowed embedder connects,
+/// so that its tail is found by meaning.
+#[tokio::test]
+async fn stores_from_before_passages_embed_long_memories_as_passages() {
+    let Some(url) = common::pg_url() else { return };
+    let scope = Scope::for_user("u").unwrap();
+    let long = long_text("The lighthouse keeper feeds seven gulls at dawn.");
+    let windowed = HashingEmbedder::new(64).unwrap().with_window(200);
+    let client = sql_client(&url).await;
+    for with_space in [true, false] {
+        let schema = common::fresh_schema();
+        let _guard = common::DropSchema {
+            url: url.clone(),
+            schema: schema.clone(),
+        };
+        let first = if with_space { embedder(64) } else { None };
+        let store = PostgresBackend::connect(&url, first, config(&schema))
+            .await
+            .unwrap();
+        let short = store
+            .store(&scope, NewMemory::new("Dinner plans for friday night"))
+            .await
+            .unwrap();
+        store.close();
+        common::run_sql(
+            &url,
+            &format!(
+                "UPDATE \"{schema}\".meta SET value = '2' WHERE key = 'schema_version';
+                 DROP TABLE IF EXISTS \"{schema}\".memory_passages;"
+            ),
+        )
+        .unwrap();
+
+        // Migrated without an embedder: the long memory waits for its vectors.
+        let store = PostgresBackend::connect(&url, None, config(&schema))
+            .await
+            .unwrap();
+        assert_eq!(has_passages(&client, &schema).await, with_space);
+        let stored = store
+            .store(&scope, NewMemory::new(long.clone()))
+            .await
+            .unwrap();
+        assert!(!stored.embedded);
+        store.close();
+
+        // A windowed embedder of the same space embeds it as its passages.
+        let store =
+            PostgresBackend::connect(&url, Some(Arc::new(windowed.clone())), config(&schema))
+                .await
+                .unwrap();
+        assert!(has_passages(&client, &schema).await, "with {with_space}");
+        let want = memory_core::split_text(&long, 200).len() - 1;
+        assert!(want >= 3, "{want}");
+        assert_eq!(
+            passages_of(&client, &schema, stored.id).await,
+            i64::try_from(want).unwrap()
+        );
+        let query = "lighthouse keeper feeds gulls";
+        let truth = best_passages(
+            &windowed,
+            &[(stored.id, long.clone()), (short.id, short.content.clone())],
+            query,
+        )
+        .await;
+        let hits = store
+            .search(&scope, &SearchRequest::semantic(query).limit(2))
+            .await
+            .unwrap();
+        assert_eq!(hits[0].entry.id, stored.id, "{hits:#?}");
+        assert!(hits[0].entry.embedded);
+        same_as_truth(&hits, &truth, 2, &format!("with space {with_space}"));
+        store.close();
+    }
+}
+
+/// Searches `query` in `scope` of both `stores` (semantic at several limits, with and
+/// without `only_long`, and hybrid) and checks the hits against the passages of
+/// `memories`, which are the scope's; returns the truth without the filter.
+async fn search_both(
+    stores: [(&PostgresBackend, &str); 2],
+    scope: &Scope,
+    windowed: &HashingEmbedder,
+    memories: Vec<(MemoryId, String)>,
+    query: &str,
+    only_long: &memory_core::Filter,
+) -> Vec<(MemoryId, f32)> {
+    let truth = best_passages(windowed, &memories, query).await;
+    let long: Vec<(MemoryId, f32)> = truth
+        .iter()
+        .filter(|(id, _)| {
+            memories
+                .iter()
+                .any(|(m, t)| m == id && t.starts_with("We compared"))
+        })
+        .copied()
+        .collect();
+    for limit in [1, 5, 20] {
+        for (store, name) in stores {
+            let req = SearchRequest::semantic(query)
+                .limit(limit)
+                .without_access_tracking();
+            let hits = store.search(scope, &req).await.unwrap();
+            same_as_truth(&hits, &truth, limit, &format!("{query} ({name}, {limit})"));
+            let req = req.filter(only_long.clone());
+            let hits = store.search(scope, &req).await.unwrap();
+            let what = format!("{query} ({name}, long ones, {limit})");
+            same_as_truth(&hits, &long, limit, &what);
+            let hits = store
+                .search(scope, &SearchRequest::hybrid(query).limit(limit))
+                .await
+                .unwrap();
+            let ids: std::collections::HashSet<_> = hits.iter().map(|h| h.entry.id).collect();
+            assert_eq!(ids.len(), hits.len(), "one hit per memory: {hits:#?}");
+        }
+    }
+    truth
+}
+
+/// In a scope searched through its HNSW index and in the same scope searched exactly, a
+/// long memory is one hit scored by its best passage (with a filter too), the same as the
+/// passages themselves say; changing it replaces its passages and deleting it removes
+/// them.
+#[tokio::test]
+async fn long_memories_rank_by_their_best_passage_through_a_scopes_index() {
+    let Some(url) = common::pg_url() else { return };
+    let schema = common::fresh_schema();
+    let _guard = common::DropSchema {
+        url: url.clone(),
+        schema: schema.clone(),
+    };
+    let windowed = HashingEmbedder::new(64).unwrap().with_window(200);
+    let shared: Arc<dyn EmbeddingProvider> = Arc::new(windowed.clone());
+    let indexed = PostgresBackend::connect(
+        &preferring_ordered_indexes(&url),
+        Some(shared.clone()),
+        PostgresConfig {
+            exact_scan_max: 5,
+            ..config(&schema)
+        },
+    )
+    .await
+    .unwrap();
+    let exact = PostgresBackend::connect(
+        &url,
+        Some(shared),
+        PostgresConfig {
+            hnsw_index: false,
+            ..config(&schema)
+        },
+    )
+    .await
+    .unwrap();
+    let scope = Scope::for_user("u").unwrap().in_chat("big").unwrap();
+    let topics = ["garden", "violin", "harbour", "glacier", "orchard", "comet"];
+    let long_tag = memory_core::Tag::new("long").unwrap();
+    let mut batch: Vec<NewMemory> = (0..30)
+        .map(|i| NewMemory::new(format!("note {i} about the {}", topics[i % topics.len()])))
+        .collect();
+    for tail in [
+        "The lighthouse keeper feeds seven gulls at dawn.",
+        "The violin maker sold the orchard with its pear trees.",
+        "A comet passed over the glacier and the harbour.",
+    ] {
+        batch.push(NewMemory::new(long_text(tail)).with_tag(long_tag.clone()));
+    }
+    let stored = indexed.store_batch(&scope, batch).await.unwrap();
+    let mut memories: Vec<(MemoryId, String)> =
+        stored.iter().map(|e| (e.id, e.content.clone())).collect();
+    indexed.index_large_scopes().await.unwrap();
+    let client = sql_client(&url).await;
+    let index = format!("memories_hnsw_{}", scope_id(&client, &schema, &scope).await);
+    let only_long = memory_core::Filter {
+        tags: Some(memory_core::TagQuery::any([long_tag.clone()])),
+        ..memory_core::Filter::default()
+    };
+    let stores = [(&indexed, "indexed"), (&exact, "exact")];
+    let check = |memories: Vec<(MemoryId, String)>, query: &'static str| {
+        search_both(stores, &scope, &windowed, memories, query, &only_long)
+    };
+    for query in [
+        "lighthouse keeper feeds gulls",
+        "violin orchard pear trees",
+        "quarterly budget figures",
+    ] {
+        check(memories.clone(), query).await;
+    }
+    let truth = check(memories.clone(), "lighthouse keeper feeds gulls").await;
+    assert_eq!(truth[0].0, stored[30].id);
+    assert!(index_scans(&client, &schema, &index, 1).await >= 1);
+
+    // A new text replaces the passages; deleting the memory removes them.
+    let lighthouse = stored[30].id;
+    let changed = long_text("The ferry leaves the island at noon.");
+    exact
+        .update(
+            &scope,
+            lighthouse,
+            memory_core::MemoryPatch {
+                content: Some(changed.clone()),
+                ..memory_core::MemoryPatch::default()
+            },
+        )
+        .await
+        .unwrap();
+    memories[30].1 = changed;
+    let truth = check(memories.clone(), "ferry leaves the island").await;
+    assert_eq!(truth[0].0, lighthouse);
+    check(memories.clone(), "lighthouse keeper feeds gulls").await;
+    assert!(passages_of(&client, &schema, lighthouse).await >= 3);
+    indexed.delete(&scope, lighthouse).await.unwrap();
+    assert_eq!(passages_of(&client, &schema, lighthouse).await, 0);
+    memories.remove(30);
+    check(memories.clone(), "ferry leaves the island").await;
+    let left: i64 = client
+        .query_one(
+            &format!("SELECT count(*) FROM \"{schema}\".memory_passages"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(left >= 6, "the other long memories keep theirs: {left}");
+    indexed.delete_scope(&scope).await.unwrap();
+    let left: i64 = client
+        .query_one(
+            &format!("SELECT count(*) FROM \"{schema}\".memory_passages"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0);
+    indexed.close();
+    exact.close();
+}
