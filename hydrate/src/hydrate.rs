@@ -566,18 +566,31 @@ fn collapse(
 /// Texts shorter than this many distinct words are never near-duplicates ("ok", "thanks!").
 const NEAR_DUPLICATE_MIN_WORDS: usize = 4;
 
-/// The distinct lowercased words of `text`, hashed and sorted.
+/// The distinct lowercased words of `text`, hashed and sorted. Each word is hashed (FNV-1a)
+/// as it is read, lowercased character by character, without building a string: a long
+/// memory's set costs one pass over its text.
 fn word_set(text: &str) -> Vec<u64> {
-    use std::hash::{Hash, Hasher};
-    let mut set: Vec<u64> = text
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(|w| {
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            w.to_lowercase().hash(&mut h);
-            h.finish()
-        })
-        .collect();
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut set = Vec::new();
+    let (mut h, mut in_word) = (OFFSET, false);
+    let mut buf = [0u8; 4];
+    for c in text.chars() {
+        if c.is_alphanumeric() {
+            in_word = true;
+            for l in c.to_lowercase() {
+                for b in l.encode_utf8(&mut buf).bytes() {
+                    h = (h ^ u64::from(b)).wrapping_mul(PRIME);
+                }
+            }
+        } else if in_word {
+            set.push(h);
+            (h, in_word) = (OFFSET, false);
+        }
+    }
+    if in_word {
+        set.push(h);
+    }
     set.sort_unstable();
     set.dedup();
     set
@@ -722,6 +735,16 @@ mod tests {
     use super::*;
 
     /// Prefix filtering finds exactly the pairs a comparison of every pair finds.
+    #[test]
+    fn word_sets_are_distinct_lowercased_words_in_any_order() {
+        let a = word_set("Hello, hello WORLD! world-wide; Ünïcode ÜNÏCODE 42");
+        assert_eq!(a.len(), 5, "hello, world, wide, ünïcode, 42: {a:?}");
+        assert!(a.windows(2).all(|w| w[0] < w[1]), "sorted and distinct");
+        assert_eq!(a, word_set("42 ünïcode wide world hello"));
+        assert_ne!(word_set("cat"), word_set("cats"));
+        assert!(word_set(" ,.; ").is_empty());
+    }
+
     #[test]
     fn prefix_filtered_near_duplicates_match_all_pairs() {
         let mut seed = 7_u64;
