@@ -106,7 +106,7 @@ impl MemoryBackend for SqliteBackend {
                     for (e, v) in entries.iter().zip(&mut vectors) {
                         // A taken id writes nothing; the error drops the transaction, which
                         // rolls back the rows already written for this batch.
-                        let Some((_, written)) = inserter.insert(e, std::mem::take(v))? else {
+                        let Some(written) = inserter.insert(e, std::mem::take(v))? else {
                             return Err(MemoryError::Conflict { id: e.id }.into());
                         };
                         for (rowid, v) in written {

@@ -27,6 +27,9 @@ const PK_MASK: i64 = (1 << PASSAGE_SHIFT) - 1;
 /// Most vectors one memory keeps (a 64 KiB text cut into 8-byte passages stays below it).
 const MAX_VECTORS: usize = 1 << 20;
 
+/// A vector as written to vec0, with its rowid.
+pub(crate) type RowVector = (i64, Vec<f32>);
+
 /// The vec0 rowid of vector `k` of memory `pk`; `None` when `pk` is too large to carry
 /// passages (beyond 2^40 rows: such a memory keeps its first vector only).
 pub(crate) fn vector_rowid(pk: i64, k: usize) -> Option<i64> {
@@ -179,16 +182,16 @@ impl<'c> Inserter<'c> {
         })
     }
 
-    /// Inserts one memory and returns its pk; `None` (nothing written) when a memory with
-    /// this id already exists. The UNIQUE index on `id` is the check, so an insert costs no
-    /// separate lookup.
+    /// Inserts one memory; `None` (nothing written) when a memory with this id already
+    /// exists. The UNIQUE index on `id` is the check, so an insert costs no separate lookup.
     /// Its vectors (one per passage; none without an embedder) go to vec0 (see
-    /// [`vector_rowid`]); the caller hands each returned `(rowid, vector)` to the cache.
+    /// [`vector_rowid`]) and come back with their rowids, for the caller to hand to the
+    /// cache.
     pub(crate) fn insert(
         &mut self,
         e: &MemoryEntry,
         vectors: Vec<Vec<f32>>,
-    ) -> R<Option<(i64, Vec<(i64, Vec<f32>)>)>> {
+    ) -> R<Option<Vec<RowVector>>> {
         let written = self.memory.execute(params![
             e.id.as_uuid().as_bytes().as_slice(),
             self.scope_id,
@@ -241,7 +244,7 @@ impl<'c> Inserter<'c> {
                 params![written.len() as i64, pk],
             )?;
         }
-        Ok(Some((pk, written)))
+        Ok(Some(written))
     }
 }
 
