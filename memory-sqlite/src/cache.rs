@@ -14,13 +14,13 @@ use std::collections::{HashMap, HashSet};
 
 use rusqlite::{CachedStatement, Connection, OptionalExtension};
 
-use crate::sql::vector_rowid;
+use crate::vector_rows::{VECTOR_COUNT_SQL, memory_pk, vector_rowids};
 
 /// One scope's vectors.
 #[derive(Debug)]
 struct Block {
     /// Each vector's vec0 rowid: its memory's pk, or a further passage's
-    /// ([`crate::sql::vector_rowid`]).
+    /// ([`crate::vector_rows::vector_rowid`]).
     pks: Vec<i64>,
     vectors: Vectors,
     last_used: u64,
@@ -370,11 +370,11 @@ fn stored_vector(
     })
 }
 
-/// How many vectors the scope holds ([`crate::sql::VECTOR_COUNT_SQL`]: one per embedded
+/// How many vectors the scope holds ([`VECTOR_COUNT_SQL`]: one per embedded
 /// memory and the further passages of long ones, counted from indexes).
 fn embedded_count(conn: &Connection, scope_id: i64) -> Option<usize> {
     let n: i64 = conn
-        .prepare_cached(crate::sql::VECTOR_COUNT_SQL)
+        .prepare_cached(VECTOR_COUNT_SQL)
         .ok()?
         .query_row([scope_id], |r| r.get(0))
         .ok()?;
@@ -447,7 +447,7 @@ fn dual_scan(
 ) -> Scanned {
     let (mut all, bound) = approximate(0..pks.len(), block, dims, q);
     let dot = dot_fn();
-    let memory = |i: usize| pks.get(i).map_or(-1, |rowid| crate::sql::memory_pk(*rowid));
+    let memory = |i: usize| pks.get(i).map_or(-1, |rowid| memory_pk(*rowid));
     refine(&mut all, exact, bound, memory, |i| {
         Ok(vecs.get(i * dims..(i + 1) * dims).map(|v| dot(q, v)))
     })
@@ -479,7 +479,7 @@ pub(crate) fn rescore(
     let dot = dot_fn();
     let mut scratch = Vec::with_capacity(dims);
     let mut raw = vec![0f32; dims];
-    refine(items, exact, bound, crate::sql::memory_pk, |pk| {
+    refine(items, exact, bound, memory_pk, |pk| {
         if !stored_vector(&mut stmt, pk, &mut raw)? {
             return Ok(None);
         }
@@ -774,9 +774,7 @@ impl VectorCache {
         // Every vector's rowid: the memory's own, then its further passages'.
         let rowids = memories
             .into_iter()
-            .flat_map(|(pk, n)| {
-                (0..usize::try_from(n).unwrap_or(1)).filter_map(move |k| vector_rowid(pk, k))
-            })
+            .flat_map(|(pk, n)| vector_rowids(pk, n))
             .collect();
         self.load_by_rowid(conn, rowids, clock)
     }

@@ -29,6 +29,7 @@ mod read;
 mod reembed;
 mod schema;
 mod sql;
+mod vector_rows;
 mod worker;
 
 use std::path::{Path, PathBuf};

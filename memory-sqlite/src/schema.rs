@@ -29,7 +29,7 @@ pub(crate) const APPLICATION_ID: i32 = 0x4156_4131;
 ///   they refuse it as coming from a newer Ava.
 /// - 5: a memory longer than the embedder's window has one vector per passage:
 ///   `memories.embedded` holds how many (0 none, 1 one, n passages), passage k ≥ 1 is the
-///   vec0 row `pk + k << 40` (`sql::vector_rowid`), and a partial index of the memories
+///   vec0 row `pk + k << 40` (`vector_rows::vector_rowid`), and a partial index of the memories
 ///   with several (`memories_passages`) lets a scope's vectors be counted from indexes.
 ///   Older builds would delete such a memory's first vector only, so they must not write
 ///   to a version 5 store. Memories embedded before keep their one vector until `reembed`.

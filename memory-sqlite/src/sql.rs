@@ -13,62 +13,13 @@ use uuid::Uuid;
 
 use crate::cache::{self, Scanned, VectorCache};
 use crate::error::{JobError, SqliteError};
+use crate::vector_rows::{
+    MAX_VECTORS, PASSAGE_SHIFT, PK_MASK, RowVector, VECTOR_COUNT_SQL, best_per_memory,
+    has_passages, memory_pk, vector_rowid, vector_rowids,
+};
 
 /// The largest `k` sqlite-vec accepts in one KNN query.
 pub(crate) const MAX_KNN_K: usize = 4096;
-
-/// A memory's passage `k` (k ≥ 1) has vec0 rowid `pk + k << PASSAGE_SHIFT` (schema 5); its
-/// first vector has rowid `pk`. `memories.embedded` holds how many vectors it has.
-pub(crate) const PASSAGE_SHIFT: u32 = 40;
-
-/// The low bits of a vec0 rowid: the memory's pk.
-const PK_MASK: i64 = (1 << PASSAGE_SHIFT) - 1;
-
-/// Most vectors one memory keeps (a 64 KiB text cut into 8-byte passages stays below it).
-const MAX_VECTORS: usize = 1 << 20;
-
-/// A vector as written to vec0, with its rowid.
-pub(crate) type RowVector = (i64, Vec<f32>);
-
-/// The vec0 rowid of vector `k` of memory `pk`; `None` when `pk` is too large to carry
-/// passages (beyond 2^40 rows: such a memory keeps its first vector only).
-pub(crate) fn vector_rowid(pk: i64, k: usize) -> Option<i64> {
-    match k {
-        0 => Some(pk),
-        _ if pk > PK_MASK || k >= MAX_VECTORS => None,
-        // k < 2^20, so the shifted value stays below 2^60.
-        _ => Some(pk + ((k as i64) << PASSAGE_SHIFT)),
-    }
-}
-
-/// The memory a vec0 rowid belongs to.
-pub(crate) fn memory_pk(rowid: i64) -> i64 {
-    if rowid > PK_MASK {
-        rowid & PK_MASK
-    } else {
-        rowid
-    }
-}
-
-/// How many vectors a scope holds: one per embedded memory, plus the further passages of
-/// long ones. Every count reads an index only (the scope index, the partial indexes of
-/// memories without a vector and of memories with several).
-pub(crate) const VECTOR_COUNT_SQL: &str = "SELECT (SELECT count(*) FROM memories WHERE scope_id = ?1) \
-          - (SELECT count(*) FROM memories WHERE scope_id = ?1 AND embedded = 0) \
-          + (SELECT coalesce(sum(embedded - 1), 0) FROM memories WHERE scope_id = ?1 AND embedded > 1)";
-
-/// Keeps, for each memory, its best similarity among its vectors' `(rowid, similarity)`,
-/// keyed by pk (unordered). A scope whose memories all have one vector is left as it is.
-pub(crate) fn best_per_memory(mut all: Vec<(i64, f32)>) -> Vec<(i64, f32)> {
-    if !all.iter().any(|(rowid, _)| *rowid > PK_MASK) {
-        return all;
-    }
-    all.iter_mut()
-        .for_each(|(rowid, _)| *rowid = memory_pk(*rowid));
-    all.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.total_cmp(&a.1)));
-    all.dedup_by_key(|(pk, _)| *pk);
-    all
-}
 
 const ENTRY_COLS: &str = "m.pk, m.id, s.tenant, s.user, s.chat, s.thread, m.kind, m.content, m.context, \
      m.role, m.source, m.importance, m.pinned, m.created_at, m.accessed_at, m.access_count, \
@@ -402,10 +353,8 @@ impl Sql<'_> {
             .prepare_cached("DELETE FROM memory_vec WHERE rowid = ?1")?;
         // A memory of an older build marked 1 may still have its vector: always try the
         // first.
-        for k in 0..usize::try_from(n).unwrap_or(0).max(1) {
-            if let Some(rowid) = vector_rowid(pk, k) {
-                stmt.execute([rowid])?;
-            }
+        for rowid in vector_rowids(pk, n.max(1)) {
+            stmt.execute([rowid])?;
         }
         Ok(())
     }
@@ -686,7 +635,8 @@ impl Sql<'_> {
         let by_score = |a: &(i64, f32), b: &(i64, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
         // Similarities by memory: a long memory's is its best passage's. The vectors' own
         // list is kept apart only when some memory has several.
-        let (mut best, vectors) = if all.iter().any(|(rowid, _)| memory_pk(*rowid) != *rowid) {
+        let passages = has_passages(&all);
+        let (mut best, vectors) = if passages {
             (best_per_memory(all.clone()), Some(all))
         } else {
             (all, None)
@@ -717,7 +667,7 @@ impl Sql<'_> {
             all.retain(|(rowid, _)| pass.contains_key(&memory_pk(*rowid)));
             cache::rescore(self.conn, q.len(), &cache::unit(q), &mut all, limit, bound)?;
         }
-        let mut best = best_per_memory(all);
+        let mut best = if passages { best_per_memory(all) } else { all };
         best.sort_by(by_score);
         Ok(pick(&pass, &best))
     }
