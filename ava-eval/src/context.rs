@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use hydrate::{
-    Block, CompiledPrompt, HydrateInput, HydrationConfig, OPT_RECORD_ACCESS, ProviderOptions,
-    SourceKind, day_header, escape_data, prepare, product,
+    Block, CompiledPrompt, HydrateInput, HydrationConfig, OPT_RECORD_ACCESS, OPT_SEMANTIC_WEIGHT,
+    ProviderOptions, SourceKind, day_header, escape_data, prepare, product,
 };
 use memory_core::{
     Embedding, EmbeddingProvider, Filter, HashingEmbedder, MemoryBackend, MemoryId, MemoryKind,
@@ -72,13 +72,14 @@ impl Overrides {
         Ok(Self { set })
     }
 
-    const KEYS: [&'static str; 15] = [
+    const KEYS: [&'static str; 17] = [
         "allocation",
         "excerpts",
         "graph",
         "passages",
         "semantic_threshold",
         "semantic_limit",
+        "semantic_weight",
         "temporal_window",
         "keep_recent",
         "item_tokens",
@@ -87,6 +88,7 @@ impl Overrides {
         "cue_time",
         "cue_phrase",
         "cue_name",
+        "cue_own_words",
         "near_duplicate",
     ];
 
@@ -121,6 +123,9 @@ impl Overrides {
         }
         if let Some(v) = self.get("cue_name") {
             config.cue_weights.name = v;
+        }
+        if let Some(v) = self.get("cue_own_words") {
+            config.cue_weights.own_words = v;
         }
         if let Some(v) = self.get("near_duplicate") {
             // Above 1 nothing is a near-duplicate: off.
@@ -265,7 +270,12 @@ async fn ingest(
         newest,
         options: (
             provider,
-            ProviderOptions::new().with(OPT_RECORD_ACCESS, false),
+            match overrides.get("semantic_weight") {
+                Some(w) => ProviderOptions::new()
+                    .with(OPT_RECORD_ACCESS, false)
+                    .with(OPT_SEMANTIC_WEIGHT, w),
+                None => ProviderOptions::new().with(OPT_RECORD_ACCESS, false),
+            },
         ),
         ids,
         parts,

@@ -58,9 +58,9 @@ pub(crate) struct Args {
     #[arg(long)]
     json: bool,
     /// With `--context-budget`, an experiment: a setting other than the product's
-    /// (repeatable), one of `semantic_threshold`, `semantic_limit`, `temporal_window`,
+    /// (repeatable), one of `semantic_threshold`, `semantic_limit`, `semantic_weight`, `temporal_window`,
     /// `keep_recent`, `item_tokens`, `unmatched_relevance`, `decay_floor`, `cue_time`,
-    /// `cue_phrase`, `cue_name`, `near_duplicate` (numbers), `excerpts=0` (long memories cut
+    /// `cue_phrase`, `cue_name`, `cue_own_words`, `near_duplicate` (numbers), `excerpts=0` (long memories cut
     /// at their head), `graph=0` (no graph family), or `allocation` (`relevance`,
     /// `information`, `fixed:SYSTEM,CONTEXT,OBSERVATION`). The output says it is an
     /// experiment.

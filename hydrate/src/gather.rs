@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use memory_core::{ErrorChain, MemoryError};
+use memory_core::{ErrorChain, MemoryError, MemoryId};
 
 use crate::config::{HydrateInput, HydrationConfig};
 use crate::cues::QueryCues;
@@ -329,6 +329,23 @@ impl Gathered {
             items.retain(|i| i.similarity.is_none_or(|s| s >= t));
         }
         let mut over_limits = before - items.len();
+        // The question's cues lift what matches them before the limit, as they lift its
+        // relevance when compiling: a source's extra searches for them (the asked time, the
+        // user's own words) bring candidates that are not then cut for ranking lower on
+        // similarity alone.
+        if !query.cues.is_empty() {
+            for item in &mut items {
+                let m = query.cues.lifting(
+                    &item.content,
+                    item.created_at,
+                    item.role,
+                    config.cue_weights,
+                );
+                if m.any() {
+                    item.score = m.lift(f64::from(item.score), config.cue_weights) as f32;
+                }
+            }
+        }
         rank(kind, &mut items);
         if kind != SourceKind::Temporal && items.len() > 1 {
             let n = items.len();
@@ -363,6 +380,15 @@ impl Gathered {
         // twice is harmless.
         let mut keys: HashSet<String> = HashSet::new();
         let mut kept = Vec::with_capacity(items.len().min(params.max_items));
+        // A memory an earlier kind already holds (a search hit that is also in the recent
+        // conversation) is kept, so the merge learns how well it matched, but does not take
+        // one of this source's places: sources over-fetch for exactly these.
+        let earlier: HashSet<MemoryId> = self
+            .collected
+            .iter()
+            .flat_map(|c| c.items.iter().filter_map(|i| i.memory_id))
+            .collect();
+        let mut counted = 0usize;
         // The token cap is counted only when it can bind (counting costs a tokenizer pass).
         let capped = token_cap;
         let mut tokens = 0u32;
@@ -371,7 +397,11 @@ impl Gathered {
                 report.duplicates += 1;
                 continue;
             }
-            if kept.len() >= params.max_items {
+            if item.memory_id.is_some_and(|id| earlier.contains(&id)) {
+                kept.push(item);
+                continue;
+            }
+            if counted >= params.max_items {
                 over_limits += 1;
                 continue;
             }
@@ -383,6 +413,7 @@ impl Gathered {
                 }
                 tokens = tokens.saturating_add(t);
             }
+            counted += 1;
             kept.push(item);
         }
         report.over_limits = over_limits;

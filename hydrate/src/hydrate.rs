@@ -624,15 +624,7 @@ fn jaccard(a: &[u64], b: &[u64]) -> f64 {
 /// them or more hold (the person the whole chat is with, say) lifts none.
 fn mark_cues(candidates: &mut [Candidate], cues: &QueryCues, w: CueWeights) {
     for c in candidates.iter_mut() {
-        let mut m = cues.matches(&c.item.content, c.item.created_at);
-        m.time &= w.time > 0.0;
-        if w.phrase <= 0.0 {
-            m.phrases = 0;
-        }
-        if w.name <= 0.0 {
-            m.names.clear();
-        }
-        c.cues = m;
+        c.cues = cues.lifting(&c.item.content, c.item.created_at, c.item.role, w);
     }
     let common: Vec<String> = cues
         .names

@@ -7,7 +7,8 @@
 //!   or thread): the newest ones plus the ones a search finds relevant.
 //! - **semantic**: related past `Message` memories found by searching for the observation,
 //!   over-fetched by the temporal window so that, once messages already in the recent
-//!   conversation are removed (hydrate de-duplicates by memory id), enough remain.
+//!   conversation are removed (hydrate de-duplicates by memory id), enough remain. A
+//!   first-person question ("what did I say...") also searches the user's own messages.
 //!
 //! Searches use the `search` option (default hybrid) when the backend advertises it, and
 //! otherwise fall back to the most capable mode it does (`SearchMode::best_supported`:
@@ -21,7 +22,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use memory_core::{
     Capability, EmbeddingProvider, ErrorChain, Filter, HybridWeights, MemoryBackend, MemoryId,
-    MemoryKind, Scope, SearchMode, SearchRequest,
+    MemoryKind, Role, Scope, SearchMode, SearchRequest,
 };
 use serde::Serialize;
 
@@ -243,6 +244,28 @@ impl MemorySource {
         }
         let hits = self.backend.search(query.scope, &request).await?;
         out.extend(hits.iter().map(|h| self.hit_item(h)));
+        let mut seen: HashSet<MemoryId> = hits.iter().map(|h| h.entry.id).collect();
+        // The searches for cues find many of the same memories again: only the first search
+        // counts its hits as recalled, so one prompt never counts a memory twice.
+        let extra = request.clone().without_access_tracking();
+        // A question in the first person ("what did I say about...") asks what the user
+        // told: the user's own messages are also searched on their own, so the agent's
+        // answers, long and repeating the question's words, cannot crowd them all out.
+        if query.cues.first_person {
+            let mine = Filter {
+                roles: vec![Role::User],
+                ..filter.clone()
+            };
+            let more = self
+                .backend
+                .search(query.scope, &extra.clone().filter(mine))
+                .await?;
+            for h in more {
+                if seen.insert(h.entry.id) {
+                    out.push(self.hit_item(&h));
+                }
+            }
+        }
         // A question about a time ("last week", "in June") also searches that time alone,
         // so what was said then competes even when older or newer talk matches better; when
         // few of its messages share a word with the question ("what did I say yesterday?"),
@@ -256,10 +279,9 @@ impl MemorySource {
                 created_before: Some(end),
                 ..filter
             };
-            let mut seen: HashSet<MemoryId> = hits.iter().map(|h| h.entry.id).collect();
             let more = self
                 .backend
-                .search(query.scope, &request.filter(within.clone()))
+                .search(query.scope, &extra.filter(within.clone()))
                 .await?;
             let found = more.len();
             for h in more {

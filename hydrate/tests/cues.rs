@@ -100,7 +100,11 @@ async fn a_question_about_yesterday_gets_what_was_said_yesterday() {
     // talk, which fills the prompt.
     let plain = prompt(&config, "What did I tell you?", 260).await;
     assert!(!data(&plain).contains(DENTIST), "{}", data(&plain));
-    assert!(plain.report.cues.is_empty(), "{:?}", plain.report.cues);
+    assert!(
+        plain.report.cues.window.is_none(),
+        "{:?}",
+        plain.report.cues
+    );
 
     let asked = prompt(&config, "What did I tell you yesterday?", 260).await;
     assert!(
@@ -119,9 +123,11 @@ async fn a_question_about_yesterday_gets_what_was_said_yesterday() {
         .iter()
         .find(|s| s.id.starts_with("semantic:") && s.scores.as_ref().unwrap().cues.is_some())
         .unwrap();
+    // All the talk is the user's and the question is in the first person: every message is
+    // the user's own words, and the dentist's is also from the asked time.
     assert_eq!(
         section.scores.as_ref().unwrap().cues.as_deref(),
-        Some("time")
+        Some("time, own words")
     );
     assert!(section.found_by.contains(&SourceKind::Semantic));
 

@@ -357,3 +357,66 @@ async fn a_changed_fact_reaches_a_tight_prompt_ahead_of_the_one_it_changed() {
     };
     assert!(value(&roomy, newer) > value(&roomy, older));
 }
+
+/// Sixty answers of the agent that repeat a question's words, and, older than all of them,
+/// the one message where the user said what the question asks about.
+async fn said_once_among_answers(dir: &tempfile::TempDir) -> (Arc<dyn MemoryBackend>, MemoryId) {
+    let store = common::sqlite_store(dir).await;
+    let scope = chat_scope("alice");
+    let mut turns = vec![
+        NewMemory::new("By the way, peanuts make me ill, so keep them out of anything I cook.")
+            .with_role(Role::User)
+            .at(at("2026-02-01T09:00:00Z")),
+    ];
+    for i in 0..60u32 {
+        turns.push(
+            NewMemory::new(format!(
+                "Recipe idea {i}: a dinner to cook tonight. Cook the onions first, then cook \
+                 the rice; what you cook for dinner tonight can be kept for lunch."
+            ))
+            .with_role(Role::Assistant)
+            .at(at("2026-02-02T09:00:00Z")
+                .plus(std::time::Duration::from_secs(3600 * u64::from(i)))),
+        );
+    }
+    let stored = store.store_batch(&scope, turns).await.unwrap();
+    (store, stored[0].id)
+}
+
+#[tokio::test]
+async fn a_first_person_question_reaches_the_users_own_words_among_the_agents_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, said) = said_once_among_answers(&dir).await;
+    let config = hydrate::product::config(Arc::clone(&store), Some(common::embedder())).unwrap();
+    let config = HydrationConfig {
+        memory_tools: false,
+        ..config
+    };
+    let ask = |config: HydrationConfig| async move {
+        let request = ContextRequest::new(
+            "What should I never cook for my dinner tonight?",
+            TokenBudget::new(500).unwrap(),
+        );
+        let input = HydrateInput::new(chat_scope("alice"), request).at(now());
+        compile(&config, &hydrate(&config, &input).await.unwrap()).unwrap()
+    };
+    let p = ask(config.clone()).await;
+    assert!(holds(&p, said), "{}\n{:#?}", data(&p), p.report.sources);
+    assert!(data(&p).contains("peanuts make me ill"), "{}", data(&p));
+    let s = p
+        .report
+        .sections
+        .iter()
+        .find(|s| s.memory_id == Some(said))
+        .unwrap();
+    let cues = s.scores.as_ref().and_then(|x| x.cues.as_deref());
+    assert_eq!(cues, Some("own words"), "{s:?}");
+
+    // Without the cue the answers, which share more of the question's words, crowd it out.
+    let plain = ask(HydrationConfig {
+        cue_weights: hydrate::CueWeights::OFF,
+        ..config
+    })
+    .await;
+    assert!(!holds(&plain, said), "{}", data(&plain));
+}

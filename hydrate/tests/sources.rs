@@ -303,6 +303,9 @@ async fn an_older_turn_no_search_matched_ranks_below_every_search_hit() {
     // under test can bring them below the hits.
     cfg.item_tokens = 0;
     cfg.unmatched_relevance = 1.0;
+    // The rule holds before cues lift: the question is in the first person, and the own-words
+    // cue would lift the user's turns, found or not, over the agent's (see tests/cues.rs).
+    cfg.cue_weights = hydrate::CueWeights::OFF;
     let mut req = request("Who is my manager at work?", 8000);
     req.strategy.temporal_window = 10;
     req.strategy.semantic_limit = 3;

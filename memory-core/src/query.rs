@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::capability::{Capabilities, Capability, Limits};
 use crate::embedding::Embedding;
-use crate::entry::{MemoryEntry, MemoryId, MemoryKind, Tag, TagSet};
+use crate::entry::{MemoryEntry, MemoryId, MemoryKind, Role, Tag, TagSet};
 use crate::error::{MemoryError, Result};
 use crate::time::Timestamp;
 
@@ -67,6 +67,10 @@ pub struct Filter {
     pub created_before: Option<Timestamp>,
     /// Only these kinds (all kinds when empty).
     pub kinds: Vec<MemoryKind>,
+    /// Only messages said by these roles (any memory when empty; a memory without a role
+    /// never matches a list).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<Role>,
     /// Only memories whose validity window contains this instant.
     pub valid_at: Option<Timestamp>,
     /// Also return memories marked as superseded.
@@ -91,6 +95,7 @@ impl Filter {
             && self.created_after.is_none_or(|t| entry.created_at >= t)
             && self.created_before.is_none_or(|t| entry.created_at < t)
             && (self.kinds.is_empty() || self.kinds.contains(&entry.kind))
+            && (self.roles.is_empty() || entry.role.is_some_and(|r| self.roles.contains(&r)))
             && (self.include_superseded || entry.superseded_by.is_none())
             && self.valid_at.is_none_or(|at| {
                 entry.valid_from.is_none_or(|f| f <= at) && entry.valid_until.is_none_or(|u| at < u)

@@ -120,6 +120,11 @@ pub(crate) fn push_filter(q: &mut Query, filter: &Filter) {
         let p = q.bind(kinds);
         q.push(&format!(" AND m.kind = ANY({p}::text[])"));
     }
+    if !filter.roles.is_empty() {
+        let roles: Vec<String> = filter.roles.iter().map(|r| r.as_str().to_owned()).collect();
+        let p = q.bind(roles);
+        q.push(&format!(" AND m.role = ANY({p}::text[])"));
+    }
     if !filter.include_superseded {
         q.push(" AND m.superseded_by IS NULL");
     }

@@ -250,6 +250,18 @@ pub(crate) fn filter_sql(filter: &Filter, sql: &mut String, params: &mut Vec<Val
                 .map(|k| Value::Text(k.as_str().to_owned())),
         );
     }
+    if !filter.roles.is_empty() {
+        sql.push_str(&format!(
+            " AND m.role IN ({})",
+            vec!["?"; filter.roles.len()].join(", ")
+        ));
+        params.extend(
+            filter
+                .roles
+                .iter()
+                .map(|r| Value::Text(r.as_str().to_owned())),
+        );
+    }
     if !filter.include_superseded {
         sql.push_str(" AND m.superseded_by IS NULL");
     }

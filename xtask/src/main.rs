@@ -48,11 +48,19 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
-/// `cargo xtask eval ARGS`: `cargo run -p ava-eval -- ARGS`, with the same profile as xtask
-/// (the evaluation is optimised in debug builds too, see the workspace manifest).
+/// `cargo xtask eval ARGS`: `cargo run -p ava-eval -- ARGS` in the `eval` profile (see the
+/// workspace manifest): every crate optimised, so reported latencies are a release build's.
 fn eval(args: &[String]) -> anyhow::Result<()> {
     let status = cargo()
-        .args(["run", "--quiet", "--package", "ava-eval", "--"])
+        .args([
+            "run",
+            "--quiet",
+            "--profile",
+            "eval",
+            "--package",
+            "ava-eval",
+            "--",
+        ])
         .args(args)
         .status()
         .context("run cargo for ava-eval")?;

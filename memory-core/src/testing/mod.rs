@@ -247,6 +247,7 @@ macro_rules! __conformance_tests {
             tag_filters_any_and_all,
             recent_is_newest_first,
             time_filters_bound_creation_time,
+            role_filter_keeps_those_speakers,
             update_reindexes_content,
             delete_purges_every_index,
             delete_scope_removes_only_that_scope,

@@ -539,6 +539,66 @@ pub async fn recent_is_newest_first(cx: Ctx) -> Outcome {
     Outcome::Passed
 }
 
+/// A role filter keeps the messages of those speakers, in `recent` and in every search
+/// mode the backend has; a memory without a role never matches one.
+pub async fn role_filter_keeps_those_speakers(cx: Ctx) -> Outcome {
+    let b = &*cx.backend;
+    let s = scope("rhea", None);
+    let said = |text: &str, role: Option<Role>, day: u32| {
+        let m = NewMemory::new(text).at(t0().plus(DAY * day));
+        match role {
+            Some(r) => m.with_role(r),
+            None => m,
+        }
+    };
+    let user = b
+        .store(&s, said("my garden has red roses", Some(Role::User), 0))
+        .await
+        .unwrap();
+    let agent = b
+        .store(
+            &s,
+            said("red roses like a sunny garden", Some(Role::Assistant), 1),
+        )
+        .await
+        .unwrap();
+    b.store(&s, said("red roses in the garden, noted", None, 2))
+        .await
+        .unwrap();
+    let only = |roles: Vec<Role>| Filter {
+        roles,
+        ..Filter::default()
+    };
+    let got = b.recent(&s, 10, &only(vec![Role::User])).await.unwrap();
+    assert_eq!(ids(&got), vec![user.id], "recent: the user's messages only");
+    let got = b
+        .recent(&s, 10, &only(vec![Role::User, Role::Assistant]))
+        .await
+        .unwrap();
+    assert_eq!(ids(&got), vec![agent.id, user.id], "no role, no match");
+    let mut requests = Vec::new();
+    if b.capabilities().supports(Capability::KeywordSearch) {
+        requests.push(SearchRequest::keyword("red roses garden"));
+    }
+    if b.capabilities().supports(Capability::SemanticSearch) {
+        requests.push(SearchRequest::semantic("red roses garden"));
+    }
+    if b.capabilities().supports(Capability::HybridSearch) {
+        requests.push(SearchRequest::hybrid("red roses garden"));
+    }
+    for request in requests {
+        let mode = request.mode;
+        let hits = b
+            .search(&s, &request.clone().filter(only(vec![Role::Assistant])))
+            .await
+            .unwrap();
+        assert_eq!(hit_ids(&hits), vec![agent.id], "{mode:?}: the agent's only");
+        let all = b.search(&s, &request).await.unwrap();
+        assert_eq!(all.len(), 3, "{mode:?}: unfiltered finds all three");
+    }
+    Outcome::Passed
+}
+
 /// Time filters keep `created_after <= created_at < created_before`.
 pub async fn time_filters_bound_creation_time(cx: Ctx) -> Outcome {
     require!(cx, Capability::TimeFilter);
