@@ -18,6 +18,7 @@ use crate::provider::{NoopReranker, ProviderOptions, Reranker, SourceProvider};
 use crate::render::DEFAULT_CONSTRAINTS;
 use crate::scoring::ScoringWeights;
 use crate::source::{ContextSource, SourceKind};
+use crate::texts::TextCache;
 
 /// Everything about hydration that does not change from request to request: the static
 /// prompt, tools, which kinds of context to fetch and from whom, limits, deadlines, scoring.
@@ -102,6 +103,9 @@ pub struct HydrationConfig {
     pub tokenizer: Arc<dyn Tokenizer>,
     /// Put the rendered prompt in trace events (off by default: prompts hold personal data).
     pub trace_prompt_text: bool,
+    /// What hydrate has read from memories' texts (words, passages), kept across prompts;
+    /// clones of the config share it. Default: [`TextCache::default`].
+    pub texts: Arc<TextCache>,
 }
 
 impl HydrationConfig {
@@ -135,6 +139,7 @@ impl HydrationConfig {
             excerpts: true,
             tokenizer,
             trace_prompt_text: false,
+            texts: Arc::new(TextCache::default()),
         }
     }
 
@@ -242,6 +247,7 @@ impl fmt::Debug for HydrationConfig {
             .field("excerpts", &self.excerpts)
             .field("tokenizer", &self.tokenizer.name())
             .field("trace_prompt_text", &self.trace_prompt_text)
+            .field("texts", &self.texts)
             .finish()
     }
 }

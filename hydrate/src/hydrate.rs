@@ -4,6 +4,7 @@
 //! deadline, by `gather`) merged into one ranking across sources.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Instant;
 
 use memory_core::{MemoryId, Timestamp};
@@ -21,6 +22,7 @@ use crate::passages;
 use crate::render;
 use crate::report::{ScoreExplain, SourceReport};
 use crate::source::{Degradation, SourceItem, SourceKind};
+use crate::texts::TextFacts;
 use crate::tools::memory_tools;
 
 /// Sections longer than this many bytes may be truncated (at a sentence or line boundary)
@@ -436,12 +438,18 @@ fn merge(
             relevance_of(cand, tail.contains(&i), unmatched, config.cue_weights)
         })
         .collect();
+    // What each text holds (its words, its passages and their terms), read once per text
+    // and kept across prompts.
+    let facts: Vec<Arc<TextFacts>> = candidates
+        .iter()
+        .map(|c| config.texts.facts(&c.item.content))
+        .collect();
     let collapsed = match config.near_duplicate {
-        Some(t) => near_duplicates(&candidates, &relevance, &tail, t),
+        Some(t) => near_duplicates(&candidates, &facts, &relevance, &tail, t),
         None => HashSet::new(),
     };
     // Long items are marked out in passages scored against the question when excerpts are on.
-    let excerpts_for = config.excerpts.then_some(question);
+    let question_terms = config.excerpts.then(|| passages::terms(question));
     // Section ids are `kind:key`; gathering keeps one item per key and kind, and this
     // keeps it so, whatever a source returned: a repeat is a duplicate, never an error.
     let mut ids: HashSet<String> = HashSet::new();
@@ -452,8 +460,13 @@ fn merge(
             }
             continue;
         }
-        let (mut section, passages) =
-            item_section(&cand, excerpts_for, tail.contains(&i), relevance[i])?;
+        let (mut section, passages) = item_section(
+            &cand,
+            &facts[i],
+            question_terms.as_deref(),
+            tail.contains(&i),
+            relevance[i],
+        )?;
         if !ids.insert(section.id().to_owned()) {
             if let Some(report) = reports.get_mut(&cand.kind) {
                 report.duplicates += 1;
@@ -488,14 +501,12 @@ fn relevance_of(cand: &Candidate, protected: bool, unmatched: f64, w: CueWeights
 /// [`NEAR_DUPLICATE_MIN_WORDS`] words are never collapsed, nor are protected messages.
 fn near_duplicates(
     candidates: &[Candidate],
+    facts: &[Arc<TextFacts>],
     relevance: &[Relevance],
     protected: &HashSet<usize>,
     threshold: f64,
 ) -> HashSet<usize> {
-    let sets: Vec<Vec<u64>> = candidates
-        .iter()
-        .map(|c| word_set(&c.item.content))
-        .collect();
+    let sets = rarest_first(facts.iter().map(|f| f.words.clone()).collect());
     let mut order: Vec<usize> = (0..candidates.len()).collect();
     order.sort_by(|&a, &b| {
         let (ca, cb) = (&candidates[a].item, &candidates[b].item);
@@ -508,6 +519,32 @@ fn near_duplicates(
             .then(ca.key.cmp(&cb.key))
     });
     collapse(&sets, order, protected, threshold)
+}
+
+/// `sets` with every word renamed to its rank in one global order, rarest among the sets
+/// first (ties by hash), each set sorted again. Jaccard is unchanged (renaming is one to one),
+/// but a set's prefix in [`collapse`] is now its rarest words: the words most sets share
+/// ("the", "and") index long lists, and starting from them compared nearly every pair of
+/// long texts.
+fn rarest_first(mut sets: Vec<Vec<u64>>) -> Vec<Vec<u64>> {
+    let mut count: HashMap<u64, u32> = HashMap::new();
+    for w in sets.iter().flatten() {
+        *count.entry(*w).or_default() += 1;
+    }
+    let mut words: Vec<(u32, u64)> = count.iter().map(|(&w, &n)| (n, w)).collect();
+    words.sort_unstable();
+    let rank: HashMap<u64, u64> = words
+        .iter()
+        .zip(0u64..)
+        .map(|(&(_, w), r)| (w, r))
+        .collect();
+    for set in &mut sets {
+        for w in set.iter_mut() {
+            *w = rank.get(w).copied().unwrap_or(*w);
+        }
+        set.sort_unstable();
+    }
+    sets
 }
 
 /// Goes through `sets` in `order` (best first) and returns those whose Jaccard similarity
@@ -565,36 +602,6 @@ fn collapse(
 
 /// Texts shorter than this many distinct words are never near-duplicates ("ok", "thanks!").
 const NEAR_DUPLICATE_MIN_WORDS: usize = 4;
-
-/// The distinct lowercased words of `text`, hashed and sorted. Each word is hashed (FNV-1a)
-/// as it is read, lowercased character by character, without building a string: a long
-/// memory's set costs one pass over its text.
-fn word_set(text: &str) -> Vec<u64> {
-    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-    let mut set = Vec::new();
-    let (mut h, mut in_word) = (OFFSET, false);
-    let mut buf = [0u8; 4];
-    for c in text.chars() {
-        if c.is_alphanumeric() {
-            in_word = true;
-            for l in c.to_lowercase() {
-                for b in l.encode_utf8(&mut buf).bytes() {
-                    h = (h ^ u64::from(b)).wrapping_mul(PRIME);
-                }
-            }
-        } else if in_word {
-            set.push(h);
-            (h, in_word) = (OFFSET, false);
-        }
-    }
-    if in_word {
-        set.push(h);
-    }
-    set.sort_unstable();
-    set.dedup();
-    set
-}
 
 /// |a ∩ b| / |a ∪ b| of two sorted, distinct lists.
 fn jaccard(a: &[u64], b: &[u64]) -> f64 {
@@ -657,17 +664,18 @@ fn mark_cues(candidates: &mut [Candidate], cues: &QueryCues, w: CueWeights) {
 /// passages are returned as character ranges of the item's text (none for a short item).
 fn item_section(
     cand: &Candidate,
-    question: Option<&str>,
+    facts: &TextFacts,
+    question: Option<&[String]>,
     protected: bool,
     relevance: Relevance,
 ) -> Result<(Section, Vec<(usize, usize)>)> {
     let (kind, item) = (cand.kind, &cand.item);
     // One rendering: the passages only mark where each piece lands in the same line.
-    let ranges = match question {
-        Some(_) => passages::passages(&item.content),
-        None => Vec::new(),
+    let ranges: &[std::ops::Range<usize>] = match question {
+        Some(_) => &facts.passages,
+        None => &[],
     };
-    let (line, spans) = render::item_line_in_passages(kind, item, &ranges);
+    let (line, spans) = render::item_line_in_passages(kind, item, ranges);
     let long = line.len() > SHRINKABLE_BYTES;
     let priority = if protected || (item.pinned && kind == SourceKind::Knowledge) {
         Priority::High
@@ -691,7 +699,7 @@ fn item_section(
         && long
         && spans.len() >= 2
     {
-        let scores = passages::score_passages(question, &item.content, &ranges);
+        let scores = passages::score_terms(question, &facts.terms);
         let marked = spans
             .iter()
             .zip(scores)
@@ -702,7 +710,7 @@ fn item_section(
             })
             .collect();
         s = s.with_passages(marked)?;
-        let chars = char_ranges(&item.content, &ranges);
+        let chars = facts.chars.clone();
         return Ok((s, chars));
     }
     if long {
@@ -711,32 +719,11 @@ fn item_section(
     Ok((s, Vec::new()))
 }
 
-/// Byte ranges of `text` (ordered) as character ranges.
-fn char_ranges(text: &str, ranges: &[std::ops::Range<usize>]) -> Vec<(usize, usize)> {
-    let (mut bytes, mut chars) = (0, 0);
-    let mut at = |b: usize| {
-        chars += text.get(bytes..b).map_or(0, |t| t.chars().count());
-        bytes = b;
-        chars
-    };
-    ranges.iter().map(|r| (at(r.start), at(r.end))).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// Prefix filtering finds exactly the pairs a comparison of every pair finds.
-    #[test]
-    fn word_sets_are_distinct_lowercased_words_in_any_order() {
-        let a = word_set("Hello, hello WORLD! world-wide; Ünïcode ÜNÏCODE 42");
-        assert_eq!(a.len(), 5, "hello, world, wide, ünïcode, 42: {a:?}");
-        assert!(a.windows(2).all(|w| w[0] < w[1]), "sorted and distinct");
-        assert_eq!(a, word_set("42 ünïcode wide world hello"));
-        assert_ne!(word_set("cat"), word_set("cats"));
-        assert!(word_set(" ,.; ").is_empty());
-    }
-
     #[test]
     fn prefix_filtered_near_duplicates_match_all_pairs() {
         let mut seed = 7_u64;
@@ -777,6 +764,14 @@ mod tests {
             }
             let fast = collapse(&sets, 0..sets.len(), &HashSet::new(), threshold);
             assert_eq!(fast, brute, "threshold {threshold}");
+            let renamed = rarest_first(sets.clone());
+            for (a, b) in sets.iter().zip(&renamed).take(40) {
+                for (c, d) in sets.iter().zip(&renamed).take(40) {
+                    assert_eq!(jaccard(a, c), jaccard(b, d), "renaming keeps Jaccard");
+                }
+            }
+            let rare = collapse(&renamed, 0..sets.len(), &HashSet::new(), threshold);
+            assert_eq!(rare, brute, "threshold {threshold}, rarest first");
             assert!(
                 !brute.is_empty(),
                 "the data has near-duplicates at {threshold}"

@@ -117,6 +117,7 @@ pub mod scoring;
 mod source;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod texts;
 mod tools;
 mod web;
 
@@ -143,7 +144,7 @@ pub use memory::{
     OPT_USER_KNOWLEDGE, SearchPreference, memory_provider,
 };
 pub use ops::{DEFAULT_MAX_STEPS, Inference, Ops, ToolRun};
-pub use passages::{PASSAGE_BYTES, passages, score_passages};
+pub use passages::{PASSAGE_BYTES, passages, score_passages, score_terms, terms};
 pub use provider::{
     Auth, BuildContext, KindLimits, NoopReranker, OptionOrigin, ProviderCapabilities,
     ProviderConfig, ProviderIdentity, ProviderOptions, Reranker, ResolvedOption, ResolvedOptions,
@@ -160,5 +161,6 @@ pub use source::{
     ContextSource, Degradation, DegradationKind, Honours, QueryEmbeddings, SourceItem, SourceKind,
     SourceOutput, SourceParams, SourceQuery,
 };
+pub use texts::{TEXT_CACHE_BYTES, TextCache};
 pub use tools::{FORGET, MAX_RECALL, RECALL, REMEMBER, memory_tools};
 pub use web::{WEB_FEATURE, WebSearchConfig, WebSearchSource};

@@ -120,7 +120,8 @@ fn stem(word: &str) -> String {
     word.to_owned()
 }
 
-fn terms(text: &str) -> Vec<String> {
+/// The words of `text` as passages are scored by: stopwords out, lowercased, roughly stemmed.
+pub fn terms(text: &str) -> Vec<String> {
     tokenize(text).iter().map(|w| stem(w)).collect()
 }
 
@@ -128,13 +129,17 @@ fn terms(text: &str) -> Vec<String> {
 /// roughly stemmed) among the passages, so a word that every passage holds counts little.
 /// One score per range, 0 for a passage that holds none of the question's words.
 pub fn score_passages(question: &str, text: &str, ranges: &[Range<usize>]) -> Vec<f64> {
-    let query = terms(question);
     let docs: Vec<Vec<String>> = ranges
         .iter()
         .map(|r| terms(text.get(r.clone()).unwrap_or("")))
         .collect();
-    let mut scores = vec![0.0; ranges.len()];
-    for (i, s) in Bm25::default().score(&query, docs.iter().map(Vec::as_slice)) {
+    score_terms(&terms(question), &docs)
+}
+
+/// [`score_passages`] over terms already read: the question's, and each passage's.
+pub fn score_terms(question: &[String], passages: &[Vec<String>]) -> Vec<f64> {
+    let mut scores = vec![0.0; passages.len()];
+    for (i, s) in Bm25::default().score(question, passages.iter().map(Vec::as_slice)) {
         if let Some(x) = scores.get_mut(i) {
             *x = f64::from(s);
         }

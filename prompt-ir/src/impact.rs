@@ -1,8 +1,6 @@
 //! How much a section is worth ([`estimate_impact`]) and whether two sections say the same
 //! thing ([`equivalent`]), with embeddings supplied by the caller so this crate stays I/O free.
 
-use std::collections::HashMap;
-
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -38,29 +36,43 @@ pub(crate) fn round6(x: f64) -> f64 {
 
 /// Word statistics of `text`.
 pub(crate) fn information(text: &str) -> Information {
-    // Words are hashed rather than lower-cased into Strings: this runs on every section.
-    let mut counts: HashMap<u64, u32> = HashMap::new();
-    let mut words = 0u32;
-    for word in text
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-    {
-        let mut h: u64 = 0xcbf29ce484222325;
-        for c in word.chars().flat_map(char::to_lowercase) {
-            let mut buf = [0u8; 4];
-            for &b in c.encode_utf8(&mut buf).as_bytes() {
-                h ^= u64::from(b);
-                h = h.wrapping_mul(0x100000001b3);
+    // This runs on every section, long memories included: each word is hashed (FNV-1a over
+    // its lowercased UTF-8) as it is read, ASCII without a Unicode lookup, and the hashes are
+    // counted by sorting rather than in a map.
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut hashes: Vec<u64> = Vec::new();
+    let (mut h, mut in_word) = (OFFSET, false);
+    let mut buf = [0u8; 4];
+    for c in text.chars() {
+        if c.is_ascii_alphanumeric() {
+            in_word = true;
+            h = (h ^ u64::from(c.to_ascii_lowercase() as u8)).wrapping_mul(PRIME);
+        } else if !c.is_ascii() && c.is_alphanumeric() {
+            in_word = true;
+            for l in c.to_lowercase() {
+                for &b in l.encode_utf8(&mut buf).as_bytes() {
+                    h = (h ^ u64::from(b)).wrapping_mul(PRIME);
+                }
             }
+        } else if in_word {
+            hashes.push(h);
+            (h, in_word) = (OFFSET, false);
         }
-        *counts.entry(h).or_default() += 1;
-        words = words.saturating_add(1);
     }
+    if in_word {
+        hashes.push(h);
+    }
+    let words = u32::try_from(hashes.len()).unwrap_or(u32::MAX);
     if words == 0 {
         return Information::default();
     }
-    // Summed in a fixed order: a HashMap's order would make the float sum vary run to run.
-    let mut freq: Vec<u32> = counts.into_values().collect();
+    hashes.sort_unstable();
+    // Summed in a fixed order (counts ascending), so the float sum is the same every run.
+    let mut freq: Vec<u32> = hashes
+        .chunk_by(|a, b| a == b)
+        .map(|run| u32::try_from(run.len()).unwrap_or(u32::MAX))
+        .collect();
     freq.sort_unstable();
     let n = f64::from(words);
     let entropy: f64 = freq
@@ -171,6 +183,22 @@ mod tests {
     use super::*;
     use crate::section::{Priority, SectionSource};
     use crate::unit::Relevance;
+
+    #[test]
+    fn words_are_counted_whatever_their_case_and_script() {
+        let same = information("Ünïcode ÜNÏCODE ünïcode, UNICODE-unicode");
+        assert_eq!(
+            (same.words, same.bits),
+            (
+                5,
+                round6(5.0 * (-(0.6f64 * 0.6f64.log2()) - 0.4 * 0.4f64.log2()))
+            )
+        );
+        let two = information("cat, dog!");
+        assert_eq!((two.words, two.bits), (2, 2.0));
+        assert_eq!(information(" .,; ").words, 0);
+        assert_eq!(information("x").bits, 0.0);
+    }
 
     fn knowledge(id: &str, text: &str) -> Section {
         Section::new(id, id, SectionSource::Knowledge, text).unwrap()
