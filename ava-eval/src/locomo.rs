@@ -394,26 +394,33 @@ async fn evaluate(args: &Args, samples: &[Sample]) -> anyhow::Result<()> {
     for s in samples {
         let scope = Scope::for_user(&s.id)?.in_tenant("locomo-eval")?;
         bar.set_message("ingest");
-        for chunk in s.turns.chunks(256) {
-            let batch = chunk
-                .iter()
-                .map(|t| {
-                    let m = NewMemory::new(&t.content)
-                        .with_role(Role::User)
-                        .with_source(&t.dia_id)
-                        .at(t.at);
-                    match (&t.previous, !args.no_reply_context) {
-                        (Some(p), true) => m.with_context(format!("in reply to: {p}")),
-                        _ => m,
-                    }
-                })
-                .collect();
-            let stored = backend.store_batch(&scope, batch).await?;
-            for (e, t) in stored.iter().zip(chunk) {
-                dia_of.insert(e.id, t.dia_id.clone());
-            }
-            bar.inc(chunk.len() as u64);
+        // As `ava` stores a message: one longer than the store takes in one memory goes in
+        // as linked parts, each found as its message.
+        let max = backend.info().limits.max_content_bytes;
+        let mut parts: Vec<(&str, NewMemory)> = Vec::with_capacity(s.turns.len());
+        for t in &s.turns {
+            let m = NewMemory::new(&t.content)
+                .with_role(Role::User)
+                .with_source(&t.dia_id)
+                .at(t.at);
+            let m = match (&t.previous, !args.no_reply_context) {
+                (Some(p), true) => m.with_context(format!("in reply to: {p}")),
+                _ => m,
+            };
+            parts.extend(
+                m.split_to_fit(max)
+                    .into_iter()
+                    .map(|p| (t.dia_id.as_str(), p)),
+            );
         }
+        for chunk in parts.chunks(256) {
+            let batch = chunk.iter().map(|(_, m)| m.clone()).collect();
+            let stored = backend.store_batch(&scope, batch).await?;
+            for (e, (dia, _)) in stored.iter().zip(chunk) {
+                dia_of.insert(e.id, (*dia).to_owned());
+            }
+        }
+        bar.inc(s.turns.len() as u64);
     }
     let ingest = ingest_start.elapsed();
     let mut by_cat: BTreeMap<u64, Tally> = BTreeMap::new();
@@ -430,9 +437,12 @@ async fn evaluate(args: &Args, samples: &[Sample]) -> anyhow::Result<()> {
             let t = Instant::now();
             let hits = backend.search(&scope, &req).await?;
             latencies.push(t.elapsed());
+            // A message stored in parts is one result, at its best part's rank.
+            let mut seen = HashSet::new();
             let ranked: Vec<&str> = hits
                 .iter()
                 .filter_map(|h| dia_of.get(&h.entry.id).map(String::as_str))
+                .filter(|d| seen.insert(*d))
                 .collect();
             let recalls: BTreeMap<usize, f64> = args
                 .k
