@@ -1,7 +1,5 @@
 //! Keyword scoring shared by backends that score in process: a tokenizer and Okapi BM25.
 
-use std::collections::HashMap;
-
 /// Common English words that carry no topic and are left out of keyword scoring.
 const STOPWORDS: &[&str] = &[
     "a", "about", "after", "all", "also", "am", "an", "and", "any", "are", "as", "at", "be",
@@ -59,29 +57,31 @@ impl Bm25 {
         terms.dedup();
         let n = docs.len() as f32;
         let avg_len = docs.iter().map(|d| d.len()).sum::<usize>() as f32 / n;
-        let mut df: HashMap<&str, f32> = HashMap::new();
-        for doc in &docs {
-            let mut seen: Vec<&str> = doc
-                .iter()
-                .map(String::as_str)
-                .filter(|t| terms.binary_search(t).is_ok())
-                .collect();
-            seen.sort_unstable();
-            seen.dedup();
-            for t in seen {
-                *df.entry(t).or_default() += 1.0;
-            }
-        }
+        // One pass over each document: how often it holds each query term.
+        let tfs: Vec<Vec<u32>> = docs
+            .iter()
+            .map(|doc| {
+                let mut tf = vec![0u32; terms.len()];
+                for w in doc.iter() {
+                    if let Ok(k) = terms.binary_search(&w.as_str()) {
+                        tf[k] += 1;
+                    }
+                }
+                tf
+            })
+            .collect();
+        let df: Vec<f32> = (0..terms.len())
+            .map(|k| tfs.iter().filter(|tf| tf[k] > 0).count() as f32)
+            .collect();
         let mut out = Vec::new();
-        for (i, doc) in docs.iter().enumerate() {
+        for (i, (doc, tf)) in docs.iter().zip(&tfs).enumerate() {
             let len_norm = 1.0 - self.b + self.b * doc.len() as f32 / avg_len.max(1.0);
             let mut score = 0.0;
-            for t in &terms {
-                let Some(&dft) = df.get(t) else { continue };
-                let tf = doc.iter().filter(|w| w.as_str() == *t).count() as f32;
-                if tf == 0.0 {
+            for (&count, &dft) in tf.iter().zip(&df) {
+                if count == 0 {
                     continue;
                 }
+                let tf = count as f32;
                 // The +1 inside the log keeps idf positive for very common terms (as Lucene does).
                 let idf = ((n - dft + 0.5) / (dft + 0.5) + 1.0).ln();
                 score += idf * tf * (self.k1 + 1.0) / (tf + self.k1 * len_norm);
@@ -122,5 +122,46 @@ mod tests {
         assert_eq!(hits.len(), 2);
         let best = hits.iter().max_by(|a, b| a.1.total_cmp(&b.1)).unwrap();
         assert_eq!(best.0, 0);
+    }
+
+    #[test]
+    fn scores_are_okapi_bm25_to_the_digit() {
+        let docs: Vec<Vec<String>> = [
+            "cat sat on the mat with another cat",
+            "dog sat on a log",
+            "a very long text about a cat and a dog and a bird and more",
+            "nothing shared",
+        ]
+        .iter()
+        .map(|d| tokenize(d))
+        .collect();
+        let query = tokenize("cat dog cat bird");
+        let (k1, b) = (1.2f32, 0.75f32);
+        let n = docs.len() as f32;
+        let avg = docs.iter().map(Vec::len).sum::<usize>() as f32 / n;
+        let mut terms: Vec<&String> = query.iter().collect();
+        terms.sort();
+        terms.dedup();
+        let expected: Vec<(usize, f32)> = docs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, d)| {
+                let mut score = 0.0f32;
+                for t in &terms {
+                    let tf = d.iter().filter(|w| w == t).count() as f32;
+                    if tf == 0.0 {
+                        continue;
+                    }
+                    let df = docs.iter().filter(|d| d.contains(t)).count() as f32;
+                    let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
+                    let norm = 1.0 - b + b * d.len() as f32 / avg;
+                    score += idf * tf * (k1 + 1.0) / (tf + k1 * norm);
+                }
+                (score > 0.0).then_some((i, score))
+            })
+            .collect();
+        let got = Bm25::default().score(&query, docs.iter().map(Vec::as_slice));
+        assert_eq!(got, expected);
+        assert_eq!(got.len(), 3, "the document sharing no term is not a hit");
     }
 }
