@@ -110,10 +110,7 @@ pub(crate) async fn run(settings: &Settings, args: &Args) -> anyhow::Result<()> 
                 tokens,
                 extra_hosts: args.allow_hosts.clone(),
             };
-            http::serve(listener, memory, config, async {
-                shutdown_signal().await;
-            })
-            .await?;
+            http::serve(listener, memory, config, shutdown_signal()).await?;
             Ended::Signal
         }
         Plan::Stdio(scope) => {
@@ -170,24 +167,38 @@ async fn serve_stdio(handler: AvaMcp) -> anyhow::Result<Ended> {
 }
 
 /// Resolves on Ctrl-C or SIGTERM (what an MCP client sends a stdio server that does not exit
-/// when its stdin closes).
-async fn shutdown_signal() {
+/// when its stdin closes). The handlers are installed when this is called, not when the future
+/// is first polled: a signal that comes while the server is still starting (or before the task
+/// that awaits it next runs) stops it cleanly instead of killing it.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    {
+    let listening = {
         use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
+        (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        )
+    };
+    async move {
+        #[cfg(unix)]
+        match listening {
+            (Ok(mut int), Ok(mut term)) => {
                 tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
+                    _ = int.recv() => {}
                     _ = term.recv() => {}
                 }
                 return;
             }
-            Err(e) => tracing::warn!(error = %e, "cannot listen for SIGTERM; Ctrl-C still stops"),
+            (Ok(mut int), Err(e)) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM; Ctrl-C still stops");
+                int.recv().await;
+                return;
+            }
+            (Err(e), _) => tracing::warn!(error = %e, "cannot listen for Ctrl-C"),
         }
-    }
-    if let Err(e) = tokio::signal::ctrl_c().await {
-        tracing::warn!(error = %e, "cannot listen for Ctrl-C");
-        std::future::pending::<()>().await;
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::warn!(error = %e, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
     }
 }
