@@ -109,31 +109,9 @@ impl fmt::Debug for TextCache {
     }
 }
 
-/// The distinct lowercased words of `text`, hashed and sorted. Each word is hashed (FNV-1a)
-/// as it is read, lowercased character by character, without building a string: a long
-/// memory's set costs one pass over its text.
+/// The distinct lowercased words of `text`, hashed ([`prompt_ir::word_hashes`]) and sorted.
 pub(crate) fn word_set(text: &str) -> Vec<u64> {
-    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-    let mut set = Vec::new();
-    let (mut h, mut in_word) = (OFFSET, false);
-    let mut buf = [0u8; 4];
-    for c in text.chars() {
-        if c.is_alphanumeric() {
-            in_word = true;
-            for l in c.to_lowercase() {
-                for b in l.encode_utf8(&mut buf).bytes() {
-                    h = (h ^ u64::from(b)).wrapping_mul(PRIME);
-                }
-            }
-        } else if in_word {
-            set.push(h);
-            (h, in_word) = (OFFSET, false);
-        }
-    }
-    if in_word {
-        set.push(h);
-    }
+    let mut set = prompt_ir::word_hashes(text);
     set.sort_unstable();
     set.dedup();
     set

@@ -34,11 +34,11 @@ pub(crate) fn round6(x: f64) -> f64 {
     (x * 1e6).round() / 1e6 + 0.0
 }
 
-/// Word statistics of `text`.
-pub(crate) fn information(text: &str) -> Information {
-    // This runs on every section, long memories included: each word is hashed (FNV-1a over
-    // its lowercased UTF-8) as it is read, ASCII without a Unicode lookup, and the hashes are
-    // counted by sorting rather than in a map.
+/// Every word of `text` (a run of letters and digits), in order, as a hash of its lowercased
+/// form: FNV-1a over the lowercased UTF-8, read as the text is, ASCII without a Unicode
+/// lookup and no string built per word. Equal words (whatever their case) hash alike; the
+/// one word splitter of the Prompt IR's statistics and of hydrate's near-duplicate sets.
+pub fn word_hashes(text: &str) -> Vec<u64> {
     const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;
     let mut hashes: Vec<u64> = Vec::new();
@@ -63,6 +63,14 @@ pub(crate) fn information(text: &str) -> Information {
     if in_word {
         hashes.push(h);
     }
+    hashes
+}
+
+/// Word statistics of `text`.
+pub(crate) fn information(text: &str) -> Information {
+    // This runs on every section, long memories included: the words' hashes are counted by
+    // sorting rather than in a map.
+    let mut hashes = word_hashes(text);
     let words = u32::try_from(hashes.len()).unwrap_or(u32::MAX);
     if words == 0 {
         return Information::default();

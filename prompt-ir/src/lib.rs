@@ -66,7 +66,7 @@ pub use compress::{
 };
 pub use error::{Error, Result};
 pub use excerpt::{ELISION, Passage};
-pub use impact::{Embedder, Impact, Information, equivalent, estimate_impact};
+pub use impact::{Embedder, Impact, Information, equivalent, estimate_impact, word_hashes};
 pub use ir::{Observation, PromptIR, PromptMeta, ToolDef};
 pub use section::{
     CompositionMode, ContentHash, Embedding, Priority, Section, SectionSource, TokenCount,
