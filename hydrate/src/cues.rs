@@ -197,11 +197,39 @@ impl QueryCues {
     /// What `content` (created at `at`) matches. Names are returned as matched; whether
     /// they are informative among the candidates is the caller's call.
     pub fn matches(&self, content: &str, at: Option<Timestamp>) -> CueMatch {
-        let time = match (&self.window, at) {
-            (Some(w), Some(at)) => w.reaches(at),
-            _ => false,
-        };
-        let phrases = if self.phrases.is_empty() {
+        self.matching(content, at, [true; 3])
+    }
+
+    /// What a memory (`content`, said at `at` by `role`) matches of the cues that lift under
+    /// `w` (weight above 0): its time, the phrases and names it holds, and whether it is the
+    /// user's own message answering a first-person question. Whether a name is informative
+    /// among the candidates is the caller's call.
+    pub fn lifting(
+        &self,
+        content: &str,
+        at: Option<Timestamp>,
+        role: Option<Role>,
+        w: CueWeights,
+    ) -> CueMatch {
+        let mut m = self.matching(content, at, [w.time > 0.0, w.phrase > 0.0, w.name > 0.0]);
+        m.own_words = self.first_person && w.own_words > 0.0 && role == Some(Role::User);
+        m
+    }
+
+    /// [`QueryCues::matches`] for the kinds of cue `[time, phrases, names]` asks, the others
+    /// left unread (a long text is only lowercased or split into words when one asks).
+    fn matching(
+        &self,
+        content: &str,
+        at: Option<Timestamp>,
+        [time, phrases, names]: [bool; 3],
+    ) -> CueMatch {
+        let time = time
+            && match (&self.window, at) {
+                (Some(w), Some(at)) => w.reaches(at),
+                _ => false,
+            };
+        let phrases = if !phrases || self.phrases.is_empty() {
             0
         } else {
             let lower = content.to_lowercase();
@@ -210,7 +238,7 @@ impl QueryCues {
                 .filter(|p| lower.contains(p.as_str()))
                 .count()
         };
-        let names = if self.names.is_empty() {
+        let names = if !names || self.names.is_empty() {
             Vec::new()
         } else {
             let have: Vec<String> = words(content).into_iter().map(|w| w.lower).collect();
@@ -229,36 +257,6 @@ impl QueryCues {
             names,
             own_words: false,
         }
-    }
-
-    /// What a memory (`content`, said at `at` by `role`) matches of the cues that lift under
-    /// `w` (weight above 0): its time, the phrases and names it holds, and whether it is the
-    /// user's own message answering a first-person question. Whether a name is informative among the
-    /// candidates is the caller's call.
-    pub fn lifting(
-        &self,
-        content: &str,
-        at: Option<Timestamp>,
-        role: Option<Role>,
-        w: CueWeights,
-    ) -> CueMatch {
-        let quiet = Self {
-            window: self.window.clone().filter(|_| w.time > 0.0),
-            phrases: if w.phrase > 0.0 {
-                self.phrases.clone()
-            } else {
-                Vec::new()
-            },
-            names: if w.name > 0.0 {
-                self.names.clone()
-            } else {
-                Vec::new()
-            },
-            first_person: false,
-        };
-        let mut m = quiet.matches(content, at);
-        m.own_words = self.first_person && w.own_words > 0.0 && role == Some(Role::User);
-        m
     }
 
     /// One line for the explain report, or `None` when there are no cues.

@@ -144,7 +144,7 @@ pub use memory::{
     OPT_USER_KNOWLEDGE, SearchPreference, memory_provider,
 };
 pub use ops::{DEFAULT_MAX_STEPS, Inference, Ops, ToolRun};
-pub use passages::{PASSAGE_BYTES, passages, score_passages, score_terms, terms};
+pub use passages::{PASSAGE_BYTES, passages, score_passages};
 pub use provider::{
     Auth, BuildContext, KindLimits, NoopReranker, OptionOrigin, ProviderCapabilities,
     ProviderConfig, ProviderIdentity, ProviderOptions, Reranker, ResolvedOption, ResolvedOptions,

@@ -121,7 +121,7 @@ fn stem(word: &str) -> String {
 }
 
 /// The words of `text` as passages are scored by: stopwords out, lowercased, roughly stemmed.
-pub fn terms(text: &str) -> Vec<String> {
+pub(crate) fn terms(text: &str) -> Vec<String> {
     tokenize(text).iter().map(|w| stem(w)).collect()
 }
 
@@ -137,7 +137,7 @@ pub fn score_passages(question: &str, text: &str, ranges: &[Range<usize>]) -> Ve
 }
 
 /// [`score_passages`] over terms already read: the question's, and each passage's.
-pub fn score_terms(question: &[String], passages: &[Vec<String>]) -> Vec<f64> {
+pub(crate) fn score_terms(question: &[String], passages: &[Vec<String>]) -> Vec<f64> {
     let mut scores = vec![0.0; passages.len()];
     for (i, s) in Bm25::default().score(question, passages.iter().map(Vec::as_slice)) {
         if let Some(x) = scores.get_mut(i) {
