@@ -115,16 +115,20 @@ pub(crate) fn push_filter(q: &mut Query, filter: &Filter) {
         let p = q.bind(t.as_millis());
         q.push(&format!(" AND m.created_at < {p}"));
     }
-    if !filter.kinds.is_empty() {
-        let kinds: Vec<String> = filter.kinds.iter().map(|k| k.as_str().to_owned()).collect();
-        let p = q.bind(kinds);
-        q.push(&format!(" AND m.kind = ANY({p}::text[])"));
-    }
-    if !filter.roles.is_empty() {
-        let roles: Vec<String> = filter.roles.iter().map(|r| r.as_str().to_owned()).collect();
-        let p = q.bind(roles);
-        q.push(&format!(" AND m.role = ANY({p}::text[])"));
-    }
+    let mut one_of = |column: &str, values: Vec<String>| {
+        if !values.is_empty() {
+            let p = q.bind(values);
+            q.push(&format!(" AND {column} = ANY({p}::text[])"));
+        }
+    };
+    one_of(
+        "m.kind",
+        filter.kinds.iter().map(|k| k.as_str().to_owned()).collect(),
+    );
+    one_of(
+        "m.role",
+        filter.roles.iter().map(|r| r.as_str().to_owned()).collect(),
+    );
     if !filter.include_superseded {
         q.push(" AND m.superseded_by IS NULL");
     }

@@ -238,30 +238,15 @@ pub(crate) fn filter_sql(filter: &Filter, sql: &mut String, params: &mut Vec<Val
         sql.push_str(" AND m.created_at < ?");
         params.push(Value::Integer(t.as_millis()));
     }
-    if !filter.kinds.is_empty() {
-        sql.push_str(&format!(
-            " AND m.kind IN ({})",
-            vec!["?"; filter.kinds.len()].join(", ")
-        ));
-        params.extend(
-            filter
-                .kinds
-                .iter()
-                .map(|k| Value::Text(k.as_str().to_owned())),
-        );
-    }
-    if !filter.roles.is_empty() {
-        sql.push_str(&format!(
-            " AND m.role IN ({})",
-            vec!["?"; filter.roles.len()].join(", ")
-        ));
-        params.extend(
-            filter
-                .roles
-                .iter()
-                .map(|r| Value::Text(r.as_str().to_owned())),
-        );
-    }
+    let mut one_of = |column: &str, values: Vec<&str>| {
+        if !values.is_empty() {
+            let marks = vec!["?"; values.len()].join(", ");
+            sql.push_str(&format!(" AND {column} IN ({marks})"));
+            params.extend(values.into_iter().map(|v| Value::Text(v.to_owned())));
+        }
+    };
+    one_of("m.kind", filter.kinds.iter().map(|k| k.as_str()).collect());
+    one_of("m.role", filter.roles.iter().map(|r| r.as_str()).collect());
     if !filter.include_superseded {
         sql.push_str(" AND m.superseded_by IS NULL");
     }
