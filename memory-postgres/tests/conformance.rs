@@ -14,11 +14,7 @@ use memory_postgres::{PostgresBackend, PostgresConfig};
 
 async fn make(setup: Setup) -> TestBackend {
     let url = std::env::var(common::URL_VAR).expect("the suite checks MEMORY_PG_URL first");
-    let schema = common::fresh_schema();
-    let guard = common::DropSchema {
-        url: url.clone(),
-        schema: schema.clone(),
-    };
+    let (schema, guard) = common::DropSchema::fresh(&url);
     let config = PostgresConfig {
         schema,
         pool_size: 4,

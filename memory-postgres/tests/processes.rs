@@ -98,11 +98,7 @@ async fn two_processes_share_a_store_without_loss_or_leaks() {
         return;
     }
     let Some(url) = common::pg_url() else { return };
-    let schema = common::fresh_schema();
-    let _guard = common::DropSchema {
-        url: url.clone(),
-        schema: schema.clone(),
-    };
+    let (schema, _guard) = common::DropSchema::fresh(&url);
     // Create the store first, so the children race on writes, not on creating the schema.
     open(&url, &schema).await.close();
 

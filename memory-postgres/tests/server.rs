@@ -167,11 +167,7 @@ async fn snapshot(url: &str, schema: &str) -> String {
 #[tokio::test]
 async fn newer_schema_is_refused_and_left_untouched() {
     let Some(url) = common::pg_url() else { return };
-    let schema = common::fresh_schema();
-    let _guard = common::DropSchema {
-        url: url.clone(),
-        schema: schema.clone(),
-    };
+    let (schema, _guard) = common::DropSchema::fresh(&url);
     let store = PostgresBackend::connect(&url, embedder(16), config(&schema))
         .await
         .unwrap();
@@ -214,11 +210,7 @@ async fn newer_schema_is_refused_and_left_untouched() {
 #[tokio::test]
 async fn foreign_schema_is_refused_and_left_untouched() {
     let Some(url) = common::pg_url() else { return };
-    let schema = common::fresh_schema();
-    let _guard = common::DropSchema {
-        url: url.clone(),
-        schema: schema.clone(),
-    };
+    let (schema, _guard) = common::DropSchema::fresh(&url);
     common::run_sql(
         &url,
         &format!(
@@ -239,11 +231,7 @@ async fn foreign_schema_is_refused_and_left_untouched() {
 #[tokio::test]
 async fn another_embedding_space_is_refused() {
     let Some(url) = common::pg_url() else { return };
-    let schema = common::fresh_schema();
-    let _guard = common::DropSchema {
-        url: url.clone(),
-        schema: schema.clone(),
-    };
+    let (schema, _guard) = common::DropSchema::fresh(&url);
     let store = PostgresBackend::connect(&url, embedder(64), config(&schema))
         .await
         .unwrap();
@@ -417,11 +405,7 @@ async fn index_scans(
 #[tokio::test]
 async fn large_scopes_use_their_own_hnsw_index_and_stay_in_scope() {
     let Some(url) = common::pg_url() else { return };
-    let schema = common::fresh_schema();
-    let _guard = common::DropSchema {
-        url: url.clone(),
-        schema: schema.clone(),
-    };
+    let (schema, _guard) = common::DropSchema::fresh(&url);
     // Every scope of more than 5 memories gets an index.
     let store = PostgresBackend::connect(
         &preferring_ordered_indexes(&url),
@@ -534,11 +518,7 @@ async fn large_scopes_use_their_own_hnsw_index_and_stay_in_scope() {
 #[tokio::test]
 async fn a_write_past_the_threshold_indexes_its_scope_in_the_background() {
     let Some(url) = common::pg_url() else { return };
-    let schema = common::fresh_schema();
-    let _guard = common::DropSchema {
-        url: url.clone(),
-        schema: schema.clone(),
-    };
+    let (schema, _guard) = common::DropSchema::fresh(&url);
     let cfg = PostgresConfig {
         exact_scan_max: 30,
         ..config(&schema)
@@ -600,11 +580,7 @@ async fn a_write_past_the_threshold_indexes_its_scope_in_the_background() {
 #[tokio::test]
 async fn a_version_1_store_is_migrated_and_its_large_scopes_indexed() {
     let Some(url) = common::pg_url() else { return };
-    let schema = common::fresh_schema();
-    let _guard = common::DropSchema {
-        url: url.clone(),
-        schema: schema.clone(),
-    };
+    let (schema, _guard) = common::DropSchema::fresh(&url);
     let (big, small) = (
         Scope::for_user("u").unwrap().in_chat("big").unwrap(),
         Scope::for_user("u").unwrap().in_chat("small").unwrap(),
@@ -731,11 +707,7 @@ async fn a_refused_session_names_the_server_and_keeps_what_it_said() {
 #[tokio::test]
 async fn a_taken_id_in_a_batch_is_the_one_reported() {
     let Some(url) = common::pg_url() else { return };
-    let schema = common::fresh_schema();
-    let _guard = common::DropSchema {
-        url: url.clone(),
-        schema: schema.clone(),
-    };
+    let (schema, _guard) = common::DropSchema::fresh(&url);
     let store = PostgresBackend::connect(&url, embedder(16), config(&schema))
         .await
         .unwrap();
@@ -852,11 +824,7 @@ async fn stores_from_before_passages_embed_long_memories_as_passages() {
     let windowed = HashingEmbedder::new(64).unwrap().with_window(200);
     let client = sql_client(&url).await;
     for with_space in [true, false] {
-        let schema = common::fresh_schema();
-        let _guard = common::DropSchema {
-            url: url.clone(),
-            schema: schema.clone(),
-        };
+        let (schema, _guard) = common::DropSchema::fresh(&url);
         let first = if with_space { embedder(64) } else { None };
         let store = PostgresBackend::connect(&url, first, config(&schema))
             .await
@@ -967,11 +935,7 @@ async fn search_both(
 #[tokio::test]
 async fn long_memories_rank_by_their_best_passage_through_a_scopes_index() {
     let Some(url) = common::pg_url() else { return };
-    let schema = common::fresh_schema();
-    let _guard = common::DropSchema {
-        url: url.clone(),
-        schema: schema.clone(),
-    };
+    let (schema, _guard) = common::DropSchema::fresh(&url);
     let windowed = HashingEmbedder::new(64).unwrap().with_window(200);
     let shared: Arc<dyn EmbeddingProvider> = Arc::new(windowed.clone());
     let indexed = PostgresBackend::connect(

@@ -24,6 +24,14 @@ const MEMORIES: usize = 3000;
 
 async fn store_with(dir: &std::path::Path, vector_cache_mib: u32) -> SqliteBackend {
     let embedder: Arc<dyn EmbeddingProvider> = Arc::new(HashingEmbedder::new(DIMS).unwrap());
+    open_with(dir, embedder, vector_cache_mib).await
+}
+
+async fn open_with(
+    dir: &std::path::Path,
+    embedder: Arc<dyn EmbeddingProvider>,
+    vector_cache_mib: u32,
+) -> SqliteBackend {
     let config = SqliteConfig {
         vector_cache_mib,
         ..SqliteConfig::default()
@@ -31,6 +39,25 @@ async fn store_with(dir: &std::path::Path, vector_cache_mib: u32) -> SqliteBacke
     SqliteBackend::open(dir.join("paths.db"), Some(embedder), config)
         .await
         .unwrap()
+}
+
+/// One store per vector cache size in `mibs`, each holding `data`, and the directories
+/// that hold them (kept as long as the stores are).
+async fn stores_holding(
+    embedder: &Arc<dyn EmbeddingProvider>,
+    mibs: &[u32],
+    data: &[NewMemory],
+) -> (Vec<SqliteBackend>, Vec<tempfile::TempDir>) {
+    let mut stores = Vec::new();
+    let mut dirs = Vec::new();
+    for &mib in mibs {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_with(dir.path(), Arc::clone(embedder), mib).await;
+        store.store_batch(&scope(), data.to_vec()).await.unwrap();
+        stores.push(store);
+        dirs.push(dir);
+    }
+    (stores, dirs)
 }
 
 fn scope() -> Scope {
@@ -115,17 +142,10 @@ fn same_hits(got: &[(MemoryId, f32)], want: &[(MemoryId, f32)], what: &str) {
 #[tokio::test]
 async fn block_scan_and_both_knn_paths_agree() {
     let data = memories();
-    let mut stores = Vec::new();
-    let mut dirs = Vec::new();
     // Big cache (block scan), no cache (vec0 KNN), a cache too small for the scope even
     // quantized (stream), a cache that holds it quantized.
-    for mib in [256, 0, 1, 2] {
-        let dir = tempfile::tempdir().unwrap();
-        let store = store_with(dir.path(), mib).await;
-        store.store_batch(&scope(), data.clone()).await.unwrap();
-        stores.push(store);
-        dirs.push(dir);
-    }
+    let hashing: Arc<dyn EmbeddingProvider> = Arc::new(HashingEmbedder::new(DIMS).unwrap());
+    let (stores, _dirs) = stores_holding(&hashing, &[256, 0, 1, 2], &data).await;
     let tagged = Filter {
         tags: Some(TagQuery::any([Tag::new("fifth").unwrap()])),
         ..Filter::default()
@@ -237,21 +257,8 @@ async fn long_memories_rank_by_their_best_passage_on_every_path() {
     let quantized_mib = (vectors * (DIMS + 12)).div_ceil(1 << 20) + 1;
     assert!(vectors * (DIMS * 4 + 8) > quantized_mib << 20);
     let shared: Arc<dyn EmbeddingProvider> = Arc::new(embedder.clone());
-    let mut stores = Vec::new();
-    let mut dirs = Vec::new();
-    for mib in [256, 0, 1, u32::try_from(quantized_mib).unwrap()] {
-        let dir = tempfile::tempdir().unwrap();
-        let config = SqliteConfig {
-            vector_cache_mib: mib,
-            ..SqliteConfig::default()
-        };
-        let store = SqliteBackend::open(dir.path().join("long.db"), Some(shared.clone()), config)
-            .await
-            .unwrap();
-        store.store_batch(&scope(), data.clone()).await.unwrap();
-        stores.push(store);
-        dirs.push(dir);
-    }
+    let mibs = [256, 0, 1, u32::try_from(quantized_mib).unwrap()];
+    let (stores, _dirs) = stores_holding(&shared, &mibs, &data).await;
     let tagged = Filter {
         tags: Some(TagQuery::any([Tag::new("fifth").unwrap()])),
         ..Filter::default()

@@ -69,6 +69,18 @@ pub struct DropSchema {
     pub schema: String,
 }
 
+impl DropSchema {
+    /// A [`fresh_schema`] on the server at `url`, and the guard that drops it.
+    pub fn fresh(url: &str) -> (String, Self) {
+        let schema = fresh_schema();
+        let guard = Self {
+            url: url.to_owned(),
+            schema: schema.clone(),
+        };
+        (schema, guard)
+    }
+}
+
 impl Drop for DropSchema {
     fn drop(&mut self) {
         let _ = run_sql(
