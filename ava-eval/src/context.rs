@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 
 use super::Embedder;
 use super::cache::CachedEmbedder;
-use super::locomo::{CATEGORIES, Question, Sample, Turn, vector_cache_dir};
+use super::locomo::{CATEGORIES, Question, Sample, Turn, store_turns, vector_cache_dir};
 
 /// What to measure (from `cargo xtask eval locomo` arguments).
 pub(super) struct Options {
@@ -219,31 +219,20 @@ async fn ingest(
         previous = Some(&t.text);
         memories.push(m);
     }
-    // As `ava` stores a message: one longer than the store takes in one memory goes in as
-    // linked parts.
-    let max = store.info().limits.max_content_bytes;
-    let mut owners: Vec<(usize, NewMemory)> = Vec::with_capacity(memories.len());
-    for (i, m) in memories.into_iter().enumerate() {
-        owners.extend(m.split_to_fit(max).into_iter().map(|p| (i, p)));
-    }
+    let stored = store_turns(store.as_ref(), &scope, memories)
+        .await
+        .with_context(|| format!("store the turns of {}", sample.id))?;
     let mut ids = HashMap::new();
     let mut parts: HashMap<String, Vec<Part>> = HashMap::new();
-    for chunk in owners.chunks(256) {
-        let batch: Vec<NewMemory> = chunk.iter().map(|(_, m)| m.clone()).collect();
-        let stored = store
-            .store_batch(&scope, batch)
-            .await
-            .with_context(|| format!("store the turns of {}", sample.id))?;
-        for (e, (i, _)) in stored.into_iter().zip(chunk) {
-            let t = &sample.turns[*i];
-            ids.entry(t.dia_id.clone()).or_insert(e.id);
-            parts.entry(t.dia_id.clone()).or_default().push(Part {
-                id: e.id,
-                text: e.content,
-                role: t.role,
-                at: e.created_at,
-            });
-        }
+    for (i, e) in stored {
+        let t = &sample.turns[i];
+        ids.entry(t.dia_id.clone()).or_insert(e.id);
+        parts.entry(t.dia_id.clone()).or_default().push(Part {
+            id: e.id,
+            text: e.content,
+            role: t.role,
+            at: e.created_at,
+        });
     }
     let last = sample
         .turns

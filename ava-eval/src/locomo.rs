@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use chrono::NaiveDateTime;
 use memory_core::{
-    EmbeddingProvider, HashingEmbedder, HybridWeights, MemoryBackend, MemoryId, NewMemory, Role,
-    Scope, SearchMode, SearchRequest, Timestamp,
+    EmbeddingProvider, HashingEmbedder, HybridWeights, MemoryBackend, MemoryEntry, MemoryId,
+    NewMemory, Role, Scope, SearchMode, SearchRequest, Timestamp,
 };
 use serde_json::Value;
 
@@ -270,6 +270,34 @@ pub(super) fn parse_samples(data: &Value) -> anyhow::Result<(Vec<Sample>, Vec<St
     Ok((samples, problems))
 }
 
+/// Stores one memory per turn as `ava` stores a message (one longer than the store takes in
+/// one memory goes in as linked parts, `NewMemory::split_to_fit`), in batches of 256; returns
+/// every stored memory, in order, with the index of the turn it belongs to.
+pub(super) async fn store_turns(
+    store: &dyn MemoryBackend,
+    scope: &Scope,
+    turns: Vec<NewMemory>,
+) -> memory_core::Result<Vec<(usize, MemoryEntry)>> {
+    let max = store.info().limits.max_content_bytes;
+    let mut owners: Vec<usize> = Vec::with_capacity(turns.len());
+    let mut parts: Vec<NewMemory> = Vec::with_capacity(turns.len());
+    for (i, m) in turns.into_iter().enumerate() {
+        for p in m.split_to_fit(max) {
+            owners.push(i);
+            parts.push(p);
+        }
+    }
+    let mut out = Vec::with_capacity(parts.len());
+    let mut owners = owners.into_iter();
+    let mut parts = parts.into_iter().peekable();
+    while parts.peek().is_some() {
+        let batch: Vec<NewMemory> = parts.by_ref().take(256).collect();
+        let stored = store.store_batch(scope, batch).await?;
+        out.extend(owners.by_ref().zip(stored));
+    }
+    Ok(out)
+}
+
 /// Where evaluation vectors are cached: `target/eval-cache` of this workspace.
 pub(super) fn vector_cache_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/eval-cache")
@@ -394,31 +422,23 @@ async fn evaluate(args: &Args, samples: &[Sample]) -> anyhow::Result<()> {
     for s in samples {
         let scope = Scope::for_user(&s.id)?.in_tenant("locomo-eval")?;
         bar.set_message("ingest");
-        // As `ava` stores a message: one longer than the store takes in one memory goes in
-        // as linked parts, each found as its message.
-        let max = backend.info().limits.max_content_bytes;
-        let mut parts: Vec<(&str, NewMemory)> = Vec::with_capacity(s.turns.len());
-        for t in &s.turns {
-            let m = NewMemory::new(&t.content)
-                .with_role(Role::User)
-                .with_source(&t.dia_id)
-                .at(t.at);
-            let m = match (&t.previous, !args.no_reply_context) {
-                (Some(p), true) => m.with_context(format!("in reply to: {p}")),
-                _ => m,
-            };
-            parts.extend(
-                m.split_to_fit(max)
-                    .into_iter()
-                    .map(|p| (t.dia_id.as_str(), p)),
-            );
-        }
-        for chunk in parts.chunks(256) {
-            let batch = chunk.iter().map(|(_, m)| m.clone()).collect();
-            let stored = backend.store_batch(&scope, batch).await?;
-            for (e, (dia, _)) in stored.iter().zip(chunk) {
-                dia_of.insert(e.id, (*dia).to_owned());
-            }
+        let memories = s
+            .turns
+            .iter()
+            .map(|t| {
+                let m = NewMemory::new(&t.content)
+                    .with_role(Role::User)
+                    .with_source(&t.dia_id)
+                    .at(t.at);
+                match (&t.previous, !args.no_reply_context) {
+                    (Some(p), true) => m.with_context(format!("in reply to: {p}")),
+                    _ => m,
+                }
+            })
+            .collect();
+        // A message stored in parts is found as its message through any of them.
+        for (i, e) in store_turns(backend.as_ref(), &scope, memories).await? {
+            dia_of.insert(e.id, s.turns[i].dia_id.clone());
         }
         bar.inc(s.turns.len() as u64);
     }
