@@ -199,20 +199,38 @@ impl Agent {
         scope: &Scope,
         message: &str,
     ) -> anyhow::Result<CompiledPrompt> {
-        self.prepare_at(scope, message, Timestamp::now()).await
+        let input = HydrateInput::new(scope.clone(), self.request(message)?);
+        self.prepare_input(scope, &input).await
     }
 
     /// The prompt the model would get for `message` at `now` (what "recent" and the
-    /// prompt's current time are measured against).
+    /// prompt's current time are measured against). Its searches do not count what they find
+    /// as recalled: a prompt built for another time is a replay (the demo's), and the store
+    /// records recalls in the background, so counting them would make each replayed prompt
+    /// depend on whether the previous one's were written yet.
     pub(crate) async fn prepare_at(
         &self,
         scope: &Scope,
         message: &str,
         now: Timestamp,
     ) -> anyhow::Result<CompiledPrompt> {
-        let input = HydrateInput::new(scope.clone(), self.request(message)?).at(now);
+        let mut input = HydrateInput::new(scope.clone(), self.request(message)?).at(now);
+        for provider in &self.config.providers {
+            input = input.with_provider_options(
+                provider.name().to_owned(),
+                hydrate::ProviderOptions::new().with(hydrate::OPT_RECORD_ACCESS, false),
+            );
+        }
+        self.prepare_input(scope, &input).await
+    }
+
+    async fn prepare_input(
+        &self,
+        scope: &Scope,
+        input: &HydrateInput,
+    ) -> anyhow::Result<CompiledPrompt> {
         self.ops(scope.clone())
-            .prepare(&input)
+            .prepare(input)
             .await
             .context("hydrate and compile the prompt")
     }
