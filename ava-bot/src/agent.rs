@@ -285,11 +285,13 @@ impl Agent {
                 };
                 (blame, anyhow::Error::new(e).context("ask the model"))
             });
-        // Every turn is tagged with the names it mentions: the graph source's index.
-        let mut user_turn = hydrate::with_entity_tags(NewMemory::new(message))
-            .with_role(Role::User)
-            .with_source(source)
-            .at(received);
+        // Every turn is tagged with the names it mentions: the graph source's index; a
+        // standing instruction ("always ...") is marked so that every prompt carries it.
+        let mut user_turn = hydrate::with_instruction_mark(
+            hydrate::with_entity_tags(NewMemory::new(message)).with_role(Role::User),
+        )
+        .with_source(source)
+        .at(received);
         if let Some(previous) = previous {
             user_turn = user_turn.with_context(in_reply_to(&previous.content));
         }

@@ -599,6 +599,64 @@ async fn chat_answers_from_stdin_and_stores_both_turns() {
     );
 }
 
+/// A standing instruction said in `ava chat` is stored marked (pinned, tagged), so every
+/// later prompt of the chat carries it; a statement that opens with "never" is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_marks_a_standing_instruction() {
+    let llm = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/api/chat"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(ollama_answer("D'accord.")))
+        .mount(&llm)
+        .await;
+    let (_dir, db) = store();
+    let (uri, db2) = (llm.uri(), db.clone());
+    let recalled = tokio::task::spawn_blocking(move || {
+        ok(chat_with(
+            &db2,
+            &uri,
+            &["--no-facts"],
+            "From now on, answer me in French please.\nNever tried snails, are they good?\n",
+        ));
+        ok(ava(
+            &db2,
+            &[
+                "recall",
+                "--user",
+                "42",
+                "--chat",
+                "7",
+                "--json",
+                "French snails",
+            ],
+        ))
+    })
+    .await
+    .unwrap();
+    let hits: Value = serde_json::from_str(&recalled).unwrap();
+    let entry = |start: &str| {
+        hits.as_array()
+            .unwrap()
+            .iter()
+            .map(|h| &h["entry"])
+            .find(|e| e["content"].as_str().unwrap().starts_with(start))
+            .unwrap_or_else(|| panic!("no {start:?} in {hits}"))
+            .clone()
+    };
+    let marked = |e: &Value| {
+        e["pinned"] == true
+            && e["tags"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t == hydrate::INSTRUCTION_TAG)
+    };
+    let instruction = entry("From now on");
+    assert!(marked(&instruction), "{instruction}");
+    let question = entry("Never tried");
+    assert!(!marked(&question), "{question}");
+}
+
 /// An answer of 341 KiB (a model repeating itself, as one in BEAM does) is stored whole, in
 /// linked parts, and its end is found again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

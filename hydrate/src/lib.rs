@@ -37,6 +37,9 @@
 //!   a model), entity tags on memories ([`with_entity_tags`], [`index_entities`]) and
 //!   [`GraphSource`], which expands one hop from the question's entities with the path as
 //!   each item's note; behind the cargo feature `graph`.
+//! - `instructions`: a user's standing instructions ("always ...", "from now on ..."),
+//!   recognised without a model ([`is_standing_instruction`]) and marked when stored
+//!   ([`with_instruction_mark`]), so the knowledge source brings them to every prompt.
 //! - `memory`: the memory-backed provider ([`memory_provider`], [`MemorySource`]) over any
 //!   `Arc<dyn MemoryBackend>`, with the hybrid → keyword fallback recorded.
 //! - `cues`: question understanding without a model ([`QueryCues`]: the time a question
@@ -105,6 +108,7 @@ mod gather;
 mod graph;
 mod http;
 mod hydrate;
+mod instructions;
 mod memory;
 mod ops;
 mod passages;
@@ -139,6 +143,9 @@ pub use graph::{
     index_entities, with_entity_tags,
 };
 pub use hydrate::{Block, Hydrated, SectionInfo, hydrate};
+pub use instructions::{
+    INSTRUCTION_TAG, MAX_INSTRUCTION_CHARS, is_standing_instruction, with_instruction_mark,
+};
 pub use memory::{
     MemoryOptions, MemorySource, OPT_RECORD_ACCESS, OPT_SEARCH, OPT_SEMANTIC_WEIGHT,
     OPT_USER_KNOWLEDGE, SearchPreference, memory_provider,

@@ -4,7 +4,8 @@
 //! - **temporal**: the newest `Message` memories of the request's scope (`recent`).
 //! - **knowledge**: `Fact` memories valid now, from the request's scope and, when the
 //!   `user_knowledge` option is on, from the user-level scope (same tenant and user, no chat
-//!   or thread): the newest ones plus the ones a search finds relevant.
+//!   or thread): the newest ones plus the ones a search finds relevant; and the user's
+//!   standing instructions there (messages marked by [`crate::with_instruction_mark`]).
 //! - **semantic**: related past `Message` memories found by searching for the observation,
 //!   over-fetched by the temporal window so that, once messages already in the recent
 //!   conversation are removed (hydrate de-duplicates by memory id), enough remain. A
@@ -22,11 +23,12 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use memory_core::{
     Capability, EmbeddingProvider, ErrorChain, Filter, HybridWeights, MemoryBackend, MemoryId,
-    MemoryKind, Role, Scope, SearchMode, SearchRequest,
+    MemoryKind, Role, Scope, SearchMode, SearchRequest, Tag, TagQuery,
 };
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::instructions::INSTRUCTION_TAG;
 use crate::provider::{
     BuildContext, ProviderCapabilities, ProviderOptions, ResolvedOptions, SourceBuilder,
     SourceProvider,
@@ -320,6 +322,12 @@ impl MemorySource {
             .search_request(query, out)
             .await?
             .map(|r| r.limit(limit).filter(filter.clone()));
+        let instructions = Filter {
+            kinds: vec![MemoryKind::Message],
+            roles: vec![Role::User],
+            tags: Some(TagQuery::any([Tag::new(INSTRUCTION_TAG)?])),
+            ..Filter::default()
+        };
         let mut scopes = vec![(query.scope.clone(), None)];
         if self.options.user_knowledge
             && (query.scope.chat().is_some() || query.scope.thread().is_some())
@@ -337,7 +345,11 @@ impl MemorySource {
                     found.insert(hit.entry.id, self.hit_item(&hit));
                 }
             }
-            for entry in self.backend.recent(&scope, limit, &filter).await? {
+            let newest = self.backend.recent(&scope, limit, &filter).await?;
+            // The user's standing instructions apply whatever the question: all of them,
+            // newest first, up to the limit.
+            let instructions = self.backend.recent(&scope, limit, &instructions).await?;
+            for entry in newest.into_iter().chain(instructions) {
                 if let std::collections::btree_map::Entry::Vacant(slot) = found.entry(entry.id) {
                     order.push(entry.id);
                     slot.insert(SourceItem::from_memory(&entry));
