@@ -630,6 +630,20 @@ fn bad_setups_are_refused_before_serving() {
     }
     let err = run(&["mcp", "--http", "127.0.0.1:0", "--tokens", file]);
     assert!(err.contains("entry 1") && !err.contains(TOKEN_A), "{err}");
+    // A key given twice is refused: serde_json would let the last one win, so the entry
+    // would act as bob while a reviewer of the file reads alice.
+    std::fs::write(
+        &tokens,
+        format!(
+            "{{\"tokens\": [{{\"token\": \"{TOKEN_A}\", \"user\": \"alice\", \"chat\": \"desk\", \"user\": \"bob\"}}]}}"
+        ),
+    )
+    .unwrap();
+    let err = run(&["mcp", "--http", "127.0.0.1:0", "--tokens", file]);
+    assert!(
+        err.contains("the key `user` appears twice") && !err.contains(TOKEN_A),
+        "{err}"
+    );
     assert!(!db.exists(), "nothing was served, nothing created");
 }
 

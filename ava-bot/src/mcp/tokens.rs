@@ -72,14 +72,17 @@ impl TokenTable {
     pub(crate) fn parse(text: &str) -> anyhow::Result<Self> {
         // A syntax error says where, never what: serde_json's messages for those carry no
         // values. Shape errors are ours, and name fields, not their contents.
-        let value: Value = serde_json::from_str(text).map_err(|e| {
-            anyhow::anyhow!(
+        let value = match serde_json::from_str::<Strict>(text) {
+            Ok(Strict(value)) => value,
+            // Ours: names the key, never a value.
+            Err(e) if e.is_data() => bail!("{e}"),
+            Err(e) => bail!(
                 "not valid JSON ({:?} error at line {}, column {})",
                 e.classify(),
                 e.line(),
                 e.column()
-            )
-        })?;
+            ),
+        };
         let Value::Object(top) = value else {
             bail!("expected a JSON object with a `tokens` list");
         };
@@ -130,6 +133,77 @@ impl TokenTable {
             }
         }
         found
+    }
+}
+
+/// A JSON value in which no object has the same key twice: with serde_json's own `Value`
+/// the last one would win silently, so `"user": "alice", ..., "user": "bob"` would act as bob
+/// while a reviewer of the file reads alice.
+struct Strict(Value);
+
+impl<'de> serde::Deserialize<'de> for Strict {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(StrictVisitor).map(Strict)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> serde::de::Visitor<'de> for StrictVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(Strict(v)) = seq.next_element()? {
+            items.push(v);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let Strict(v) = map.next_value()?;
+            if out.contains_key(&key) {
+                return Err(serde::de::Error::custom(format_args!(
+                    "the key `{key}` appears twice in one object; give each key once"
+                )));
+            }
+            out.insert(key, v);
+        }
+        Ok(Value::Object(out))
     }
 }
 
@@ -249,6 +323,16 @@ mod tests {
             (
                 &format!(r#"{{"tokens": [{{"token": "{A}", "user": "u", "chat": "c", "x": 1}}]}}"#),
                 "unknown key `x`",
+            ),
+            (
+                &format!(
+                    r#"{{"tokens": [{{"token": "{A}", "user": "alice", "chat": "c", "user": "bob"}}]}}"#
+                ),
+                "the key `user` appears twice",
+            ),
+            (
+                &format!(r#"{{"tokens": [], "tokens": [{{"token": "{A}"}}]}}"#),
+                "the key `tokens` appears twice",
             ),
         ] {
             let e = err(text);
