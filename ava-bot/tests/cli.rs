@@ -1104,3 +1104,69 @@ fn a_replaced_fact_leaves_the_prompt_but_stays_in_the_history() {
     assert!(!missing.status.success(), "{}", stderr(&missing));
     assert!(ok(ava(&db, &["stats", "--user", "42"])).contains("/c=7/h: 2"));
 }
+
+/// The bytes of every file of `dir`, by name: what a command may have written.
+fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_type().unwrap().is_file())
+        .map(|e| {
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// One-shot `remember`s leave their memories in the store file itself (not only in its
+/// write-ahead log), so copying the file backs them up; and `recall`, a lookup, writes
+/// nothing at all and counts no access.
+#[test]
+fn one_shot_commands_leave_a_whole_file_and_recall_writes_nothing() {
+    let (dir, db) = store();
+    for i in 0..5 {
+        ok(ava(
+            &db,
+            &[
+                "remember",
+                "--user",
+                "42",
+                "--chat",
+                "7",
+                &format!("Parcel {i} goes to the harbour office"),
+            ],
+        ));
+    }
+    let backup = dir.path().join("backup").join("memories.db");
+    std::fs::create_dir(backup.parent().unwrap()).unwrap();
+    std::fs::copy(&db, &backup).unwrap();
+    let recall = |db: &Path| -> Value {
+        let out = ok(ava(
+            db,
+            &[
+                "recall", "--user", "42", "--chat", "7", "--json", "--limit", "10", "parcel",
+            ],
+        ));
+        serde_json::from_str(&out).unwrap()
+    };
+    let copied = recall(&backup);
+    assert_eq!(copied.as_array().unwrap().len(), 5, "{copied}");
+
+    let before = files(dir.path());
+    let first = recall(&db);
+    let second = recall(&db);
+    assert_eq!(
+        files(dir.path()),
+        before,
+        "recall changed the store's files"
+    );
+    for hits in [&first, &second] {
+        for h in hits.as_array().unwrap() {
+            assert_eq!(h["entry"]["access_count"], 0, "{h}");
+        }
+    }
+}

@@ -180,6 +180,16 @@ pub struct SqliteBackend {
     read_only: bool,
 }
 
+impl Drop for SqliteBackend {
+    /// Closes the read connections before the worker's (which drop after this): the last
+    /// connection to close is the one that checkpoints the log into the file and removes
+    /// it, and a read connection cannot, so a store dropped without [`SqliteBackend::close`]
+    /// (a one-shot command) would leave its writes in the log only.
+    fn drop(&mut self) {
+        self.readers.close();
+    }
+}
+
 /// What [`SqliteBackend::embed_missing`] did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct EmbedMissingReport {

@@ -1,4 +1,5 @@
-//! `ava recall`: search a user's memories in a chat and print scored hits.
+//! `ava recall`: search a user's memories in a chat and print scored hits; a lookup, so it
+//! records no access and writes nothing.
 
 use std::io::Write;
 
@@ -33,7 +34,9 @@ pub(crate) async fn run(
     let scope = args.who.scope()?;
     let opened = settings.open_existing().await?;
     let store = &*opened.store;
-    let mut req = super::best_search(store, &args.query, args.limit);
+    // A lookup from the terminal is not the assistant recalling: it counts no access, so
+    // it writes nothing and works on a store it may only read.
+    let mut req = super::best_search(store, &args.query, args.limit).without_access_tracking();
     if let Some(at) = args.as_of {
         req = req.filter(Filter::as_of(at));
     }
