@@ -22,6 +22,7 @@ use ollama_rs::Ollama;
 use ollama_rs::generation::chat::request::ChatMessageRequest;
 use ollama_rs::generation::chat::{ChatMessage as OllamaMessage, MessageRole};
 use ollama_rs::generation::tools::{ToolCall as OllamaToolCall, ToolCallFunction, ToolInfo};
+use ollama_rs::models::ModelOptions;
 use serde_json::{Value, json};
 
 use crate::config::{Settings, secret_from_env};
@@ -51,6 +52,10 @@ pub(crate) struct LlmSettings {
     /// Seconds to wait for one answer of the model.
     #[arg(long, env = "AVA_LLM_TIMEOUT", default_value_t = 120)]
     pub(crate) llm_timeout: u64,
+    /// Most tokens the model may write in one answer (sent to the server, which stops
+    /// there): a model that runs away costs time and fills the chat.
+    #[arg(long, env = "AVA_MAX_ANSWER_TOKENS", default_value_t = DEFAULT_MAX_ANSWER_TOKENS)]
+    pub(crate) max_answer_tokens: u32,
     /// Do not ask the model, after each exchange, for facts to remember (one or two extra
     /// calls per message, in the background).
     #[arg(long, env = "AVA_NO_FACTS")]
@@ -63,19 +68,29 @@ impl LlmSettings {
         if self.llm_timeout == 0 {
             bail!("--llm-timeout is 0; give the model at least one second");
         }
+        if self.max_answer_tokens == 0 {
+            bail!("--max-answer-tokens is 0; let the model write at least one token");
+        }
         let timeout = Duration::from_secs(self.llm_timeout);
+        let cap = Some(self.max_answer_tokens);
         Ok(match self.llm {
-            LlmChoice::Ollama => Arc::new(OllamaChat::new(
-                self.llm_url.as_deref().unwrap_or(&settings.ollama_url),
-                self.llm_model.as_deref().unwrap_or("llama3.1"),
-                timeout,
-            )?),
-            LlmChoice::Openai => Arc::new(OpenAiChat::new(
-                self.llm_url.as_deref().unwrap_or(&settings.openai_url),
-                self.llm_model.as_deref().unwrap_or("gpt-4o-mini"),
-                secret_from_env("OPENAI_API_KEY").as_ref(),
-                timeout,
-            )?),
+            LlmChoice::Ollama => Arc::new(
+                OllamaChat::new(
+                    self.llm_url.as_deref().unwrap_or(&settings.ollama_url),
+                    self.llm_model.as_deref().unwrap_or("llama3.1"),
+                    timeout,
+                )?
+                .with_max_tokens(cap),
+            ),
+            LlmChoice::Openai => Arc::new(
+                OpenAiChat::new(
+                    self.llm_url.as_deref().unwrap_or(&settings.openai_url),
+                    self.llm_model.as_deref().unwrap_or("gpt-4o-mini"),
+                    secret_from_env("OPENAI_API_KEY").as_ref(),
+                    timeout,
+                )?
+                .with_max_tokens(cap),
+            ),
         })
     }
 
@@ -114,11 +129,16 @@ async fn bounded<T>(
         })
 }
 
+/// Default of `--max-answer-tokens`: about 8 KB of text, two Telegram messages.
+pub(crate) const DEFAULT_MAX_ANSWER_TOKENS: u32 = 2048;
+
 /// A chat model on an Ollama server.
 pub(crate) struct OllamaChat {
     client: Ollama,
     model: String,
     timeout: Duration,
+    /// Most tokens of one answer (Ollama's `num_predict`); the server's default when `None`.
+    max_tokens: Option<u32>,
 }
 
 impl fmt::Debug for OllamaChat {
@@ -127,6 +147,7 @@ impl fmt::Debug for OllamaChat {
             .field("url", &self.client.url_str())
             .field("model", &self.model)
             .field("timeout", &self.timeout)
+            .field("max_tokens", &self.max_tokens)
             .finish()
     }
 }
@@ -144,7 +165,14 @@ impl OllamaChat {
             client,
             model: model.to_owned(),
             timeout,
+            max_tokens: None,
         })
+    }
+
+    /// Caps each answer at `max` tokens (none: the server's default).
+    pub(crate) fn with_max_tokens(mut self, max: Option<u32>) -> Self {
+        self.max_tokens = max;
+        self
     }
 
     fn to_ollama(m: &ChatMessage) -> OllamaMessage {
@@ -189,7 +217,7 @@ impl ChatModel for OllamaChat {
         messages: &[ChatMessage],
         tools: &[ToolSpec],
     ) -> hydrate::Result<ChatResponse> {
-        let request = ChatMessageRequest::new(
+        let mut request = ChatMessageRequest::new(
             self.model.clone(),
             messages.iter().map(Self::to_ollama).collect(),
         )
@@ -199,6 +227,10 @@ impl ChatModel for OllamaChat {
                 .map(Self::tool_info)
                 .collect::<hydrate::Result<_>>()?,
         );
+        if let Some(max) = self.max_tokens {
+            let max = i32::try_from(max).unwrap_or(i32::MAX);
+            request = request.options(ModelOptions::default().num_predict(max));
+        }
         let response = bounded(&self.model, self.timeout, async {
             self.client
                 .send_chat_messages(request)
@@ -233,6 +265,8 @@ pub(crate) struct OpenAiChat {
     base: String,
     model: String,
     timeout: Duration,
+    /// Most tokens of one answer (`max_completion_tokens`); the server's default when `None`.
+    max_tokens: Option<u32>,
 }
 
 impl fmt::Debug for OpenAiChat {
@@ -242,6 +276,7 @@ impl fmt::Debug for OpenAiChat {
             .field("url", &self.base)
             .field("model", &self.model)
             .field("timeout", &self.timeout)
+            .field("max_tokens", &self.max_tokens)
             .finish()
     }
 }
@@ -265,7 +300,14 @@ impl OpenAiChat {
             base,
             model: model.to_owned(),
             timeout,
+            max_tokens: None,
         })
+    }
+
+    /// Caps each answer at `max` tokens (none: the server's default).
+    pub(crate) fn with_max_tokens(mut self, max: Option<u32>) -> Self {
+        self.max_tokens = max;
+        self
     }
 
     fn to_openai(m: &ChatMessage) -> ChatCompletionRequestMessage {
@@ -339,6 +381,7 @@ impl ChatModel for OpenAiChat {
             model: self.model.clone(),
             messages: messages.iter().map(Self::to_openai).collect(),
             tools: (!tools.is_empty()).then_some(tools),
+            max_completion_tokens: self.max_tokens,
             ..Default::default()
         };
         let response = bounded(&self.model, self.timeout, async {

@@ -1170,3 +1170,63 @@ fn one_shot_commands_leave_a_whole_file_and_recall_writes_nothing() {
         }
     }
 }
+
+/// Every answer is capped: `ava chat` sends `--max-answer-tokens` (default 2,048) as Ollama's
+/// `num_predict` and as the OpenAI-compatible `max_completion_tokens`, so a runaway model
+/// stops at the server; 0 is refused before anything is asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_caps_the_length_of_an_answer() {
+    let llm = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/api/chat"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(ollama_answer("Short.")))
+        .mount(&llm)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "id": "chatcmpl-1", "object": "chat.completion", "created": 1_773_000_000,
+            "model": "gpt-test",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "Short."},
+                "finish_reason": "length"}]
+        })))
+        .mount(&llm)
+        .await;
+    let (_dir, db) = store();
+    let (uri, db2) = (llm.uri(), db.clone());
+    let refused = tokio::task::spawn_blocking(move || {
+        ok(chat_with(&db2, &uri, &["--no-facts"], "Hi\n"));
+        ok(chat_with(
+            &db2,
+            &uri,
+            &["--no-facts", "--max-answer-tokens", "300"],
+            "Hi\n",
+        ));
+        let mut openai = command(&db2);
+        openai
+            .args(["chat", "--user", "42", "--chat", "7", "--llm", "openai"])
+            .args(["--llm-url", &format!("{uri}/v1"), "--llm-model", "gpt-test"])
+            .args(["--no-facts", "--max-answer-tokens", "300"]);
+        ok(with_stdin(openai, "Hi\n"));
+        chat_with(&db2, &uri, &["--max-answer-tokens", "0"], "Hi\n")
+    })
+    .await
+    .unwrap();
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains("--max-answer-tokens is 0"),
+        "{}",
+        stderr(&refused)
+    );
+    let bodies: Vec<Value> = llm
+        .received_requests()
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| serde_json::from_slice(&r.body).unwrap())
+        .collect();
+    assert_eq!(bodies.len(), 3, "the refused run asked nothing: {bodies:?}");
+    assert_eq!(bodies[0]["options"]["num_predict"], 2048, "{}", bodies[0]);
+    assert_eq!(bodies[1]["options"]["num_predict"], 300, "{}", bodies[1]);
+    assert_eq!(bodies[2]["max_completion_tokens"], 300, "{}", bodies[2]);
+}
