@@ -178,6 +178,68 @@ fn docs_work_on_a_keyword_only_store() {
     assert!(prompt.contains(&format!("({}:1-8)", s(&cats))), "{prompt}");
 }
 
+/// Links do not carry files out of the tree: a directory's symbolic link is left out (and
+/// said so), and a link named on the command line is judged by its target, so
+/// `notes.txt -> secret.conf` is refused; `docs list` then shows only the tree's own file.
+#[cfg(all(feature = "documents", unix))]
+#[test]
+fn docs_add_does_not_follow_links_out_of_the_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("m.db");
+    let tree = dir.path().join("tree");
+    let cats = write(&tree, "cats.md", CAT_NOTES);
+    let secret = write(
+        &dir.path().join("elsewhere"),
+        "secret.conf",
+        "password = hunter2\n",
+    );
+    let also = write(&dir.path().join("elsewhere"), "diary.md", "Dear diary.\n");
+    let link = tree.join("notes.txt");
+    std::os::unix::fs::symlink(&secret, &link).unwrap();
+    std::os::unix::fs::symlink(&also, tree.join("diary.md")).unwrap();
+
+    let out = ok(ava(&db, &["docs", "add", "--user", "42", s(&tree)]));
+    assert!(
+        out.contains(&format!("indexed 1 chunk: {}", s(&cats))),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("left out: {} (a symbolic link", s(&link))),
+        "{out}"
+    );
+    assert!(
+        !out.contains("secret.conf") && !out.contains("elsewhere"),
+        "{out}"
+    );
+
+    let o = ava(&db, &["docs", "add", "--user", "42", s(&link)]);
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains("which is not a text or Markdown file"),
+        "{}",
+        stdout(&o)
+    );
+
+    let listed = ok(ava(&db, &["docs", "list", "--user", "42"]));
+    assert_eq!(listed.lines().count(), 1, "{listed}");
+    assert!(listed.starts_with(s(&cats)), "{listed}");
+    let prompt = ok(ava(
+        &db,
+        &[
+            "context",
+            "--user",
+            "42",
+            "--chat",
+            "7",
+            "What is the password?",
+        ],
+    ));
+    assert!(
+        !prompt.contains("hunter2") && !prompt.contains("Dear diary"),
+        "{prompt}"
+    );
+}
+
 /// A build without the feature (`--no-default-features`) names it.
 #[cfg(not(feature = "documents"))]
 #[test]

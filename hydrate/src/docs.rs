@@ -239,12 +239,12 @@ pub fn read_document(path: &Path) -> Result<Document> {
     if !meta.is_file() {
         return Err(bad(path, "is not a file"));
     }
-    let Some(format) = DocumentFormat::of_path(path) else {
+    if DocumentFormat::of_path(path).is_none() {
         return Err(bad(
             path,
             "is not a text or Markdown file; expected a name ending in .md, .markdown or .txt",
         ));
-    };
+    }
     let too_large = |len: u64| {
         bad(
             path,
@@ -261,6 +261,16 @@ pub fn read_document(path: &Path) -> Result<Document> {
         std::fs::canonicalize(path).map_err(|e| bad(path, format!("cannot be resolved: {e}")))?;
     let Some(shown) = absolute.to_str() else {
         return Err(bad(path, "has a name that is not UTF-8; rename it"));
+    };
+    // A link is judged by what it points to: `notes.txt -> secret.conf` is not a text file.
+    let Some(format) = DocumentFormat::of_path(&absolute) else {
+        return Err(bad(
+            path,
+            format!(
+                "is a link to {shown}, which is not a text or Markdown file; expected a name \
+                 ending in .md, .markdown or .txt"
+            ),
+        ));
     };
     let bytes = std::fs::read(&absolute).map_err(|e| bad(path, format!("cannot be read: {e}")))?;
     // It may have grown since it was measured.

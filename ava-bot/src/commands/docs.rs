@@ -69,15 +69,16 @@ pub(crate) async fn run(
 type Found = Result<PathBuf, (PathBuf, String)>;
 
 /// The files `path` names: itself, or a directory's text and Markdown files (recursively,
-/// sorted, hidden entries and symbolic links to directories left out).
-fn files_of(path: &Path, found: &mut Vec<Found>) {
+/// sorted, hidden entries left out); symbolic links inside a directory are not followed but
+/// added to `left_out`.
+fn files_of(path: &Path, found: &mut Vec<Found>, left_out: &mut Vec<PathBuf>) {
     if !path.is_dir() {
         // Files (and missing paths) go to the indexer, which says what is wrong with them.
         found.push(Ok(path.to_path_buf()));
         return;
     }
     let before = found.len();
-    walk(path, found);
+    walk(path, found, left_out);
     if found.len() == before {
         found.push(Err((
             path.to_path_buf(),
@@ -89,7 +90,7 @@ fn files_of(path: &Path, found: &mut Vec<Found>) {
     }
 }
 
-fn walk(dir: &Path, found: &mut Vec<Found>) {
+fn walk(dir: &Path, found: &mut Vec<Found>, left_out: &mut Vec<PathBuf>) {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) => {
@@ -113,9 +114,13 @@ fn walk(dir: &Path, found: &mut Vec<Found>) {
         if hidden {
             continue;
         }
-        if kind.is_dir() {
-            walk(&path, found);
-        } else if DocumentFormat::of_path(&path).is_some() && path.is_file() {
+        if kind.is_symlink() {
+            // Followed, a link would bring a file from outside the tree into prompts (and
+            // to the model's provider), where `docs remove DIR` could not take it out.
+            left_out.push(path);
+        } else if kind.is_dir() {
+            walk(&path, found, left_out);
+        } else if DocumentFormat::of_path(&path).is_some() && kind.is_file() {
             found.push(Ok(path));
         }
     }
@@ -136,9 +141,17 @@ async fn add(
     paths: &[PathBuf],
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
-    let mut found = Vec::new();
+    let (mut found, mut left_out) = (Vec::new(), Vec::new());
     for path in paths {
-        files_of(path, &mut found);
+        files_of(path, &mut found, &mut left_out);
+    }
+    for link in &left_out {
+        writeln!(
+            out,
+            "left out: {} (a symbolic link; links inside a directory are not followed, name \
+             the file itself to index it)",
+            super::terminal_safe(&link.display().to_string(), false)
+        )?;
     }
     let opened = settings.open().await?;
     let (mut failed, total) = (0usize, found.len());
