@@ -329,13 +329,17 @@ fn context_is_a_dry_run_and_says_when_the_prompt_is_incomplete() {
             ],
         ));
     }
-    // Only this recall counts: the dry runs before it did not.
+    // The dry runs recorded no recall (and `recall`, a lookup, counts none either).
     let json = ok(ava(
         &db,
         &["recall", "--user", "1", "--chat", "1", "--json", "cat"],
     ));
     let hits: Value = serde_json::from_str(&json).unwrap();
-    assert_eq!(hits[0]["entry"]["access_count"], 1, "{json}");
+    assert_eq!(
+        hits[0]["entry"]["content"], "my cat is called Pixel",
+        "{json}"
+    );
+    assert_eq!(hits[0]["entry"]["access_count"], 0, "{json}");
     // A budget too small for the system prompt: the prompt is printed and the exit says so.
     let o = ava(
         &db,
