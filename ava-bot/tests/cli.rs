@@ -547,14 +547,20 @@ fn ollama_answer(text: &str) -> Value {
         "message": {"role": "assistant", "content": text}, "done": true})
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn chat_answers_from_stdin_and_stores_both_turns() {
+/// A fake Ollama that answers every chat with `text`.
+async fn fake_ollama(text: &str) -> MockServer {
     let llm = MockServer::start().await;
     Mock::given(method("POST"))
         .and(path("/api/chat"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(ollama_answer("Hello, Maya!")))
+        .respond_with(ResponseTemplate::new(200).set_body_json(ollama_answer(text)))
         .mount(&llm)
         .await;
+    llm
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_answers_from_stdin_and_stores_both_turns() {
+    let llm = fake_ollama("Hello, Maya!").await;
     let (_dir, db) = store();
     let uri = llm.uri();
     let db2 = db.clone();
@@ -603,12 +609,7 @@ async fn chat_answers_from_stdin_and_stores_both_turns() {
 /// later prompt of the chat carries it; a statement that opens with "never" is not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chat_marks_a_standing_instruction() {
-    let llm = MockServer::start().await;
-    Mock::given(method("POST"))
-        .and(path("/api/chat"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(ollama_answer("D'accord.")))
-        .mount(&llm)
-        .await;
+    let llm = fake_ollama("D'accord.").await;
     let (_dir, db) = store();
     let (uri, db2) = (llm.uri(), db.clone());
     let recalled = tokio::task::spawn_blocking(move || {
@@ -670,12 +671,7 @@ async fn chat_keeps_an_answer_of_any_length() {
         i += 1;
     }
     answer.push_str("In the end, the answer is the zeppelin.");
-    let llm = MockServer::start().await;
-    Mock::given(method("POST"))
-        .and(path("/api/chat"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(ollama_answer(&answer)))
-        .mount(&llm)
-        .await;
+    let llm = fake_ollama(&answer).await;
     let (_dir, db) = store();
     let uri = llm.uri();
     let db2 = db.clone();
@@ -926,12 +922,7 @@ fn prune_dry_run_lists_what_a_real_run_then_removes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chat_prunes_the_chat_it_uses_unless_told_not_to() {
-    let llm = MockServer::start().await;
-    Mock::given(method("POST"))
-        .and(path("/api/chat"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(ollama_answer("Noted.")))
-        .mount(&llm)
-        .await;
+    let llm = fake_ollama("Noted.").await;
     for (flags, left) in [
         (vec!["--prune-max-count", "3"], 3),
         (vec!["--no-prune", "--prune-max-count", "3"], 8),
@@ -1176,12 +1167,7 @@ fn one_shot_commands_leave_a_whole_file_and_recall_writes_nothing() {
 /// stops at the server; 0 is refused before anything is asked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chat_caps_the_length_of_an_answer() {
-    let llm = MockServer::start().await;
-    Mock::given(method("POST"))
-        .and(path("/api/chat"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(ollama_answer("Short.")))
-        .mount(&llm)
-        .await;
+    let llm = fake_ollama("Short.").await;
     Mock::given(method("POST"))
         .and(path("/v1/chat/completions"))
         .respond_with(ResponseTemplate::new(200).set_body_json(json!({
