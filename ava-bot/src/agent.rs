@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use hydrate::preview;
-use hydrate::product::in_reply_to;
+use hydrate::product::{chat_turn, in_reply_to};
 use hydrate::{
     ChatModel, CompiledPrompt, Exchange, ExplainReport, FactExtractor, HydrateInput,
     HydrationConfig, Inference, OPT_RECORD_ACCESS, Ops, ProviderOptions, product,
@@ -285,13 +285,11 @@ impl Agent {
                 };
                 (blame, anyhow::Error::new(e).context("ask the model"))
             });
-        // Every turn is tagged with the names it mentions: the graph source's index; a
-        // standing instruction ("always ...") is marked so that every prompt carries it.
-        let mut user_turn = hydrate::with_instruction_mark(
-            hydrate::with_entity_tags(NewMemory::new(message)).with_role(Role::User),
-        )
-        .with_source(source)
-        .at(received);
+        // Tagged with the names it mentions (the graph source's index); a standing
+        // instruction ("always ...") is marked so that every prompt carries it.
+        let mut user_turn = chat_turn(message, Role::User)
+            .with_source(source)
+            .at(received);
         if let Some(previous) = previous {
             user_turn = user_turn.with_context(in_reply_to(&previous.content));
         }
@@ -303,8 +301,7 @@ impl Agent {
             && let Ok(inference) = &answer
             && !inference.reply.trim().is_empty()
         {
-            let reply = hydrate::with_entity_tags(NewMemory::new(inference.reply.as_str()))
-                .with_role(Role::Assistant)
+            let reply = chat_turn(inference.reply.as_str(), Role::Assistant)
                 .with_source(source)
                 .with_context(in_reply_to(message));
             stored = self

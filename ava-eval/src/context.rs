@@ -23,7 +23,7 @@ use hydrate::{
 };
 use memory_core::{
     Embedding, EmbeddingProvider, Filter, HashingEmbedder, MemoryBackend, MemoryId, MemoryKind,
-    NewMemory, Scope, SearchRequest, Timestamp,
+    Scope, SearchRequest, Timestamp,
 };
 use prompt_ir::{Action, ContextRequest, ContextStrategy, TokenBudget};
 use serde_json::{Value, json};
@@ -207,13 +207,10 @@ async fn ingest(
     let mut previous: Option<&str> = None;
     let mut memories = Vec::with_capacity(sample.turns.len());
     for t in &sample.turns {
-        // As `ava` stores a turn: tagged with the names it mentions (the graph's index), a
-        // standing instruction marked.
-        let mut m = hydrate::with_instruction_mark(
-            hydrate::with_entity_tags(NewMemory::new(&t.text)).with_role(t.role),
-        )
-        .with_source("locomo")
-        .at(t.chat_at);
+        // As `ava` stores a turn.
+        let mut m = product::chat_turn(&t.text, t.role)
+            .with_source("locomo")
+            .at(t.chat_at);
         // As `Agent::answer`: the previous message of the chat, whatever its session.
         if let Some(p) = previous {
             m = m.with_context(product::in_reply_to(p));

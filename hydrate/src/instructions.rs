@@ -100,7 +100,10 @@ pub fn is_standing_instruction(text: &str) -> bool {
         .unwrap_or(words.len());
     let words = &words[start..];
     let rest = words.join(" ");
-    if OPENINGS.iter().any(|o| rest.starts_with(&format!("{o} "))) {
+    if OPENINGS
+        .iter()
+        .any(|o| rest.strip_prefix(o).is_some_and(|r| r.starts_with(' ')))
+    {
         return true;
     }
     match words {

@@ -5,7 +5,8 @@
 //! - **knowledge**: `Fact` memories valid now, from the request's scope and, when the
 //!   `user_knowledge` option is on, from the user-level scope (same tenant and user, no chat
 //!   or thread): the newest ones plus the ones a search finds relevant; and the user's
-//!   standing instructions there (messages marked by [`crate::with_instruction_mark`]).
+//!   standing instructions in the request's scope (messages marked by
+//!   [`crate::with_instruction_mark`]).
 //! - **semantic**: related past `Message` memories found by searching for the observation,
 //!   over-fetched by the temporal window so that, once messages already in the recent
 //!   conversation are removed (hydrate de-duplicates by memory id), enough remain. A
@@ -322,7 +323,7 @@ impl MemorySource {
             .search_request(query, out)
             .await?
             .map(|r| r.limit(limit).filter(filter.clone()));
-        let instructions = Filter {
+        let marked = Filter {
             kinds: vec![MemoryKind::Message],
             roles: vec![Role::User],
             tags: Some(TagQuery::any([Tag::new(INSTRUCTION_TAG)?])),
@@ -347,8 +348,12 @@ impl MemorySource {
             }
             let newest = self.backend.recent(&scope, limit, &filter).await?;
             // The user's standing instructions apply whatever the question: all of them,
-            // newest first, up to the limit.
-            let instructions = self.backend.recent(&scope, limit, &instructions).await?;
+            // newest first, up to the limit. They are messages, so they live in the
+            // request's own scope, never in the user-level one.
+            let instructions = match note {
+                None => self.backend.recent(&scope, limit, &marked).await?,
+                Some(_) => Vec::new(),
+            };
             for entry in newest.into_iter().chain(instructions) {
                 if let std::collections::btree_map::Entry::Vacant(slot) = found.entry(entry.id) {
                     order.push(entry.id);

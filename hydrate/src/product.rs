@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use memory_core::{EmbeddingProvider, MemoryBackend};
+use memory_core::{EmbeddingProvider, MemoryBackend, NewMemory, Role};
 use prompt_ir::{CountCache, TiktokenTokenizer, Tokenizer};
 
 use crate::config::HydrationConfig;
@@ -59,6 +59,15 @@ pub const COUNTED_TEXTS: usize = 100_000;
 pub fn tokenizer() -> Result<Arc<dyn Tokenizer>> {
     let bpe = TiktokenTokenizer::for_model(TOKENIZER_MODEL)?;
     Ok(Arc::new(CountCache::new(Arc::new(bpe), COUNTED_TEXTS)))
+}
+
+/// A chat turn as `ava` stores it: tagged with the entities it mentions (the graph's index)
+/// and, when the user sets a standing instruction, marked as one
+/// ([`crate::with_instruction_mark`]). The caller adds when, where from and its context.
+pub fn chat_turn(text: impl Into<String>, role: Role) -> NewMemory {
+    crate::instructions::with_instruction_mark(
+        crate::graph::with_entity_tags(NewMemory::new(text)).with_role(role),
+    )
 }
 
 /// The context `ava` records for a chat turn: the message it answers, cut to
