@@ -63,7 +63,7 @@
 //! - `ops`: [`Ops`] (`infer`, `infer_raw`, `remember`, `recall`, `forget`), running the
 //!   memory tools and the application's.
 //! - [`product`]: Ava's own settings (system prompt, tokenizer, default budget, the memory
-//!   provider, the context a chat turn records), shared by the `ava` binary and the
+//!   provider, how a chat turn is stored and the context it records), shared by the `ava` binary and the
 //!   evaluation in `xtask`.
 //!
 //! # Invariants
