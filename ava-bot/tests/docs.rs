@@ -240,6 +240,90 @@ fn docs_add_does_not_follow_links_out_of_the_tree() {
     );
 }
 
+/// More passages than the store lists at once (1,000): `docs list` still shows every file
+/// and `docs remove DIR` finds a file whose passages are older than a thousand others, and
+/// removes a directory of more than a thousand passages in one run.
+#[cfg(feature = "documents")]
+#[test]
+fn docs_list_and_remove_see_past_a_thousand_passages() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("m.db");
+    let vet = write(&dir.path().join("notes"), "vet.md", CAT_NOTES);
+    ok(ava(&db, &["docs", "add", "--user", "fay", s(&vet)]));
+    // Two files of about 650 passages each, indexed after the vet's notes.
+    let paragraph =
+        |n: usize| format!("Paragraph {n} of the ledger: {}\n\n", "figures ".repeat(70));
+    let big: String = (0..650).map(paragraph).collect();
+    let big_dir = dir.path().join("ledgers");
+    let one = write(&big_dir, "2024.txt", &big);
+    let two = write(&big_dir, "2025.txt", format!("{big}The end.\n"));
+    let added = ok(ava(&db, &["docs", "add", "--user", "fay", s(&big_dir)]));
+    assert!(added.contains("indexed 650 chunks"), "{added}");
+
+    let o = ava(&db, &["docs", "list", "--user", "fay"]);
+    let listed = ok(o);
+    assert_eq!(listed.lines().count(), 3, "{listed}");
+    for file in [&vet, &one, &two] {
+        assert!(listed.contains(s(file)), "{listed}");
+    }
+
+    let removed = ok(ava(
+        &db,
+        &["docs", "remove", "--user", "fay", s(vet.parent().unwrap())],
+    ));
+    assert!(
+        removed.contains(&format!("removed 1 chunk: {}", s(&vet))),
+        "{removed}"
+    );
+    let prompt = ok(ava(
+        &db,
+        &["context", "--user", "fay", "--chat", "7", "Who is the vet?"],
+    ));
+    assert!(!prompt.contains("Okafor"), "{prompt}");
+
+    let removed = ok(ava(&db, &["docs", "remove", "--user", "fay", s(&big_dir)]));
+    assert_eq!(removed.lines().count(), 2, "{removed}");
+    let o = ava(&db, &["docs", "list", "--user", "fay"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "", "{}", stdout(&o));
+}
+
+/// Several processes indexing one changed file at once leave one copy of its passages:
+/// three rounds of six concurrent `docs add`s, each round after the file changed.
+#[cfg(feature = "documents")]
+#[test]
+fn concurrent_docs_add_of_a_changed_file_keeps_one_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("m.db");
+    let cats = write(dir.path(), "cats.md", CAT_NOTES);
+    ok(ava(&db, &["docs", "add", "--user", "42", s(&cats)]));
+    for round in 0..3usize {
+        let n = 6 + round;
+        let text: String = (0..n)
+            .map(|i| format!("Round {round}, passage {i}: {}\n\n", "words ".repeat(90)))
+            .collect();
+        let file = write(dir.path(), "notes.txt", text);
+        let runs: Vec<_> = (0..6)
+            .map(|_| {
+                command(&db)
+                    .args(["docs", "add", "--user", "42", s(&file)])
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for run in runs {
+            ok(run.wait_with_output().unwrap());
+        }
+        let listed = ok(ava(&db, &["docs", "list", "--user", "42"]));
+        assert!(
+            listed.contains(&format!("{}  {n} chunks", s(&file))),
+            "round {round}: {listed}"
+        );
+    }
+}
+
 /// A build without the feature (`--no-default-features`) names it.
 #[cfg(not(feature = "documents"))]
 #[test]

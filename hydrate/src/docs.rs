@@ -17,7 +17,9 @@
 //!
 //! Re-adding a file whose bytes did not change is a no-op; a changed file's new passages
 //! are stored first and only then the old ones deleted, so a failure never leaves the file
-//! with fewer passages than before.
+//! with fewer passages than before; when several processes index one file at once, the
+//! newest version stored stays, once. Listing and removing read every passage, a page at a
+//! time.
 //!
 //! # Limits
 //!
@@ -27,7 +29,7 @@
 //! bytes, not blank, at most [`MAX_DOCUMENT_BYTES`] long, and named `.md`, `.markdown` or
 //! `.txt`; anything else is a [`Error::Document`] naming the file and what was wrong.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -408,9 +410,111 @@ async fn delete_all(
     Ok(())
 }
 
+/// Every document passage in `docs`, newest first, read a page at a time (a store lists at
+/// most [`Limits::max_results`](memory_core::Limits) per call): each next page is the one
+/// created before the oldest instant of the last, and that instant is read whole on its
+/// own, so passages that share a timestamp (a file's are stored at once) are neither
+/// skipped nor read twice. `false` when that cannot be done: the store has no time filter
+/// and the first page is full, or more passages than a page holds share one instant.
+async fn every_passage(
+    store: &dyn MemoryBackend,
+    docs: &Scope,
+) -> Result<(Vec<MemoryEntry>, bool)> {
+    let limit = store.info().limits.max_results;
+    let tags = Some(TagQuery::any([Tag::new(DOCUMENT_TAG)?]));
+    let paged = store.capabilities().supports(Capability::TimeFilter);
+    let mut out = Vec::new();
+    let mut before = None;
+    loop {
+        let filter = Filter {
+            tags: tags.clone(),
+            created_before: before,
+            ..Filter::default()
+        };
+        let page = store.recent(docs, limit, &filter).await?;
+        let oldest = match page.last() {
+            Some(last) if page.len() >= limit => last.created_at,
+            _ => {
+                out.extend(page);
+                return Ok((out, true));
+            }
+        };
+        if !paged {
+            out.extend(page);
+            return Ok((out, false));
+        }
+        out.extend(page.into_iter().filter(|e| e.created_at > oldest));
+        let instant = Filter {
+            tags: tags.clone(),
+            created_after: Some(oldest),
+            created_before: Some(oldest.plus(std::time::Duration::from_millis(1))),
+            ..Filter::default()
+        };
+        let at = store.recent(docs, limit, &instant).await?;
+        let whole = at.len() < limit;
+        out.extend(at);
+        if !whole {
+            return Ok((out, false));
+        }
+        before = Some(oldest);
+    }
+}
+
+/// Leaves the file at `path` with one version of its passages after this process stored
+/// `chunks` (of the bytes hashed `sha256`), whatever other processes indexing the same file
+/// did meanwhile: the newest version stored (latest instant, then the greater hash) stays
+/// and every other is deleted; when that version is this one, passages stored twice (two
+/// processes indexed the same bytes at one instant) are deleted down to one of each, the
+/// smallest id kept. Every process that runs this reaches the same choice for what it sees,
+/// and a later one that sees more only deletes what is older or doubled, so concurrent
+/// `docs add`s of one file leave exactly one copy.
+async fn settle(
+    store: &dyn MemoryBackend,
+    docs: &Scope,
+    path: &str,
+    chunks: &[Chunk],
+    sha256: &str,
+) -> Result<()> {
+    let mut stored = passages_of(store, docs, path).await?;
+    let Some(newest) = stored
+        .iter()
+        .map(|(e, o)| (e.created_at, o.sha256.clone()))
+        .max()
+    else {
+        return Ok(());
+    };
+    stored.sort_by_key(|(e, _)| e.id);
+    // How many copies of each passage the newest version should hold.
+    let mut wanted: HashMap<(usize, usize, String), usize> = HashMap::new();
+    if newest.1 == sha256 {
+        for c in chunks {
+            *wanted
+                .entry((c.start_line, c.end_line, c.text.clone()))
+                .or_default() += 1;
+        }
+    }
+    let mut extra = Vec::new();
+    for (entry, origin) in stored {
+        if (entry.created_at, origin.sha256.as_str()) != (newest.0, newest.1.as_str()) {
+            extra.push((entry, origin));
+            continue;
+        }
+        if newest.1 != sha256 {
+            continue;
+        }
+        let key = (origin.start_line, origin.end_line, entry.content.clone());
+        match wanted.get_mut(&key) {
+            Some(n) if *n > 0 => *n -= 1,
+            _ => extra.push((entry, origin)),
+        }
+    }
+    delete_all(store, docs, &extra).await
+}
+
 /// Indexes the file at `path` for `scope`'s user (see [`read_document`] for what is
 /// accepted): new, its passages are stored; unchanged, nothing happens; changed, its new
-/// passages are stored and then the old ones deleted. Reading and splitting the file are
+/// passages are stored and then every other version deleted (see `settle`: concurrent adds
+/// of one file leave one copy). Reading and splitting the file are
 /// blocking work (a few milliseconds for a large file), done on the caller's task.
 pub async fn add_document(store: &dyn MemoryBackend, scope: &Scope, path: &Path) -> Result<Added> {
     let doc = read_document(path)?;
@@ -453,7 +557,7 @@ pub async fn add_document(store: &dyn MemoryBackend, scope: &Scope, path: &Path)
         })
         .collect();
     store.store_batch(&docs, memories).await?;
-    delete_all(store, &docs, &old).await?;
+    settle(store, &docs, &doc.path, &chunks, &doc.sha256).await?;
     Ok(Added {
         path: doc.path,
         chunks: chunks.len(),
@@ -483,8 +587,9 @@ pub struct DocumentInfo {
 pub struct Listing {
     /// The files, by path.
     pub documents: Vec<DocumentInfo>,
-    /// False when the user has more passages than the store lists in one call, so some
-    /// files (or passages) may be missing from [`Self::documents`].
+    /// False when some passages could not be read (see `every_passage`: more of them share
+    /// one instant than the store lists in one call), so some files may be missing from
+    /// [`Self::documents`].
     pub complete: bool,
 }
 
@@ -492,11 +597,7 @@ pub struct Listing {
 pub async fn list_documents(store: &dyn MemoryBackend, scope: &Scope) -> Result<Listing> {
     documents_available()?;
     let docs = documents_scope(scope)?;
-    let limit = store.info().limits.max_results;
-    let entries = store
-        .by_tags(&docs, &TagQuery::any([Tag::new(DOCUMENT_TAG)?]), limit)
-        .await?;
-    let complete = entries.len() < limit;
+    let (entries, complete) = every_passage(store, &docs).await?;
     let mut files: BTreeMap<String, DocumentInfo> = BTreeMap::new();
     for entry in &entries {
         let Some(origin) = Origin::read(entry) else {
@@ -552,15 +653,16 @@ pub async fn remove_documents(
         return Err(bad(path, "has a name that is not UTF-8"));
     };
     let exact = passages_of(store, &docs, target).await?;
+    let mut unseen = false;
     let mut groups: BTreeMap<String, Vec<(MemoryEntry, Origin)>> = BTreeMap::new();
     if exact.is_empty() {
         // A directory: every indexed file under it.
         let sep = std::path::MAIN_SEPARATOR_STR;
         let prefix = format!("{}{sep}", target.trim_end_matches(sep));
-        let limit = store.info().limits.max_results;
-        let entries = store
-            .by_tags(&docs, &TagQuery::any([Tag::new(DOCUMENT_TAG)?]), limit)
-            .await?;
+        let (entries, complete) = every_passage(store, &docs).await?;
+        if !complete {
+            unseen = true;
+        }
         for entry in entries {
             if let Some(origin) = Origin::read(&entry)
                 && origin.path.starts_with(&prefix)
@@ -574,7 +676,7 @@ pub async fn remove_documents(
     } else {
         groups.insert(target.to_owned(), exact);
     }
-    if groups.is_empty() {
+    if groups.is_empty() && !unseen {
         return Err(bad(path, "is not indexed (see `ava docs list`)"));
     }
     let mut removed = Vec::with_capacity(groups.len());
@@ -584,6 +686,17 @@ pub async fn remove_documents(
             path,
             chunks: entries.len(),
         });
+    }
+    if unseen {
+        return Err(bad(
+            path,
+            format!(
+                "could not be removed whole: more passages were stored at one instant than the \
+                 store lists at once, so some may remain ({} file(s) removed); run the command \
+                 again",
+                removed.len()
+            ),
+        ));
     }
     Ok(removed)
 }

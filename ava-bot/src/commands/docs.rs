@@ -215,7 +215,8 @@ async fn list(settings: &Settings, scope: &Scope, out: &mut impl Write) -> anyho
     }
     if !listing.complete {
         eprintln!(
-            "note: the store lists at most {} passages at once; some files may be missing above",
+            "note: more passages share one instant than the store lists at once ({}); some \
+             files may be missing above",
             opened.store.info().limits.max_results
         );
     }
