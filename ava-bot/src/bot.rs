@@ -41,6 +41,10 @@ const APOLOGY_NOTHING: &str = "Sorry, something went wrong on my side: I could n
 I could not save your message either, so I will not remember it. Please try again in a moment.";
 
 /// Added to an answer that could not be stored.
+const ANONYMOUS: &str = "I cannot tell anonymous admins (or channels) apart, so I keep no \
+memories for them: one's would answer another's questions. To talk to me, turn off \"Remain \
+anonymous\" in your admin rights.";
+
 const NOT_SAVED: &str = "(I could not save this exchange, so I will not remember it.)";
 
 const HELP: &str = "I am Ava, an assistant that remembers. Just talk to me; what you tell me \
@@ -150,10 +154,12 @@ fn reqwest_url(url: &str) -> anyhow::Result<url::Url> {
 /// The update handler tree.
 pub(crate) fn schema() -> UpdateHandler<anyhow::Error> {
     let messages = Update::filter_message()
+        .branch(dptree::filter(|msg: Message, me: Me| for_another_bot(&msg, &me)).endpoint(ignore))
         .branch(
             dptree::filter(|msg: Message, state: Arc<BotState>| !allowed(&msg, &state))
                 .endpoint(refuse),
         )
+        .branch(dptree::filter(|msg: Message| msg.sender_chat.is_some()).endpoint(anonymous))
         .branch(
             dptree::entry()
                 .filter_command::<Command>()
@@ -226,12 +232,50 @@ async fn refuse(bot: AvaBot, msg: Message) -> anyhow::Result<()> {
     send(&bot, msg.chat.id, "Sorry, this bot is private.").await
 }
 
+/// A command addressed to another bot (`/recall@other_bot`), which a group shares with this
+/// one: not ours to answer.
+fn for_another_bot(msg: &Message, me: &Me) -> bool {
+    let Some(command) = msg.text().and_then(|t| t.strip_prefix('/')) else {
+        return false;
+    };
+    let first = command.split_whitespace().next().unwrap_or_default();
+    first
+        .split_once('@')
+        .is_some_and(|(_, bot)| !bot.eq_ignore_ascii_case(me.username()))
+}
+
+async fn ignore(msg: Message) -> anyhow::Result<()> {
+    tracing::debug!(chat = msg.chat.id.0, "ignored a command for another bot");
+    Ok(())
+}
+
+/// A message sent on behalf of a chat: an anonymous group admin (Telegram shows every one as
+/// `GroupAnonymousBot`) or a channel. Such senders cannot be told apart, so one's memories
+/// would answer another's questions: nothing is stored or recalled for them.
+async fn anonymous(bot: AvaBot, msg: Message) -> anyhow::Result<()> {
+    tracing::info!(chat = msg.chat.id.0, "refused an anonymous sender");
+    send(&bot, msg.chat.id, ANONYMOUS).await
+}
+
 async fn not_text(msg: Message) -> anyhow::Result<()> {
     tracing::debug!(chat = msg.chat.id.0, "skipped a message without text");
     Ok(())
 }
 
 async fn unknown_command(bot: AvaBot, msg: Message) -> anyhow::Result<()> {
+    // In a group, a command without `@` may be another bot's: answer only when it is
+    // addressed to this bot, or in a private chat.
+    let addressed = msg
+        .text()
+        .and_then(|t| t.split_whitespace().next())
+        .is_some_and(|c| c.contains('@'));
+    if !msg.chat.is_private() && !addressed {
+        tracing::debug!(
+            chat = msg.chat.id.0,
+            "ignored an unknown command in a group"
+        );
+        return Ok(());
+    }
     send(
         &bot,
         msg.chat.id,
@@ -312,17 +356,12 @@ async fn on_command(
                 error = crate::error_chain(&e),
                 "a command failed"
             );
-            format!(
-                "Sorry, that did not work: {}",
-                first_line(&crate::error_chain(&e))
-            )
+            // The user gets what failed, in the words of the command's own context, never
+            // the cause (which may name the store's path or the server's state).
+            format!("Sorry, I could not {e}. The details are in the bot's log.")
         }
     };
     send(&bot, msg.chat.id, &reply).await
-}
-
-fn first_line(s: &str) -> &str {
-    s.lines().next().unwrap_or_default()
 }
 
 async fn command_reply(

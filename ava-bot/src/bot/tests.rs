@@ -545,3 +545,73 @@ fn long_replies_are_split_at_telegrams_limit() {
     assert_eq!(split_message("short", MAX_MESSAGE), vec!["short"]);
     assert!(split_message("", MAX_MESSAGE).is_empty());
 }
+
+/// A message in group `chat`: from `user`, or, with `user` 0, from an anonymous admin
+/// (Telegram's `GroupAnonymousBot`, sent on behalf of the group).
+fn group_update(id: i64, user: u64, chat: i64, text: &str) -> Value {
+    let mut update = text_update(id, user, chat, text);
+    let message = &mut update["message"];
+    message["chat"] = json!({"id": chat, "type": "supergroup", "title": "the team"});
+    if user == 0 {
+        message["from"] = json!({"id": 1_087_968_824_u64, "is_bot": true,
+            "first_name": "Group", "username": "GroupAnonymousBot"});
+        message["sender_chat"] = json!({"id": chat, "type": "supergroup", "title": "the team"});
+    }
+    update
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_group_other_bots_commands_and_anonymous_admins_get_no_memory() {
+    let (group, carol) = (-100_500_i64, 333_u64);
+    let telegram = fake_telegram(vec![
+        // Another bot's commands: not answered, nothing stored.
+        group_update(1, carol, group, "/recall@other_bot cat"),
+        group_update(2, carol, group, "/remember@other_bot the door code is 4711"),
+        // An unknown command without `@` may be another bot's too.
+        group_update(3, carol, group, "/weather Lisbon"),
+        // Anonymous admins share one Telegram identity: refused, nothing stored.
+        group_update(4, 0, group, "/remember the safe code is 1234"),
+        group_update(5, 0, group, "/recall safe"),
+        // This bot's own command, addressed by name.
+        group_update(6, carol, group, "/recall@ava_test_bot door"),
+    ])
+    .await;
+    let llm = fake_ollama(ResponseTemplate::new(500)).await;
+    let h = Harness::new(telegram).await;
+    let sent = h.run(&llm, PATIENCE, None, 3).await;
+    assert_eq!(sent.len(), 3, "{sent:?}");
+    assert_eq!(
+        sent.iter()
+            .filter(|(_, t)| t.contains("anonymous admins"))
+            .count(),
+        2,
+        "{sent:?}"
+    );
+    let own = reply_in(&sent, group, "remember nothing");
+    assert!(!own.contains("4711"), "{own}");
+    for (user, what) in [(carol, "Carol"), (1_087_968_824, "the anonymous admins")] {
+        let scope = Scope::for_user(user.to_string())
+            .unwrap()
+            .in_chat(group.to_string())
+            .unwrap();
+        assert_eq!(h.store.count(&scope).await.unwrap(), 0, "{what}");
+    }
+    assert!(llm.received_requests().await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_command_tells_the_user_what_failed_not_where() {
+    let telegram = fake_telegram(vec![text_update(1, 5, 50, "/remember my bike is blue")]).await;
+    let llm = fake_ollama(ResponseTemplate::new(500)).await;
+    let h = Harness::read_only(telegram).await;
+    let sent = h.run(&llm, PATIENCE, None, 1).await;
+    let dir = h._dir.path().to_str().unwrap().to_owned();
+    assert_eq!(
+        sent,
+        vec![(
+            50,
+            "Sorry, I could not store the memory. The details are in the bot's log.".to_owned()
+        )],
+        "the store is under {dir}"
+    );
+}
