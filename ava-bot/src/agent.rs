@@ -15,12 +15,15 @@ use hydrate::{
     HydrationConfig, Inference, OPT_RECORD_ACCESS, Ops, ProviderOptions, product,
 };
 use memory_core::{
-    EmbeddingProvider, Filter, MemoryBackend, MemoryId, MemoryKind, NewMemory, Role, Scope,
-    Timestamp,
+    EmbeddingProvider, Filter, MemoryBackend, MemoryError, MemoryId, MemoryKind, MemoryPatch,
+    NewMemory, Role, Scope, Timestamp,
 };
 use prompt_ir::{Action, BudgetAllocation, ContextRequest, TokenBudget};
 
 use crate::commands::prune::Upkeep;
+
+/// Ends a stored answer of which only the text before it reached the user.
+pub(crate) const UNDELIVERED: &str = "[the rest of this answer did not reach the user]";
 
 /// Default token budget of one prompt (the product's, [`product::DEFAULT_BUDGET`]).
 pub(crate) use hydrate::product::DEFAULT_BUDGET;
@@ -185,12 +188,49 @@ impl Agent {
 
     /// Stores `memory` whatever its length: in linked parts when it is longer than the store
     /// takes in one memory ([`NewMemory::split_to_fit`]).
-    async fn store_whole(&self, scope: &Scope, memory: NewMemory) -> memory_core::Result<()> {
+    async fn store_whole(
+        &self,
+        scope: &Scope,
+        memory: NewMemory,
+    ) -> memory_core::Result<Vec<MemoryId>> {
         let max = self.store.info().limits.max_content_bytes;
-        self.store
+        let stored = self
+            .store
             .store_batch(scope, memory.split_to_fit(max))
-            .await
-            .map(drop)
+            .await?;
+        Ok(stored.into_iter().map(|e| e.id).collect())
+    }
+
+    /// Corrects the stored answer (`ids`, its parts) after only `delivered` of it reached the
+    /// user: with nothing delivered it is deleted; otherwise it keeps what was delivered,
+    /// marked as cut, so later prompts never hold words the user did not see as said.
+    pub(crate) async fn undelivered(
+        &self,
+        scope: &Scope,
+        ids: &[MemoryId],
+        delivered: &str,
+    ) -> anyhow::Result<()> {
+        let (first, rest) = match ids.split_first() {
+            Some((first, rest)) if !delivered.trim().is_empty() => (Some(*first), rest),
+            _ => (None, ids),
+        };
+        if let Some(id) = first {
+            let patch = MemoryPatch {
+                content: Some(format!("{delivered}\n{UNDELIVERED}")),
+                ..MemoryPatch::default()
+            };
+            self.store
+                .update(scope, id, patch)
+                .await
+                .context("keep only the delivered part of the answer")?;
+        }
+        for &id in rest {
+            match self.store.delete(scope, id).await {
+                Ok(()) | Err(MemoryError::NotFound { .. }) => {}
+                Err(e) => return Err(e).context("delete the undelivered answer"),
+            }
+        }
+        Ok(())
     }
 
     /// The prompt the model would get for `message` now (nothing stored, no model called).
@@ -296,7 +336,9 @@ impl Agent {
         let mut stored = self
             .store_whole(scope, user_turn)
             .await
+            .map(drop)
             .context("store the message");
+        let mut answer_ids = Vec::new();
         if stored.is_ok()
             && let Ok(inference) = &answer
             && !inference.reply.trim().is_empty()
@@ -304,10 +346,13 @@ impl Agent {
             let reply = chat_turn(inference.reply.as_str(), Role::Assistant)
                 .with_source(source)
                 .with_context(in_reply_to(message));
-            stored = self
-                .store_whole(scope, reply)
-                .await
-                .context("store the answer");
+            stored = match self.store_whole(scope, reply).await {
+                Ok(ids) => {
+                    answer_ids = ids;
+                    Ok(())
+                }
+                Err(e) => Err(anyhow::Error::new(e).context("store the answer")),
+            };
         }
         if stored.is_ok() {
             if let Some((extractor, one_at_a_time)) = &self.facts {
@@ -329,7 +374,11 @@ impl Agent {
                 self.background.push(task).await;
             }
         }
-        Ok(Turn { answer, stored })
+        Ok(Turn {
+            answer,
+            stored,
+            answer_ids,
+        })
     }
 }
 
@@ -388,6 +437,8 @@ pub(crate) struct Turn {
     pub(crate) answer: Result<Inference, (Blame, anyhow::Error)>,
     /// `Ok` when the message, and the answer if there is one, are in the store.
     pub(crate) stored: anyhow::Result<()>,
+    /// The stored answer's memories (one, or its linked parts); empty when none was stored.
+    pub(crate) answer_ids: Vec<MemoryId>,
 }
 
 impl Agent {

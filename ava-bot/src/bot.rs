@@ -16,6 +16,7 @@ use teloxide::prelude::*;
 use teloxide::types::Me;
 use teloxide::update_listeners;
 use teloxide::utils::command::BotCommands;
+use teloxide::{ApiError, RequestError};
 
 use crate::agent::{Agent, Blame};
 
@@ -44,6 +45,11 @@ I could not save your message either, so I will not remember it. Please try agai
 const ANONYMOUS: &str = "I cannot tell anonymous admins (or channels) apart, so I keep no \
 memories for them: one's would answer another's questions. To talk to me, turn off \"Remain \
 anonymous\" in your admin rights.";
+
+/// How many times one part of a reply is tried.
+const SEND_ATTEMPTS: u32 = 4;
+/// The first pause between tries; it doubles.
+const SEND_BACKOFF: Duration = Duration::from_millis(500);
 
 const NOT_SAVED: &str = "(I could not save this exchange, so I will not remember it.)";
 
@@ -292,6 +298,8 @@ async fn on_text(bot: AvaBot, msg: Message, state: Arc<BotState>) -> anyhow::Res
         .agent
         .answer(state.model.as_ref(), &who.scope, text, "telegram")
         .await;
+    // The stored answer, corrected should it not reach the user whole.
+    let mut answer_ids = Vec::new();
     let reply = match turn {
         // Refused before anything was stored (empty, too long): say why.
         Err(e) => format!(
@@ -315,6 +323,7 @@ async fn on_text(bot: AvaBot, msg: Message, state: Arc<BotState>) -> anyhow::Res
                         inference.reply
                     };
                     if turn.stored.is_ok() {
+                        answer_ids = turn.answer_ids;
                         answer
                     } else {
                         format!("{answer}\n\n{NOT_SAVED}")
@@ -335,7 +344,31 @@ async fn on_text(bot: AvaBot, msg: Message, state: Arc<BotState>) -> anyhow::Res
             }
         }
     };
-    send(&bot, msg.chat.id, &reply).await
+    let parts = split_message(&reply, MAX_MESSAGE);
+    let Err((delivered, error)) = deliver(&bot, msg.chat.id, &parts).await else {
+        return Ok(());
+    };
+    if !answer_ids.is_empty() {
+        let said = parts.get(..delivered).unwrap_or_default().join("\n");
+        match state
+            .agent
+            .undelivered(&who.scope, &answer_ids, &said)
+            .await
+        {
+            Ok(()) => tracing::warn!(
+                chat = msg.chat.id.0,
+                delivered,
+                parts = parts.len(),
+                "an answer did not reach the user whole; the stored answer keeps what did"
+            ),
+            Err(e) => tracing::error!(
+                chat = msg.chat.id.0,
+                error = crate::error_chain(&e),
+                "an answer did not reach the user and could not be corrected in the store"
+            ),
+        }
+    }
+    Err(error)
 }
 
 async fn on_command(
@@ -487,12 +520,50 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Sends `text`, split into Telegram-sized messages.
 async fn send(bot: &AvaBot, chat: ChatId, text: &str) -> anyhow::Result<()> {
-    for part in split_message(text, MAX_MESSAGE) {
-        bot.send_message(chat, part)
-            .await
-            .context("send a reply to Telegram")?;
+    deliver(bot, chat, &split_message(text, MAX_MESSAGE))
+        .await
+        .map_err(|(_, e)| e)
+}
+
+/// Sends `parts` in order, each retried on a transient failure ([`transient`]) up to
+/// [`SEND_ATTEMPTS`] times with a doubling pause from [`SEND_BACKOFF`] (teloxide itself
+/// waits 10 s after a 5xx, and its throttle handles 429s). On failure: how many parts were
+/// delivered, and why the next was not.
+async fn deliver(
+    bot: &AvaBot,
+    chat: ChatId,
+    parts: &[String],
+) -> Result<(), (usize, anyhow::Error)> {
+    for (i, part) in parts.iter().enumerate() {
+        let mut attempt = 1;
+        loop {
+            match bot.send_message(chat, part.clone()).await {
+                Ok(_) => break,
+                Err(e) if attempt < SEND_ATTEMPTS && transient(&e) => {
+                    tracing::warn!(chat = chat.0, attempt, error = %e, "sending a reply failed; retrying");
+                    tokio::time::sleep(SEND_BACKOFF * 2u32.pow(attempt - 1)).await;
+                    attempt += 1;
+                }
+                Err(e) => {
+                    return Err((i, anyhow::Error::new(e).context("send a reply to Telegram")));
+                }
+            }
+        }
     }
     Ok(())
+}
+
+/// A failure that may pass: the network, or a server error (a 5xx answers with an error
+/// Telegram does not name, or with a proxy's page that is not JSON). A named API error (the
+/// chat is gone, the bot was blocked) would fail again.
+fn transient(e: &RequestError) -> bool {
+    matches!(
+        e,
+        RequestError::Network(_)
+            | RequestError::Io(_)
+            | RequestError::InvalidJson { .. }
+            | RequestError::Api(ApiError::Unknown(_))
+    )
 }
 
 /// Splits `text` into parts of at most `max` UTF-16 code units (how Telegram counts),

@@ -615,3 +615,82 @@ async fn a_failed_command_tells_the_user_what_failed_not_where() {
         "the store is under {dir}"
     );
 }
+
+/// An answer of three Telegram messages, each starting with its own marker.
+fn three_part_answer() -> String {
+    ["PART-ONE", "PART-TWO", "PART-THREE"]
+        .iter()
+        .map(|m| format!("{m} {}", "lorem ipsum ".repeat(330)))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The assistant messages stored in user 5's chat 50.
+async fn stored_answers(h: &Harness) -> Vec<String> {
+    let scope = Scope::for_user("5").unwrap().in_chat("50").unwrap();
+    h.store
+        .recent(&scope, 10, &memory_core::Filter::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.role == Some(memory_core::Role::Assistant))
+        .map(|m| m.content)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_5xx_from_telegram_is_retried_and_the_answer_arrives_whole() {
+    let answer = three_part_answer();
+    assert_eq!(split_message(&answer, MAX_MESSAGE).len(), 3);
+    let telegram = fake_telegram(vec![text_update(1, 5, 50, "Tell me everything.")]).await;
+    Mock::given(method("POST"))
+        .and(path(api("SendMessage")))
+        .and(wiremock::matchers::body_string_contains("PART-TWO"))
+        .respond_with(ResponseTemplate::new(502).set_body_json(json!({
+            "ok": false, "error_code": 502, "description": "Bad Gateway"
+        })))
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(&telegram)
+        .await;
+    let llm = fake_ollama(ResponseTemplate::new(200).set_body_json(ollama_answer(&answer))).await;
+    let h = Harness::new(telegram).await;
+    let sent = h.run(&llm, PATIENCE, None, 4).await;
+    let markers: Vec<&str> = sent
+        .iter()
+        .map(|(_, t)| t.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(markers, ["PART-ONE", "PART-TWO", "PART-TWO", "PART-THREE"]);
+    assert_eq!(stored_answers(&h).await, vec![answer]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_that_could_not_be_delivered_is_not_stored_as_said() {
+    let answer = three_part_answer();
+    let telegram = fake_telegram(vec![text_update(1, 5, 50, "Tell me everything.")]).await;
+    // A proxy's error page instead of the Bot API's JSON, every time.
+    Mock::given(method("POST"))
+        .and(path(api("SendMessage")))
+        .and(wiremock::matchers::body_string_contains("PART-TWO"))
+        .respond_with(ResponseTemplate::new(200).set_body_string("<html>upstream down</html>"))
+        .with_priority(1)
+        .mount(&telegram)
+        .await;
+    let llm = fake_ollama(ResponseTemplate::new(200).set_body_json(ollama_answer(&answer))).await;
+    let h = Harness::new(telegram).await;
+    let sent = h.run(&llm, PATIENCE, None, 5).await;
+    assert_eq!(
+        sent.len(),
+        5,
+        "part one, then part two tried four times: {sent:?}"
+    );
+    let stored = stored_answers(&h).await;
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    assert!(stored[0].starts_with(&sent[0].1), "{}", stored[0]);
+    assert!(
+        stored[0].ends_with(crate::agent::UNDELIVERED),
+        "{}",
+        stored[0]
+    );
+    assert!(!stored[0].contains("PART-TWO") && !stored[0].contains("PART-THREE"));
+}
