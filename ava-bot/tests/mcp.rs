@@ -446,6 +446,69 @@ async fn stdio_server_ends_cleanly_on_eof_and_on_ctrl_c() {
     assert!(recall_cli(&db, "kite").contains("the kite is green"));
 }
 
+/// Over stdio, a line that is not JSON is answered with -32700 and a line over 16 MiB with
+/// -32600 and its id, so a client never waits forever; the session goes on and the next
+/// request is answered as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_answers_a_line_that_is_not_json_and_one_that_is_too_long() {
+    let (_dir, db) = store();
+    let mut child = spawn_stdio(&db);
+    let mut stdin = child.stdin.take().unwrap();
+    let mut reader = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut next = async || -> Value {
+        let line = tokio::time::timeout(PATIENCE, reader.next_line())
+            .await
+            .expect("an answer in time")
+            .unwrap()
+            .expect("a line");
+        serde_json::from_str(&line).unwrap()
+    };
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}});
+    stdin
+        .write_all(format!("{init}\n").as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(next().await["id"], 1);
+    stdin
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n")
+        .await
+        .unwrap();
+
+    stdin
+        .write_all(b"{\"jsonrpc\": \"2.0\", \"id\": 2, oops\n")
+        .await
+        .unwrap();
+    let parse = next().await;
+    assert_eq!(parse["error"]["code"], -32700, "{parse}");
+    assert_eq!(parse["id"], Value::Null, "{parse}");
+
+    let huge = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{{\"name\":\"remember\",\
+         \"arguments\":{{\"content\":\"{}\"}}}}}}\n",
+        "a".repeat(17 * 1024 * 1024)
+    );
+    stdin.write_all(huge.as_bytes()).await.unwrap();
+    let too_long = next().await;
+    assert_eq!(too_long["error"]["code"], -32600, "{too_long}");
+    assert_eq!(too_long["id"], 3, "{too_long}");
+
+    let call = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {
+        "name": "remember", "arguments": {"content": "the lamp is yellow"}}});
+    stdin
+        .write_all(format!("{call}\n").as_bytes())
+        .await
+        .unwrap();
+    let stored = next().await;
+    assert_eq!(stored["id"], 4, "{stored}");
+    assert_eq!(stored["result"]["isError"], false, "{stored}");
+    drop(stdin);
+    let (status, err) = exit_of(child).await;
+    assert!(status.success(), "{status}: {err}");
+    assert!(recall_cli(&db, "lamp").contains("the lamp is yellow"));
+}
+
 /// A token file for alice and bob (both in chat `desk`), private to its owner.
 fn token_file(dir: &Path) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
@@ -463,8 +526,17 @@ fn token_file(dir: &Path) -> PathBuf {
     path
 }
 
+/// What a server wrote on stderr so far.
+type Log = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
 /// `ava mcp --http 127.0.0.1:0`: the child and the URL it says it listens on.
 async fn spawn_http(db: &Path, tokens: &Path) -> (tokio::process::Child, String) {
+    let (child, url, _) = spawn_http_logged(db, tokens).await;
+    (child, url)
+}
+
+/// [`spawn_http`], keeping what the server logs.
+async fn spawn_http_logged(db: &Path, tokens: &Path) -> (tokio::process::Child, String, Log) {
     let mut cmd = tokio::process::Command::from(command(db));
     cmd.args(["mcp", "--http", "127.0.0.1:0", "--tokens"])
         .arg(tokens)
@@ -485,8 +557,14 @@ async fn spawn_http(db: &Path, tokens: &Path) -> (tokio::process::Child, String)
     .await
     .expect("the server starts");
     // Keep draining stderr so the server never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    (child, url)
+    let log = Log::default();
+    let kept = log.clone();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            kept.lock().unwrap().push(line);
+        }
+    });
+    (child, url, log)
 }
 
 async fn http_client(url: &str, token: &str) -> Result<Client, String> {
@@ -498,22 +576,27 @@ async fn http_client(url: &str, token: &str) -> Result<Client, String> {
         .map_err(|e| e.to_string())
 }
 
-/// A raw HTTP/1.1 POST of an MCP initialize to `url`; returns the response head.
+/// A raw HTTP/1.1 POST of an MCP initialize to `url`; returns the response.
 fn raw_post(url: &str, authorization: Option<&str>) -> String {
-    let authority = url.trim_start_matches("http://").split('/').next().unwrap();
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {},
         "clientInfo": {"name": "raw", "version": "1"}}})
     .to_string();
-    let mut stream = std::net::TcpStream::connect(authority).unwrap();
-    stream.set_read_timeout(Some(PATIENCE)).unwrap();
-    let auth = authorization
+    let headers = authorization
         .map(|a| format!("Authorization: {a}\r\n"))
         .unwrap_or_default();
+    raw_request(url, &headers, &body)
+}
+
+/// A raw HTTP/1.1 POST of `body` to `url` with extra `headers` (each ending in CRLF).
+fn raw_request(url: &str, headers: &str, body: &str) -> String {
+    let authority = url.trim_start_matches("http://").split('/').next().unwrap();
+    let mut stream = std::net::TcpStream::connect(authority).unwrap();
+    stream.set_read_timeout(Some(PATIENCE)).unwrap();
     write!(
         stream,
         "POST /mcp HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\n\
-         Accept: application/json, text/event-stream\r\n{auth}Content-Length: {}\r\n\
+         Accept: application/json, text/event-stream\r\n{headers}Content-Length: {}\r\n\
          Connection: close\r\n\r\n{body}",
         body.len()
     )
@@ -600,6 +683,89 @@ async fn http_needs_a_token_which_fixes_the_identity() {
         &["recall", "--user", "alice", "--chat", "desk", "cat"],
     ));
     assert!(cli.contains("Pixel") && cli.contains(&id), "{cli}");
+}
+
+/// HTTP at its edges: a body that is not JSON gets -32700 and one that is not JSON-RPC
+/// -32600 (both 400, not rmcp's 415); a web page of another site is refused (Origin); a
+/// token removed from the file stops working without a restart, and SIGHUP neither stops
+/// the server nor loses a token; fifty requests without a token leave one warning, not
+/// fifty lines.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_answers_protocol_errors_checks_origin_and_reloads_tokens() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("memories.db");
+    let tokens = token_file(dir.path());
+    let (child, url, log) = spawn_http_logged(&db, &tokens).await;
+    let alice = format!("Authorization: Bearer {TOKEN_A}\r\n");
+    let bob = format!("Authorization: Bearer {TOKEN_B}\r\n");
+
+    let response = raw_request(&url, &alice, "{not json");
+    assert!(response.starts_with("HTTP/1.1 400"), "{response}");
+    assert!(
+        response.contains(r#""code":-32700"#) && response.contains(r#""id":null"#),
+        "{response}"
+    );
+    let response = raw_request(&url, &alice, r#"{"jsonrpc":"2.0","id":7,"method":42}"#);
+    assert!(response.starts_with("HTTP/1.1 400"), "{response}");
+    assert!(
+        response.contains(r#""code":-32600"#) && response.contains(r#""id":7"#),
+        "{response}"
+    );
+
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+    let response = raw_request(
+        &url,
+        &format!("{alice}Origin: http://evil.example\r\n"),
+        init,
+    );
+    assert!(response.starts_with("HTTP/1.1 403"), "{response}");
+    let response = raw_request(&url, &format!("{alice}Origin: null\r\n"), init);
+    assert!(response.starts_with("HTTP/1.1 403"), "{response}");
+    let response = raw_request(
+        &url,
+        &format!("{alice}Origin: http://localhost:3000\r\n"),
+        init,
+    );
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+
+    // Bob's token leaves the file: refused at once, alice still served.
+    assert!(raw_request(&url, &bob, init).starts_with("HTTP/1.1 200"));
+    std::fs::write(
+        &tokens,
+        json!({"tokens": [{"token": TOKEN_A, "user": "alice", "chat": "desk"}]}).to_string(),
+    )
+    .unwrap();
+    std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let response = raw_request(&url, &bob, init);
+    assert!(response.starts_with("HTTP/1.1 401"), "{response}");
+    assert!(raw_request(&url, &alice, init).starts_with("HTTP/1.1 200"));
+    // SIGHUP reads the file again and keeps serving.
+    let pid = child.id().unwrap().to_string();
+    let hup = std::process::Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(raw_request(&url, &alice, init).starts_with("HTTP/1.1 200"));
+
+    for _ in 0..50 {
+        assert!(raw_post(&url, None).starts_with("HTTP/1.1 401"));
+    }
+    interrupt(&child);
+    let mut child = child;
+    let status = tokio::time::timeout(PATIENCE, child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "{status}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let log = log.lock().unwrap().join("\n");
+    let refusals = log.lines().filter(|l| l.contains("bearer token")).count();
+    assert_eq!(refusals, 1, "{log}");
+    assert!(log.contains("read the token file again"), "{log}");
 }
 
 #[test]

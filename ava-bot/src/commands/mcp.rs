@@ -11,6 +11,7 @@ use rmcp::service::ServerInitializeError;
 
 use crate::config::Settings;
 use crate::mcp::http::{self, HttpConfig};
+use crate::mcp::stdio;
 use crate::mcp::tokens::TokenTable;
 use crate::mcp::{AvaMcp, Memory};
 
@@ -108,6 +109,7 @@ pub(crate) async fn run(settings: &Settings, args: &Args) -> anyhow::Result<()> 
             );
             let config = HttpConfig {
                 tokens,
+                token_file: args.tokens.clone(),
                 extra_hosts: args.allow_hosts.clone(),
             };
             http::serve(listener, memory, config, shutdown_signal()).await?;
@@ -136,14 +138,18 @@ pub(crate) async fn run(settings: &Settings, args: &Args) -> anyhow::Result<()> 
 async fn serve_stdio(handler: AvaMcp) -> anyhow::Result<Ended> {
     let signal = shutdown_signal();
     tokio::pin!(signal);
+    // rmcp reads the client through the front, which answers what rmcp would not.
+    let (stdin, stdout) = rmcp::transport::stdio_pipes();
+    let (pipes, front) = stdio::start(stdin, stdout);
     let started = tokio::select! {
-        started = rmcp::serve_server(handler, rmcp::transport::stdio_pipes()) => started,
+        started = rmcp::serve_server(handler, pipes) => started,
         () = &mut signal => return Ok(Ended::Signal),
     };
     let running = match started {
         Ok(running) => running,
         Err(ServerInitializeError::ConnectionClosed(_)) => {
             tracing::info!("stdin closed before the client initialized");
+            front.finish().await;
             return Ok(Ended::Hangup);
         }
         Err(e) => return Err(e).context("start the MCP session on stdio"),
@@ -163,6 +169,7 @@ async fn serve_stdio(handler: AvaMcp) -> anyhow::Result<Ended> {
             Ended::Signal
         }
     };
+    front.finish().await;
     Ok(ended)
 }
 

@@ -5,23 +5,31 @@
 //! without one it gets 401 before anything else looks at it. The token picks the handler,
 //! and with it the scope: each identity has its own rmcp service whose handler was built for
 //! that scope, so nothing a request says (body, session id, arguments) can change whose
-//! memories it reaches.
+//! memories it reaches. The token file is read again when it changes (or on SIGHUP), so a
+//! token removed from it stops working at once. A request from a web page (`Origin`) of a
+//! host not allowed is refused (403), and a body that is not JSON-RPC is answered as JSON-RPC
+//! says (400 with -32700 or -32600). Refused requests are logged at debug level, and counted
+//! in at most one warning a minute, so no client can flood the log.
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
 use bytes::Bytes;
-use http::{Request, Response, StatusCode, header};
+use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use rmcp::model::ClientJsonRpcMessage;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -35,13 +43,89 @@ pub(crate) const PATH: &str = "/mcp";
 /// How long requests in flight get to finish once shutdown starts.
 const DRAIN: Duration = Duration::from_secs(10);
 
+/// The largest request body read (rmcp's own limit).
+const MAX_BODY: usize = 4 * 1024 * 1024;
+
+/// The shortest time between two warnings about refused requests.
+const WARN_EVERY: Duration = Duration::from_secs(60);
+
 type Body = BoxBody<Bytes, Infallible>;
 type Service = StreamableHttpService<AvaMcp, NeverSessionManager>;
 
-/// The gate: tokens, and one MCP service per token, in the same order.
-struct Gate {
+/// The tokens in force, and one MCP service per token, in the same order.
+struct Table {
     tokens: TokenTable,
     services: Vec<Service>,
+}
+
+/// One version of the token file: when any part changes, the file is read again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamp {
+    modified: Option<SystemTime>,
+    len: u64,
+    inode: u64,
+}
+
+impl Stamp {
+    fn of(meta: &std::fs::Metadata) -> Self {
+        #[cfg(unix)]
+        let inode = std::os::unix::fs::MetadataExt::ino(meta);
+        #[cfg(not(unix))]
+        let inode = 0;
+        Self {
+            modified: meta.modified().ok(),
+            len: meta.len(),
+            inode,
+        }
+    }
+}
+
+/// Requests refused for one reason, logged at debug level each and counted in at most one
+/// warning per [`WARN_EVERY`].
+struct Refusals {
+    what: &'static str,
+    count: AtomicU64,
+    warned: Mutex<Option<Instant>>,
+}
+
+impl Refusals {
+    const fn new(what: &'static str) -> Self {
+        Self {
+            what,
+            count: AtomicU64::new(0),
+            warned: Mutex::new(None),
+        }
+    }
+
+    fn note(&self, peer: SocketAddr) {
+        tracing::debug!(%peer, "refused a request: {}", self.what);
+        self.count.fetch_add(1, Ordering::Relaxed);
+        let mut warned = self.warned.lock().unwrap_or_else(PoisonError::into_inner);
+        if warned.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
+            *warned = Some(Instant::now());
+            let refused = self.count.swap(0, Ordering::Relaxed);
+            tracing::warn!(
+                refused,
+                last_peer = %peer,
+                "refused requests: {} (counted here at most once a minute)",
+                self.what
+            );
+        }
+    }
+}
+
+/// The gate in front of the MCP services.
+struct Gate {
+    /// The tokens in force, and the version of the file they were read from.
+    table: RwLock<(Option<Stamp>, Arc<Table>)>,
+    /// The token file, read again when it changes.
+    file: Option<PathBuf>,
+    memory: Arc<Memory>,
+    rmcp_config: StreamableHttpServerConfig,
+    /// `Host` names a request and a web page's `Origin` may name.
+    hosts: Vec<String>,
+    unauthenticated: Refusals,
+    cross_origin: Refusals,
 }
 
 /// The token of an `Authorization: Bearer <token>` header.
@@ -55,6 +139,23 @@ fn bearer(request: &Request<Incoming>) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
+/// Whether a request's `Origin` (sent by browsers) names one of `hosts`; a request without
+/// one (any other client) passes. `null` and anything unreadable do not.
+fn origin_allowed(request: &Request<Incoming>, hosts: &[String]) -> bool {
+    let Some(origin) = request.headers().get(header::ORIGIN) else {
+        return true;
+    };
+    let Some((_, rest)) = origin.to_str().ok().and_then(|o| o.split_once("://")) else {
+        return false;
+    };
+    let authority = rest.split('/').next().unwrap_or_default();
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    hosts.iter().any(|h| h.eq_ignore_ascii_case(host))
+}
+
 fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
     let mut response = Response::new(Full::new(Bytes::from_static(text.as_bytes())).boxed());
     *response.status_mut() = status;
@@ -65,10 +166,135 @@ fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
     response
 }
 
+/// A JSON-RPC error answer with HTTP status 400.
+fn json_rpc_error(id: Value, code: i64, message: String) -> Response<Body> {
+    let body = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
+    let mut response = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
+    *response.status_mut() = StatusCode::BAD_REQUEST;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// The request with its body read, or the answer to a body that is too large, unreadable,
+/// not JSON (-32700) or not a JSON-RPC message MCP knows (-32600, with its id if it has one).
+async fn read_body(request: Request<Incoming>) -> Result<Request<Full<Bytes>>, Response<Body>> {
+    let (parts, body) = request.into_parts();
+    let bytes = match Limited::new(body, MAX_BODY).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            return Err(plain(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "the request body is larger than 4 MiB\n",
+            ));
+        }
+        Err(_) => {
+            return Err(plain(
+                StatusCode::BAD_REQUEST,
+                "the request body could not be read\n",
+            ));
+        }
+    };
+    if parts.method == Method::POST {
+        let value = match serde_json::from_slice::<Value>(&bytes) {
+            Ok(value) => value,
+            Err(e) => {
+                return Err(json_rpc_error(
+                    Value::Null,
+                    -32700,
+                    format!("Parse error: the body is not JSON ({e})"),
+                ));
+            }
+        };
+        if let Err(e) = serde_json::from_slice::<ClientJsonRpcMessage>(&bytes) {
+            let id = value
+                .get("id")
+                .filter(|id| id.is_string() || id.is_number())
+                .cloned()
+                .unwrap_or(Value::Null);
+            return Err(json_rpc_error(
+                id,
+                -32600,
+                format!("Invalid Request: not an MCP request, notification or response ({e})"),
+            ));
+        }
+    }
+    Ok(Request::from_parts(parts, Full::new(bytes)))
+}
+
 impl Gate {
+    /// A table of `tokens`, each with its own service.
+    fn table(
+        memory: &Arc<Memory>,
+        rmcp_config: &StreamableHttpServerConfig,
+        tokens: TokenTable,
+    ) -> Arc<Table> {
+        let services = tokens
+            .scopes()
+            .map(|scope| {
+                let handler = AvaMcp::new(Arc::clone(memory), scope.clone());
+                StreamableHttpService::new(
+                    move || Ok(handler.clone()),
+                    Arc::new(NeverSessionManager::default()),
+                    rmcp_config.clone(),
+                )
+            })
+            .collect();
+        Arc::new(Table { tokens, services })
+    }
+
+    /// The tokens in force: the token file read again first if it changed since (or, with
+    /// `force`, whatever). A file that cannot be used leaves the tokens as they were, with an
+    /// error in the log.
+    fn current(&self, force: bool) -> Arc<Table> {
+        let read = |g: &Self| {
+            g.table
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone()
+        };
+        let (stamp, table) = read(self);
+        let Some(file) = &self.file else {
+            return table;
+        };
+        let now = std::fs::metadata(file).ok().map(|m| Stamp::of(&m));
+        if !force && now == stamp {
+            return table;
+        }
+        let mut slot = self.table.write().unwrap_or_else(PoisonError::into_inner);
+        if !force && slot.0 != stamp {
+            // Another request reloaded it meanwhile.
+            return Arc::clone(&slot.1);
+        }
+        match TokenTable::load(file) {
+            Ok(tokens) => {
+                tracing::info!(tokens = tokens.len(), "read the token file again");
+                *slot = (now, Self::table(&self.memory, &self.rmcp_config, tokens));
+            }
+            Err(e) => {
+                tracing::error!(
+                    error = crate::error_chain(&e),
+                    "the token file changed but cannot be used; the tokens read before stay"
+                );
+                slot.0 = now;
+            }
+        }
+        Arc::clone(&slot.1)
+    }
+
     async fn route(&self, request: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
-        let Some(i) = bearer(&request).and_then(|t| self.tokens.identify(t)) else {
-            tracing::info!(%peer, "refused a request without a known bearer token");
+        if !origin_allowed(&request, &self.hosts) {
+            self.cross_origin.note(peer);
+            return plain(
+                StatusCode::FORBIDDEN,
+                "requests from web pages of other sites are refused (Origin)\n",
+            );
+        }
+        let table = self.current(false);
+        let Some(i) = bearer(&request).and_then(|t| table.tokens.identify(t)) else {
+            self.unauthenticated.note(peer);
             let mut response = plain(
                 StatusCode::UNAUTHORIZED,
                 "a bearer token from the server's token file is required\n",
@@ -82,7 +308,11 @@ impl Gate {
         if request.uri().path() != PATH {
             return plain(StatusCode::NOT_FOUND, "not found; MCP is served at /mcp\n");
         }
-        match self.services.get(i) {
+        let request = match read_body(request).await {
+            Ok(request) => request,
+            Err(answer) => return answer,
+        };
+        match table.services.get(i) {
             Some(service) => service.handle(request).await,
             None => plain(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -97,6 +327,8 @@ impl Gate {
 pub(crate) struct HttpConfig {
     /// Who may connect, and as whom.
     pub(crate) tokens: TokenTable,
+    /// The file they were read from, read again when it changes (none: they stay).
+    pub(crate) token_file: Option<PathBuf>,
     /// `Host` names accepted besides the loopback ones (a guard against DNS rebinding).
     pub(crate) extra_hosts: Vec<String>,
 }
@@ -116,24 +348,24 @@ pub(crate) async fn serve(
         .with_legacy_session_mode(false)
         .with_json_response(true)
         .with_sse_keep_alive(None)
-        .with_allowed_hosts(hosts)
+        .with_allowed_hosts(hosts.clone())
         .with_cancellation_token(sessions_end.clone());
-    let services = config
-        .tokens
-        .scopes()
-        .map(|scope| {
-            let handler = AvaMcp::new(Arc::clone(&memory), scope.clone());
-            StreamableHttpService::new(
-                move || Ok(handler.clone()),
-                Arc::new(NeverSessionManager::default()),
-                rmcp_config.clone(),
-            )
-        })
-        .collect();
+    let stamp = config
+        .token_file
+        .as_ref()
+        .and_then(|f| std::fs::metadata(f).ok())
+        .map(|m| Stamp::of(&m));
+    let table = Gate::table(&memory, &rmcp_config, config.tokens);
     let gate = Arc::new(Gate {
-        tokens: config.tokens,
-        services,
+        table: RwLock::new((stamp, table)),
+        file: config.token_file,
+        memory,
+        rmcp_config,
+        hosts,
+        unauthenticated: Refusals::new("no known bearer token"),
+        cross_origin: Refusals::new("a web page's Origin names a host not allowed"),
     });
+    let mut hangups = hangups()?;
 
     let stop = CancellationToken::new();
     let mut connections = JoinSet::new();
@@ -152,6 +384,10 @@ pub(crate) async fn serve(
                 }
             },
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            Some(()) = hangup(&mut hangups) => {
+                tracing::info!("SIGHUP: reading the token file again");
+                gate.current(true);
+            }
         }
     }
     drop(listener);
@@ -169,6 +405,31 @@ pub(crate) async fn serve(
         connections.shutdown().await;
     }
     Ok(())
+}
+
+#[cfg(unix)]
+type Hangups = tokio::signal::unix::Signal;
+#[cfg(not(unix))]
+type Hangups = ();
+
+/// SIGHUPs to come (none where there are no signals).
+fn hangups() -> anyhow::Result<Hangups> {
+    #[cfg(unix)]
+    return tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .context("listen for SIGHUP");
+    #[cfg(not(unix))]
+    Ok(())
+}
+
+/// The next SIGHUP.
+async fn hangup(signals: &mut Hangups) -> Option<()> {
+    #[cfg(unix)]
+    return signals.recv().await;
+    #[cfg(not(unix))]
+    {
+        let () = signals;
+        std::future::pending().await
+    }
 }
 
 async fn connection(

@@ -12,6 +12,7 @@
 //! operations are tool errors (`isError`) with a message; the server keeps serving.
 
 pub(crate) mod http;
+pub(crate) mod stdio;
 pub(crate) mod tokens;
 
 use std::fmt::Write as _;
