@@ -131,6 +131,39 @@ fn eight_processes_creating_one_new_store_all_succeed() {
     }
 }
 
+/// Eight processes telling one fact at once (`ava remember`, the race: up to five
+/// rows before) leave one memory, and every process prints its id; three rounds.
+#[test]
+fn eight_processes_remembering_one_fact_leave_one_memory() {
+    let (_dir, db) = store();
+    ok(ava(
+        &db,
+        &["remember", "--user", "u", "--chat", "c", "the store exists"],
+    ));
+    for round in 0..3 {
+        let fact = format!("The spare key for round {round} is under the blue pot");
+        let children: Vec<_> = (0..8)
+            .map(|_| {
+                command(&db)
+                    .args(["remember", "--user", "u", "--chat", "c", &fact])
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let outs: Vec<Output> = children
+            .into_iter()
+            .map(|c| c.wait_with_output().unwrap())
+            .collect();
+        assert_eq!(failures(&outs), Vec::<String>::new(), "round {round}");
+        let mut ids: Vec<String> = outs.iter().map(|o| stdout(o).trim().to_owned()).collect();
+        ids.dedup();
+        assert_eq!(ids.len(), 1, "round {round}: {ids:?}");
+        assert_eq!(count_in(&db, "u", "c"), 2 + round, "round {round}");
+    }
+}
+
 fn ollama_answer(text: &str) -> Value {
     json!({"model": "fake", "created_at": "2026-03-10T09:30:00Z",
         "message": {"role": "assistant", "content": text}, "done": true})

@@ -10,6 +10,7 @@ use crate::entry::{MemoryEntry, MemoryId, MemoryPatch, NewMemory};
 use crate::error::{MemoryError, Result};
 use crate::prune::{PrunePolicy, PruneReport};
 use crate::query::{Filter, ScoredMemory, SearchRequest, TagQuery};
+use crate::remember::Remembered;
 use crate::scope::Scope;
 
 /// What became of one memory given to [`MemoryBackend::store_each`].
@@ -172,6 +173,19 @@ pub trait MemoryBackend: Send + Sync + fmt::Debug {
             })
     }
 
+    /// Stores `memory` unless the scope holds the same fact: a memory of its kind, valid
+    /// now, whose content is the same once [`normalise`](crate::normalise)d; then merges
+    /// into that one (its tags joined, the higher importance, pinned if either is) and
+    /// returns it. What [`remember_once`](crate::remember_once) does.
+    ///
+    /// A backend that can should look and store in one step (a transaction, a lock), so
+    /// that concurrent calls telling one fact leave one memory; the conformance suite checks
+    /// it. This default looks with a search and then stores: two steps, between which a
+    /// concurrent call can store the same fact too.
+    async fn remember_once(&self, scope: &Scope, memory: NewMemory) -> Result<Remembered> {
+        crate::remember::search_then_store(self, scope, memory).await
+    }
+
     /// The newest memories carrying any or all of some tags.
     async fn by_tags(
         &self,
@@ -256,6 +270,9 @@ macro_rules! forward_backend {
             }
             async fn by_tags(&self, scope: &Scope, tags: &TagQuery, limit: usize) -> Result<Vec<MemoryEntry>> {
                 (**self).by_tags(scope, tags, limit).await
+            }
+            async fn remember_once(&self, scope: &Scope, memory: NewMemory) -> Result<Remembered> {
+                (**self).remember_once(scope, memory).await
             }
         }
     )*};

@@ -56,7 +56,9 @@ pub use query::{
     Filter, Fused, HybridWeights, ScoreBreakdown, ScoredMemory, SearchMode, SearchRequest,
     TagMatch, TagQuery, check_limit, fuse, rank,
 };
-pub use remember::{Remembered, history, normalise, remember_once, supersede};
+pub use remember::{
+    Remembered, history, merge_patch, normalise, remember_once, same_fact, supersede,
+};
 pub use scope::{DEFAULT_TENANT, MAX_SCOPE_KEY_BYTES, Scope};
 pub use secret::Secret;
 pub use store_vectors::StoreVectors;

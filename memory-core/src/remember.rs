@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::backend::MemoryBackend;
 use crate::capability::Capability;
-use crate::entry::{Importance, MemoryEntry, MemoryId, MemoryPatch, NewMemory, TagSet};
+use crate::entry::{Importance, MemoryEntry, MemoryId, MemoryKind, MemoryPatch, NewMemory, TagSet};
 use crate::error::{MemoryError, Result};
 use crate::query::{Filter, SearchRequest};
 use crate::scope::Scope;
@@ -42,11 +42,41 @@ pub fn normalise(content: &str) -> String {
 
 /// Stores `memory` in `scope`, unless a memory of the same kind with the same normalised
 /// content is there: then that one is returned, with the new tags added, the higher
-/// importance and pinned if either is (when the backend can update). The duplicate is
-/// looked for by keyword search (else semantic search) among the best matches, without
-/// counting as a recall; a backend with neither stores as usual.
+/// importance and pinned if either is (when the backend can update). The backend decides
+/// how ([`MemoryBackend::remember_once`]): the SQLite, Postgres and in-memory backends look
+/// and store in one step, so concurrent calls with one fact leave one memory.
 pub async fn remember_once(
     backend: &dyn MemoryBackend,
+    scope: &Scope,
+    memory: NewMemory,
+) -> Result<Remembered> {
+    backend.remember_once(scope, memory).await
+}
+
+/// Whether `entry` is the fact `wanted` (a [`normalise`]d content) of `kind`, valid `now`:
+/// the test every backend's [`MemoryBackend::remember_once`] applies to its candidates.
+pub fn same_fact(entry: &MemoryEntry, kind: MemoryKind, wanted: &str, now: Timestamp) -> bool {
+    entry.kind == kind
+        && Filter {
+            valid_at: Some(now),
+            ..Filter::default()
+        }
+        .matches(entry)
+        && normalise(&entry.content) == wanted
+}
+
+/// The patch that merges `new` into `existing`, the same fact told again: its tags joined,
+/// the higher importance, pinned if either is. Empty when `existing` has all of it.
+pub fn merge_patch(existing: &MemoryEntry, new: &NewMemory) -> MemoryPatch {
+    absorb(existing, [(&new.tags, new.importance, new.pinned)])
+}
+
+/// [`MemoryBackend::remember_once`] in two steps (a search, then a store or an update):
+/// the default for backends that cannot do it in one. The duplicate is looked for by
+/// keyword search (else semantic search) among the best matches, without counting as a
+/// recall; a backend with neither stores as usual.
+pub(crate) async fn search_then_store<B: MemoryBackend + ?Sized>(
+    backend: &B,
     scope: &Scope,
     memory: NewMemory,
 ) -> Result<Remembered> {
@@ -92,8 +122,8 @@ pub async fn remember_once(
 }
 
 /// Merges `new` into `existing` where the backend can update; otherwise leaves it.
-async fn merge(
-    backend: &dyn MemoryBackend,
+async fn merge<B: MemoryBackend + ?Sized>(
+    backend: &B,
     scope: &Scope,
     existing: MemoryEntry,
     new: NewMemory,
@@ -101,7 +131,7 @@ async fn merge(
     if !backend.capabilities().supports(Capability::Update) {
         return Ok(existing);
     }
-    let patch = absorb(&existing, [(&new.tags, new.importance, new.pinned)]);
+    let patch = merge_patch(&existing, &new);
     if patch.is_empty() {
         return Ok(existing);
     }

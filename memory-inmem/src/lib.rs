@@ -10,8 +10,9 @@ use memory_core::keyword::{Bm25, tokenize};
 use memory_core::{
     BackendInfo, Capabilities, Capability, EmbeddingProvider, EmbeddingSpace, Filter, Limits,
     MemoryBackend, MemoryEntry, MemoryError, MemoryId, MemoryPatch, NewMemory, PrunePolicy,
-    PruneReport, Result, Scope, ScoreBreakdown, ScoredMemory, SearchMode, SearchRequest,
-    StoreVectors, Timestamp, check_limit, cosine, ensure_scope, plan_prune, rank, validate_content,
+    PruneReport, Remembered, Result, Scope, ScoreBreakdown, ScoredMemory, SearchMode,
+    SearchRequest, StoreVectors, Timestamp, check_limit, cosine, ensure_scope, merge_patch,
+    normalise, plan_prune, rank, same_fact, validate_content,
 };
 
 const NAME: &str = "memory-inmem";
@@ -292,6 +293,55 @@ impl MemoryBackend for InMemoryBackend {
         let out: Vec<MemoryEntry> = entries.into_iter().take(limit).cloned().collect();
         ensure_scope(NAME, scope, &out)?;
         Ok(out)
+    }
+
+    /// Looks and stores under one write lock: concurrent calls with one fact leave one.
+    async fn remember_once(&self, scope: &Scope, memory: NewMemory) -> Result<Remembered> {
+        NewMemory::validate_batch(
+            std::slice::from_ref(&memory),
+            self.limits.max_content_bytes,
+            |e| self.vectors().check(e),
+        )?;
+        let wanted = normalise(&memory.content);
+        let mut memories = vec![memory];
+        let vectors = self.vectors().embed_missing(&mut memories).await?;
+        let (Some(memory), Some(vectors)) = (memories.pop(), vectors.into_iter().next()) else {
+            return Err(MemoryError::Backend {
+                backend: NAME.into(),
+                message: "embedding one memory gave no result".into(),
+                source: None,
+            });
+        };
+        let now = Timestamp::now();
+        let mut state = self.write();
+        let bucket = state.scopes.get_mut(scope);
+        if let Some(item) = bucket.and_then(|b| {
+            b.values_mut()
+                .filter(|i| !wanted.is_empty() && same_fact(&i.entry, memory.kind, &wanted, now))
+                .min_by_key(|i| (i.entry.created_at, i.entry.id))
+        }) {
+            merge_patch(&item.entry, &memory).apply(&mut item.entry);
+            return Ok(Remembered {
+                entry: item.entry.clone(),
+                merged: true,
+            });
+        }
+        if let Some(id) = memory.id.filter(|id| state.ids.contains(id)) {
+            return Err(MemoryError::Conflict { id });
+        }
+        let item = Item::new(memory.into_entry(scope, now, !vectors.is_empty()), vectors);
+        let entry = item.entry.clone();
+        let state = &mut *state;
+        state.ids.insert(entry.id);
+        state
+            .scopes
+            .entry(scope.clone())
+            .or_default()
+            .insert(entry.id, item);
+        Ok(Remembered {
+            entry,
+            merged: false,
+        })
     }
 
     async fn update(&self, scope: &Scope, id: MemoryId, patch: MemoryPatch) -> Result<MemoryEntry> {

@@ -7,9 +7,9 @@ use async_trait::async_trait;
 use deadpool_postgres::Object;
 use memory_core::{
     BackendInfo, Capabilities, Capability, Filter, MemoryBackend, MemoryEntry, MemoryError,
-    MemoryId, MemoryPatch, NewMemory, PrunePolicy, PruneReport, Result, Scope, ScoredMemory,
-    SearchMode, SearchRequest, StoreVectors, Timestamp, check_limit, ensure_scope, plan_prune,
-    rank, validate_content,
+    MemoryId, MemoryPatch, NewMemory, PrunePolicy, PruneReport, Remembered, Result, Scope,
+    ScoredMemory, SearchMode, SearchRequest, StoreVectors, Timestamp, check_limit, ensure_scope,
+    merge_patch, normalise, plan_prune, rank, same_fact, validate_content,
 };
 use pgvector::Vector;
 use tokio_postgres::Row;
@@ -283,6 +283,92 @@ impl PostgresBackend {
             self.names.scopes,
             self.names.access
         )
+    }
+
+    /// [`MemoryBackend::remember_once`]'s look and store, on `client`, which holds the
+    /// fact's lock: the scope's memories of its kind matching all of its words (or, for a
+    /// text of stopwords only, all of them) are compared with it; the oldest that is the same
+    /// fact takes the new one's tags, importance and pin, else `memories` (the one new
+    /// memory, embedded as `vectors`) is stored.
+    async fn remember_locked(
+        &self,
+        client: &mut Object,
+        scope: &Scope,
+        memories: Vec<NewMemory>,
+        vectors: Vec<Vec<Vec<f32>>>,
+        told: &NewMemory,
+        wanted: &str,
+    ) -> Result<Remembered> {
+        let now = Timestamp::now();
+        let sql = self.select_entries(
+            "WHERE sc.key = $1 AND m.kind = $2 AND m.superseded_by IS NULL \
+             AND (m.fts @@ plainto_tsquery('english', $3) \
+             OR numnode(plainto_tsquery('english', $3)) = 0) \
+             ORDER BY m.created_at, m.id LIMIT 200",
+        );
+        let rows = client
+            .query(
+                &sql,
+                &[&scope.key(), &told.kind.as_str(), &told.content.as_str()],
+            )
+            .await
+            .in_schema(&self.schema)?;
+        let same = entries(&rows, &self.schema)?
+            .into_iter()
+            .find(|(_, e)| same_fact(e, told.kind, wanted, now));
+        if let Some((pk, mut existing)) = same {
+            let patch = merge_patch(&existing, told);
+            if !patch.is_empty() {
+                patch.apply(&mut existing);
+                let tags: Vec<String> = existing
+                    .tags
+                    .iter()
+                    .map(|t| t.as_str().to_owned())
+                    .collect();
+                client
+                    .execute(
+                        &format!(
+                            "UPDATE {} SET tags = $1::text[], importance = $2, pinned = $3 \
+                             WHERE pk = $4",
+                            self.names.memories
+                        ),
+                        &[&tags, &existing.importance.get(), &existing.pinned, &pk],
+                    )
+                    .await
+                    .in_schema(&self.schema)?;
+            }
+            ensure_scope(BACKEND, scope, [&existing])?;
+            return Ok(Remembered {
+                entry: existing,
+                merged: true,
+            });
+        }
+        let entries: Vec<MemoryEntry> = memories
+            .into_iter()
+            .zip(&vectors)
+            .map(|(m, v)| m.into_entry(scope, now, !v.is_empty()))
+            .collect();
+        match self.insert_all(client, scope, &entries, vectors).await? {
+            Ok((scope_id, stored)) => {
+                let key = scope.key();
+                if self.indexes.wants(&key, stored) {
+                    self.indexes.spawn_build(key, scope_id);
+                }
+            }
+            Err(id) => return Err(MemoryError::Conflict { id }),
+        }
+        let entry = entries
+            .into_iter()
+            .next()
+            .ok_or_else(|| MemoryError::Backend {
+                backend: BACKEND.into(),
+                message: "embedding one memory gave no result".into(),
+                source: None,
+            })?;
+        Ok(Remembered {
+            entry,
+            merged: false,
+        })
     }
 
     /// Adds `n` to the memories stored in `scope` (creating its row if needed); returns
@@ -563,6 +649,49 @@ impl MemoryBackend for PostgresBackend {
             }
             Err(id) => Err(MemoryError::Conflict { id }),
         }
+    }
+
+    /// Looks and stores under a Postgres advisory lock on the fact (its scope, kind and
+    /// normalised text), held by the one connection that does both: concurrent calls with
+    /// one fact, from any process, leave one memory.
+    async fn remember_once(&self, scope: &Scope, memory: NewMemory) -> Result<Remembered> {
+        let store_vectors = self.vectors();
+        NewMemory::validate_batch(
+            std::slice::from_ref(&memory),
+            self.config.limits.max_content_bytes,
+            |e| store_vectors.check(e),
+        )?;
+        let wanted = normalise(&memory.content);
+        if wanted.is_empty() {
+            return Ok(Remembered {
+                entry: self.store(scope, memory).await?,
+                merged: false,
+            });
+        }
+        let told = memory.clone();
+        let mut memories = vec![memory];
+        // Embedded before taking a connection, even if it turns out to be told already.
+        let vectors = store_vectors.embed_missing(&mut memories).await?;
+        let mut client = self.client().await?;
+        let key = format!("{}\u{1f}{}\u{1f}{wanted}", scope.key(), told.kind.as_str());
+        client
+            .execute("SELECT pg_advisory_lock(hashtextextended($1, 0))", &[&key])
+            .await
+            .in_schema(&self.schema)?;
+        let result = self
+            .remember_locked(&mut client, scope, memories, vectors, &told, &wanted)
+            .await;
+        let unlocked = client
+            .execute(
+                "SELECT pg_advisory_unlock(hashtextextended($1, 0))",
+                &[&key],
+            )
+            .await;
+        if unlocked.is_err() {
+            // The lock must not outlive this call: closing the connection releases it.
+            drop(Object::take(client));
+        }
+        result
     }
 
     async fn get(&self, scope: &Scope, id: MemoryId) -> Result<MemoryEntry> {

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use memory_core::{
     BackendInfo, Capabilities, Capability, Filter, MemoryBackend, MemoryEntry, MemoryError,
-    MemoryId, MemoryPatch, NewMemory, PrunePolicy, PruneReport, Result, Scope, ScoredMemory,
-    SearchMode, SearchRequest, StoreVectors, Timestamp, check_limit, ensure_scope, plan_prune,
-    validate_content,
+    MemoryId, MemoryPatch, NewMemory, PrunePolicy, PruneReport, Remembered, Result, Scope,
+    ScoredMemory, SearchMode, SearchRequest, StoreVectors, Timestamp, check_limit, ensure_scope,
+    merge_patch, normalise, plan_prune, same_fact, validate_content,
 };
 use rusqlite::types::Value;
 
@@ -18,6 +18,9 @@ use crate::error::BACKEND;
 use crate::read::{Place, SearchJob, Searched, search_snapshot};
 use crate::sql::{Inserter, Sql};
 use crate::worker::SpaceCheck;
+
+/// How many keyword matches `remember_once` compares with a new fact.
+const REMEMBER_CANDIDATES: usize = 50;
 
 impl SqliteBackend {
     fn caps(&self) -> Capabilities {
@@ -116,6 +119,100 @@ impl MemoryBackend for SqliteBackend {
                     Ok(())
                 })?;
                 Ok(entries)
+            })
+            .await
+    }
+
+    /// Looks and stores in one write transaction (`BEGIN IMMEDIATE`, so one writer at a time
+    /// across processes): concurrent calls with one fact leave one memory. The candidates
+    /// are the scope's best keyword matches of its kind, valid now.
+    async fn remember_once(&self, scope: &Scope, memory: NewMemory) -> Result<Remembered> {
+        let store_vectors = self.vectors();
+        NewMemory::validate_batch(
+            std::slice::from_ref(&memory),
+            self.config.limits.max_content_bytes,
+            |e| store_vectors.check(e),
+        )?;
+        let wanted = normalise(&memory.content);
+        let told = memory.clone();
+        let mut memories = vec![memory];
+        // Embedded before the transaction, even if it turns out to be told already.
+        let mut vectors = store_vectors.embed_missing(&mut memories).await?;
+        let now = Timestamp::now();
+        let (Some(memory), Some(vector)) = (memories.pop(), vectors.pop()) else {
+            return Err(MemoryError::Backend {
+                backend: BACKEND.into(),
+                message: "embedding one memory gave no result".into(),
+                source: None,
+            });
+        };
+        let entry = memory.into_entry(scope, now, !vector.is_empty());
+        let scope = scope.clone();
+        let path = self.path.clone();
+        self.worker
+            .call(move |conn| {
+                let (mut entry, mut vector) = (entry, vector);
+                conn.write(|tx, space, ops| {
+                    if space != SpaceCheck::Same {
+                        vector.clear();
+                        entry.embedded = false;
+                    }
+                    let sql = Sql {
+                        conn: tx,
+                        path: &path,
+                    };
+                    let scope_id = sql.ensure_scope_id(&scope)?;
+                    if !wanted.is_empty() {
+                        let filter = Filter {
+                            kinds: vec![entry.kind],
+                            valid_at: Some(now),
+                            ..Filter::default()
+                        };
+                        let pks: Vec<i64> = sql
+                            .keyword(scope_id, &entry.content, &filter, REMEMBER_CANDIDATES)?
+                            .into_iter()
+                            .map(|(pk, _, _)| pk)
+                            .collect();
+                        let same = sql
+                            .entries_by_pk(scope_id, &pks)?
+                            .into_iter()
+                            .filter(|(_, e)| same_fact(e, entry.kind, &wanted, now))
+                            .min_by_key(|(_, e)| (e.created_at, e.id));
+                        if let Some((pk, mut existing)) = same {
+                            let patch = merge_patch(&existing, &told);
+                            let tags_changed = patch.tags.is_some();
+                            patch.apply(&mut existing);
+                            tx.execute(
+                                "UPDATE memories SET importance = ?1, pinned = ?2 WHERE pk = ?3",
+                                rusqlite::params![
+                                    f64::from(existing.importance.get()),
+                                    existing.pinned,
+                                    pk
+                                ],
+                            )?;
+                            if tags_changed {
+                                tx.execute("DELETE FROM memory_tags WHERE memory = ?1", [pk])?;
+                                sql.insert_tags(pk, existing.tags.iter())?;
+                            }
+                            return Ok(Remembered {
+                                entry: existing,
+                                merged: true,
+                            });
+                        }
+                    }
+                    let mut inserter = Inserter::new(&sql, scope_id)?;
+                    let Some(written) = inserter.insert(&entry, std::mem::take(&mut vector))?
+                    else {
+                        return Err(MemoryError::Conflict { id: entry.id }.into());
+                    };
+                    for (rowid, v) in written {
+                        ops.append(scope_id, rowid, v);
+                    }
+                    Ok(Remembered {
+                        entry: entry.clone(),
+                        merged: false,
+                    })
+                })
             })
             .await
     }

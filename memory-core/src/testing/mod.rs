@@ -256,6 +256,7 @@ macro_rules! __conformance_tests {
             prune_decay_spares_pinned_and_strong,
             prune_dry_run_reports_what_a_run_removes,
             remembering_a_fact_twice_keeps_one,
+            concurrent_remembers_of_one_fact_keep_one,
             superseding_keeps_the_history,
             consolidation_merges_duplicates_and_keeps_the_history,
             recall_bumps_access_counts,

@@ -1069,6 +1069,50 @@ pub async fn remembering_a_fact_twice_keeps_one(cx: Ctx) -> Outcome {
     Outcome::Passed
 }
 
+/// Eight tasks telling one fact at once (`remember_once`, each with its own tag) leave one
+/// memory, which every task was given, carrying every tag where the backend can update: the
+/// look and the store are one step.
+pub async fn concurrent_remembers_of_one_fact_keep_one(cx: Ctx) -> Outcome {
+    let caps = cx.backend.capabilities();
+    if !caps.supports(Capability::KeywordSearch) && !caps.supports(Capability::SemanticSearch) {
+        return Outcome::Skipped(Capability::KeywordSearch);
+    }
+    let s = scope("xia", Some("race"));
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let b = Arc::clone(&cx.backend);
+            let s = s.clone();
+            super::tokio::spawn(async move {
+                let fact = NewMemory::new("The spare key is under the blue pot")
+                    .with_kind(MemoryKind::Fact)
+                    .with_tag(Tag::new(format!("told-{i}")).unwrap());
+                b.remember_once(&s, fact).await.unwrap().entry.id
+            })
+        })
+        .collect();
+    let mut ids = Vec::new();
+    for t in tasks {
+        ids.push(t.await.unwrap());
+    }
+    ids.dedup();
+    assert_eq!(ids.len(), 1, "every task was given the one memory: {ids:?}");
+    let facts = Filter {
+        kinds: vec![MemoryKind::Fact],
+        ..Filter::default()
+    };
+    let stored = cx.backend.recent(&s, 20, &facts).await.unwrap();
+    assert_eq!(stored.len(), 1, "one memory for one fact: {stored:?}");
+    if caps.supports(Capability::Update) {
+        assert_eq!(
+            stored[0].tags.len(),
+            8,
+            "every telling's tag: {:?}",
+            stored[0].tags
+        );
+    }
+    Outcome::Passed
+}
+
 /// A fact that changed is superseded, not deleted: the new one is current, the old one's
 /// validity is closed and it points at its successor; the history reads both, oldest first;
 /// a bad or already-replaced id stores nothing.
