@@ -553,3 +553,84 @@ async fn a_store_the_user_cannot_write_still_answers_recall() {
         "{text}"
     );
 }
+
+/// A store in a directory the user cannot write (SQLite cannot make the index its log
+/// needs beside it) still answers every read command, as the README promises; writing says
+/// it is read-only.
+#[test]
+fn a_store_in_a_directory_the_user_cannot_write_still_answers_every_read() {
+    let dir = tempfile::tempdir().unwrap();
+    set_mode(dir.path(), 0o755);
+    let shared = dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    let db = shared.join("m.db");
+    ok(ava(
+        &db,
+        &[
+            "remember",
+            "--user",
+            "1",
+            "--chat",
+            "1",
+            "my cat is called Pixel",
+        ],
+    ));
+    set_mode(&db, 0o644);
+    let root = privileged(dir.path());
+    // As root, permissions do not apply: run as `nobody`; otherwise take the write bit away.
+    if !root {
+        set_mode(&shared, 0o555);
+    }
+    let as_user = |args: &[&str]| -> Output {
+        let mut c = if root {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(env!("CARGO_BIN_EXE_ava"));
+            c
+        } else {
+            Command::new(env!("CARGO_BIN_EXE_ava"))
+        };
+        c.env("AVA_DB", &db)
+            .env("AVA_EMBEDDER", "hash")
+            .env("HOME", dir.path())
+            .env_remove("RUST_BACKTRACE")
+            .current_dir(dir.path())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = ok(as_user(&["recall", "--user", "1", "--chat", "1", "cat"]));
+    assert!(out.contains("Pixel"), "{out}");
+    let id = out
+        .split_whitespace()
+        .skip_while(|w| *w != "id")
+        .nth(1)
+        .unwrap()
+        .to_owned();
+    let out = ok(as_user(&["history", "--user", "1", "--chat", "1", &id]));
+    assert!(out.contains("Pixel"), "{out}");
+    let out = ok(as_user(&[
+        "context",
+        "--user",
+        "1",
+        "--chat",
+        "1",
+        "what is my cat called?",
+    ]));
+    assert!(out.contains("Pixel"), "{out}");
+    let out = ok(as_user(&["stats", "--user", "1"]));
+    assert!(out.contains("c=1/"), "{out}");
+    if cfg!(feature = "documents") {
+        let o = as_user(&["docs", "list", "--user", "1"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let o = as_user(&["remember", "--user", "1", "--chat", "1", "new"]);
+    let err = stderr(&o);
+    assert!(!o.status.success() && err.contains("read-only"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(&shared)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["m.db"], "nothing written beside the store");
+    set_mode(&shared, 0o755);
+}

@@ -471,9 +471,15 @@ pub(crate) fn open_conn(
 ) -> Result<(Connection, bool), SqliteError> {
     register_sqlite_vec();
     let flags = if p.read_only { RO_FLAGS } else { RW_FLAGS };
-    let conn = Connection::open_with_flags(path, flags).map_err(|e| diagnose_open(path, e))?;
+    let mut conn = Connection::open_with_flags(path, flags).map_err(|e| diagnose_open(path, e))?;
     conn.busy_timeout(p.busy_timeout)
         .map_err(|e| sql_error(path, e))?;
+    if (p.read_only || conn.is_readonly(MAIN_DB).map_err(|e| sql_error(path, e))?)
+        && !fresh
+        && !wal_index_usable(&conn)
+    {
+        conn = open_immutable(path, p)?;
+    }
     // The query-planner stability guarantee: plans never depend on bound values. Without
     // it, SQLite marks statements whose `LIMIT ?` or `col = ?` could sway the planner and
     // re-prepares them on every new binding: sqlite-vec's per-insert "latest chunk" lookup
@@ -511,6 +517,64 @@ pub(crate) fn open_conn(
     ))
     .map_err(|e| diagnose_open(path, e))?;
     Ok((conn, read_only))
+}
+
+/// Whether `conn` (read-only) can read: in WAL mode SQLite needs the `-shm` index beside
+/// the file, which a read-only directory or file system cannot take.
+fn wal_index_usable(conn: &Connection) -> bool {
+    match conn.query_row("SELECT count(*) FROM sqlite_schema", [], |r| {
+        r.get::<_, i64>(0)
+    }) {
+        Ok(_) => true,
+        Err(e) => !matches!(
+            e.sqlite_error_code(),
+            Some(rusqlite::ffi::ErrorCode::ReadOnly | rusqlite::ffi::ErrorCode::CannotOpen)
+        ),
+    }
+}
+
+/// `path` as an SQLite URI of a file that does not change while it is open (`immutable=1`):
+/// no locks, no `-wal` or `-shm` files. Only for a store whose log is empty (every change
+/// is in the file, as every `ava` command leaves it), on a read-only directory or file
+/// system where the log's index cannot be made; otherwise a clear error.
+fn open_immutable(path: &Path, p: &Pragmas) -> Result<Connection, SqliteError> {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    if std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0) {
+        return Err(SqliteError::CannotOpen {
+            path: path.to_owned(),
+            source: Box::new(std::io::Error::other(format!(
+                "it can only be read here, and its last changes are still in {} (SQLite's log), \
+                 which cannot be read without writing an index beside it; run any `ava` \
+                 command on it once where it can be written, or copy it with its -wal file",
+                Path::new(&wal).display()
+            ))),
+        });
+    }
+    let Some(text) = path.to_str() else {
+        return Err(SqliteError::CannotOpen {
+            path: path.to_owned(),
+            source: Box::new(std::io::Error::other(
+                "it can only be read here, and its name is not UTF-8, so it cannot be opened \
+                 as unchanging (SQLite's immutable mode needs a URI)",
+            )),
+        });
+    };
+    let mut uri = String::from("file:");
+    for c in text.chars() {
+        match c {
+            '%' => uri.push_str("%25"),
+            '?' => uri.push_str("%3f"),
+            '#' => uri.push_str("%23"),
+            c => uri.push(c),
+        }
+    }
+    uri.push_str("?immutable=1");
+    let conn = Connection::open_with_flags(uri, RO_FLAGS.union(OpenFlags::SQLITE_OPEN_URI))
+        .map_err(|e| diagnose_open(path, e))?;
+    conn.busy_timeout(p.busy_timeout)
+        .map_err(|e| sql_error(path, e))?;
+    Ok(conn)
 }
 
 /// Says why SQLite could not open `path`: for "unable to open", asks the OS directly, so
