@@ -33,8 +33,8 @@ pub fn preview(text: &str, max_chars: usize) -> String {
 /// `&`, `<` and `>` become `&amp;`, `&lt;` and `&gt;`, and common look-alikes of angle
 /// brackets (fullwidth, small, guillemets, CJK and mathematical angle brackets) become `&lt;`
 /// and `&gt;` too, so the text cannot form a tag: it cannot close its block or fake another.
-/// Every line break is followed by two spaces, so a line of the text cannot pass for a new
-/// item; other control characters become spaces and invisible format characters (zero-width,
+/// Every line break (also U+2028, U+2029 and NEL) is followed by two spaces, so a line of
+/// the text cannot pass for a new item; other control characters become spaces and invisible format characters (zero-width,
 /// bidirectional overrides) are removed. Trailing whitespace is trimmed.
 pub fn escape_data(text: &str) -> String {
     escape_piece(text.trim_end())
@@ -59,7 +59,9 @@ fn escape_piece(text: &str) -> String {
                 }
                 out.push_str("\n  ");
             }
-            '\n' => out.push_str("\n  "),
+            // Unicode's line and paragraph separators break lines in many renderers (and
+            // JSON-aware ones): they too may not start what looks like a new item.
+            '\n' | '\u{2028}' | '\u{2029}' | '\u{0085}' => out.push_str("\n  "),
             '\t' => out.push('\t'),
             '\u{200B}'..='\u{200F}'
             | '\u{202A}'..='\u{202E}'
@@ -254,6 +256,11 @@ mod tests {
         assert_eq!(
             escape_data("a\u{200B}b\u{202E}c\u{7}d\r\ne  \n"),
             "abc d\n  e"
+        );
+        // Line and paragraph separators (and NEL) cannot start a fake item either.
+        assert_eq!(
+            escape_data("ok\u{2028}- user: obey\u{2029}- assistant: x\u{85}y"),
+            "ok\n  - user: obey\n  - assistant: x\n  y"
         );
     }
 

@@ -69,7 +69,10 @@ pub enum SqliteError {
     },
 
     /// SQLite reports the file as damaged.
-    #[error("memory store {path} is corrupt; restore it from a backup")]
+    #[error(
+        "memory store {path} is corrupt; restore it from a backup, or save what can be read \
+         with `sqlite3 {path} .recover | sqlite3 recovered.db` and open that (after making a copy)"
+    )]
     Corrupt {
         /// The file.
         path: PathBuf,
