@@ -72,8 +72,9 @@ impl Overrides {
         Ok(Self { set })
     }
 
-    const KEYS: [&'static str; 17] = [
+    const KEYS: [&'static str; 18] = [
         "allocation",
+        "long_item_tokens",
         "excerpts",
         "graph",
         "passages",
@@ -150,6 +151,9 @@ impl Overrides {
         }
         if let Some(v) = self.get("temporal_window") {
             s.temporal_window = v as u32;
+        }
+        if let Some(v) = self.get("long_item_tokens") {
+            s.long_item_tokens = v as u32;
         }
         if let Some(v) = self.get("decay_floor")
             && let prompt_ir::RecencyDecay::HalfLife { seconds, .. } = s.recency_decay

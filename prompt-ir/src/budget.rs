@@ -316,11 +316,23 @@ pub struct ContextStrategy {
     pub recency_decay: RecencyDecay,
     /// Whether to include knowledge memories.
     pub include_knowledge: bool,
+    /// A section longer than this many tokens is ranked for compression by its value per
+    /// this many tokens (its value times `long_item_tokens / tokens`), so a long memory is cut
+    /// before shorter ones that are worth about as much, and gives its room to them; 0 ranks
+    /// every section by its value alone. Default [`LONG_ITEM_TOKENS`].
+    pub long_item_tokens: u32,
 }
+
+/// The default [`ContextStrategy::long_item_tokens`]: 192 tokens, about one passage of the
+/// default embedder's window (256 word pieces, some 760 bytes of English), the most that
+/// one memory is taken to say as one piece. A chat turn fits; an agent's long answer spans
+/// several such pieces and competes per piece. Measured in BENCHMARKS.md (flat from 128 to
+/// 256 tokens).
+pub const LONG_ITEM_TOKENS: u32 = 192;
 
 impl Default for ContextStrategy {
     /// 20 recent messages, 5 related ones (however similar), a one-week half-life,
-    /// knowledge included.
+    /// knowledge included, long sections ranked per [`LONG_ITEM_TOKENS`].
     fn default() -> Self {
         ContextStrategy {
             temporal_window: 20,
@@ -328,6 +340,7 @@ impl Default for ContextStrategy {
             semantic_threshold: Relevance::ZERO,
             recency_decay: RecencyDecay::default(),
             include_knowledge: true,
+            long_item_tokens: LONG_ITEM_TOKENS,
         }
     }
 }

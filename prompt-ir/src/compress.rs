@@ -16,7 +16,10 @@
 //!    ([`PoolReport::overflow`]); nothing panics.
 //! 2. The rest are ranked by value, lowest first: `priority weight × relevance × recency
 //!    decay` ([`BudgetAllocation::RelevanceWeighted`] and `FixedRatios`), or
-//!    [`estimate_impact`]'s score × recency decay ([`BudgetAllocation::InformationWeighted`]).
+//!    [`estimate_impact`]'s score × recency decay ([`BudgetAllocation::InformationWeighted`]);
+//!    a section longer than the strategy's `long_item_tokens` (default
+//!    [`LONG_ITEM_TOKENS`]) counts its value per that many tokens, so a long memory is cut
+//!    before shorter ones worth about as much.
 //!    Recency decay uses the strategy in the IR's meta (one-week half-life if none) and the
 //!    IR's timestamp as "now", so the clock is never read. Ties go to position: the later
 //!    item ranks lower.
@@ -44,7 +47,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::budget::{BudgetAllocation, FixedRatios, TokenBudget};
+use crate::budget::{BudgetAllocation, FixedRatios, LONG_ITEM_TOKENS, RecencyDecay, TokenBudget};
 use crate::excerpt;
 use crate::impact::{estimate_impact, round6};
 use crate::ir::PromptIR;
@@ -257,12 +260,13 @@ pub fn compress(budget: &TokenBudget, ir: &PromptIR, tokenizer: &dyn Tokenizer) 
     let available = budget.available();
     let allocation = budget.allocation();
     let now = out.meta().timestamp;
-    let decay = out
+    let (decay, long_item) = out
         .meta()
         .strategy
         .as_ref()
-        .map(|s| s.recency_decay)
-        .unwrap_or_default();
+        .map_or((RecencyDecay::default(), LONG_ITEM_TOKENS), |s| {
+            (s.recency_decay, s.long_item_tokens)
+        });
     let (sections, tools, observation, meta) = out.parts_mut();
     let observation_tokens = observation.as_ref().and_then(|o| o.tokens()).unwrap_or(0);
 
@@ -285,7 +289,7 @@ pub fn compress(budget: &TokenBudget, ir: &PromptIR, tokenizer: &dyn Tokenizer) 
             tokens,
             floor: count.map_or(tokens, |c| c.floor.min(tokens)),
             critical: s.priority() == Priority::Critical,
-            value: round6(base * decay.factor(s.recency(), now)),
+            value: round6(base * decay.factor(s.recency(), now) * per_piece(tokens, long_item)),
             position: i,
             state: State::Kept(Reason::WithinBudget),
         });
@@ -409,6 +413,16 @@ pub fn compress(budget: &TokenBudget, ir: &PromptIR, tokenizer: &dyn Tokenizer) 
             tools: tool_outcomes,
         },
         ir: out,
+    }
+}
+
+/// The share of a section's value it is ranked by: 1 up to `long_item` tokens, then
+/// `long_item / tokens` (its value per `long_item` tokens); always 1 when `long_item` is 0.
+fn per_piece(tokens: u32, long_item: u32) -> f64 {
+    if long_item == 0 || tokens <= long_item {
+        1.0
+    } else {
+        f64::from(long_item) / f64::from(tokens)
     }
 }
 
@@ -722,6 +736,46 @@ mod tests {
         // Equal values: the later one goes.
         let c = compress(&budget(8), &ir, &TOK);
         assert_eq!(c.ir.sections()[0].id(), "new");
+    }
+
+    #[test]
+    fn a_long_section_is_ranked_per_piece_and_cut_before_a_shorter_one_worth_as_much() {
+        let sections = || {
+            vec![
+                knowledge("long", 100)
+                    .with_min_tokens(4)
+                    .with_relevance(Relevance::clamped(0.6)),
+                knowledge("short", 25)
+                    .with_min_tokens(4)
+                    .with_relevance(Relevance::clamped(0.5)),
+            ]
+        };
+        let strategy = |long_item_tokens| ContextStrategy {
+            recency_decay: RecencyDecay::None,
+            long_item_tokens,
+            ..ContextStrategy::default()
+        };
+        // 400 + 100 tokens into 300: per 192 tokens the long one is worth 2 * 0.6 * 192 / 400
+        // (priority weight 2), less than the short one's 2 * 0.5, so it gives up the 200.
+        let mut ir = ir_of(sections());
+        ir.set_strategy(strategy(LONG_ITEM_TOKENS));
+        let c = compress(&budget(300), &ir, &TOK);
+        let long = c.report.section("long").unwrap();
+        assert_eq!(long.value, 0.576);
+        assert_eq!(long.action, Action::Truncated { from: 400, to: 200 });
+        assert_eq!(
+            c.report.section("short").unwrap().action,
+            Action::Kept { tokens: 100 }
+        );
+        // Ranked by value alone, the short one goes down to its floor first.
+        let mut ir = ir_of(sections());
+        ir.set_strategy(strategy(0));
+        let c = compress(&budget(300), &ir, &TOK);
+        assert_eq!(c.report.section("long").unwrap().value, 1.2);
+        assert_eq!(
+            c.report.section("short").unwrap().action,
+            Action::Truncated { from: 100, to: 4 }
+        );
     }
 
     #[test]

@@ -58,7 +58,8 @@ mod truncate;
 mod unit;
 
 pub use budget::{
-    BudgetAllocation, ContextRequest, ContextStrategy, FixedRatios, RecencyDecay, TokenBudget,
+    BudgetAllocation, ContextRequest, ContextStrategy, FixedRatios, LONG_ITEM_TOKENS, RecencyDecay,
+    TokenBudget,
 };
 pub use compose::{Composed, Conflict, compose};
 pub use compress::{
