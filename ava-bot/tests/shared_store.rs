@@ -52,6 +52,24 @@ fn in_parallel(
         .collect()
 }
 
+/// Starts `n` `ava` processes at once, the `i`th with the args `args(i)`, and waits for all.
+fn at_once(db: &Path, n: usize, args: impl Fn(usize) -> Vec<String>) -> Vec<Output> {
+    let children: Vec<_> = (0..n)
+        .map(|i| {
+            command(db)
+                .args(args(i))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect()
+}
+
 fn failures(outs: &[Output]) -> Vec<String> {
     outs.iter()
         .filter(|o| !o.status.success())
@@ -110,20 +128,16 @@ fn eight_processes_creating_one_new_store_all_succeed() {
     let dir = tempfile::tempdir().unwrap();
     for round in 0..3 {
         let db = dir.path().join(format!("f{round}.db"));
-        let children: Vec<_> = (0..8)
-            .map(|i| {
-                command(&db)
-                    .args(["remember", "--user", &format!("u{i}"), "--chat", "c", "hi"])
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .unwrap()
-            })
-            .collect();
-        let outs: Vec<Output> = children
-            .into_iter()
-            .map(|c| c.wait_with_output().unwrap())
-            .collect();
+        let outs = at_once(&db, 8, |i| {
+            vec![
+                "remember".into(),
+                "--user".into(),
+                format!("u{i}"),
+                "--chat".into(),
+                "c".into(),
+                "hi".into(),
+            ]
+        });
         assert_eq!(failures(&outs), Vec::<String>::new(), "round {round}");
         for i in 0..8 {
             assert_eq!(count_in(&db, &format!("u{i}"), "c"), 1);
@@ -142,20 +156,11 @@ fn eight_processes_remembering_one_fact_leave_one_memory() {
     ));
     for round in 0..3 {
         let fact = format!("The spare key for round {round} is under the blue pot");
-        let children: Vec<_> = (0..8)
-            .map(|_| {
-                command(&db)
-                    .args(["remember", "--user", "u", "--chat", "c", &fact])
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .unwrap()
-            })
-            .collect();
-        let outs: Vec<Output> = children
-            .into_iter()
-            .map(|c| c.wait_with_output().unwrap())
-            .collect();
+        let outs = at_once(&db, 8, |_| {
+            ["remember", "--user", "u", "--chat", "c", &fact]
+                .map(String::from)
+                .into()
+        });
         assert_eq!(failures(&outs), Vec::<String>::new(), "round {round}");
         let mut ids: Vec<String> = outs.iter().map(|o| stdout(o).trim().to_owned()).collect();
         ids.dedup();
@@ -460,13 +465,9 @@ fn privileged(dir: &Path) -> bool {
     yes
 }
 
-fn set_mode(path: &Path, mode: u32) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_store_the_user_cannot_write_still_answers_recall() {
+/// A store in `shared/` of a temporary directory others may enter, holding user 1's fact
+/// about Pixel: the directory, `shared` and the store.
+fn store_of_pixel() -> (tempfile::TempDir, PathBuf, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     set_mode(dir.path(), 0o755);
     let shared = dir.path().join("shared");
@@ -483,23 +484,42 @@ async fn a_store_the_user_cannot_write_still_answers_recall() {
             "my cat is called Pixel",
         ],
     ));
+    (dir, shared, db)
+}
+
+/// The `ava` binary on `db` with the hashing embedder, at home in `home`, run as `nobody`
+/// when `root` (permissions do not apply to root).
+fn ava_as_user(root: bool, db: &Path, home: &Path) -> Command {
+    let mut c = if root {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_ava"));
+        c
+    } else {
+        Command::new(env!("CARGO_BIN_EXE_ava"))
+    };
+    c.env("AVA_DB", db)
+        .env("AVA_EMBEDDER", "hash")
+        .env("HOME", home)
+        .env_remove("RUST_BACKTRACE")
+        .current_dir(home);
+    c
+}
+
+fn set_mode(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_the_user_cannot_write_still_answers_recall() {
+    let (dir, shared, db) = store_of_pixel();
     set_mode(&shared, 0o777);
     set_mode(&db, 0o444);
     // As root, permissions do not apply: run as `nobody`, who has no right to write it.
     let root = privileged(dir.path());
     let as_user = |args: &[&str]| -> Output {
-        let mut c = if root {
-            let mut c = Command::new("setpriv");
-            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                .arg(env!("CARGO_BIN_EXE_ava"));
-            c
-        } else {
-            Command::new(env!("CARGO_BIN_EXE_ava"))
-        };
-        c.env("AVA_DB", &db)
-            .env("AVA_EMBEDDER", "hash")
-            .env("HOME", dir.path())
-            .current_dir(dir.path())
+        ava_as_user(root, &db, dir.path())
             .args(args)
             .output()
             .unwrap()
@@ -517,18 +537,9 @@ async fn a_store_the_user_cannot_write_still_answers_recall() {
         .mount(&llm)
         .await;
     let uri = llm.uri();
+    let home = dir.path().to_owned();
     let o = tokio::task::spawn_blocking(move || {
-        let mut c = if root {
-            let mut c = Command::new("setpriv");
-            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                .arg(env!("CARGO_BIN_EXE_ava"));
-            c
-        } else {
-            Command::new(env!("CARGO_BIN_EXE_ava"))
-        };
-        let mut child = c
-            .env("AVA_DB", &db)
-            .env("AVA_EMBEDDER", "hash")
+        let mut child = ava_as_user(root, &db, &home)
             .args(["chat", "--user", "1", "--chat", "1", "--llm", "ollama"])
             .args(["--llm-url", &uri, "--llm-model", "fake"])
             .stdin(Stdio::piped())
@@ -559,22 +570,7 @@ async fn a_store_the_user_cannot_write_still_answers_recall() {
 /// it is read-only.
 #[test]
 fn a_store_in_a_directory_the_user_cannot_write_still_answers_every_read() {
-    let dir = tempfile::tempdir().unwrap();
-    set_mode(dir.path(), 0o755);
-    let shared = dir.path().join("shared");
-    std::fs::create_dir(&shared).unwrap();
-    let db = shared.join("m.db");
-    ok(ava(
-        &db,
-        &[
-            "remember",
-            "--user",
-            "1",
-            "--chat",
-            "1",
-            "my cat is called Pixel",
-        ],
-    ));
+    let (dir, shared, db) = store_of_pixel();
     set_mode(&db, 0o644);
     let root = privileged(dir.path());
     // As root, permissions do not apply: run as `nobody`; otherwise take the write bit away.
@@ -582,19 +578,7 @@ fn a_store_in_a_directory_the_user_cannot_write_still_answers_every_read() {
         set_mode(&shared, 0o555);
     }
     let as_user = |args: &[&str]| -> Output {
-        let mut c = if root {
-            let mut c = Command::new("setpriv");
-            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                .arg(env!("CARGO_BIN_EXE_ava"));
-            c
-        } else {
-            Command::new(env!("CARGO_BIN_EXE_ava"))
-        };
-        c.env("AVA_DB", &db)
-            .env("AVA_EMBEDDER", "hash")
-            .env("HOME", dir.path())
-            .env_remove("RUST_BACKTRACE")
-            .current_dir(dir.path())
+        ava_as_user(root, &db, dir.path())
             .args(args)
             .output()
             .unwrap()

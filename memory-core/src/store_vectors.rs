@@ -139,6 +139,24 @@ impl StoreVectors<'_> {
         }
         Ok(vectors)
     }
+
+    /// One memory checked as a batch of one ([`NewMemory::validate_batch`] with
+    /// [`StoreVectors::check`]: content of at most `max_content_bytes`, a given vector of the
+    /// store's space) and embedded as [`StoreVectors::embed_missing`] embeds: the memory, its
+    /// given vector taken out, and its vectors (one per passage; none without an embedder).
+    pub async fn check_and_embed_one(
+        &self,
+        memory: NewMemory,
+        max_content_bytes: usize,
+    ) -> Result<(NewMemory, Vec<Vec<f32>>)> {
+        NewMemory::validate_batch(std::slice::from_ref(&memory), max_content_bytes, |e| {
+            self.check(e)
+        })?;
+        let mut memories = [memory];
+        let mut vectors = self.embed_missing(&mut memories).await?;
+        let [memory] = memories;
+        Ok((memory, vectors.pop().unwrap_or_default()))
+    }
 }
 
 #[cfg(test)]

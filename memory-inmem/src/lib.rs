@@ -297,21 +297,11 @@ impl MemoryBackend for InMemoryBackend {
 
     /// Looks and stores under one write lock: concurrent calls with one fact leave one.
     async fn remember_once(&self, scope: &Scope, memory: NewMemory) -> Result<Remembered> {
-        NewMemory::validate_batch(
-            std::slice::from_ref(&memory),
-            self.limits.max_content_bytes,
-            |e| self.vectors().check(e),
-        )?;
         let wanted = normalise(&memory.content);
-        let mut memories = vec![memory];
-        let vectors = self.vectors().embed_missing(&mut memories).await?;
-        let (Some(memory), Some(vectors)) = (memories.pop(), vectors.into_iter().next()) else {
-            return Err(MemoryError::Backend {
-                backend: NAME.into(),
-                message: "embedding one memory gave no result".into(),
-                source: None,
-            });
-        };
+        let (memory, vectors) = self
+            .vectors()
+            .check_and_embed_one(memory, self.limits.max_content_bytes)
+            .await?;
         let now = Timestamp::now();
         let mut state = self.write();
         let bucket = state.scopes.get_mut(scope);

@@ -288,14 +288,14 @@ impl PostgresBackend {
     /// [`MemoryBackend::remember_once`]'s look and store, on `client`, which holds the
     /// fact's lock: the scope's memories of its kind matching all of its words (or, for a
     /// text of stopwords only, all of them) are compared with it; the oldest that is the same
-    /// fact takes the new one's tags, importance and pin, else `memories` (the one new
-    /// memory, embedded as `vectors`) is stored.
+    /// fact takes the new one's tags, importance and pin, else `memory` (embedded as
+    /// `vector`, one per passage) is stored.
     async fn remember_locked(
         &self,
         client: &mut Object,
         scope: &Scope,
-        memories: Vec<NewMemory>,
-        vectors: Vec<Vec<Vec<f32>>>,
+        memory: NewMemory,
+        vector: Vec<Vec<f32>>,
         told: &NewMemory,
         wanted: &str,
     ) -> Result<Remembered> {
@@ -343,12 +343,11 @@ impl PostgresBackend {
                 merged: true,
             });
         }
-        let entries: Vec<MemoryEntry> = memories
-            .into_iter()
-            .zip(&vectors)
-            .map(|(m, v)| m.into_entry(scope, now, !v.is_empty()))
-            .collect();
-        match self.insert_all(client, scope, &entries, vectors).await? {
+        let entries = [memory.into_entry(scope, now, !vector.is_empty())];
+        match self
+            .insert_all(client, scope, &entries, vec![vector])
+            .await?
+        {
             Ok((scope_id, stored)) => {
                 let key = scope.key();
                 if self.indexes.wants(&key, stored) {
@@ -357,14 +356,7 @@ impl PostgresBackend {
             }
             Err(id) => return Err(MemoryError::Conflict { id }),
         }
-        let entry = entries
-            .into_iter()
-            .next()
-            .ok_or_else(|| MemoryError::Backend {
-                backend: BACKEND.into(),
-                message: "embedding one memory gave no result".into(),
-                source: None,
-            })?;
+        let [entry] = entries;
         Ok(Remembered {
             entry,
             merged: false,
@@ -655,12 +647,6 @@ impl MemoryBackend for PostgresBackend {
     /// normalised text), held by the one connection that does both: concurrent calls with
     /// one fact, from any process, leave one memory.
     async fn remember_once(&self, scope: &Scope, memory: NewMemory) -> Result<Remembered> {
-        let store_vectors = self.vectors();
-        NewMemory::validate_batch(
-            std::slice::from_ref(&memory),
-            self.config.limits.max_content_bytes,
-            |e| store_vectors.check(e),
-        )?;
         let wanted = normalise(&memory.content);
         if wanted.is_empty() {
             return Ok(Remembered {
@@ -669,9 +655,11 @@ impl MemoryBackend for PostgresBackend {
             });
         }
         let told = memory.clone();
-        let mut memories = vec![memory];
         // Embedded before taking a connection, even if it turns out to be told already.
-        let vectors = store_vectors.embed_missing(&mut memories).await?;
+        let (memory, vector) = self
+            .vectors()
+            .check_and_embed_one(memory, self.config.limits.max_content_bytes)
+            .await?;
         let mut client = self.client().await?;
         let key = format!("{}\u{1f}{}\u{1f}{wanted}", scope.key(), told.kind.as_str());
         client
@@ -679,7 +667,7 @@ impl MemoryBackend for PostgresBackend {
             .await
             .in_schema(&self.schema)?;
         let result = self
-            .remember_locked(&mut client, scope, memories, vectors, &told, &wanted)
+            .remember_locked(&mut client, scope, memory, vector, &told, &wanted)
             .await;
         let unlocked = client
             .execute(

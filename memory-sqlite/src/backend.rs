@@ -127,25 +127,14 @@ impl MemoryBackend for SqliteBackend {
     /// across processes): concurrent calls with one fact leave one memory. The candidates
     /// are the scope's best keyword matches of its kind, valid now.
     async fn remember_once(&self, scope: &Scope, memory: NewMemory) -> Result<Remembered> {
-        let store_vectors = self.vectors();
-        NewMemory::validate_batch(
-            std::slice::from_ref(&memory),
-            self.config.limits.max_content_bytes,
-            |e| store_vectors.check(e),
-        )?;
         let wanted = normalise(&memory.content);
         let told = memory.clone();
-        let mut memories = vec![memory];
         // Embedded before the transaction, even if it turns out to be told already.
-        let mut vectors = store_vectors.embed_missing(&mut memories).await?;
+        let (memory, vector) = self
+            .vectors()
+            .check_and_embed_one(memory, self.config.limits.max_content_bytes)
+            .await?;
         let now = Timestamp::now();
-        let (Some(memory), Some(vector)) = (memories.pop(), vectors.pop()) else {
-            return Err(MemoryError::Backend {
-                backend: BACKEND.into(),
-                message: "embedding one memory gave no result".into(),
-                source: None,
-            });
-        };
         let entry = memory.into_entry(scope, now, !vector.is_empty());
         let scope = scope.clone();
         let path = self.path.clone();
