@@ -4,14 +4,27 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use serde::Serialize;
 
+use crate::capability::Capability;
 use crate::capability::{BackendInfo, Capabilities};
 use crate::entry::{MemoryEntry, MemoryId, MemoryPatch, NewMemory};
 use crate::error::{MemoryError, Result};
 use crate::prune::{PrunePolicy, PruneReport};
 use crate::query::{Filter, ScoredMemory, SearchRequest, TagQuery};
-use crate::remember::Remembered;
+use crate::same_fact::{merge_patch, normalise};
 use crate::scope::Scope;
+use crate::time::Timestamp;
+
+/// What [`MemoryBackend::remember_once`] did.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Remembered {
+    /// The memory that holds the content now.
+    pub entry: MemoryEntry,
+    /// `true` when it was already there (and the new one was merged into it), `false` when
+    /// it was stored as a new memory.
+    pub merged: bool,
+}
 
 /// What became of one memory given to [`MemoryBackend::store_each`].
 #[derive(Debug)]
@@ -183,7 +196,7 @@ pub trait MemoryBackend: Send + Sync + fmt::Debug {
     /// it. This default looks with a search and then stores: two steps, between which a
     /// concurrent call can store the same fact too.
     async fn remember_once(&self, scope: &Scope, memory: NewMemory) -> Result<Remembered> {
-        crate::remember::search_then_store(self, scope, memory).await
+        search_then_store(self, scope, memory).await
     }
 
     /// The newest memories carrying any or all of some tags.
@@ -220,6 +233,76 @@ pub fn ensure_scope<'a>(
         }
     }
     Ok(())
+}
+
+/// How many search hits the two-step `remember_once` compares with the new content.
+const CANDIDATES: usize = 20;
+
+/// [`MemoryBackend::remember_once`] in two steps (a search, then a store or an update):
+/// the default for backends that cannot do it in one. The duplicate is looked for by
+/// keyword search (else semantic search) among the best matches, without counting as a
+/// recall; a backend with neither stores as usual.
+async fn search_then_store<B: MemoryBackend + ?Sized>(
+    backend: &B,
+    scope: &Scope,
+    memory: NewMemory,
+) -> Result<Remembered> {
+    let caps = backend.capabilities();
+    let request = if caps.supports(Capability::KeywordSearch) {
+        Some(SearchRequest::keyword(memory.content.clone()))
+    } else if caps.supports(Capability::SemanticSearch) {
+        Some(SearchRequest::semantic(memory.content.clone()))
+    } else {
+        None
+    };
+    let wanted = normalise(&memory.content);
+    if let Some(request) = request
+        && !wanted.is_empty()
+    {
+        let request = request
+            .limit(CANDIDATES)
+            .filter(Filter {
+                kinds: vec![memory.kind],
+                // A fact that no longer holds is not the same as one told again now.
+                valid_at: caps.supports(Capability::TimeFilter).then(Timestamp::now),
+                ..Filter::default()
+            })
+            .without_access_tracking();
+        let same = backend
+            .search(scope, &request)
+            .await?
+            .into_iter()
+            .map(|h| h.entry)
+            .find(|e| normalise(&e.content) == wanted);
+        if let Some(existing) = same {
+            let entry = merge(backend, scope, existing, memory).await?;
+            return Ok(Remembered {
+                entry,
+                merged: true,
+            });
+        }
+    }
+    Ok(Remembered {
+        entry: backend.store(scope, memory).await?,
+        merged: false,
+    })
+}
+
+/// Merges `new` into `existing` where the backend can update; otherwise leaves it.
+async fn merge<B: MemoryBackend + ?Sized>(
+    backend: &B,
+    scope: &Scope,
+    existing: MemoryEntry,
+    new: NewMemory,
+) -> Result<MemoryEntry> {
+    if !backend.capabilities().supports(Capability::Update) {
+        return Ok(existing);
+    }
+    let patch = merge_patch(&existing, &new);
+    if patch.is_empty() {
+        return Ok(existing);
+    }
+    backend.update(scope, existing.id, patch).await
 }
 
 macro_rules! forward_backend {

@@ -27,6 +27,7 @@ mod lifecycle;
 mod prune;
 mod query;
 mod remember;
+mod same_fact;
 mod scope;
 mod secret;
 mod store_vectors;
@@ -35,7 +36,7 @@ mod time;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use backend::{Ingested, MemoryBackend, ensure_scope};
+pub use backend::{Ingested, MemoryBackend, Remembered, ensure_scope};
 pub use capability::{BackendInfo, Capabilities, Capability, Limits, Topology};
 pub use embedding::{
     Embedding, EmbeddingProvider, EmbeddingSpace, cosine, embed_all, embed_passages, normalize,
@@ -56,9 +57,8 @@ pub use query::{
     Filter, Fused, HybridWeights, ScoreBreakdown, ScoredMemory, SearchMode, SearchRequest,
     TagMatch, TagQuery, check_limit, fuse, rank,
 };
-pub use remember::{
-    Remembered, history, merge_patch, normalise, remember_once, same_fact, supersede,
-};
+pub use remember::{history, remember_once, supersede};
+pub use same_fact::{merge_patch, normalise, same_fact};
 pub use scope::{DEFAULT_TENANT, MAX_SCOPE_KEY_BYTES, Scope};
 pub use secret::Secret;
 pub use store_vectors::StoreVectors;

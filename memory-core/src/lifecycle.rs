@@ -17,7 +17,8 @@ use crate::entry::{MemoryEntry, MemoryId, MemoryKind, MemoryPatch};
 use crate::error::{MemoryError, Result};
 use crate::prune::{PrunePolicy, PruneReason};
 use crate::query::{Filter, SearchRequest};
-use crate::remember::{absorb, closing, normalise};
+use crate::remember::closing;
+use crate::same_fact::{absorb, normalise};
 use crate::scope::Scope;
 use crate::time::Timestamp;
 
