@@ -41,7 +41,7 @@ Your message is saved; please try again in a moment.";
 const APOLOGY_NOTHING: &str = "Sorry, something went wrong on my side: I could not answer, and \
 I could not save your message either, so I will not remember it. Please try again in a moment.";
 
-/// Added to an answer that could not be stored.
+/// The answer to an anonymous admin or a channel.
 const ANONYMOUS: &str = "I cannot tell anonymous admins (or channels) apart, so I keep no \
 memories for them: one's would answer another's questions. To talk to me, turn off \"Remain \
 anonymous\" in your admin rights.";
@@ -51,6 +51,7 @@ const SEND_ATTEMPTS: u32 = 4;
 /// The first pause between tries; it doubles.
 const SEND_BACKOFF: Duration = Duration::from_millis(500);
 
+/// Added to an answer that could not be stored.
 const NOT_SAVED: &str = "(I could not save this exchange, so I will not remember it.)";
 
 const HELP: &str = "I am Ava, an assistant that remembers. Just talk to me; what you tell me \

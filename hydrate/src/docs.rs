@@ -660,9 +660,7 @@ pub async fn remove_documents(
         let sep = std::path::MAIN_SEPARATOR_STR;
         let prefix = format!("{}{sep}", target.trim_end_matches(sep));
         let (entries, complete) = every_passage(store, &docs).await?;
-        if !complete {
-            unseen = true;
-        }
+        unseen = !complete;
         for entry in entries {
             if let Some(origin) = Origin::read(&entry)
                 && origin.path.starts_with(&prefix)

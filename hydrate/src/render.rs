@@ -34,8 +34,9 @@ pub fn preview(text: &str, max_chars: usize) -> String {
 /// brackets (fullwidth, small, guillemets, CJK and mathematical angle brackets) become `&lt;`
 /// and `&gt;` too, so the text cannot form a tag: it cannot close its block or fake another.
 /// Every line break (also U+2028, U+2029 and NEL) is followed by two spaces, so a line of
-/// the text cannot pass for a new item; other control characters become spaces and invisible format characters (zero-width,
-/// bidirectional overrides) are removed. Trailing whitespace is trimmed.
+/// the text cannot pass for a new item; other control characters become spaces and
+/// invisible format characters (zero-width, bidirectional overrides) are removed. Trailing
+/// whitespace is trimmed.
 pub fn escape_data(text: &str) -> String {
     escape_piece(text.trim_end())
 }

@@ -180,8 +180,7 @@ impl MemoryBackend for SqliteBackend {
                                 ],
                             )?;
                             if tags_changed {
-                                tx.execute("DELETE FROM memory_tags WHERE memory = ?1", [pk])?;
-                                sql.insert_tags(pk, existing.tags.iter())?;
+                                sql.replace_tags(pk, existing.tags.iter())?;
                             }
                             return Ok(Remembered {
                                 entry: existing,
@@ -347,8 +346,7 @@ impl MemoryBackend for SqliteBackend {
                         ],
                     )?;
                     if tags_changed {
-                        tx.execute("DELETE FROM memory_tags WHERE memory = ?1", [pk])?;
-                        sql.insert_tags(pk, e.tags.iter())?;
+                        sql.replace_tags(pk, e.tags.iter())?;
                     }
                     if reindex {
                         tx.execute("DELETE FROM memory_fts WHERE rowid = ?1", [pk])?;

@@ -474,10 +474,8 @@ pub(crate) fn open_conn(
     let mut conn = Connection::open_with_flags(path, flags).map_err(|e| diagnose_open(path, e))?;
     conn.busy_timeout(p.busy_timeout)
         .map_err(|e| sql_error(path, e))?;
-    if (p.read_only || conn.is_readonly(MAIN_DB).map_err(|e| sql_error(path, e))?)
-        && !fresh
-        && !wal_index_usable(&conn)
-    {
+    let read_only = p.read_only || conn.is_readonly(MAIN_DB).map_err(|e| sql_error(path, e))?;
+    if read_only && !fresh && !wal_index_usable(&conn) {
         conn = open_immutable(path, p)?;
     }
     // The query-planner stability guarantee: plans never depend on bound values. Without
@@ -490,7 +488,6 @@ pub(crate) fn open_conn(
     // Searches prepare one statement per IN-list length (candidates, hits, tags); room for
     // all of them keeps the hot ones from being evicted and re-parsed.
     conn.set_prepared_statement_cache_capacity(256);
-    let read_only = p.read_only || conn.is_readonly(MAIN_DB).map_err(|e| sql_error(path, e))?;
     if fresh && !read_only {
         // Must precede WAL mode and the first table. Large pages keep sqlite-vec's chunk
         // blobs on short overflow chains, which makes inserts cheaper. Ignored when another

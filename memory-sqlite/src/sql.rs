@@ -301,6 +301,13 @@ impl Sql<'_> {
         Ok(())
     }
 
+    /// Replaces the tags of the memory `pk` with `tags`.
+    pub(crate) fn replace_tags<'t>(&self, pk: i64, tags: impl Iterator<Item = &'t Tag>) -> R<()> {
+        self.conn
+            .execute("DELETE FROM memory_tags WHERE memory = ?1", [pk])?;
+        self.insert_tags(pk, tags)
+    }
+
     pub(crate) fn insert_fts(
         &self,
         pk: i64,

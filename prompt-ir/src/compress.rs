@@ -18,8 +18,8 @@
 //!    decay` ([`BudgetAllocation::RelevanceWeighted`] and `FixedRatios`), or
 //!    [`estimate_impact`]'s score × recency decay ([`BudgetAllocation::InformationWeighted`]);
 //!    a section longer than the strategy's `long_item_tokens` (default
-//!    [`LONG_ITEM_TOKENS`]) counts its value per that many tokens, so a long memory is cut
-//!    before shorter ones worth about as much.
+//!    [`LONG_ITEM_TOKENS`](crate::LONG_ITEM_TOKENS)) counts its value per that many
+//!    tokens, so a long memory is cut before shorter ones worth about as much.
 //!    Recency decay uses the strategy in the IR's meta (one-week half-life if none) and the
 //!    IR's timestamp as "now", so the clock is never read. Ties go to position: the later
 //!    item ranks lower.
@@ -47,7 +47,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::budget::{BudgetAllocation, FixedRatios, LONG_ITEM_TOKENS, RecencyDecay, TokenBudget};
+use crate::budget::{BudgetAllocation, FixedRatios, TokenBudget};
 use crate::excerpt;
 use crate::impact::{estimate_impact, round6};
 use crate::ir::PromptIR;
@@ -260,13 +260,8 @@ pub fn compress(budget: &TokenBudget, ir: &PromptIR, tokenizer: &dyn Tokenizer) 
     let available = budget.available();
     let allocation = budget.allocation();
     let now = out.meta().timestamp;
-    let (decay, long_item) = out
-        .meta()
-        .strategy
-        .as_ref()
-        .map_or((RecencyDecay::default(), LONG_ITEM_TOKENS), |s| {
-            (s.recency_decay, s.long_item_tokens)
-        });
+    let strategy = out.meta().strategy.clone().unwrap_or_default();
+    let (decay, long_item) = (strategy.recency_decay, strategy.long_item_tokens);
     let (sections, tools, observation, meta) = out.parts_mut();
     let observation_tokens = observation.as_ref().and_then(|o| o.tokens()).unwrap_or(0);
 
@@ -597,7 +592,7 @@ fn shrink(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::budget::RecencyDecay;
+    use crate::budget::{LONG_ITEM_TOKENS, RecencyDecay};
     use crate::section::SectionSource;
     use crate::tokenizer::WhitespaceTokenizer;
     use crate::{ContextStrategy, Relevance};

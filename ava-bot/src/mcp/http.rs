@@ -67,6 +67,11 @@ struct Stamp {
 }
 
 impl Stamp {
+    /// The version of the file at `path` now; `None` when it cannot be read.
+    fn of_file(path: &std::path::Path) -> Option<Self> {
+        std::fs::metadata(path).ok().map(|m| Self::of(&m))
+    }
+
     fn of(meta: &std::fs::Metadata) -> Self {
         #[cfg(unix)]
         let inode = std::os::unix::fs::MetadataExt::ino(meta);
@@ -249,17 +254,15 @@ impl Gate {
     /// `force`, whatever). A file that cannot be used leaves the tokens as they were, with an
     /// error in the log.
     fn current(&self, force: bool) -> Arc<Table> {
-        let read = |g: &Self| {
-            g.table
-                .read()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone()
-        };
-        let (stamp, table) = read(self);
+        let (stamp, table) = self
+            .table
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
         let Some(file) = &self.file else {
             return table;
         };
-        let now = std::fs::metadata(file).ok().map(|m| Stamp::of(&m));
+        let now = Stamp::of_file(file);
         if !force && now == stamp {
             return table;
         }
@@ -350,11 +353,7 @@ pub(crate) async fn serve(
         .with_sse_keep_alive(None)
         .with_allowed_hosts(hosts.clone())
         .with_cancellation_token(sessions_end.clone());
-    let stamp = config
-        .token_file
-        .as_ref()
-        .and_then(|f| std::fs::metadata(f).ok())
-        .map(|m| Stamp::of(&m));
+    let stamp = config.token_file.as_deref().and_then(Stamp::of_file);
     let table = Gate::table(&memory, &rmcp_config, config.tokens);
     let gate = Arc::new(Gate {
         table: RwLock::new((stamp, table)),
