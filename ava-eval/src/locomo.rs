@@ -446,6 +446,8 @@ async fn evaluate(args: &Args, samples: &[Sample]) -> anyhow::Result<()> {
     }
     let ingest = ingest_start.elapsed();
     let mut by_cat: BTreeMap<u64, Tally> = BTreeMap::new();
+    // BEAM's own categories, when the file has them (per category what each mode finds).
+    let mut by_beam: BTreeMap<&str, Tally> = BTreeMap::new();
     let mut overall = Tally::default();
     let mut latencies = Vec::with_capacity(questions);
     bar.set_message("query");
@@ -480,6 +482,9 @@ async fn evaluate(args: &Args, samples: &[Sample]) -> anyhow::Result<()> {
                 })
                 .collect();
             by_cat.entry(q.category).or_default().add(&recalls);
+            if let Some(b) = &q.beam_category {
+                by_beam.entry(b.as_str()).or_default().add(&recalls);
+            }
             overall.add(&recalls);
             bar.inc(1);
         }
@@ -498,19 +503,21 @@ async fn evaluate(args: &Args, samples: &[Sample]) -> anyhow::Result<()> {
     let mode_name = format!("{:?}", args.mode).to_lowercase();
     let backend_name = format!("{:?}", args.backend).to_lowercase();
     if args.json {
+        let tally = |t: &Tally| {
+            let recall: serde_json::Map<String, Value> = args
+                .k
+                .iter()
+                .map(|k| (format!("r@{k}"), Value::from(t.recall(*k))))
+                .collect();
+            serde_json::json!({ "questions": t.questions, "recall": recall })
+        };
         let cats: serde_json::Map<String, Value> = by_cat
             .iter()
-            .map(|(c, t)| {
-                let recall: serde_json::Map<String, Value> = args
-                    .k
-                    .iter()
-                    .map(|k| (format!("r@{k}"), Value::from(t.recall(*k))))
-                    .collect();
-                (
-                    c.to_string(),
-                    serde_json::json!({ "questions": t.questions, "recall": recall }),
-                )
-            })
+            .map(|(c, t)| (c.to_string(), tally(t)))
+            .collect();
+        let beam: serde_json::Map<String, Value> = by_beam
+            .iter()
+            .map(|(c, t)| ((*c).to_owned(), tally(t)))
             .collect();
         let recall: serde_json::Map<String, Value> = args
             .k
@@ -530,6 +537,7 @@ async fn evaluate(args: &Args, samples: &[Sample]) -> anyhow::Result<()> {
             "questions_without_evidence": unusable,
             "overall": { "recall": recall },
             "categories": cats,
+            "beam_categories": beam,
             "latency_ms": { "p50": pct(0.5), "p95": pct(0.95) },
             "ingest_seconds": ingest.as_secs_f64(),
         });
@@ -557,7 +565,7 @@ async fn evaluate(args: &Args, samples: &[Sample]) -> anyhow::Result<()> {
         .iter()
         .map(|k| format!("{:>8}", format!("R@{k}")))
         .collect();
-    println!("{:<16}{:>6}{header}", "category", "n");
+    println!("{:<26}{:>6}{header}", "category", "n");
     for (c, name) in CATEGORIES {
         if let Some(t) = by_cat.get(&c) {
             let cols: String = args
@@ -565,15 +573,23 @@ async fn evaluate(args: &Args, samples: &[Sample]) -> anyhow::Result<()> {
                 .iter()
                 .map(|k| format!("{:>8.3}", t.recall(*k)))
                 .collect();
-            println!("{:<16}{:>6}{cols}", format!("{c} {name}"), t.questions);
+            println!("{:<26}{:>6}{cols}", format!("{c} {name}"), t.questions);
         }
+    }
+    for (name, t) in &by_beam {
+        let cols: String = args
+            .k
+            .iter()
+            .map(|k| format!("{:>8.3}", t.recall(*k)))
+            .collect();
+        println!("{:<26}{:>6}{cols}", name, t.questions);
     }
     let cols: String = args
         .k
         .iter()
         .map(|k| format!("{:>8.3}", overall.recall(*k)))
         .collect();
-    println!("{:<16}{:>6}{cols}", "overall", overall.questions);
+    println!("{:<26}{:>6}{cols}", "overall", overall.questions);
     println!(
         "\nper-query latency: p50 {:.3} ms, p95 {:.3} ms; ingest {:.1} s",
         pct(0.5),
