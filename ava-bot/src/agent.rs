@@ -36,8 +36,9 @@ pub(crate) struct Agent {
     budget: TokenBudget,
     /// Prunes each chat as it is used (`ava run`, `ava chat`), unless turned off.
     upkeep: Option<Arc<Upkeep>>,
-    /// Learns facts from each exchange, one exchange at a time (the lock), unless turned off.
-    facts: Option<(FactExtractor, Arc<tokio::sync::Mutex<()>>)>,
+    /// Learns facts from each exchange, unless turned off: one exchange at a time per
+    /// place facts are kept (a person, or a group), different people at once.
+    facts: Option<(FactExtractor, Arc<Learners>)>,
     /// Work started after a reply: fact learning and pruning.
     background: Arc<Background>,
 }
@@ -46,6 +47,34 @@ pub(crate) struct Agent {
 #[derive(Debug, Default)]
 struct Background {
     running: tokio::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+/// Who is in a chat: the user alone (a private chat, the CLI, an MCP client), or others too
+/// (a group). A private context reads the user's user-wide facts and keeps what it learns
+/// there; a group never reads them ([`Ops::in_shared_chat`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Audience {
+    /// The user alone.
+    Private,
+    /// Others share the chat.
+    Group,
+}
+
+/// One learning lock per place facts are kept, made when first needed and dropped when
+/// idle, so exchanges of one person are learned in order and different people in parallel.
+#[derive(Debug, Default)]
+pub(crate) struct Learners(std::sync::Mutex<HashMap<Scope, Arc<tokio::sync::Mutex<()>>>>);
+
+impl Learners {
+    fn lock_for(&self, scope: &Scope) -> Arc<tokio::sync::Mutex<()>> {
+        let mut map = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // A lock no learner holds or waits for is idle.
+        map.retain(|_, lock| Arc::strong_count(lock) > 1);
+        Arc::clone(map.entry(scope.clone()).or_default())
+    }
 }
 
 impl Background {
@@ -174,8 +203,12 @@ impl Agent {
     }
 
     /// The memory operations for one user in one chat.
-    pub(crate) fn ops(&self, scope: Scope) -> Ops {
-        Ops::new(Arc::clone(&self.config), Arc::clone(&self.store), scope)
+    pub(crate) fn ops(&self, scope: Scope, audience: Audience) -> Ops {
+        let ops = Ops::new(Arc::clone(&self.config), Arc::clone(&self.store), scope);
+        match audience {
+            Audience::Private => ops,
+            Audience::Group => ops.in_shared_chat(),
+        }
     }
 
     fn request(&self, message: &str) -> anyhow::Result<ContextRequest> {
@@ -269,14 +302,14 @@ impl Agent {
         scope: &Scope,
         input: &HydrateInput,
     ) -> anyhow::Result<CompiledPrompt> {
-        self.ops(scope.clone())
+        self.ops(scope.clone(), Audience::Private)
             .prepare(input)
             .await
             .context("hydrate and compile the prompt")
     }
 
-    /// Answers `message` in `scope` with `model`, then stores the message and (if there is
-    /// one) the answer.
+    /// Answers `message` in `scope` (heard by `audience`) with `model`, then stores the
+    /// message and (if there is one) the answer.
     ///
     /// The message is stored after the prompt is built, at the time it arrived, so the
     /// prompt shows it once (as the observation) rather than also as recent conversation;
@@ -288,9 +321,11 @@ impl Agent {
         &self,
         model: &dyn ChatModel,
         scope: &Scope,
+        audience: Audience,
         message: &str,
         source: &str,
     ) -> anyhow::Result<Turn> {
+        let ops = self.ops(scope.clone(), audience);
         let request = self.request(message)?;
         let received = Timestamp::now();
         // The turn this message answers (usually Ava's last reply), kept as its context so
@@ -310,21 +345,17 @@ impl Agent {
                 None
             }
         };
-        let answer = self
-            .ops(scope.clone())
-            .infer(model, request)
-            .await
-            .map_err(|e| {
-                let blame = if matches!(
-                    e,
-                    hydrate::Error::Model { .. } | hydrate::Error::MaxSteps { .. }
-                ) {
-                    Blame::Model
-                } else {
-                    Blame::Memory
-                };
-                (blame, anyhow::Error::new(e).context("ask the model"))
-            });
+        let answer = ops.infer(model, request).await.map_err(|e| {
+            let blame = if matches!(
+                e,
+                hydrate::Error::Model { .. } | hydrate::Error::MaxSteps { .. }
+            ) {
+                Blame::Model
+            } else {
+                Blame::Memory
+            };
+            (blame, anyhow::Error::new(e).context("ask the model"))
+        });
         // Tagged with the names it mentions (the graph source's index); a standing
         // instruction ("always ...") is marked so that every prompt carries it.
         let mut user_turn = chat_turn(message, Role::User)
@@ -355,13 +386,19 @@ impl Agent {
             };
         }
         if stored.is_ok() {
-            if let Some((extractor, one_at_a_time)) = &self.facts {
+            if let Some((extractor, learners)) = &self.facts {
                 let reply = answer.as_ref().ok().map(|i| i.reply.clone());
+                // The person's facts, or the group's: where this context keeps them, then
+                // the other scopes whose facts it reads (a chat's, from an older store).
+                let home = ops.facts_scope();
+                let lock = learners.lock_for(&home);
+                let mut scopes = vec![home.clone()];
+                scopes.extend(ops.readable_scopes().into_iter().filter(|s| *s != home));
                 let task = learn(
                     extractor.clone(),
-                    Arc::clone(one_at_a_time),
+                    lock,
                     Arc::clone(&self.store),
-                    scope.clone(),
+                    scopes,
                     (message.to_owned(), reply, received, source.to_owned()),
                 );
                 self.background.push(tokio::spawn(task)).await;
@@ -382,27 +419,35 @@ impl Agent {
     }
 }
 
-/// Learns facts from one exchange (after the ones before it) and logs what changed; a
-/// failure changes nothing and is logged.
+/// Learns facts from one exchange into the first of `scopes` (after the exchanges before
+/// it there; see [`FactExtractor::learn`]) and logs what changed and how long it waited for
+/// its turn; a failure changes nothing and is logged.
 async fn learn(
     extractor: FactExtractor,
     one_at_a_time: Arc<tokio::sync::Mutex<()>>,
     store: Arc<dyn MemoryBackend>,
-    scope: Scope,
+    scopes: Vec<Scope>,
     (user, reply, at, source): (String, Option<String>, Timestamp, String),
 ) {
+    let Some(scope) = scopes.first() else {
+        return;
+    };
+    let queued = std::time::Instant::now();
     let _turn = one_at_a_time.lock().await;
+    let waited_ms = u64::try_from(queued.elapsed().as_millis()).unwrap_or(u64::MAX);
+    tracing::debug!(scope = %scope, waited_ms, "learning facts from an exchange");
     let exchange = Exchange {
         user: &user,
         assistant: reply.as_deref(),
         at,
         source: &source,
     };
-    match extractor.learn(&*store, &scope, exchange).await {
+    match extractor.learn(&*store, &scopes, exchange).await {
         Ok(report) if report.is_empty() => {}
         Ok(report) => {
             tracing::info!(
                 scope = %scope,
+                waited_ms,
                 added = report.added.len(),
                 superseded = report.superseded.len(),
                 invalidated = report.invalidated.len(),
@@ -442,13 +487,23 @@ pub(crate) struct Turn {
 }
 
 impl Agent {
-    /// [`render_report`] with a preview of each memory's text (looked up in `scope`).
-    pub(crate) async fn explain(&self, scope: &Scope, report: &ExplainReport) -> String {
+    /// [`render_report`] with a preview of each memory's text (looked up where a context of
+    /// `scope` heard by `audience` reads).
+    pub(crate) async fn explain(
+        &self,
+        scope: &Scope,
+        audience: Audience,
+        report: &ExplainReport,
+    ) -> String {
+        let scopes = self.ops(scope.clone(), audience).readable_scopes();
         let mut previews = HashMap::new();
         for id in report.sections.iter().filter_map(|s| s.memory_id) {
-            // A memory deleted since (or of the user-wide scope) just shows without text.
-            if let Ok(m) = self.store.get(scope, id).await {
-                previews.insert(id, preview(&m.content, 70));
+            // A memory deleted since just shows without text.
+            for scope in &scopes {
+                if let Ok(m) = self.store.get(scope, id).await {
+                    previews.insert(id, preview(&m.content, 70));
+                    break;
+                }
             }
         }
         render_report(report, &previews)

@@ -18,7 +18,7 @@ use teloxide::update_listeners;
 use teloxide::utils::command::BotCommands;
 use teloxide::{ApiError, RequestError};
 
-use crate::agent::{Agent, Blame};
+use crate::agent::{Agent, Audience, Blame};
 
 /// The bot as handlers see it: rate-limited, retrying on 429 `retry_after`.
 pub(crate) type AvaBot = Throttle<Bot>;
@@ -107,10 +107,11 @@ impl BotState {
     }
 }
 
-/// Who wrote a message, as a memory scope and a key.
+/// Who wrote a message, as a memory scope and a key, and who else hears it.
 struct Who {
     key: (u64, i64),
     scope: Scope,
+    audience: Audience,
 }
 
 fn who(msg: &Message) -> Option<Who> {
@@ -119,9 +120,15 @@ fn who(msg: &Message) -> Option<Who> {
     let scope = Scope::for_user(user.to_string())
         .and_then(|s| s.in_chat(chat.to_string()))
         .ok()?;
+    let audience = if msg.chat.is_private() {
+        Audience::Private
+    } else {
+        Audience::Group
+    };
     Some(Who {
         key: (user, chat),
         scope,
+        audience,
     })
 }
 
@@ -297,7 +304,13 @@ async fn on_text(bot: AvaBot, msg: Message, state: Arc<BotState>) -> anyhow::Res
     };
     let turn = state
         .agent
-        .answer(state.model.as_ref(), &who.scope, text, "telegram")
+        .answer(
+            state.model.as_ref(),
+            &who.scope,
+            who.audience,
+            text,
+            "telegram",
+        )
         .await;
     // The stored answer, corrected should it not reach the user whole.
     let mut answer_ids = Vec::new();
@@ -404,7 +417,7 @@ async fn command_reply(
     who: &Who,
     state: &BotState,
 ) -> anyhow::Result<String> {
-    let ops = state.agent.ops(who.scope.clone());
+    let ops = state.agent.ops(who.scope.clone(), who.audience);
     Ok(match cmd {
         Command::Start => format!(
             "Hi! I am {}. Talk to me and I will remember what matters. /help shows what else I can do.",
@@ -458,7 +471,7 @@ async fn command_reply(
             match report {
                 Some(report) => format!(
                     "The last prompt I built for you:\n{}",
-                    state.agent.explain(&who.scope, &report).await
+                    state.agent.explain(&who.scope, who.audience, &report).await
                 ),
                 None => "I have not built a prompt for you in this chat yet; say something first."
                     .into(),
@@ -467,17 +480,26 @@ async fn command_reply(
         Command::Stats => {
             let store = state.agent.store();
             let here = store.count(&who.scope).await.context("count memories")?;
-            let chats = store
+            let scopes = store
                 .user_scopes(DEFAULT_TENANT, &who.key.0.to_string())
                 .await
                 .context("list your chats")?;
-            let mut everywhere = 0;
-            for scope in &chats {
-                everywhere += store.count(scope).await.context("count memories")?;
+            let (mut everywhere, mut own) = (0, 0);
+            for scope in &scopes {
+                let n = store.count(scope).await.context("count memories")?;
+                everywhere += n;
+                if scope.is_user_wide() {
+                    own += n;
+                }
             }
+            let chats = scopes.iter().filter(|s| !s.is_user_wide()).count();
+            let yours = match who.audience {
+                Audience::Private => "every private chat with me sees them",
+                Audience::Group => "groups never see them",
+            };
             format!(
-                "Memories of yours: {here} in this chat, {everywhere} in all your chats ({}).",
-                chats.len()
+                "Memories of yours: {here} in this chat, {own} facts of your own ({yours}), \
+                 {everywhere} in all ({chats} chats)."
             )
         }
         Command::Wipe(arg) => wipe(arg.trim(), who, state).await?,
@@ -486,29 +508,43 @@ async fn command_reply(
 
 async fn wipe(arg: &str, who: &Who, state: &BotState) -> anyhow::Result<String> {
     let store = state.agent.store();
+    // In a private chat, the user's own facts go too (they are what this chat reads); in a
+    // group, only their memories there.
+    let scopes = state
+        .agent
+        .ops(who.scope.clone(), who.audience)
+        .readable_scopes();
+    let what = match who.audience {
+        Audience::Private => "in this chat and the facts I hold about you",
+        Audience::Group => "in this chat",
+    };
     if arg.eq_ignore_ascii_case("yes") {
         let pending = lock(&state.wipes).remove(&who.key);
         if pending.is_none_or(|at| at.elapsed() > WIPE_WINDOW) {
             return Ok("Nothing to confirm: send /wipe first.".into());
         }
-        let n = store
-            .delete_scope(&who.scope)
-            .await
-            .context("delete your memories")?;
+        let mut n = 0;
+        for scope in &scopes {
+            n += store
+                .delete_scope(scope)
+                .await
+                .context("delete your memories")?;
+        }
         lock(&state.reports).remove(&who.key);
         tracing::info!(
             chat = who.key.1,
             deleted = n,
             "wiped a user's memories in a chat"
         );
-        return Ok(format!(
-            "Done: I deleted {n} memories of yours in this chat."
-        ));
+        return Ok(format!("Done: I deleted {n} memories of yours {what}."));
     }
-    let n = store.count(&who.scope).await.context("count memories")?;
+    let mut n = 0;
+    for scope in &scopes {
+        n += store.count(scope).await.context("count memories")?;
+    }
     lock(&state.wipes).insert(who.key, Instant::now());
     Ok(format!(
-        "This deletes all {n} of your memories in this chat (other people's stay). Send /wipe yes \
+        "This deletes all {n} of your memories {what} (other people's stay). Send /wipe yes \
          within {} minutes to confirm.",
         WIPE_WINDOW.as_secs() / 60
     ))

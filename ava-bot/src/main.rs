@@ -29,7 +29,8 @@ enum Command {
     /// Store a short conversation in a fresh store and show what Ava recalls for a few
     /// questions. Needs no token, no server and no model.
     Demo(commands::demo::Args),
-    /// Remember a fact for a user in a chat; prints the new memory's id.
+    /// Remember a fact of a user (theirs in every private context, or one chat's with
+    /// `--chat`); prints the new memory's id.
     Remember(commands::remember::Args),
     /// Search a user's memories in a chat; prints scored hits.
     Recall(commands::recall::Args),

@@ -97,6 +97,16 @@ fn count(db: &Path) -> u64 {
     count_in(db, "42", "7")
 }
 
+/// How many memories user 42 holds as their own (the user-wide scope, no chat).
+fn own_facts(db: &Path) -> u64 {
+    let out = ok(ava(db, &["stats", "--user", "42"]));
+    out.lines()
+        .find(|l| l.contains("/c/"))
+        .and_then(|l| l.rsplit(": ").next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     tokio::task::spawn_blocking(f).await.unwrap()
 }
@@ -203,7 +213,13 @@ async fn a_renamed_cat_replaces_the_old_fact_in_the_prompt_and_keeps_it_in_the_h
         "{history}"
     );
     let d = db.clone();
-    assert_eq!(blocking(move || count(&d)).await, 6, "4 turns and 2 facts");
+    assert_eq!(blocking(move || count(&d)).await, 4, "4 turns in the chat");
+    let d = db.clone();
+    assert_eq!(
+        blocking(move || own_facts(&d)).await,
+        2,
+        "2 facts, the user's own"
+    );
 
     // As of before the rename, Pixel was the fact.
     let d = db.clone();

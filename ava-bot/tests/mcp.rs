@@ -239,6 +239,73 @@ async fn stdio_tools_remember_recall_and_keep_identities_apart() {
     bob.cancel().await.unwrap();
 }
 
+/// A fact is the person's: told through MCP in one chat, or with `ava remember` without
+/// `--chat`, it reaches the same user's prompts, `recall` and `forget` in every chat (MCP and
+/// `ava context`), and never another user's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_users_facts_reach_their_clients_in_every_chat() {
+    let (_dir, db) = store();
+    ok(ava(
+        &db,
+        &["remember", "--user", "alice", "My cat is called Pixel"],
+    ));
+    let desk = stdio_client(&db, "alice", "desk").await;
+    let laptop = stdio_client(&db, "alice", "laptop").await;
+    let bob = stdio_client(&db, "bob", "desk").await;
+    let rex = call(
+        &desk,
+        "remember",
+        json!({"content": "My dog is called Rex"}),
+    )
+    .await;
+    let rex = data(&rex)["id"].as_str().unwrap().to_owned();
+    let question = json!({"message": "What are my cat and my dog called?"});
+    for client in [&desk, &laptop] {
+        let prompt = text(&call(client, "context", question.clone()).await);
+        assert!(
+            prompt.contains("Pixel") && prompt.contains("Rex"),
+            "{prompt}"
+        );
+        let found = data(&call(client, "recall", json!({"query": "cat dog called"})).await);
+        assert_eq!(contents(&found).len(), 2, "{found}");
+    }
+    let stats = data(&call(&laptop, "stats", json!({})).await);
+    assert_eq!(
+        (stats["memories"].as_u64(), stats["user_wide"].as_u64()),
+        (Some(2), Some(2))
+    );
+    let prompt = text(&call(&bob, "context", question.clone()).await);
+    assert!(
+        !prompt.contains("Pixel") && !prompt.contains("Rex"),
+        "{prompt}"
+    );
+    let found = data(&call(&bob, "recall", json!({"query": "cat dog called"})).await);
+    assert!(contents(&found).is_empty(), "{found}");
+    assert!(tool_error(&call(&bob, "forget", json!({"id": rex})).await).contains("no memory"));
+
+    // `ava context` in yet another chat of Alice's has both.
+    let out = ok(ava(
+        &db,
+        &[
+            "context",
+            "--user",
+            "alice",
+            "--chat",
+            "cli",
+            "What are my pets called?",
+        ],
+    ));
+    assert!(out.contains("Pixel") && out.contains("Rex"), "{out}");
+
+    // Forgotten from one chat, gone from all of hers.
+    data(&call(&laptop, "forget", json!({"id": rex})).await);
+    let prompt = text(&call(&desk, "context", question).await);
+    assert!(
+        prompt.contains("Pixel") && !prompt.contains("Rex"),
+        "{prompt}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_arguments_are_tool_errors_and_the_server_keeps_serving() {
     let (_dir, db) = store();

@@ -118,22 +118,28 @@ impl FactExtractor {
         self
     }
 
-    /// Learns from `exchange` in `scope`: new facts are stored, replaced ones superseded,
-    /// ended ones invalidated, and the report says which (ids and why). An `Err` means the
+    /// Learns from `exchange`: new facts are stored in the first of `scopes`, replaced ones
+    /// superseded and ended ones invalidated where they are (any of `scopes`: the current
+    /// facts of all of them are weighed, e.g. a person's user-wide facts and those an older
+    /// store kept in the chat), and the report says which (ids and why). An `Err` means the
     /// model failed or answered something unusable, and nothing was written. Writes that
-    /// fail after a valid answer are listed in the report's `failed`.
+    /// fail after a valid answer are listed in the report's `failed`; no scopes learn
+    /// nothing.
     pub async fn learn(
         &self,
         backend: &dyn MemoryBackend,
-        scope: &Scope,
+        scopes: &[Scope],
         exchange: Exchange<'_>,
     ) -> Result<ConsolidationReport> {
+        let Some(scope) = scopes.first() else {
+            return Ok(ConsolidationReport::default());
+        };
         let mut report = ConsolidationReport::default();
         let facts = self.extract(exchange).await?;
         if facts.is_empty() {
             return Ok(report);
         }
-        let (fresh, existing) = self.nearest(backend, scope, &facts, exchange.at).await?;
+        let (fresh, existing) = self.nearest(backend, scopes, &facts, exchange.at).await?;
         if fresh.is_empty() {
             return Ok(report);
         }
@@ -165,9 +171,8 @@ impl FactExtractor {
                     }
                 },
                 Plan::Update { new, old, why } => {
-                    let old_id = existing[old].id;
-                    match supersede(backend, scope, old_id, learned(&fresh[new]), exchange.at).await
-                    {
+                    let (old_id, at) = (existing[old].id, &existing[old].scope);
+                    match supersede(backend, at, old_id, learned(&fresh[new]), exchange.at).await {
                         Ok(stored) => report.superseded.push(Superseded {
                             old: old_id,
                             new: stored.id,
@@ -181,8 +186,8 @@ impl FactExtractor {
                     }
                 }
                 Plan::Invalidate { old, why } => {
-                    let id = existing[old].id;
-                    match invalidate(backend, scope, id, exchange.at).await {
+                    let (id, at) = (existing[old].id, &existing[old].scope);
+                    match invalidate(backend, at, id, exchange.at).await {
                         Ok(_) => report.invalidated.push(Invalidated { id, why }),
                         Err(e) => report
                             .failed
@@ -229,12 +234,13 @@ impl FactExtractor {
         Ok(facts)
     }
 
-    /// The new facts not already stored word for word, and the current facts nearest to
-    /// them (each new fact's nearest, in order, without repeats).
+    /// The new facts not already stored word for word in any of `scopes`, and the current
+    /// facts nearest to them (each new fact's nearest in each scope, in order, without
+    /// repeats).
     async fn nearest(
         &self,
         backend: &dyn MemoryBackend,
-        scope: &Scope,
+        scopes: &[Scope],
         facts: &[String],
         now: Timestamp,
     ) -> Result<(Vec<String>, Vec<MemoryEntry>)> {
@@ -256,20 +262,24 @@ impl FactExtractor {
         let mut fresh = Vec::new();
         let mut existing: Vec<MemoryEntry> = Vec::new();
         for fact in facts {
-            let near = if can_search {
-                let request = SearchRequest::best(&caps, fact.as_str())
-                    .limit(NEAREST)
-                    .filter(filter.clone())
-                    .without_access_tracking();
-                backend
-                    .search(scope, &request)
-                    .await?
-                    .into_iter()
-                    .map(|h| h.entry)
-                    .collect()
-            } else {
-                backend.recent(scope, NEAREST, &filter).await?
-            };
+            let mut near = Vec::new();
+            for scope in scopes {
+                if can_search {
+                    let request = SearchRequest::best(&caps, fact.as_str())
+                        .limit(NEAREST)
+                        .filter(filter.clone())
+                        .without_access_tracking();
+                    near.extend(
+                        backend
+                            .search(scope, &request)
+                            .await?
+                            .into_iter()
+                            .map(|h| h.entry),
+                    );
+                } else {
+                    near.extend(backend.recent(scope, NEAREST, &filter).await?);
+                }
+            }
             let wanted = normalise(fact);
             if near.iter().any(|e| normalise(&e.content) == wanted) {
                 continue;

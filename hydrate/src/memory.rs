@@ -24,7 +24,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use memory_core::{
     Capability, EmbeddingProvider, ErrorChain, Filter, HybridWeights, MemoryBackend, MemoryId,
-    MemoryKind, Role, Scope, SearchMode, SearchRequest, Tag, TagQuery,
+    MemoryKind, Role, SearchMode, SearchRequest, Tag, TagQuery,
 };
 use serde::Serialize;
 
@@ -330,11 +330,8 @@ impl MemorySource {
             ..Filter::default()
         };
         let mut scopes = vec![(query.scope.clone(), None)];
-        if self.options.user_knowledge
-            && (query.scope.chat().is_some() || query.scope.thread().is_some())
-        {
-            let user = Scope::for_user(query.scope.user())?.in_tenant(query.scope.tenant())?;
-            scopes.push((user, Some("user-wide")));
+        if self.options.user_knowledge && !query.scope.is_user_wide() {
+            scopes.push((query.scope.user_wide(), Some("user-wide")));
         }
         for (scope, note) in scopes {
             // Hits first, so a fact both recent and relevant keeps its similarity.

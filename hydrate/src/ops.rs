@@ -2,6 +2,16 @@
 //! memory tools and the application's own, repeat until it answers), `infer_raw` (the legacy path: messages straight to the
 //! model), and the memory operations `remember`, `recall` and `forget`, also offered to the
 //! model as tools (defined in `tools`). Every operation acts on one scope.
+//!
+//! # Whose facts
+//!
+//! A fact belongs to the person, not to the chat it was said in: in a private context
+//! (the default) `remember` keeps it in the user-wide scope ([`Scope::user_wide`]), and
+//! the prompt, `recall` and `forget` read both the chat and the user-wide scope, so it
+//! follows the user into every private context. A shared chat (a group,
+//! [`Ops::in_shared_chat`]) never reads the user-wide scope nor the user's documents (the
+//! people in it must not see a member's private facts), and what is remembered there stays
+//! in the chat.
 
 use std::sync::Arc;
 
@@ -19,8 +29,10 @@ use crate::compile::{CompiledPrompt, compile};
 use crate::config::{HydrateInput, HydrationConfig, SessionState, canonical_json};
 use crate::error::{Error, Result};
 use crate::hydrate::hydrate;
+use crate::memory::OPT_USER_KNOWLEDGE;
 use crate::render::memory_block;
 use crate::scoring::score_memory;
+use crate::source::SourceKind;
 use crate::tools::{FORGET, MAX_RECALL, RECALL, REMEMBER};
 
 /// Default bound on model calls in one `infer`.
@@ -62,6 +74,8 @@ pub struct Ops {
     scope: Scope,
     state: SessionState,
     max_steps: usize,
+    /// A chat that others share (a group): the user-wide scope stays out of it.
+    shared: bool,
 }
 
 impl Ops {
@@ -77,7 +91,50 @@ impl Ops {
             scope,
             state: SessionState::default(),
             max_steps: DEFAULT_MAX_STEPS,
+            shared: false,
         }
+    }
+
+    /// The same operations for a chat that others share (a group): prompts, `recall` and
+    /// `forget` never read the user's user-wide scope (their private facts) nor their
+    /// documents, and `remember` keeps what it is told in the chat. See the module docs.
+    pub fn in_shared_chat(mut self) -> Self {
+        let mut config = (*self.config).clone();
+        // A user's documents (the vector family) are theirs alone too.
+        config.kinds.remove(&SourceKind::Vector);
+        config.sources.remove(&SourceKind::Vector);
+        // As every provider's runtime option, the layer no request can override.
+        config.providers = std::mem::take(&mut config.providers)
+            .into_iter()
+            .map(|p| {
+                let mut options = p.config().options.clone();
+                options.set(OPT_USER_KNOWLEDGE, false);
+                p.with_options(options)
+            })
+            .collect();
+        self.config = Arc::new(config);
+        self.shared = true;
+        self
+    }
+
+    /// Where a fact told here is kept: the user-wide scope in a private context, the chat
+    /// itself in a shared one.
+    pub fn facts_scope(&self) -> Scope {
+        if self.shared {
+            self.scope.clone()
+        } else {
+            self.scope.user_wide()
+        }
+    }
+
+    /// The scopes this context reads memories from: its own, then (in a private context
+    /// narrowed to a chat) the user-wide one.
+    pub fn readable_scopes(&self) -> Vec<Scope> {
+        let mut scopes = vec![self.scope.clone()];
+        if !self.shared && !self.scope.is_user_wide() {
+            scopes.push(self.scope.user_wide());
+        }
+        scopes
     }
 
     /// Sets the state shown in prompts.
@@ -181,9 +238,10 @@ impl Ops {
         model.chat(messages, &[]).await
     }
 
-    /// Stores a fact in this scope, or, when the same fact (same normalised content) is
-    /// already there, merges into it ([`memory_core::remember_once`]); says which. The fact
-    /// is tagged with the entities it mentions ([`crate::with_entity_tags`]).
+    /// Stores a fact in [`Ops::facts_scope`] (user-wide unless the chat is shared), or, when
+    /// the same fact (same normalised content) is already there, merges into it
+    /// ([`memory_core::remember_once`]); says which. The fact is tagged with the entities it
+    /// mentions ([`crate::with_entity_tags`]).
     pub async fn remember(
         &self,
         content: &str,
@@ -198,12 +256,12 @@ impl Ops {
             memory = memory.with_context(c);
         }
         let memory = crate::graph::with_entity_tags(memory);
-        Ok(remember_once(self.backend.as_ref(), &self.scope, memory).await?)
+        Ok(remember_once(self.backend.as_ref(), &self.facts_scope(), memory).await?)
     }
 
-    /// The memories of this scope that best match `query` (1 to [`MAX_RECALL`]), best first
-    /// by the combined score: hybrid search where the backend has it, else keyword, else
-    /// semantic.
+    /// The memories of [`Ops::readable_scopes`] that best match `query` (1 to
+    /// [`MAX_RECALL`]), best first by the combined score: hybrid search where the backend has
+    /// it, else keyword, else semantic.
     pub async fn recall(&self, query: &str, limit: usize) -> Result<Vec<MemoryEntry>> {
         if !(1..=MAX_RECALL).contains(&limit) {
             return Err(Error::invalid(
@@ -219,24 +277,36 @@ impl Ops {
         }
         let request = SearchRequest::best(&self.backend.capabilities(), query);
         let now = memory_core::Timestamp::now();
-        let mut hits: Vec<_> = self
-            .backend
-            .search(&self.scope, &request.limit(limit))
-            .await?
-            .into_iter()
-            .map(|h| score_memory(h, now, RecencyDecay::default(), self.config.scoring))
-            .collect();
+        let request = request.limit(limit);
+        let mut hits = Vec::new();
+        for scope in self.readable_scopes() {
+            hits.extend(
+                self.backend
+                    .search(&scope, &request)
+                    .await?
+                    .into_iter()
+                    .map(|h| score_memory(h, now, RecencyDecay::default(), self.config.scoring)),
+            );
+        }
         hits.sort_by(|a, b| {
             b.score
                 .total_cmp(&a.score)
                 .then(a.entry.id.cmp(&b.entry.id))
         });
+        hits.truncate(limit);
         Ok(hits.into_iter().map(|h| h.entry).collect())
     }
 
-    /// Deletes a memory of this scope (an id of another scope is not found).
+    /// Deletes a memory of [`Ops::readable_scopes`] (an id of any other scope is not found).
     pub async fn forget(&self, id: MemoryId) -> Result<()> {
-        Ok(self.backend.delete(&self.scope, id).await?)
+        let mut result = Ok(());
+        for scope in self.readable_scopes() {
+            result = self.backend.delete(&scope, id).await;
+            if !matches!(result, Err(memory_core::MemoryError::NotFound { .. })) {
+                break;
+            }
+        }
+        Ok(result?)
     }
 
     /// Runs one tool call (a memory tool, or an application tool with a handler); failures

@@ -15,12 +15,12 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use common::{OBSERVATION, chat_scope, config, embedder, input, request, seed_alice};
+use common::{OBSERVATION, chat_scope, config, embedder, input, request, seed_alice, user_scope};
 use hydrate::{
     ChatMessage, ChatModel, ChatResponse, ChatRole, Error, FORGET, Ops, RECALL, REMEMBER, ToolCall,
     ToolHandler, ToolSpec,
 };
-use memory_core::{MemoryBackend, MemoryKind, NewMemory};
+use memory_core::{MemoryBackend, MemoryKind, NewMemory, Scope};
 use memory_inmem::InMemoryBackend;
 use serde_json::json;
 
@@ -139,10 +139,11 @@ async fn infer_runs_memory_tools_until_the_model_answers() {
     assert_eq!(out.tool_runs.len(), 2);
     assert!(out.tool_runs.iter().all(|r| r.ok), "{:?}", out.tool_runs);
 
-    // The fact was stored in this scope, as a fact, with its tag and context.
+    // The fact was stored as Alice's (user-wide: it follows her into every private chat),
+    // as a fact, with its tag and context.
     let stored: serde_json::Value = serde_json::from_str(&out.tool_runs[0].output).unwrap();
     let id = stored["id"].as_str().unwrap().parse().unwrap();
-    let fact = backend.get(&chat_scope("alice"), id).await.unwrap();
+    let fact = backend.get(&user_scope("alice"), id).await.unwrap();
     assert_eq!(fact.kind, MemoryKind::Fact);
     assert_eq!(fact.source.as_deref(), Some("tool:remember"));
     // With the `graph` feature it also carries the names it mentions.
@@ -463,4 +464,93 @@ async fn application_tools_run_and_their_results_go_back_to_the_model() {
     assert_eq!(asked.len(), 3);
     assert!(asked.iter().all(|(s, _)| *s == chat_scope("alice")));
     assert_eq!(asked[0].1, json!({"city": "Oslo"}));
+}
+
+/// A fact told in one private chat is the person's: it reaches the prompt, `recall` and
+/// `forget` of another private chat of the same user, never another user, and never a chat
+/// others share (a group), where what is remembered stays in that chat.
+#[tokio::test]
+async fn facts_follow_the_person_into_private_chats_and_stay_out_of_shared_ones() {
+    let backend: Arc<dyn MemoryBackend> = Arc::new(InMemoryBackend::new(Some(embedder())));
+    let cfg = Arc::new(config(Arc::clone(&backend), Some(embedder())));
+    let in_chat = |user: &str, chat: &str| Scope::for_user(user).unwrap().in_chat(chat).unwrap();
+    let private = Ops::new(
+        Arc::clone(&cfg),
+        Arc::clone(&backend),
+        in_chat("alice", "dm"),
+    );
+    let elsewhere = Ops::new(
+        Arc::clone(&cfg),
+        Arc::clone(&backend),
+        in_chat("alice", "cli"),
+    );
+    let group = Ops::new(
+        Arc::clone(&cfg),
+        Arc::clone(&backend),
+        in_chat("alice", "-100"),
+    )
+    .in_shared_chat();
+    let bob = Ops::new(Arc::clone(&cfg), Arc::clone(&backend), in_chat("bob", "dm"));
+
+    let told = private
+        .remember("Alice's cat is called Pixel.", None, &[])
+        .await
+        .unwrap();
+    assert_eq!(told.entry.scope, user_scope("alice"));
+    assert_eq!(private.facts_scope(), user_scope("alice"));
+    assert_eq!(group.facts_scope(), in_chat("alice", "-100"));
+    let question = "What is my cat called?";
+    let holds_pixel =
+        |p: &hydrate::CompiledPrompt| p.messages.iter().any(|m| m.content.contains("Pixel"));
+    let prompt = |ops: &Ops| {
+        let ops = ops.clone();
+        async move {
+            ops.prepare(&input(ops.scope().clone(), request(question, 4000)))
+                .await
+                .unwrap()
+        }
+    };
+
+    assert!(
+        holds_pixel(&prompt(&elsewhere).await),
+        "another private chat of Alice"
+    );
+    assert_eq!(
+        elsewhere.recall("cat Pixel", 5).await.unwrap()[0].id,
+        told.entry.id
+    );
+    assert!(!holds_pixel(&prompt(&group).await), "a group Alice is in");
+    assert!(group.recall("cat Pixel", 5).await.unwrap().is_empty());
+    assert!(
+        group.forget(told.entry.id).await.is_err(),
+        "a group cannot forget it"
+    );
+    assert!(!holds_pixel(&prompt(&bob).await), "another user");
+    assert!(bob.recall("cat Pixel", 5).await.unwrap().is_empty());
+
+    // Not even a request that asks for the user-wide scope gets it into a group.
+    let asked = input(group.scope().clone(), request(question, 4000)).with_provider_options(
+        cfg.providers[0].name(),
+        hydrate::ProviderOptions::new().with(hydrate::OPT_USER_KNOWLEDGE, true),
+    );
+    let p = group.prepare(&asked).await.unwrap();
+    assert!(!holds_pixel(&p));
+
+    // Told in the group, a fact stays in the group.
+    let said = group
+        .remember("The group meets on Fridays.", None, &[])
+        .await
+        .unwrap();
+    assert_eq!(said.entry.scope, in_chat("alice", "-100"));
+    assert!(
+        elsewhere
+            .recall("group meets Fridays", 5)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // Forgotten from any private chat of hers, it is gone everywhere.
+    elsewhere.forget(told.entry.id).await.unwrap();
+    assert!(!holds_pixel(&prompt(&private).await));
 }

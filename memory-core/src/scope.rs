@@ -121,6 +121,22 @@ impl Scope {
         Ok(self)
     }
 
+    /// The scope of this user outside any chat or thread (same tenant and user): where
+    /// what belongs to the person rather than to one conversation is kept.
+    pub fn user_wide(&self) -> Scope {
+        Scope {
+            tenant: self.tenant.clone(),
+            user: self.user.clone(),
+            chat: None,
+            thread: None,
+        }
+    }
+
+    /// Whether this is a user-wide scope (no chat, no thread).
+    pub fn is_user_wide(&self) -> bool {
+        self.chat.is_none() && self.thread.is_none()
+    }
+
     /// The tenant key.
     pub fn tenant(&self) -> &str {
         &self.tenant
@@ -187,6 +203,22 @@ impl fmt::Debug for Scope {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_user_wide_scope_keeps_tenant_and_user_only() {
+        let chat = Scope::for_user("alice")
+            .and_then(|s| s.in_tenant("acme"))
+            .and_then(|s| s.in_chat("7"))
+            .and_then(|s| s.in_thread("t"))
+            .unwrap();
+        let wide = chat.user_wide();
+        assert_eq!(
+            wide,
+            Scope::for_user("alice").unwrap().in_tenant("acme").unwrap()
+        );
+        assert!(wide.is_user_wide() && !chat.is_user_wide());
+        assert_eq!(wide.user_wide(), wide);
+    }
 
     #[test]
     fn keys_are_injective_for_tricky_values() {

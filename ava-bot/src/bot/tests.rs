@@ -347,12 +347,109 @@ async fn remembered_facts_reach_the_prompt_and_users_stay_apart() {
     assert!(context.contains("\"My cat is called Pixel\""), "{context}");
     assert!(!context.contains("Rex"), "{context}");
 
-    // Everything was stored in the right scope: the fact (once), the question and the answer.
+    // Everything was stored in the right scope: the question and the answer in the chat,
+    // the fact (once) as Alice's own.
     let scope = Scope::for_user(alice.to_string())
         .unwrap()
         .in_chat(alice_chat.to_string())
         .unwrap();
-    assert_eq!(h.store.count(&scope).await.unwrap(), 3);
+    assert_eq!(h.store.count(&scope).await.unwrap(), 2);
+    assert_eq!(h.store.count(&scope.user_wide()).await.unwrap(), 1);
+}
+
+/// A fact Alice tells in her private chat is hers: it reaches her other private contexts
+/// (another chat, as `ava context` would build it) but never a group she is in, nor Bob; what
+/// she remembers in the group stays in the group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_private_fact_follows_its_person_but_never_into_a_group() {
+    let (alice, bob, group) = (111_u64, 222_u64, -100_777_i64);
+    let alice_chat = i64::try_from(alice).unwrap();
+    let telegram = fake_telegram(vec![
+        text_update(1, alice, alice_chat, "/remember My cat is called Pixel"),
+        group_update(2, alice, group, "Quick poll: what is my cat called?"),
+        group_update(3, bob, group, "And what is the cat of Alice called?"),
+        group_update(4, alice, group, "/recall cat"),
+        group_update(5, alice, group, "/remember The team meets on Fridays"),
+        text_update(6, alice, alice_chat, "What is my cat called?"),
+    ])
+    .await;
+    let llm = fake_ollama(ResponseTemplate::new(200).set_body_json(ollama_answer("Fine."))).await;
+    let h = Harness::new(telegram).await;
+    let sent = h.run(&llm, PATIENCE, None, 6).await;
+    reply_in(&sent, alice_chat, "Remembered");
+    let recalled = sent
+        .iter()
+        .filter(|(c, _)| *c == group)
+        .map(|(_, t)| t.as_str())
+        .find(|t| t.contains("remember nothing") || t.contains("What I remember"))
+        .unwrap_or_else(|| panic!("no /recall reply in the group: {sent:?}"));
+    assert!(!recalled.contains("Pixel"), "{recalled}");
+
+    let bodies = llm_bodies(&llm.received_requests().await.unwrap());
+    let asked = |q: &str| {
+        bodies
+            .iter()
+            .find(|b| b.contains(q))
+            .unwrap_or_else(|| panic!("no model call for {q:?}"))
+            .clone()
+    };
+    for q in ["Quick poll", "the cat of Alice"] {
+        assert!(
+            !asked(q).contains("Pixel"),
+            "a private fact reached a group's prompt"
+        );
+    }
+    assert!(asked("What is my cat called?").contains("My cat is called Pixel"));
+
+    // Another private context of Alice's (`ava context --user 111 --chat cli`) has it;
+    // Bob's has not, nor has the group's note reached Alice's private prompt.
+    let agent =
+        crate::agent::Agent::dry_run(Arc::clone(&h.store) as Arc<dyn MemoryBackend>, None, 4000)
+            .unwrap();
+    let text = |p: hydrate::CompiledPrompt| {
+        p.messages
+            .iter()
+            .map(|m| m.content.clone())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let elsewhere = Scope::for_user(alice.to_string())
+        .unwrap()
+        .in_chat("cli")
+        .unwrap();
+    let prompt = text(
+        agent
+            .prepare(&elsewhere, "What is my cat called?")
+            .await
+            .unwrap(),
+    );
+    assert!(prompt.contains("My cat is called Pixel"), "{prompt}");
+    assert!(!prompt.contains("Fridays"), "{prompt}");
+    let bobs = Scope::for_user(bob.to_string())
+        .unwrap()
+        .in_chat("cli")
+        .unwrap();
+    let prompt = text(
+        agent
+            .prepare(&bobs, "What is Alice's cat called?")
+            .await
+            .unwrap(),
+    );
+    assert!(!prompt.contains("Pixel"), "{prompt}");
+    let in_group = Scope::for_user(alice.to_string())
+        .unwrap()
+        .in_chat(group.to_string())
+        .unwrap();
+    assert_eq!(h.store.count(&in_group.user_wide()).await.unwrap(), 1);
+    assert!(
+        h.store
+            .recent(&in_group, 10, &memory_core::Filter::default())
+            .await
+            .unwrap()
+            .iter()
+            .any(|m| m.content == "The team meets on Fridays"),
+        "what is remembered in a group stays there"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -381,7 +478,7 @@ async fn the_model_can_remember_through_its_tools() {
     let facts =
         crate::agent::Agent::new(Arc::clone(&h.store) as Arc<dyn MemoryBackend>, None, 4000)
             .unwrap()
-            .ops(scope)
+            .ops(scope, crate::agent::Audience::Private)
             .recall("tea", 5)
             .await
             .unwrap();
@@ -504,7 +601,7 @@ async fn commands_recall_forget_stats_wipe_and_the_allow_list() {
     assert!(mine[0].starts_with("Remembered."), "{mine:?}");
     assert!(mine[1].contains("I live in Porto (id "), "{mine:?}");
     assert!(
-        mine[2].contains("1 in this chat, 1 in all your chats (1)"),
+        mine[2].contains("0 in this chat, 1 facts of your own (every private chat with me sees them), 1 in all (0 chats)"),
         "{mine:?}"
     );
     assert!(mine[3].contains("/forget <id>"), "{mine:?}");

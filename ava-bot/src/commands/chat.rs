@@ -4,7 +4,7 @@ use std::io::{IsTerminal, Write};
 
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use crate::agent::{Agent, DEFAULT_BUDGET};
+use crate::agent::{Agent, Audience, DEFAULT_BUDGET};
 use crate::commands::prune::UpkeepArgs;
 use crate::config::{Identity, Settings};
 use crate::llm::LlmSettings;
@@ -64,12 +64,19 @@ pub(crate) async fn run(
         }
         if line == "/context" {
             match &last_report {
-                Some(report) => write!(out, "{}", agent.explain(&scope, report).await)?,
+                Some(report) => write!(
+                    out,
+                    "{}",
+                    agent.explain(&scope, Audience::Private, report).await
+                )?,
                 None => writeln!(out, "no prompt yet; say something first")?,
             }
             continue;
         }
-        match agent.answer(model.as_ref(), &scope, line, "cli").await {
+        match agent
+            .answer(model.as_ref(), &scope, Audience::Private, line, "cli")
+            .await
+        {
             Err(e) => writeln!(out, "ava> (not sent: {})", crate::error_chain(&e))?,
             Ok(turn) => {
                 match turn.answer {

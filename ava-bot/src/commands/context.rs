@@ -5,7 +5,7 @@ use std::io::Write;
 
 use hydrate::{DegradationKind, ExplainReport, SourceStatus};
 
-use crate::agent::{Agent, DEFAULT_BUDGET, render_messages};
+use crate::agent::{Agent, Audience, DEFAULT_BUDGET, render_messages};
 use crate::config::{Identity, Settings};
 
 #[derive(Debug, clap::Args)]
@@ -68,7 +68,9 @@ pub(crate) async fn run(
         )?;
         if args.explain {
             writeln!(out, "--- explain ---")?;
-            let report = agent.explain(&scope, &prompt.report).await;
+            let report = agent
+                .explain(&scope, Audience::Private, &prompt.report)
+                .await;
             write!(out, "{}", super::terminal_safe(&report, true))?;
         }
     }

@@ -12,7 +12,7 @@ use memory_core::{
 };
 use memory_sqlite::{SqliteBackend, SqliteConfig};
 
-use crate::agent::{Agent, render_messages};
+use crate::agent::{Agent, Audience, render_messages};
 use crate::config::{EmbedderChoice, Settings};
 
 /// A short conversation written for this demo: (day, role, text).
@@ -211,7 +211,11 @@ pub(crate) async fn run(
             out,
             "\n   Explain report ({DEMO_BUDGET}-token budget, tight on purpose):"
         )?;
-        for line in agent.explain(&scope, &prompt.report).await.lines() {
+        for line in agent
+            .explain(&scope, Audience::Private, &prompt.report)
+            .await
+            .lines()
+        {
             writeln!(out, "   {line}")?;
         }
         writeln!(out)?;

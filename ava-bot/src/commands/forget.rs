@@ -12,7 +12,8 @@ pub(crate) struct Args {
     /// The user whose memory it is.
     #[arg(long)]
     pub(crate) user: String,
-    /// The chat it belongs to; without it, every chat of the user is searched for the id.
+    /// A chat of the user: the id is looked for there and among the user's own facts;
+    /// without it, in every chat of the user.
     #[arg(long)]
     pub(crate) chat: Option<String>,
     /// The memory id (as printed by `ava remember` or `ava recall`).
@@ -27,7 +28,7 @@ pub(crate) async fn run(
     let id: MemoryId = args.id.parse()?;
     let opened = settings.open_existing().await?;
     let store = &*opened.store;
-    let scopes = super::user_scopes(store, &args.user, args.chat.as_deref()).await?;
+    let scopes = super::readable_scopes(store, &args.user, args.chat.as_deref()).await?;
     super::in_scope_holding(
         &scopes,
         &args.user,

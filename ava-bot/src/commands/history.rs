@@ -19,7 +19,7 @@ pub(crate) async fn run(
     let id: MemoryId = args.id.parse()?;
     let opened = settings.open_existing().await?;
     let store = &*opened.store;
-    let scopes = super::user_scopes(store, &args.user, args.chat.as_deref()).await?;
+    let scopes = super::readable_scopes(store, &args.user, args.chat.as_deref()).await?;
     let (_, chain) =
         super::in_scope_holding(&scopes, &args.user, id, "read the history", async |scope| {
             memory_core::history(store, scope, id).await

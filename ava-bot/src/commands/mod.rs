@@ -37,6 +37,40 @@ pub(crate) async fn user_scopes(
     })
 }
 
+/// The scopes a private context of `user` reads: `chat`'s and then the user-wide one (the
+/// person's facts follow them into every private chat), or every scope of the user.
+pub(crate) async fn readable_scopes(
+    store: &dyn MemoryBackend,
+    user: &str,
+    chat: Option<&str>,
+) -> anyhow::Result<Vec<Scope>> {
+    let mut scopes = user_scopes(store, user, chat).await?;
+    if chat.is_some() {
+        scopes.push(Scope::for_user(user)?);
+    }
+    Ok(scopes)
+}
+
+/// The private context of `scope`'s memories (its own and the user-wide ones) that best
+/// match `request`, best first, at most its limit.
+pub(crate) async fn search_private(
+    store: &dyn MemoryBackend,
+    scope: &Scope,
+    request: &SearchRequest,
+) -> memory_core::Result<Vec<memory_core::ScoredMemory>> {
+    let mut hits = store.search(scope, request).await?;
+    if !scope.is_user_wide() {
+        hits.extend(store.search(&scope.user_wide(), request).await?);
+    }
+    hits.sort_by(|a, b| {
+        b.score
+            .total_cmp(&a.score)
+            .then(a.entry.id.cmp(&b.entry.id))
+    });
+    hits.truncate(request.limit);
+    Ok(hits)
+}
+
 /// Runs `op` in each of `scopes` in turn until one holds the memory `id` (in the others
 /// `op` answers "not found"): the scope that held it and what `op` gave. An error names
 /// `user` when no scope holds it, or says what failed (`doing`).

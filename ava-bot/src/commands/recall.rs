@@ -1,5 +1,5 @@
-//! `ava recall`: search a user's memories in a chat and print scored hits; a lookup, so it
-//! records no access and writes nothing.
+//! `ava recall`: search a user's memories in a chat (and the user's own facts) and print
+//! scored hits; a lookup, so it records no access and writes nothing.
 
 use std::io::Write;
 
@@ -40,8 +40,8 @@ pub(crate) async fn run(
     if let Some(at) = args.as_of {
         req = req.filter(Filter::as_of(at));
     }
-    let hits = store
-        .search(&scope, &req)
+    // The chat's memories and the person's own facts, best first.
+    let hits = super::search_private(store, &scope, &req)
         .await
         .context("search memories")?;
     if args.json {

@@ -1,16 +1,25 @@
-//! `ava remember`: store a fact for a user in a chat.
+//! `ava remember`: store a fact of a user: the person's (it reaches every private context
+//! of theirs), or, with `--chat`, one chat's only.
 
 use std::io::Write;
 
 use anyhow::Context;
-use memory_core::{MemoryId, MemoryKind, NewMemory, Tag, Timestamp, remember_once, supersede};
+use memory_core::{
+    MemoryId, MemoryKind, NewMemory, Scope, Tag, Timestamp, remember_once, supersede,
+};
 
-use crate::config::{Identity, Settings};
+use crate::config::Settings;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    #[command(flatten)]
-    who: Identity,
+    /// The user whose fact it is (e.g. a Telegram user id).
+    #[arg(long)]
+    user: String,
+    /// Keep it in this chat only. Without it the fact is the user's own and reaches every
+    /// private context of theirs: a private chat with the bot, `ava chat`, `ava context`,
+    /// MCP (never a group).
+    #[arg(long)]
+    chat: Option<String>,
     /// A tag (repeatable).
     #[arg(long = "tag")]
     tags: Vec<String>,
@@ -27,7 +36,10 @@ pub(crate) async fn run(
     args: &Args,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
-    let scope = args.who.scope()?;
+    let scope = match &args.chat {
+        Some(chat) => Scope::for_user(&args.user)?.in_chat(chat)?,
+        None => Scope::for_user(&args.user)?,
+    };
     let tags = args
         .tags
         .iter()
@@ -46,7 +58,18 @@ pub(crate) async fn run(
         .with_source("cli")
         .with_context("remembered with `ava remember`");
     if let Some(old) = replaces {
-        let entry = supersede(opened.store.as_ref(), &scope, old, memory, Timestamp::now())
+        // The old fact may be one chat's (a store from before facts were the user's own):
+        // the new one replaces it there.
+        let scopes =
+            super::readable_scopes(opened.store.as_ref(), &args.user, args.chat.as_deref()).await?;
+        let mut home = &scope;
+        for s in &scopes {
+            if opened.store.get(s, old).await.is_ok() {
+                home = s;
+                break;
+            }
+        }
+        let entry = supersede(opened.store.as_ref(), home, old, memory, Timestamp::now())
             .await
             .with_context(|| format!("replace {old}"))?;
         writeln!(out, "{}", entry.id)?;

@@ -17,7 +17,7 @@ use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 use super::{OllamaChat, OpenAiChat};
-use crate::agent::Agent;
+use crate::agent::{Agent, Audience};
 use memory_core::Secret;
 
 const LONG: Duration = Duration::from_secs(30);
@@ -97,7 +97,13 @@ async fn ollama_runs_a_tool_call_then_answers() {
     let scope = Scope::for_user("1").unwrap().in_chat("2").unwrap();
 
     let done = agent
-        .answer(&model, &scope, "My cat is called Pixel.", "test")
+        .answer(
+            &model,
+            &scope,
+            Audience::Private,
+            "My cat is called Pixel.",
+            "test",
+        )
         .await
         .unwrap();
     turn_stored(&done);
@@ -134,9 +140,10 @@ async fn ollama_runs_a_tool_call_then_answers() {
         "{}",
         second[n - 1]
     );
-    // The fact, the message and the answer are stored in the scope.
+    // The message and the answer are stored in the chat, the fact as the user's own.
     let store = agent.store();
-    assert_eq!(store.count(&scope).await.unwrap(), 3);
+    assert_eq!(store.count(&scope).await.unwrap(), 2);
+    assert_eq!(store.count(&scope.user_wide()).await.unwrap(), 1);
 }
 
 #[tokio::test]
@@ -175,7 +182,13 @@ async fn openai_runs_a_tool_call_then_answers() {
     let scope = Scope::for_user("1").unwrap().in_chat("2").unwrap();
 
     let done = agent()
-        .answer(&model, &scope, "What is my cat called?", "test")
+        .answer(
+            &model,
+            &scope,
+            Audience::Private,
+            "What is my cat called?",
+            "test",
+        )
         .await
         .unwrap();
     turn_stored(&done);
@@ -362,7 +375,7 @@ async fn learned_facts_are_added_ended_and_not_repeated() {
         source: "test",
     };
     let report = FactExtractor::new(model)
-        .learn(&backend, &scope, exchange)
+        .learn(&backend, std::slice::from_ref(&scope), exchange)
         .await
         .unwrap();
     assert_eq!(report.added.len(), 2, "{report:?}");

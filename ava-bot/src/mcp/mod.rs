@@ -376,8 +376,10 @@ struct Stats {
     user: String,
     /// The chat this server acts for.
     chat: Option<String>,
-    /// How many memories this identity has.
+    /// How many memories this identity reads: the chat's and the user's own facts.
     memories: u64,
+    /// How many of them are the user's own facts (user-wide, in every private context).
+    user_wide: u64,
     /// Search modes this server offers (`hybrid`, `keyword`, `semantic`).
     search_modes: Vec<String>,
     /// The store's kind (`memory-sqlite`, `memory-postgres`).
@@ -489,6 +491,15 @@ fn reply<T: Serialize>(text: String, data: &T) -> anyhow::Result<CallToolResult>
 }
 
 impl AvaMcp {
+    /// The scopes this identity reads: its chat's, then the user's own (user-wide) facts.
+    fn readable(&self) -> Vec<Scope> {
+        let mut scopes = vec![self.scope.clone()];
+        if !self.scope.is_user_wide() {
+            scopes.push(self.scope.user_wide());
+        }
+        scopes
+    }
+
     async fn remember(&self, args: JsonObject) -> anyhow::Result<CallToolResult> {
         let a: RememberArgs = parse("remember", args)?;
         let tags = a
@@ -509,11 +520,13 @@ impl AvaMcp {
         }
         let max = self.store().info().limits.max_content_bytes;
         let replaces = a.replaces.as_deref().filter(|r| !r.trim().is_empty());
+        // A fact is the person's: kept user-wide, it reaches every private context of theirs.
+        let home = self.scope.user_wide();
         if memory.content.len() > max && replaces.is_none() {
             // Longer than the store takes in one memory: kept whole, in linked parts.
             let parts = self
                 .store()
-                .store_batch(&self.scope, memory.split_to_fit(max))
+                .store_batch(&home, memory.split_to_fit(max))
                 .await
                 .context("could not store the memory")?;
             let first = parts.first().context("the store returned no memory")?;
@@ -535,9 +548,15 @@ impl AvaMcp {
         let done = match replaces {
             Some(old) => {
                 let old: MemoryId = old.trim().parse().context("bad `replaces`")?;
+                // Where the old fact is: user-wide, or (in a store from before facts were
+                // the person's) the chat; the new one replaces it there.
+                let mut at = &home;
+                if self.store().get(&home, old).await.is_err() {
+                    at = &self.scope;
+                }
                 let entry = memory_core::supersede(
                     self.store(),
-                    &self.scope,
+                    at,
                     old,
                     memory,
                     memory_core::Timestamp::now(),
@@ -549,7 +568,7 @@ impl AvaMcp {
                     merged: false,
                 }
             }
-            None => memory_core::remember_once(self.store(), &self.scope, memory)
+            None => memory_core::remember_once(self.store(), &home, memory)
                 .await
                 .context("could not store the memory")?,
         };
@@ -608,8 +627,8 @@ impl AvaMcp {
             memory_core::SearchMode::Keyword => "keyword",
             memory_core::SearchMode::Semantic => "semantic",
         };
-        let hits = store
-            .search(&self.scope, &request)
+        // The chat's memories and the person's own facts, best first.
+        let hits = crate::commands::search_private(store, &self.scope, &request)
             .await
             .context("could not search memories")?;
         let entries: Vec<MemoryEntry> = hits.iter().map(|h| h.entry.clone()).collect();
@@ -641,7 +660,14 @@ impl AvaMcp {
                 "`id` is not a memory id; use an id (a UUID) that remember, recall or recent gave"
             )
         })?;
-        match self.store().delete(&self.scope, id).await {
+        let mut deleted = Ok(());
+        for scope in self.readable() {
+            deleted = self.store().delete(&scope, id).await;
+            if !matches!(deleted, Err(MemoryError::NotFound { .. })) {
+                break;
+            }
+        }
+        match deleted {
             Ok(()) => {}
             Err(MemoryError::NotFound { .. }) => bail!(
                 "there is no memory {id} here; it was forgotten already, or the id is not one \
@@ -724,11 +750,18 @@ impl AvaMcp {
         let a: RecentArgs = parse("recent", args)?;
         let (default, max) = RECENT_LIMIT;
         let limit = in_range("limit", a.limit, default, (1, max))? as usize;
-        let entries = self
-            .store()
-            .recent(&self.scope, limit, &Filter::default())
-            .await
-            .context("could not read the latest memories")?;
+        // The chat's and the person's own facts, newest first.
+        let mut entries = Vec::new();
+        for scope in self.readable() {
+            entries.extend(
+                self.store()
+                    .recent(&scope, limit, &Filter::default())
+                    .await
+                    .context("could not read the latest memories")?,
+            );
+        }
+        entries.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
+        entries.truncate(limit);
         let text = memory_block(
             "recent",
             "the latest memories, newest first",
@@ -744,10 +777,18 @@ impl AvaMcp {
     async fn stats(&self, args: JsonObject) -> anyhow::Result<CallToolResult> {
         let NoArgs {} = parse("stats", args)?;
         let store = self.store();
-        let memories = store
-            .count(&self.scope)
-            .await
-            .context("could not count memories")?;
+        let mut counts = Vec::new();
+        for scope in self.readable() {
+            counts.push(
+                store
+                    .count(&scope)
+                    .await
+                    .context("could not count memories")?,
+            );
+        }
+        let memories = counts.iter().sum();
+        // The last is the user-wide one (the only one when the identity is user-wide).
+        let user_wide = counts.last().copied().unwrap_or(0);
         let caps = store.capabilities();
         let search_modes: Vec<String> = [
             (Capability::HybridSearch, "hybrid"),
@@ -762,13 +803,16 @@ impl AvaMcp {
             user: self.scope.user().to_owned(),
             chat: self.scope.chat().map(str::to_owned),
             memories,
+            user_wide,
             search_modes,
             store: store.info().name.clone(),
             embedder: self.memory.embedder_note.clone(),
         };
         let text = format!(
-            "{} memories for this user in this chat; search: {}; {}.",
+            "{} memories for this user in this chat ({} of them the user's own facts); search: \
+             {}; {}.",
             data.memories,
+            data.user_wide,
             data.search_modes.join(", "),
             data.embedder
         );
