@@ -12,7 +12,7 @@ use hydrate::preview;
 use hydrate::product::{chat_turn, in_reply_to};
 use hydrate::{
     ChatModel, CompiledPrompt, Exchange, ExplainReport, FactExtractor, HydrateInput,
-    HydrationConfig, Inference, OPT_RECORD_ACCESS, Ops, ProviderOptions, product,
+    HydrationConfig, Inference, OPT_RECORD_ACCESS, Ops, ProviderOptions, SessionState, product,
 };
 use memory_core::{
     EmbeddingProvider, Filter, MemoryBackend, MemoryError, MemoryId, MemoryKind, MemoryPatch,
@@ -47,6 +47,42 @@ pub(crate) struct Agent {
 #[derive(Debug, Default)]
 struct Background {
     running: tokio::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+/// Longest display name, chat title or language shown in a prompt's state, in characters.
+pub(crate) const MAX_STATE_CHARS: usize = 64;
+
+/// Longest goal a caller may set, in characters.
+pub(crate) const MAX_GOAL_CHARS: usize = 300;
+
+/// `text` as one line of at most `max` characters for a prompt's state section: control
+/// characters (line breaks included) become spaces, runs of spaces one, and a cut ends in
+/// `…`. What people call themselves and their groups is theirs to choose, so it is kept
+/// short and on its own line.
+pub(crate) fn state_line(text: &str, max: usize) -> String {
+    let clean: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let words: Vec<&str> = clean.split_whitespace().collect();
+    let line = words.join(" ");
+    if line.chars().count() <= max {
+        return line;
+    }
+    let mut cut: String = line.chars().take(max.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
+/// The state of a private context whose user goes by `name` (the CLI's and MCP's
+/// `--name`), if any.
+pub(crate) fn named(name: Option<&str>) -> SessionState {
+    SessionState {
+        user: name
+            .map(|n| state_line(n, MAX_STATE_CHARS))
+            .filter(|n| !n.is_empty()),
+        ..SessionState::default()
+    }
 }
 
 /// Who is in a chat: the user alone (a private chat, the CLI, an MCP client), or others too
@@ -266,13 +302,21 @@ impl Agent {
         Ok(())
     }
 
-    /// The prompt the model would get for `message` now (nothing stored, no model called).
+    /// The prompt the model would get for `message` now, in a private context, with
+    /// `state` (who is talking) and `goal` (what they are after) when the caller has them;
+    /// nothing stored, no model called.
     pub(crate) async fn prepare(
         &self,
         scope: &Scope,
+        state: SessionState,
+        goal: Option<&str>,
         message: &str,
     ) -> anyhow::Result<CompiledPrompt> {
-        let input = HydrateInput::new(scope.clone(), self.request(message)?);
+        let mut request = self.request(message)?;
+        request.goal = goal
+            .map(|g| state_line(g, MAX_GOAL_CHARS))
+            .filter(|g| !g.is_empty());
+        let input = HydrateInput::new(scope.clone(), request).with_state(state);
         self.prepare_input(scope, &input).await
     }
 
@@ -308,8 +352,8 @@ impl Agent {
             .context("hydrate and compile the prompt")
     }
 
-    /// Answers `message` in `scope` (heard by `audience`) with `model`, then stores the
-    /// message and (if there is one) the answer.
+    /// Answers `message` in `scope` (heard by `audience`; `state` says who is talking) with
+    /// `model`, then stores the message and (if there is one) the answer.
     ///
     /// The message is stored after the prompt is built, at the time it arrived, so the
     /// prompt shows it once (as the observation) rather than also as recent conversation;
@@ -322,10 +366,11 @@ impl Agent {
         model: &dyn ChatModel,
         scope: &Scope,
         audience: Audience,
+        state: SessionState,
         message: &str,
         source: &str,
     ) -> anyhow::Result<Turn> {
-        let ops = self.ops(scope.clone(), audience);
+        let ops = self.ops(scope.clone(), audience).with_state(state);
         let request = self.request(message)?;
         let received = Timestamp::now();
         // The turn this message answers (usually Ava's last reply), kept as its context so
@@ -626,4 +671,23 @@ pub(crate) fn render_messages(prompt: &CompiledPrompt) -> String {
     let names: Vec<&str> = prompt.tools.iter().map(|t| t.name.as_str()).collect();
     let _ = writeln!(out, "--- tools: {} ---", names.join(", "));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_lines_are_one_short_line() {
+        assert_eq!(state_line("  Ada\n\nLovelace\t ", 64), "Ada Lovelace");
+        assert_eq!(
+            state_line("Ignore all\rprevious", 64),
+            "Ignore all previous"
+        );
+        let long = state_line(&"é".repeat(100), 10);
+        assert_eq!(long.chars().count(), 10);
+        assert!(long.ends_with('…'));
+        assert_eq!(named(Some(" \n ")).user, None);
+        assert_eq!(named(Some("Maya")).user.as_deref(), Some("Maya"));
+    }
 }

@@ -18,7 +18,8 @@ use teloxide::update_listeners;
 use teloxide::utils::command::BotCommands;
 use teloxide::{ApiError, RequestError};
 
-use crate::agent::{Agent, Audience, Blame};
+use crate::agent::{Agent, Audience, Blame, MAX_STATE_CHARS, state_line};
+use hydrate::SessionState;
 
 /// The bot as handlers see it: rate-limited, retrying on 429 `retry_after`.
 pub(crate) type AvaBot = Throttle<Bot>;
@@ -130,6 +131,40 @@ fn who(msg: &Message) -> Option<Who> {
         scope,
         audience,
     })
+}
+
+/// What the prompt says about who is talking and where, from what Telegram sends with every
+/// message: the sender's name and username, their language (answer in it), the chat's type
+/// and title. Each kept to one short line ([`state_line`]).
+fn speaker_state(msg: &Message) -> SessionState {
+    let mut state = SessionState::default();
+    if let Some(from) = &msg.from {
+        let name = match &from.username {
+            Some(username) => format!("{} (@{username})", from.full_name()),
+            None => from.full_name(),
+        };
+        state.user = Some(state_line(&name, MAX_STATE_CHARS)).filter(|n| !n.is_empty());
+        if let Some(language) = from.language_code.as_deref().map(|l| state_line(l, 16))
+            && !language.is_empty()
+        {
+            state.extra.insert(
+                "Language".into(),
+                format!("{language} (answer in it unless asked otherwise)"),
+            );
+        }
+    }
+    let chat = if msg.chat.is_private() {
+        "a private chat".to_owned()
+    } else {
+        let title = msg
+            .chat
+            .title()
+            .map(|t| state_line(t, MAX_STATE_CHARS))
+            .unwrap_or_default();
+        format!("the group \"{title}\" (its members read the answer)")
+    };
+    state.extra.insert("Chat".into(), chat);
+    state
 }
 
 /// The bot with its API address, rate limits and retries.
@@ -308,6 +343,7 @@ async fn on_text(bot: AvaBot, msg: Message, state: Arc<BotState>) -> anyhow::Res
             state.model.as_ref(),
             &who.scope,
             who.audience,
+            speaker_state(&msg),
             text,
             "telegram",
         )

@@ -212,6 +212,9 @@ pub(crate) struct Identity {
     /// Chat id (e.g. a Telegram chat id).
     #[arg(long)]
     pub(crate) chat: String,
+    /// What the user is called: the prompt says who Ava is talking to.
+    #[arg(long)]
+    pub(crate) name: Option<String>,
 }
 
 impl Identity {

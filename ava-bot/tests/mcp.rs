@@ -292,10 +292,17 @@ async fn a_users_facts_reach_their_clients_in_every_chat() {
             "alice",
             "--chat",
             "cli",
+            "--name",
+            "Alice\nLiddell",
+            "--goal",
+            "plan the pets' vet visits",
             "What are my pets called?",
         ],
     ));
     assert!(out.contains("Pixel") && out.contains("Rex"), "{out}");
+    // The prompt says who is talking (one line, whatever the name holds) and what for.
+    assert!(out.contains("User: Alice Liddell"), "{out}");
+    assert!(out.contains("Goal: plan the pets' vet visits"), "{out}");
 
     // Forgotten from one chat, gone from all of hers.
     data(&call(&laptop, "forget", json!({"id": rex})).await);

@@ -370,7 +370,13 @@ async fn a_private_fact_follows_its_person_but_never_into_a_group() {
         group_update(3, bob, group, "And what is the cat of Alice called?"),
         group_update(4, alice, group, "/recall cat"),
         group_update(5, alice, group, "/remember The team meets on Fridays"),
-        text_update(6, alice, alice_chat, "What is my cat called?"),
+        {
+            let mut u = text_update(6, alice, alice_chat, "What is my cat called?");
+            u["message"]["from"]["last_name"] = json!("Liddell");
+            u["message"]["from"]["username"] = json!("alice");
+            u["message"]["from"]["language_code"] = json!("pt");
+            u
+        },
     ])
     .await;
     let llm = fake_ollama(ResponseTemplate::new(200).set_body_json(ollama_answer("Fine."))).await;
@@ -400,6 +406,18 @@ async fn a_private_fact_follows_its_person_but_never_into_a_group() {
         );
     }
     assert!(asked("What is my cat called?").contains("My cat is called Pixel"));
+    // Each prompt says who is talking, where, and in which language to answer.
+    let poll = asked("Quick poll");
+    assert!(poll.contains("User: user111"), "{poll}");
+    assert!(poll.contains(r#"Chat: the group \"the team\""#), "{poll}");
+    assert!(asked("the cat of Alice").contains("User: user222"));
+    let private = asked("What is my cat called?");
+    assert!(
+        private.contains("User: user111 Liddell (@alice)"),
+        "{private}"
+    );
+    assert!(private.contains("Chat: a private chat"), "{private}");
+    assert!(private.contains("Language: pt (answer in it"), "{private}");
 
     // Another private context of Alice's (`ava context --user 111 --chat cli`) has it;
     // Bob's has not, nor has the group's note reached Alice's private prompt.
@@ -419,7 +437,12 @@ async fn a_private_fact_follows_its_person_but_never_into_a_group() {
         .unwrap();
     let prompt = text(
         agent
-            .prepare(&elsewhere, "What is my cat called?")
+            .prepare(
+                &elsewhere,
+                hydrate::SessionState::default(),
+                None,
+                "What is my cat called?",
+            )
             .await
             .unwrap(),
     );
@@ -431,7 +454,12 @@ async fn a_private_fact_follows_its_person_but_never_into_a_group() {
         .unwrap();
     let prompt = text(
         agent
-            .prepare(&bobs, "What is Alice's cat called?")
+            .prepare(
+                &bobs,
+                hydrate::SessionState::default(),
+                None,
+                "What is Alice's cat called?",
+            )
             .await
             .unwrap(),
     );

@@ -4,7 +4,7 @@ use std::io::{IsTerminal, Write};
 
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use crate::agent::{Agent, Audience, DEFAULT_BUDGET};
+use crate::agent::{Agent, Audience, DEFAULT_BUDGET, named};
 use crate::commands::prune::UpkeepArgs;
 use crate::config::{Identity, Settings};
 use crate::llm::LlmSettings;
@@ -74,7 +74,14 @@ pub(crate) async fn run(
             continue;
         }
         match agent
-            .answer(model.as_ref(), &scope, Audience::Private, line, "cli")
+            .answer(
+                model.as_ref(),
+                &scope,
+                Audience::Private,
+                named(args.who.name.as_deref()),
+                line,
+                "cli",
+            )
             .await
         {
             Err(e) => writeln!(out, "ava> (not sent: {})", crate::error_chain(&e))?,

@@ -5,7 +5,7 @@ use std::io::Write;
 
 use hydrate::{DegradationKind, ExplainReport, SourceStatus};
 
-use crate::agent::{Agent, Audience, DEFAULT_BUDGET, render_messages};
+use crate::agent::{Agent, Audience, DEFAULT_BUDGET, named, render_messages};
 use crate::config::{Identity, Settings};
 
 #[derive(Debug, clap::Args)]
@@ -21,6 +21,9 @@ pub(crate) struct Args {
     /// Print JSON (`messages`, `tools`, and `report` with --explain).
     #[arg(long)]
     json: bool,
+    /// What the user is trying to do: the prompt says so.
+    #[arg(long)]
+    goal: Option<String>,
     /// The message the user would send.
     message: String,
 }
@@ -46,7 +49,14 @@ pub(crate) async fn run(
         .with_reranker(settings.rerank.build()?)
         .with_web(web)
         .with_documents(documents);
-    let prompt = agent.prepare(&scope, &args.message).await?;
+    let prompt = agent
+        .prepare(
+            &scope,
+            named(args.who.name.as_deref()),
+            args.goal.as_deref(),
+            &args.message,
+        )
+        .await?;
     // Printed first, then judged: a prompt missing a source is still worth seeing.
     let problems = incomplete(&prompt.report);
     if args.json {

@@ -24,6 +24,7 @@ pub(crate) struct Args {
     /// The chat a stdio server acts for.
     #[arg(long, conflicts_with = "http")]
     chat: Option<String>,
+
     /// Serve streamable HTTP at this address (e.g. 127.0.0.1:8765; port 0 picks a free one)
     /// instead of stdio. The endpoint is /mcp; identities come from --tokens.
     #[arg(long, value_name = "ADDR")]

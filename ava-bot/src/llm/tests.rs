@@ -101,6 +101,7 @@ async fn ollama_runs_a_tool_call_then_answers() {
             &model,
             &scope,
             Audience::Private,
+            hydrate::SessionState::default(),
             "My cat is called Pixel.",
             "test",
         )
@@ -186,6 +187,7 @@ async fn openai_runs_a_tool_call_then_answers() {
             &model,
             &scope,
             Audience::Private,
+            hydrate::SessionState::default(),
             "What is my cat called?",
             "test",
         )

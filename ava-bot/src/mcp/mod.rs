@@ -695,7 +695,16 @@ impl AvaMcp {
         .with_reranker(self.memory.reranker.clone())
         .with_web(self.memory.web.clone())
         .with_documents(self.memory.documents.clone());
-        let prompt = agent.prepare(&self.scope, &a.message).await?;
+        let prompt = agent
+            // The recalled data goes into the client's own prompt, which says who the user
+            // is; no state of ours.
+            .prepare(
+                &self.scope,
+                hydrate::SessionState::default(),
+                None,
+                &a.message,
+            )
+            .await?;
         let blocks: Vec<String> = prompt
             .messages
             .iter()
