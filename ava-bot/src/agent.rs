@@ -15,8 +15,8 @@ use hydrate::{
     HydrationConfig, Inference, OPT_RECORD_ACCESS, Ops, ProviderOptions, SessionState, product,
 };
 use memory_core::{
-    EmbeddingProvider, Filter, MemoryBackend, MemoryError, MemoryId, MemoryKind, MemoryPatch,
-    NewMemory, Role, Scope, Timestamp,
+    ConsolidationReport, EmbeddingProvider, Filter, MemoryBackend, MemoryError, MemoryId,
+    MemoryKind, MemoryPatch, NewMemory, Role, Scope, Timestamp,
 };
 use prompt_ir::{Action, BudgetAllocation, ContextRequest, TokenBudget};
 
@@ -41,6 +41,78 @@ pub(crate) struct Agent {
     facts: Option<(FactExtractor, Arc<Learners>)>,
     /// Work started after a reply: fact learning and pruning.
     background: Arc<Background>,
+    /// The last change learning made, per place facts are kept (for `/undo`).
+    learned: Arc<LastLearned>,
+}
+
+/// The last non-empty change fact learning made, per place facts are kept.
+#[derive(Debug, Default)]
+struct LastLearned(std::sync::Mutex<HashMap<Scope, ConsolidationReport>>);
+
+impl LastLearned {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Scope, ConsolidationReport>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// At most this many facts are listed (`/facts`, `ava facts`, MCP `facts`): the newest.
+pub(crate) const MAX_FACTS_LISTED: usize = 100;
+
+/// The facts that hold now in `scopes`, oldest first: what `/facts`, `ava facts` and MCP's
+/// `facts` number from 1.
+pub(crate) async fn current_facts(
+    store: &dyn MemoryBackend,
+    scopes: &[Scope],
+) -> anyhow::Result<Vec<memory_core::MemoryEntry>> {
+    let now = Timestamp::now();
+    let filter = Filter {
+        kinds: vec![MemoryKind::Fact],
+        ..Filter::default()
+    };
+    let mut facts = Vec::new();
+    for scope in scopes {
+        // The newest first, then only those that hold now (whatever the store filters).
+        let recent = store
+            .recent(scope, MAX_FACTS_LISTED.saturating_mul(2), &filter)
+            .await
+            .context("read the facts")?;
+        facts.extend(recent.into_iter().filter(|f| f.is_valid_at(now)));
+    }
+    facts.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
+    let excess = facts.len().saturating_sub(MAX_FACTS_LISTED);
+    facts.drain(..excess);
+    Ok(facts)
+}
+
+/// Facts for people, numbered from 1: the text, the day, and where each came from.
+pub(crate) fn render_facts(facts: &[memory_core::MemoryEntry]) -> String {
+    if facts.is_empty() {
+        return "I hold no facts about you here.".to_owned();
+    }
+    let mut out = String::new();
+    for (i, f) in facts.iter().enumerate() {
+        let how = match f.context.as_deref() {
+            Some(c) if c.starts_with("learned from") => "learned from a message of yours",
+            Some(c) if !c.trim().is_empty() => c,
+            _ => f.source.as_deref().unwrap_or("told"),
+        };
+        let place = if f.scope.is_user_wide() {
+            "yours in every private chat"
+        } else {
+            "this chat only"
+        };
+        let _ = writeln!(
+            out,
+            "{}. {} ({}, {}; {place})",
+            i + 1,
+            preview(&f.content, 200),
+            f.created_at.to_datetime().format("%Y-%m-%d"),
+            preview(how, 60)
+        );
+    }
+    out
 }
 
 /// Tasks that run after a reply, awaited before a one-shot process exits.
@@ -173,6 +245,7 @@ impl Agent {
             upkeep: None,
             facts: None,
             background: Arc::default(),
+            learned: Arc::default(),
         })
     }
 
@@ -430,6 +503,7 @@ impl Agent {
                 Err(e) => Err(anyhow::Error::new(e).context("store the answer")),
             };
         }
+        let mut learning = None;
         if stored.is_ok() {
             if let Some((extractor, learners)) = &self.facts {
                 let reply = answer.as_ref().ok().map(|i| i.reply.clone());
@@ -439,10 +513,14 @@ impl Agent {
                 let lock = learners.lock_for(&home);
                 let mut scopes = vec![home.clone()];
                 scopes.extend(ops.readable_scopes().into_iter().filter(|s| *s != home));
+                let (told, heard) = tokio::sync::oneshot::channel();
+                learning = Some(heard);
                 let task = learn(
                     extractor.clone(),
                     lock,
                     Arc::clone(&self.store),
+                    Arc::clone(&self.learned),
+                    told,
                     scopes,
                     (message.to_owned(), reply, received, source.to_owned()),
                 );
@@ -460,6 +538,7 @@ impl Agent {
             answer,
             stored,
             answer_ids,
+            learning,
         })
     }
 }
@@ -471,6 +550,8 @@ async fn learn(
     extractor: FactExtractor,
     one_at_a_time: Arc<tokio::sync::Mutex<()>>,
     store: Arc<dyn MemoryBackend>,
+    learned: Arc<LastLearned>,
+    told: tokio::sync::oneshot::Sender<bool>,
     scopes: Vec<Scope>,
     (user, reply, at, source): (String, Option<String>, Timestamp, String),
 ) {
@@ -487,9 +568,13 @@ async fn learn(
         at,
         source: &source,
     };
+    let mut changed = false;
     match extractor.learn(&*store, &scopes, exchange).await {
         Ok(report) if report.is_empty() => {}
         Ok(report) => {
+            changed = !(report.added.is_empty()
+                && report.superseded.is_empty()
+                && report.invalidated.is_empty());
             tracing::info!(
                 scope = %scope,
                 waited_ms,
@@ -501,6 +586,9 @@ async fn learn(
             for f in &report.failed {
                 tracing::warn!(scope = %scope, "a learned fact was not saved: {f}");
             }
+            if changed {
+                learned.lock().insert(scope.clone(), report);
+            }
         }
         Err(e) => tracing::warn!(
             scope = %scope,
@@ -508,6 +596,8 @@ async fn learn(
             "fact extraction failed; no memory was changed"
         ),
     }
+    // Nobody may be listening (the CLI, a bot that does not react).
+    let _ = told.send(changed);
 }
 
 /// Whose failure left a message without an answer.
@@ -529,9 +619,81 @@ pub(crate) struct Turn {
     pub(crate) stored: anyhow::Result<()>,
     /// The stored answer's memories (one, or its linked parts); empty when none was stored.
     pub(crate) answer_ids: Vec<MemoryId>,
+    /// Whether learning from this exchange changed a fact, once it has run (`None` when
+    /// nothing is learned).
+    pub(crate) learning: Option<tokio::sync::oneshot::Receiver<bool>>,
 }
 
 impl Agent {
+    /// The facts a context of `scope` heard by `audience` holds now ([`current_facts`]).
+    pub(crate) async fn facts(
+        &self,
+        scope: &Scope,
+        audience: Audience,
+    ) -> anyhow::Result<Vec<memory_core::MemoryEntry>> {
+        let scopes = self.ops(scope.clone(), audience).readable_scopes();
+        current_facts(self.store.as_ref(), &scopes).await
+    }
+
+    /// Reverts the last change fact learning made where this context keeps facts: a fact
+    /// it added ends, one it replaced holds again (and its replacement ends), one it ended
+    /// holds again. Nothing is deleted: the history keeps every version. `None` when
+    /// learning changed nothing here since the process started (or since the last undo);
+    /// otherwise one line per fact, saying what became of it.
+    pub(crate) async fn undo_learning(
+        &self,
+        scope: &Scope,
+        audience: Audience,
+    ) -> anyhow::Result<Option<Vec<String>>> {
+        let ops = self.ops(scope.clone(), audience);
+        let Some(report) = self.learned.lock().remove(&ops.facts_scope()) else {
+            return Ok(None);
+        };
+        let scopes = ops.readable_scopes();
+        let store = self.store.as_ref();
+        let now = Timestamp::now();
+        // Where the fact `id` is, and its text.
+        let find = async |id: MemoryId| {
+            for s in &scopes {
+                if let Ok(e) = store.get(s, id).await {
+                    return Some(e);
+                }
+            }
+            None
+        };
+        let mut done = Vec::new();
+        let end = async |id: MemoryId, done: &mut Vec<String>| {
+            if let Some(e) = find(id).await {
+                let line = match memory_core::invalidate(store, &e.scope, id, now).await {
+                    Ok(_) => format!("no longer: {}", preview(&e.content, 120)),
+                    Err(err) => format!("left as it is ({err}): {}", preview(&e.content, 120)),
+                };
+                done.push(line);
+            }
+        };
+        for &id in &report.added {
+            end(id, &mut done).await;
+        }
+        for s in &report.superseded {
+            end(s.new, &mut done).await;
+        }
+        for id in report
+            .superseded
+            .iter()
+            .map(|s| s.old)
+            .chain(report.invalidated.iter().map(|i| i.id))
+        {
+            if let Some(e) = find(id).await {
+                let line = match memory_core::restore(store, &e.scope, id).await {
+                    Ok(_) => format!("holds again: {}", preview(&e.content, 120)),
+                    Err(err) => format!("left as it is ({err}): {}", preview(&e.content, 120)),
+                };
+                done.push(line);
+            }
+        }
+        Ok(Some(done))
+    }
+
     /// [`render_report`] with a preview of each memory's text (looked up where a context of
     /// `scope` heard by `audience` reads).
     pub(crate) async fn explain(

@@ -13,7 +13,7 @@ use teloxide::adaptors::throttle::Limits;
 use teloxide::dispatching::{Dispatcher, HandlerExt, UpdateFilterExt, UpdateHandler};
 use teloxide::error_handlers::LoggingErrorHandler;
 use teloxide::prelude::*;
-use teloxide::types::Me;
+use teloxide::types::{Me, ReactionType};
 use teloxide::update_listeners;
 use teloxide::utils::command::BotCommands;
 use teloxide::{ApiError, RequestError};
@@ -55,8 +55,13 @@ const SEND_BACKOFF: Duration = Duration::from_millis(500);
 /// Added to an answer that could not be stored.
 const NOT_SAVED: &str = "(I could not save this exchange, so I will not remember it.)";
 
-const HELP: &str = "I am Ava, an assistant that remembers. Just talk to me; what you tell me \
-here stays in this chat and is yours alone.\n\nCommands:";
+const HELP: &str = "I am Ava, an assistant that remembers. Just talk to me. The facts you tell \
+me are yours: I use them in every private chat with you and never in a group. /facts shows \
+them; /undo takes back what I last learned.\n\nCommands:";
+
+/// The reaction that says a message taught Ava something, unless the operator turns it off
+/// (`ava run --learned-reaction`); one of the emoji Telegram lets bots react with.
+pub(crate) const LEARNED_REACTION: &str = "✍";
 
 /// The commands the bot understands.
 #[derive(BotCommands, Clone, Debug, PartialEq, Eq)]
@@ -70,8 +75,12 @@ pub(crate) enum Command {
     Remember(String),
     /// search your memories: /recall cat.
     Recall(String),
-    /// forget a memory by the id /recall shows.
+    /// end a fact by its number in /facts, or forget a memory by the id /recall shows.
     Forget(String),
+    /// list the facts I hold about you, numbered.
+    Facts,
+    /// take back the last thing I learned from your messages.
+    Undo,
     /// explain the last prompt: which memories went in, which were dropped, tokens.
     Context,
     /// how much I remember about you.
@@ -90,6 +99,10 @@ pub(crate) struct BotState {
     reports: Mutex<HashMap<(u64, i64), ExplainReport>>,
     /// Wipes waiting for confirmation, per (user, chat).
     wipes: Mutex<HashMap<(u64, i64), Instant>>,
+    /// The facts the last `/facts` listed, in its numbering, per (user, chat).
+    listings: Mutex<HashMap<(u64, i64), Vec<MemoryId>>>,
+    /// The reaction put on a message that taught Ava something; `None` puts none.
+    learned_reaction: Option<String>,
 }
 
 impl BotState {
@@ -104,7 +117,15 @@ impl BotState {
             allow,
             reports: Mutex::new(HashMap::new()),
             wipes: Mutex::new(HashMap::new()),
+            listings: Mutex::new(HashMap::new()),
+            learned_reaction: None,
         }
+    }
+
+    /// The same state, reacting with `emoji` to each message that taught Ava something.
+    pub(crate) fn with_learned_reaction(mut self, emoji: Option<String>) -> Self {
+        self.learned_reaction = emoji;
+        self
     }
 }
 
@@ -350,6 +371,7 @@ async fn on_text(bot: AvaBot, msg: Message, state: Arc<BotState>) -> anyhow::Res
         .await;
     // The stored answer, corrected should it not reach the user whole.
     let mut answer_ids = Vec::new();
+    let mut learning = None;
     let reply = match turn {
         // Refused before anything was stored (empty, too long): say why.
         Err(e) => format!(
@@ -357,6 +379,7 @@ async fn on_text(bot: AvaBot, msg: Message, state: Arc<BotState>) -> anyhow::Res
             crate::error_chain(&e)
         ),
         Ok(turn) => {
+            learning = turn.learning;
             if let Err(e) = &turn.stored {
                 tracing::error!(
                     chat = msg.chat.id.0,
@@ -395,7 +418,24 @@ async fn on_text(bot: AvaBot, msg: Message, state: Arc<BotState>) -> anyhow::Res
         }
     };
     let parts = split_message(&reply, MAX_MESSAGE);
-    let Err((delivered, error)) = deliver(&bot, msg.chat.id, &parts).await else {
+    let delivery = deliver(&bot, msg.chat.id, &parts).await;
+    if let (Some(learning), Some(emoji)) = (learning, state.learned_reaction.clone()) {
+        // Learning runs after the reply; the reaction follows it, when it changed a fact.
+        let (bot, chat, id) = (bot.clone(), msg.chat.id, msg.id);
+        tokio::spawn(async move {
+            if learning.await == Ok(true) {
+                let reaction = ReactionType::Emoji { emoji };
+                if let Err(e) = bot
+                    .set_message_reaction(chat, id)
+                    .reaction([reaction])
+                    .await
+                {
+                    tracing::warn!(chat = chat.0, error = %e, "could not react to a message that taught me something");
+                }
+            }
+        });
+    }
+    let Err((delivered, error)) = delivery else {
         return Ok(());
     };
     if !answer_ids.is_empty() {
@@ -492,8 +532,36 @@ async fn command_reply(
                 out
             }
         }
+        Command::Forget(n) if n.trim().parse::<usize>().is_ok() => {
+            end_listed(n.trim().parse().unwrap_or(0), who, state).await?
+        }
+        Command::Facts => {
+            let facts = state
+                .agent
+                .facts(&who.scope, who.audience)
+                .await
+                .context("read your facts")?;
+            lock(&state.listings).insert(who.key, facts.iter().map(|f| f.id).collect());
+            let mut out = crate::agent::render_facts(&facts);
+            if !facts.is_empty() {
+                out.push_str("\n/forget N ends one; /undo takes back what I last learned.");
+            }
+            out
+        }
+        Command::Undo => match state
+            .agent
+            .undo_learning(&who.scope, who.audience)
+            .await
+            .context("take back what I learned")?
+        {
+            None => "I have learned nothing from your messages here to take back.".into(),
+            Some(lines) if lines.is_empty() => {
+                "What I last learned is gone already; nothing to take back.".into()
+            }
+            Some(lines) => format!("Taken back:\n• {}", lines.join("\n• ")),
+        },
         Command::Forget(id) => match id.trim().parse::<MemoryId>() {
-            Err(_) => "Give me the id /recall shows: /forget <id>".into(),
+            Err(_) => "Give me a number from /facts or the id /recall shows: /forget 2".into(),
             Ok(id) => match ops.forget(id).await {
                 Ok(()) => "Forgotten.".into(),
                 Err(hydrate::Error::Memory(MemoryError::NotFound { .. })) => {
@@ -540,6 +608,50 @@ async fn command_reply(
         }
         Command::Wipe(arg) => wipe(arg.trim(), who, state).await?,
     })
+}
+
+/// `/forget N`: ends the `n`th fact of the last `/facts` (it stays in the history).
+async fn end_listed(n: usize, who: &Who, state: &BotState) -> anyhow::Result<String> {
+    let listed = lock(&state.listings)
+        .get(&who.key)
+        .cloned()
+        .unwrap_or_default();
+    let Some(&id) = n.checked_sub(1).and_then(|i| listed.get(i)) else {
+        return Ok(if listed.is_empty() {
+            "Send /facts first; /forget N ends the fact numbered N there.".into()
+        } else {
+            format!(
+                "/facts listed {} facts; give a number from 1 to {}.",
+                listed.len(),
+                listed.len()
+            )
+        });
+    };
+    let store = state.agent.store();
+    let scopes = state
+        .agent
+        .ops(who.scope.clone(), who.audience)
+        .readable_scopes();
+    for scope in &scopes {
+        let Ok(fact) = store.get(scope, id).await else {
+            continue;
+        };
+        return Ok(
+            match memory_core::invalidate(store.as_ref(), scope, id, memory_core::Timestamp::now())
+                .await
+            {
+                Ok(_) => format!(
+                    "Done: \"{}\" no longer holds (it stays in the history).",
+                    hydrate::preview(&fact.content, 120)
+                ),
+                Err(MemoryError::InvalidInput { .. }) => {
+                    "That fact no longer holds already.".into()
+                }
+                Err(e) => return Err(e).context("end the fact"),
+            },
+        );
+    }
+    Ok("That fact is gone already (forgotten or wiped).".into())
 }
 
 async fn wipe(arg: &str, who: &Who, state: &BotState) -> anyhow::Result<String> {

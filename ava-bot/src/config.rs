@@ -223,6 +223,35 @@ impl Identity {
     }
 }
 
+/// A user and maybe one chat of theirs, for commands about a person's facts (`remember`,
+/// `facts`).
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct Person {
+    /// User id (e.g. a Telegram user id).
+    #[arg(long)]
+    pub(crate) user: String,
+    /// One chat of the user. Without it: the user's own facts, which every private context
+    /// of theirs sees (a private chat with the bot, `ava chat`, `ava context`, MCP; never a
+    /// group). With it: that chat's only (`remember`), or that chat's too (`facts`).
+    #[arg(long)]
+    pub(crate) chat: Option<String>,
+}
+
+impl Person {
+    /// The user's own (user-wide) scope.
+    pub(crate) fn own(&self) -> anyhow::Result<Scope> {
+        Ok(Scope::for_user(&self.user)?)
+    }
+
+    /// The chat's scope, if a chat was named.
+    pub(crate) fn in_chat(&self) -> anyhow::Result<Option<Scope>> {
+        Ok(match &self.chat {
+            Some(chat) => Some(self.own()?.in_chat(chat)?),
+            None => None,
+        })
+    }
+}
+
 /// An open store, and what embedder it was opened with, for people.
 pub(crate) struct Opened {
     pub(crate) store: Arc<dyn MemoryBackend>,

@@ -38,6 +38,8 @@ enum Command {
     Forget(commands::forget::Args),
     /// Show the versions of one of a user's memories: what it replaced, what replaced it.
     History(commands::history::Args),
+    /// List the facts Ava holds about a user now, numbered as the bot's /facts numbers them.
+    Facts(commands::facts::Args),
     /// Import a Telegram Desktop chat export (result.json) as a user's memories.
     Import(commands::import::Args),
     /// Print the prompt the LLM would get for a message, without calling it.
@@ -146,6 +148,7 @@ async fn run() -> anyhow::Result<()> {
         Command::Recall(args) => commands::recall::run(&cli.settings, &args, out).await,
         Command::Forget(args) => commands::forget::run(&cli.settings, &args, out).await,
         Command::History(args) => commands::history::run(&cli.settings, &args, out).await,
+        Command::Facts(args) => commands::facts::run(&cli.settings, &args, out).await,
         Command::Import(args) => commands::import::run(&cli.settings, &args, out).await,
         Command::Context(args) => commands::context::run(&cli.settings, &args, out).await,
         Command::Chat(args) => commands::chat::run(&cli.settings, &args, out).await,

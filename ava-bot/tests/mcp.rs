@@ -119,7 +119,9 @@ async fn stdio_tools_remember_recall_and_keep_identities_apart() {
     names.sort_unstable();
     assert_eq!(
         names,
-        ["context", "forget", "recall", "recent", "remember", "stats"]
+        [
+            "context", "facts", "forget", "recall", "recent", "remember", "stats"
+        ]
     );
     for t in &tools {
         let props = t.input_schema.get("properties").and_then(Value::as_object);
@@ -269,6 +271,19 @@ async fn a_users_facts_reach_their_clients_in_every_chat() {
         let found = data(&call(client, "recall", json!({"query": "cat dog called"})).await);
         assert_eq!(contents(&found).len(), 2, "{found}");
     }
+    // Both are hers, listed alike by MCP's `facts` and `ava facts`, oldest first.
+    let facts = data(&call(&laptop, "facts", json!({})).await);
+    assert_eq!(
+        contents(&json!({"memories": facts["facts"]})),
+        ["My cat is called Pixel", "My dog is called Rex"]
+    );
+    let listed = ok(ava(&db, &["facts", "--user", "alice"]));
+    assert!(
+        listed.starts_with("1. My cat is called Pixel ("),
+        "{listed}"
+    );
+    assert!(listed.contains("\n2. My dog is called Rex ("), "{listed}");
+    assert!(ok(ava(&db, &["facts", "--user", "bob"])).contains("no facts"));
     let stats = data(&call(&laptop, "stats", json!({})).await);
     assert_eq!(
         (stats["memories"].as_u64(), stats["user_wide"].as_u64()),
@@ -716,7 +731,7 @@ async fn http_needs_a_token_which_fixes_the_identity() {
     let alice = http_client(&url, TOKEN_A).await.unwrap();
     let bob = http_client(&url, TOKEN_B).await.unwrap();
     let tools = alice.list_all_tools().await.unwrap();
-    assert_eq!(tools.len(), 6);
+    assert_eq!(tools.len(), 7);
     let id = data(
         &call(
             &alice,

@@ -19,8 +19,8 @@ use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
 use super::{
-    APOLOGY_MODEL, APOLOGY_NOTHING, BotState, MAX_MESSAGE, NOT_SAVED, dispatcher, make_bot, serve,
-    split_message,
+    APOLOGY_MODEL, APOLOGY_NOTHING, BotState, LEARNED_REACTION, MAX_MESSAGE, NOT_SAVED, dispatcher,
+    make_bot, serve, split_message,
 };
 use crate::agent::Agent;
 use crate::llm::OllamaChat;
@@ -126,6 +126,11 @@ async fn fake_telegram(updates: Vec<Value>) -> MockServer {
         .respond_with(Echo)
         .mount(&server)
         .await;
+    Mock::given(method("POST"))
+        .and(path(api("SetMessageReaction")))
+        .respond_with(ok(json!(true)))
+        .mount(&server)
+        .await;
     server
 }
 
@@ -199,7 +204,20 @@ impl Harness {
         )
         .unwrap();
         let model = Arc::new(OllamaChat::new(&llm.uri(), "llama-test", llm_timeout).unwrap());
-        let state = Arc::new(BotState::new(agent, model, allow));
+        self.run_agent(agent, model, allow, None, replies).await
+    }
+
+    /// [`Harness::run`] with a given agent and model, reacting to what taught it something
+    /// with `reaction`.
+    async fn run_agent(
+        &self,
+        agent: Agent,
+        model: Arc<dyn hydrate::ChatModel>,
+        allow: Option<BTreeSet<u64>>,
+        reaction: Option<String>,
+        replies: usize,
+    ) -> Vec<(i64, String)> {
+        let state = Arc::new(BotState::new(agent, model, allow).with_learned_reaction(reaction));
         // Generous limits: the test chats send faster than Telegram's one message a second.
         let limits = Limits {
             messages_per_sec_chat: 1000,
@@ -480,6 +498,116 @@ async fn a_private_fact_follows_its_person_but_never_into_a_group() {
     );
 }
 
+/// What learning changed, the user sees and can undo: a reaction on the message that
+/// taught Ava a fact, `/facts` numbered, `/forget N` ends one (kept in the history), `/undo`
+/// takes back the last thing learned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn learned_facts_are_shown_ended_and_undone() {
+    let (alice, chat) = (111_u64, 111_i64);
+    let llm = MockServer::start().await;
+    // Fact extraction, then every answer.
+    Mock::given(method("POST"))
+        .and(path("/api/chat"))
+        .and(wiremock::matchers::body_string_contains("<conversation>"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(ollama_answer(
+            r#"{"facts": ["Alice's cat is called Pixel."]}"#,
+        )))
+        .with_priority(1)
+        .mount(&llm)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/api/chat"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(ollama_answer("Nice.")))
+        .mount(&llm)
+        .await;
+    let model: Arc<dyn hydrate::ChatModel> =
+        Arc::new(OllamaChat::new(&llm.uri(), "llama-test", PATIENCE).unwrap());
+    let telegram = fake_telegram(vec![
+        text_update(1, alice, chat, "/remember I live in Porto"),
+        text_update(2, alice, chat, "My cat is called Pixel."),
+    ])
+    .await;
+    let h = Harness::new(telegram).await;
+    let agent = Agent::new(Arc::clone(&h.store) as Arc<dyn MemoryBackend>, None, 4000)
+        .unwrap()
+        .with_facts(Some(hydrate::FactExtractor::new(Arc::clone(&model))));
+    let reaction = Some(LEARNED_REACTION.to_owned());
+    let sent = h
+        .run_agent(agent.clone(), Arc::clone(&model), None, reaction.clone(), 2)
+        .await;
+    assert_eq!(sent[1], (chat, "Nice.".to_owned()), "{sent:?}");
+    agent.finish_background().await;
+    // The reaction follows learning, on the message that taught it (and only that one).
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let reactions = loop {
+        let r: Vec<Value> = h
+            .telegram
+            .received_requests()
+            .await
+            .unwrap()
+            .iter()
+            .filter(|r| r.url.path() == api("SetMessageReaction"))
+            .map(sent_body)
+            .collect();
+        if !r.is_empty() || tokio::time::Instant::now() > deadline {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(reactions.len(), 1, "{reactions:?}");
+    assert_eq!(reactions[0]["message_id"], 2, "{reactions:?}");
+    assert!(
+        reactions[0].to_string().contains(LEARNED_REACTION),
+        "{reactions:?}"
+    );
+
+    // The same bot (the same agent: it remembers what it learned last), new messages.
+    let h2 = Harness {
+        _dir: tempfile::tempdir().unwrap(),
+        store: Arc::clone(&h.store),
+        telegram: fake_telegram(vec![
+            text_update(3, alice, chat, "/facts"),
+            text_update(4, alice, chat, "/forget 1"),
+            text_update(5, alice, chat, "/forget 7"),
+            text_update(6, alice, chat, "/facts"),
+            text_update(7, alice, chat, "/undo"),
+            text_update(8, alice, chat, "/facts"),
+            text_update(9, alice, chat, "/undo"),
+        ])
+        .await,
+    };
+    let sent = h2.run_agent(agent, model, None, reaction, 7).await;
+    let said: Vec<&str> = sent.iter().map(|(_, t)| t.as_str()).collect();
+    assert!(said[0].starts_with("1. I live in Porto ("), "{said:?}");
+    assert!(
+        said[0].contains("\n2. Alice's cat is called Pixel. ("),
+        "{said:?}"
+    );
+    assert!(said[0].contains("learned from a message of yours; yours in every private chat"));
+    assert!(
+        said[1].contains("\"I live in Porto\" no longer holds"),
+        "{said:?}"
+    );
+    assert!(said[2].contains("give a number from 1 to 2"), "{said:?}");
+    assert!(
+        said[3].starts_with("1. Alice's cat is called Pixel."),
+        "{said:?}"
+    );
+    assert!(!said[3].contains("Porto"), "{said:?}");
+    assert!(
+        said[4].contains("no longer: Alice's cat is called Pixel."),
+        "{said:?}"
+    );
+    assert!(
+        said[5].contains("I hold no facts about you here."),
+        "{said:?}"
+    );
+    assert!(said[6].contains("learned nothing"), "{said:?}");
+    // Nothing was deleted: both facts are in the store, ended.
+    let own = Scope::for_user(alice.to_string()).unwrap();
+    assert_eq!(h.store.count(&own).await.unwrap(), 2);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_model_can_remember_through_its_tools() {
     let telegram = fake_telegram(vec![text_update(1, 7, 70, "Remember that I like tea.")]).await;
@@ -632,7 +760,7 @@ async fn commands_recall_forget_stats_wipe_and_the_allow_list() {
         mine[2].contains("0 in this chat, 1 facts of your own (every private chat with me sees them), 1 in all (0 chats)"),
         "{mine:?}"
     );
-    assert!(mine[3].contains("/forget <id>"), "{mine:?}");
+    assert!(mine[3].contains("/forget 2"), "{mine:?}");
     assert!(mine[4].contains("Nothing to confirm"), "{mine:?}");
     assert!(
         mine[5].contains("deletes all 1 of your memories"),

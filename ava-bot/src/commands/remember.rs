@@ -4,22 +4,14 @@
 use std::io::Write;
 
 use anyhow::Context;
-use memory_core::{
-    MemoryId, MemoryKind, NewMemory, Scope, Tag, Timestamp, remember_once, supersede,
-};
+use memory_core::{MemoryId, MemoryKind, NewMemory, Tag, Timestamp, remember_once, supersede};
 
-use crate::config::Settings;
+use crate::config::{Person, Settings};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The user whose fact it is (e.g. a Telegram user id).
-    #[arg(long)]
-    user: String,
-    /// Keep it in this chat only. Without it the fact is the user's own and reaches every
-    /// private context of theirs: a private chat with the bot, `ava chat`, `ava context`,
-    /// MCP (never a group).
-    #[arg(long)]
-    chat: Option<String>,
+    #[command(flatten)]
+    who: Person,
     /// A tag (repeatable).
     #[arg(long = "tag")]
     tags: Vec<String>,
@@ -36,9 +28,9 @@ pub(crate) async fn run(
     args: &Args,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
-    let scope = match &args.chat {
-        Some(chat) => Scope::for_user(&args.user)?.in_chat(chat)?,
-        None => Scope::for_user(&args.user)?,
+    let scope = match args.who.in_chat()? {
+        Some(chat) => chat,
+        None => args.who.own()?,
     };
     let tags = args
         .tags
@@ -60,8 +52,12 @@ pub(crate) async fn run(
     if let Some(old) = replaces {
         // The old fact may be one chat's (a store from before facts were the user's own):
         // the new one replaces it there.
-        let scopes =
-            super::readable_scopes(opened.store.as_ref(), &args.user, args.chat.as_deref()).await?;
+        let scopes = super::readable_scopes(
+            opened.store.as_ref(),
+            &args.who.user,
+            args.who.chat.as_deref(),
+        )
+        .await?;
         let mut home = &scope;
         for s in &scopes {
             if opened.store.get(s, old).await.is_ok() {

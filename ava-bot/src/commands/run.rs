@@ -8,7 +8,7 @@ use anyhow::{Context, bail};
 use teloxide::adaptors::throttle::Limits;
 
 use crate::agent::{Agent, DEFAULT_BUDGET};
-use crate::bot::{BotState, make_bot};
+use crate::bot::{BotState, LEARNED_REACTION, make_bot};
 use crate::commands::prune::UpkeepArgs;
 use crate::config::{Settings, secret_from_env};
 use crate::llm::LlmSettings;
@@ -26,6 +26,11 @@ pub(crate) struct Args {
     /// The Bot API's address (for a local Bot API server or tests).
     #[arg(long, env = "AVA_TELEGRAM_API_URL")]
     telegram_api_url: Option<String>,
+    /// The reaction put on a message once Ava has learned (or changed) a fact from it, so
+    /// the user sees it without a message; `off` puts none. One of the emoji Telegram lets
+    /// bots react with.
+    #[arg(long, env = "AVA_LEARNED_REACTION", default_value = LEARNED_REACTION)]
+    learned_reaction: String,
     #[command(flatten)]
     upkeep: UpkeepArgs,
 }
@@ -59,7 +64,11 @@ pub(crate) async fn run(
         "starting the bot; Ctrl-C stops it"
     );
     let background = agent.clone();
-    let state = Arc::new(BotState::new(agent, model, allow));
+    let reaction = match args.learned_reaction.trim() {
+        "" | "off" => None,
+        emoji => Some(emoji.to_owned()),
+    };
+    let state = Arc::new(BotState::new(agent, model, allow).with_learned_reaction(reaction));
     crate::bot::run(bot, state).await?;
     background.finish_background().await;
     writeln!(out, "stopped")?;

@@ -362,6 +362,13 @@ struct ContextView {
     degradations: Vec<String>,
 }
 
+/// The facts that hold now.
+#[derive(Debug, Serialize, JsonSchema)]
+struct Facts {
+    /// Oldest first: the first is number 1.
+    facts: Vec<MemoryView>,
+}
+
 /// The latest memories.
 #[derive(Debug, Serialize, JsonSchema)]
 struct Recent {
@@ -391,7 +398,9 @@ struct Stats {
 // ---- the tool list ----
 
 /// Tool names, in the order they are listed.
-const TOOL_NAMES: [&str; 6] = ["context", "remember", "recall", "recent", "forget", "stats"];
+const TOOL_NAMES: [&str; 7] = [
+    "context", "remember", "recall", "recent", "forget", "facts", "stats",
+];
 
 fn tool<In, Out>(name: &'static str, title: &str, description: &'static str) -> anyhow::Result<Tool>
 where
@@ -453,6 +462,13 @@ fn tools() -> anyhow::Result<Vec<Tool>> {
             "Forget a memory",
             "Delete one memory by the id that remember, recall or recent gave for it. Use it \
              when the user asks to forget something or a fact is wrong.",
+        )?,
+        tool::<NoArgs, Facts>(
+            "facts",
+            "The user's facts",
+            "Every fact Ava holds about the user now, oldest first and numbered as the \
+             Telegram bot's /facts numbers them, each with its id, when it was learned and \
+             how. Use it when the user asks what Ava knows about them.",
         )?,
         tool::<NoArgs, Stats>(
             "stats",
@@ -783,6 +799,25 @@ impl AvaMcp {
         reply(text, &data)
     }
 
+    async fn facts(&self, args: JsonObject) -> anyhow::Result<CallToolResult> {
+        let NoArgs {} = parse("facts", args)?;
+        let facts = crate::agent::current_facts(self.store(), &self.readable())
+            .await
+            .context("could not read the facts")?;
+        let text = memory_block(
+            "facts",
+            "the facts held about the user now, oldest first (the first is number 1)",
+            &facts,
+            "no facts yet",
+        );
+        reply(
+            text,
+            &Facts {
+                facts: facts.iter().map(MemoryView::from).collect(),
+            },
+        )
+    }
+
     async fn stats(&self, args: JsonObject) -> anyhow::Result<CallToolResult> {
         let NoArgs {} = parse("stats", args)?;
         let store = self.store();
@@ -922,6 +957,7 @@ impl ServerHandler for AvaMcp {
             "context" => self.context(args).await,
             "recent" => self.recent(args).await,
             "stats" => self.stats(args).await,
+            "facts" => self.facts(args).await,
             other => {
                 return Err(ErrorData::invalid_params(
                     format!(
