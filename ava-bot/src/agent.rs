@@ -157,6 +157,42 @@ pub(crate) fn named(name: Option<&str>) -> SessionState {
     }
 }
 
+/// Who says a message, and where: the scope the conversation is kept in, who else hears
+/// it, what the prompt says about the speaker, and in a shared conversation the member.
+#[derive(Clone, Debug)]
+pub(crate) struct Speaker {
+    /// Where the conversation is kept: the user's chat, or a group's shared scope.
+    pub(crate) scope: Scope,
+    /// Who else hears it.
+    pub(crate) audience: Audience,
+    /// What the prompt's state lines say (who is talking, the chat, the language).
+    pub(crate) state: SessionState,
+    /// In a shared conversation, the member who speaks.
+    pub(crate) member: Option<Member>,
+}
+
+impl Speaker {
+    /// The user of `scope` alone (the CLI, a private chat), described by `state`.
+    pub(crate) fn private(scope: Scope, state: SessionState) -> Self {
+        Self {
+            scope,
+            audience: Audience::Private,
+            state,
+            member: None,
+        }
+    }
+}
+
+/// A member of a shared conversation, as what is stored for them says.
+#[derive(Clone, Debug)]
+pub(crate) struct Member {
+    /// On every memory stored for their messages and the answers to them (`from:<id>`), so
+    /// their part of the conversation can be found and deleted.
+    pub(crate) tag: memory_core::Tag,
+    /// How stored lines name them (`Alice (@alice)`).
+    pub(crate) name: String,
+}
+
 /// Who is in a chat: the user alone (a private chat, the CLI, an MCP client), or others too
 /// (a group). A private context reads the user's user-wide facts and keeps what it learns
 /// there; a group never reads them ([`Ops::in_shared_chat`]).
@@ -425,8 +461,9 @@ impl Agent {
             .context("hydrate and compile the prompt")
     }
 
-    /// Answers `message` in `scope` (heard by `audience`; `state` says who is talking) with
-    /// `model`, then stores the message and (if there is one) the answer.
+    /// Answers `message` of `speaker` with `model`, then stores the message and (if there is
+    /// one) the answer in the speaker's scope; in a shared conversation both are stored
+    /// naming the member and tagged with their tag.
     ///
     /// The message is stored after the prompt is built, at the time it arrived, so the
     /// prompt shows it once (as the observation) rather than also as recent conversation;
@@ -437,13 +474,20 @@ impl Agent {
     pub(crate) async fn answer(
         &self,
         model: &dyn ChatModel,
-        scope: &Scope,
-        audience: Audience,
-        state: SessionState,
+        speaker: &Speaker,
         message: &str,
         source: &str,
     ) -> anyhow::Result<Turn> {
-        let ops = self.ops(scope.clone(), audience).with_state(state);
+        let scope = &speaker.scope;
+        let ops = self
+            .ops(scope.clone(), speaker.audience)
+            .with_state(speaker.state.clone());
+        // What is kept: the message as said, and in a group who said it.
+        let said = match &speaker.member {
+            Some(m) => format!("{}: {message}", m.name),
+            None => message.to_owned(),
+        };
+        let member_tag = speaker.member.as_ref().map(|m| m.tag.clone());
         let request = self.request(message)?;
         let received = Timestamp::now();
         // The turn this message answers (usually Ava's last reply), kept as its context so
@@ -476,8 +520,9 @@ impl Agent {
         });
         // Tagged with the names it mentions (the graph source's index); a standing
         // instruction ("always ...") is marked so that every prompt carries it.
-        let mut user_turn = chat_turn(message, Role::User)
+        let mut user_turn = chat_turn(said.as_str(), Role::User)
             .with_source(source)
+            .with_tags(member_tag.clone())
             .at(received);
         if let Some(previous) = previous {
             user_turn = user_turn.with_context(in_reply_to(&previous.content));
@@ -494,7 +539,8 @@ impl Agent {
         {
             let reply = chat_turn(inference.reply.as_str(), Role::Assistant)
                 .with_source(source)
-                .with_context(in_reply_to(message));
+                .with_tags(member_tag)
+                .with_context(in_reply_to(&said));
             stored = match self.store_whole(scope, reply).await {
                 Ok(ids) => {
                     answer_ids = ids;
@@ -522,7 +568,7 @@ impl Agent {
                     Arc::clone(&self.learned),
                     told,
                     scopes,
-                    (message.to_owned(), reply, received, source.to_owned()),
+                    (said, reply, received, source.to_owned()),
                 );
                 self.background.push(tokio::spawn(task)).await;
             }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use hydrate::{ChatModel, ExplainReport};
-use memory_core::{DEFAULT_TENANT, MemoryError, MemoryId, Scope};
+use memory_core::{DEFAULT_TENANT, MemoryError, MemoryId, Scope, Tag};
 use teloxide::adaptors::Throttle;
 use teloxide::adaptors::throttle::Limits;
 use teloxide::dispatching::{Dispatcher, HandlerExt, UpdateFilterExt, UpdateHandler};
@@ -18,7 +18,7 @@ use teloxide::update_listeners;
 use teloxide::utils::command::BotCommands;
 use teloxide::{ApiError, RequestError};
 
-use crate::agent::{Agent, Audience, Blame, MAX_STATE_CHARS, state_line};
+use crate::agent::{Agent, Audience, Blame, MAX_STATE_CHARS, Member, Speaker, state_line};
 use hydrate::SessionState;
 
 /// The bot as handlers see it: rate-limited, retrying on 429 `retry_after`.
@@ -129,29 +129,49 @@ impl BotState {
     }
 }
 
-/// Who wrote a message, as a memory scope and a key, and who else hears it.
+/// The user key of a group's shared conversation: its messages, the answers and the
+/// group's own facts are kept in (this key, the group's chat id). Telegram user ids are
+/// numbers, so no user has it.
+pub(crate) const GROUP_USER: &str = "group";
+
+/// Who wrote a message, as a memory scope and a key, who else hears it, and in a group the
+/// member.
 struct Who {
     key: (u64, i64),
     scope: Scope,
     audience: Audience,
+    member: Option<Member>,
 }
 
 fn who(msg: &Message) -> Option<Who> {
-    let user = msg.from.as_ref()?.id.0;
-    let chat = msg.chat.id.0;
-    let scope = Scope::for_user(user.to_string())
+    let from = msg.from.as_ref()?;
+    let (user, chat) = (from.id.0, msg.chat.id.0);
+    let (owner, audience, member) = if msg.chat.is_private() {
+        (user.to_string(), Audience::Private, None)
+    } else {
+        let member = Member {
+            tag: Tag::new(format!("from:{user}")).ok()?,
+            name: state_line(&display_name(from), MAX_STATE_CHARS),
+        };
+        (GROUP_USER.to_owned(), Audience::Group, Some(member))
+    };
+    let scope = Scope::for_user(owner)
         .and_then(|s| s.in_chat(chat.to_string()))
         .ok()?;
-    let audience = if msg.chat.is_private() {
-        Audience::Private
-    } else {
-        Audience::Group
-    };
     Some(Who {
         key: (user, chat),
         scope,
         audience,
+        member,
     })
+}
+
+/// A sender as people call them: their name, and their username when they have one.
+fn display_name(from: &teloxide::types::User) -> String {
+    match &from.username {
+        Some(username) => format!("{} (@{username})", from.full_name()),
+        None => from.full_name(),
+    }
 }
 
 /// What the prompt says about who is talking and where, from what Telegram sends with every
@@ -160,10 +180,7 @@ fn who(msg: &Message) -> Option<Who> {
 fn speaker_state(msg: &Message) -> SessionState {
     let mut state = SessionState::default();
     if let Some(from) = &msg.from {
-        let name = match &from.username {
-            Some(username) => format!("{} (@{username})", from.full_name()),
-            None => from.full_name(),
-        };
+        let name = display_name(from);
         state.user = Some(state_line(&name, MAX_STATE_CHARS)).filter(|n| !n.is_empty());
         if let Some(language) = from.language_code.as_deref().map(|l| state_line(l, 16))
             && !language.is_empty()
@@ -362,9 +379,12 @@ async fn on_text(bot: AvaBot, msg: Message, state: Arc<BotState>) -> anyhow::Res
         .agent
         .answer(
             state.model.as_ref(),
-            &who.scope,
-            who.audience,
-            speaker_state(&msg),
+            &Speaker {
+                scope: who.scope.clone(),
+                audience: who.audience,
+                state: speaker_state(&msg),
+                member: who.member.clone(),
+            },
             text,
             "telegram",
         )
@@ -562,6 +582,11 @@ async fn command_reply(
         },
         Command::Forget(id) => match id.trim().parse::<MemoryId>() {
             Err(_) => "Give me a number from /facts or the id /recall shows: /forget 2".into(),
+            // In a group, a member forgets only their own part of the conversation.
+            Ok(id) if !member_owns(who, state, id).await => {
+                "That memory is not one of yours in this group; only its author can forget it."
+                    .into()
+            }
             Ok(id) => match ops.forget(id).await {
                 Ok(()) => "Forgotten.".into(),
                 Err(hydrate::Error::Memory(MemoryError::NotFound { .. })) => {
@@ -583,12 +608,19 @@ async fn command_reply(
         }
         Command::Stats => {
             let store = state.agent.store();
-            let here = store.count(&who.scope).await.context("count memories")?;
+            // In a group, the member's part of the shared conversation.
+            let here = match &who.member {
+                None => store.count(&who.scope).await.context("count memories")?,
+                Some(member) => {
+                    let most = store.info().limits.max_results;
+                    members_part(who, state, member, most).await?.len() as u64
+                }
+            };
             let scopes = store
                 .user_scopes(DEFAULT_TENANT, &who.key.0.to_string())
                 .await
                 .context("list your chats")?;
-            let (mut everywhere, mut own) = (0, 0);
+            let (mut everywhere, mut own) = (if who.member.is_some() { here } else { 0 }, 0);
             for scope in &scopes {
                 let n = store.count(scope).await.context("count memories")?;
                 everywhere += n;
@@ -608,6 +640,39 @@ async fn command_reply(
         }
         Command::Wipe(arg) => wipe(arg.trim(), who, state).await?,
     })
+}
+
+/// Whether the member `who` (in a group) may forget the memory `id` of the group's
+/// conversation: one of their messages or an answer to them. Always true in a private chat.
+async fn member_owns(who: &Who, state: &BotState, id: MemoryId) -> bool {
+    let Some(member) = &who.member else {
+        return true;
+    };
+    match state.agent.store().get(&who.scope, id).await {
+        Ok(m) => m.tags.contains(&member.tag),
+        // Not found: `forget` says so.
+        Err(_) => true,
+    }
+}
+
+/// The memories of the member `who` in their group's conversation (tagged as theirs), at
+/// most `limit`.
+async fn members_part(
+    who: &Who,
+    state: &BotState,
+    member: &Member,
+    limit: usize,
+) -> anyhow::Result<Vec<memory_core::MemoryEntry>> {
+    let theirs = memory_core::Filter {
+        tags: Some(memory_core::TagQuery::any([member.tag.clone()])),
+        ..memory_core::Filter::default()
+    };
+    state
+        .agent
+        .store()
+        .recent(&who.scope, limit, &theirs)
+        .await
+        .context("read your messages in this group")
 }
 
 /// `/forget N`: ends the `n`th fact of the last `/facts` (it stays in the history).
@@ -656,15 +721,9 @@ async fn end_listed(n: usize, who: &Who, state: &BotState) -> anyhow::Result<Str
 
 async fn wipe(arg: &str, who: &Who, state: &BotState) -> anyhow::Result<String> {
     let store = state.agent.store();
-    // In a private chat, the user's own facts go too (they are what this chat reads); in a
-    // group, only their memories there.
-    let scopes = state
-        .agent
-        .ops(who.scope.clone(), who.audience)
-        .readable_scopes();
     let what = match who.audience {
         Audience::Private => "in this chat and the facts I hold about you",
-        Audience::Group => "in this chat",
+        Audience::Group => "in this group (your messages and my answers to them)",
     };
     if arg.eq_ignore_ascii_case("yes") {
         let pending = lock(&state.wipes).remove(&who.key);
@@ -672,11 +731,34 @@ async fn wipe(arg: &str, who: &Who, state: &BotState) -> anyhow::Result<String> 
             return Ok("Nothing to confirm: send /wipe first.".into());
         }
         let mut n = 0;
-        for scope in &scopes {
-            n += store
-                .delete_scope(scope)
-                .await
-                .context("delete your memories")?;
+        match &who.member {
+            // In a private chat, the chat and the user's own facts (what this chat reads).
+            None => {
+                let scopes = state
+                    .agent
+                    .ops(who.scope.clone(), who.audience)
+                    .readable_scopes();
+                for scope in &scopes {
+                    n += store
+                        .delete_scope(scope)
+                        .await
+                        .context("delete your memories")?;
+                }
+            }
+            // In a group, the member's part of the shared conversation only.
+            Some(member) => loop {
+                let part = members_part(who, state, member, WIPE_BATCH).await?;
+                if part.is_empty() {
+                    break;
+                }
+                for m in part {
+                    match store.delete(&who.scope, m.id).await {
+                        Ok(()) => n += 1,
+                        Err(MemoryError::NotFound { .. }) => {}
+                        Err(e) => return Err(e).context("delete your memories"),
+                    }
+                }
+            },
         }
         lock(&state.reports).remove(&who.key);
         tracing::info!(
@@ -686,10 +768,28 @@ async fn wipe(arg: &str, who: &Who, state: &BotState) -> anyhow::Result<String> 
         );
         return Ok(format!("Done: I deleted {n} memories of yours {what}."));
     }
-    let mut n = 0;
-    for scope in &scopes {
-        n += store.count(scope).await.context("count memories")?;
-    }
+    let n = match &who.member {
+        None => {
+            let mut n = 0;
+            for scope in state
+                .agent
+                .ops(who.scope.clone(), who.audience)
+                .readable_scopes()
+            {
+                n += store.count(&scope).await.context("count memories")?;
+            }
+            n.to_string()
+        }
+        Some(member) => {
+            let most = store.info().limits.max_results;
+            let part = members_part(who, state, member, most).await?;
+            if part.len() < most {
+                part.len().to_string()
+            } else {
+                format!("{most} or more")
+            }
+        }
+    };
     lock(&state.wipes).insert(who.key, Instant::now());
     Ok(format!(
         "This deletes all {n} of your memories {what} (other people's stay). Send /wipe yes \
@@ -697,6 +797,9 @@ async fn wipe(arg: &str, who: &Who, state: &BotState) -> anyhow::Result<String> 
         WIPE_WINDOW.as_secs() / 60
     ))
 }
+
+/// How many of a member's memories `/wipe` deletes per read of the group's conversation.
+const WIPE_BATCH: usize = 200;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // The maps hold plain data; a panicked holder leaves nothing half-written worth refusing.

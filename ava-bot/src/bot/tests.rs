@@ -427,6 +427,13 @@ async fn a_private_fact_follows_its_person_but_never_into_a_group() {
     // Each prompt says who is talking, where, and in which language to answer.
     let poll = asked("Quick poll");
     assert!(poll.contains("User: user111"), "{poll}");
+    // The group shares one conversation: Bob's prompt holds what Alice said just before,
+    // with her name.
+    let bobs = asked("the cat of Alice");
+    assert!(
+        bobs.contains("user111: Quick poll: what is my cat called?"),
+        "{bobs}"
+    );
     assert!(poll.contains(r#"Chat: the group \"the team\""#), "{poll}");
     assert!(asked("the cat of Alice").contains("User: user222"));
     let private = asked("What is my cat called?");
@@ -482,11 +489,36 @@ async fn a_private_fact_follows_its_person_but_never_into_a_group() {
             .unwrap(),
     );
     assert!(!prompt.contains("Pixel"), "{prompt}");
-    let in_group = Scope::for_user(alice.to_string())
+    // The group's conversation is the group's: its own scope, each message tagged with
+    // who said it.
+    let in_group = Scope::for_user(super::GROUP_USER)
         .unwrap()
         .in_chat(group.to_string())
         .unwrap();
-    assert_eq!(h.store.count(&in_group.user_wide()).await.unwrap(), 1);
+    let own = Scope::for_user(alice.to_string()).unwrap();
+    assert_eq!(
+        h.store.count(&own).await.unwrap(),
+        1,
+        "only the private fact"
+    );
+    let from_bob = memory_core::Filter {
+        tags: Some(memory_core::TagQuery::any([memory_core::Tag::new(
+            "from:222",
+        )
+        .unwrap()])),
+        ..memory_core::Filter::default()
+    };
+    let bobs_part = h.store.recent(&in_group, 10, &from_bob).await.unwrap();
+    assert_eq!(
+        bobs_part.len(),
+        2,
+        "Bob's message and the answer to it: {bobs_part:?}"
+    );
+    assert!(
+        bobs_part
+            .iter()
+            .any(|m| m.content == "user222: And what is the cat of Alice called?")
+    );
     assert!(
         h.store
             .recent(&in_group, 10, &memory_core::Filter::default())
@@ -811,6 +843,68 @@ fn group_update(id: i64, user: u64, chat: i64, text: &str) -> Value {
         message["sender_chat"] = json!({"id": chat, "type": "supergroup", "title": "the team"});
     }
     update
+}
+
+/// In a group's shared conversation a member forgets and wipes only their own part: their
+/// messages and the answers to them; the others' stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_group_each_member_forgets_and_wipes_only_their_own_part() {
+    let (alice, bob, group) = (111_u64, 222_u64, -100_888_i64);
+    let telegram = fake_telegram(vec![
+        group_update(1, alice, group, "Hello team"),
+        group_update(2, bob, group, "Hi Alice"),
+    ])
+    .await;
+    let llm = fake_ollama(ResponseTemplate::new(200).set_body_json(ollama_answer("Hello!"))).await;
+    let h = Harness::new(telegram).await;
+    h.run(&llm, PATIENCE, None, 2).await;
+    let in_group = Scope::for_user(super::GROUP_USER)
+        .unwrap()
+        .in_chat(group.to_string())
+        .unwrap();
+    let all = h
+        .store
+        .recent(&in_group, 10, &memory_core::Filter::default())
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 4, "two messages, two answers: {all:?}");
+    let bobs = all
+        .iter()
+        .find(|m| m.content == "user222: Hi Alice")
+        .unwrap()
+        .id;
+
+    let h2 = Harness {
+        _dir: tempfile::tempdir().unwrap(),
+        store: Arc::clone(&h.store),
+        telegram: fake_telegram(vec![
+            group_update(3, alice, group, &format!("/forget {bobs}")),
+            group_update(4, bob, group, "/wipe"),
+            group_update(5, bob, group, "/wipe yes"),
+        ])
+        .await,
+    };
+    let sent = h2.run(&llm, PATIENCE, None, 3).await;
+    let said: Vec<&str> = sent.iter().map(|(_, t)| t.as_str()).collect();
+    assert!(said[0].contains("not one of yours"), "{said:?}");
+    assert!(
+        said[1].contains("deletes all 2 of your memories in this group"),
+        "{said:?}"
+    );
+    assert!(said[2].contains("deleted 2 memories"), "{said:?}");
+    let left: Vec<String> = h
+        .store
+        .recent(&in_group, 10, &memory_core::Filter::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.content)
+        .collect();
+    assert_eq!(
+        left,
+        ["Hello!", "user111: Hello team"],
+        "Alice's part stays"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

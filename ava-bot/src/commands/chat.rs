@@ -4,7 +4,7 @@ use std::io::{IsTerminal, Write};
 
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use crate::agent::{Agent, Audience, DEFAULT_BUDGET, named};
+use crate::agent::{Agent, Audience, DEFAULT_BUDGET, Speaker, named};
 use crate::commands::prune::UpkeepArgs;
 use crate::config::{Identity, Settings};
 use crate::llm::LlmSettings;
@@ -76,9 +76,7 @@ pub(crate) async fn run(
         match agent
             .answer(
                 model.as_ref(),
-                &scope,
-                Audience::Private,
-                named(args.who.name.as_deref()),
+                &Speaker::private(scope.clone(), named(args.who.name.as_deref())),
                 line,
                 "cli",
             )

@@ -17,7 +17,7 @@ use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 use super::{OllamaChat, OpenAiChat};
-use crate::agent::{Agent, Audience};
+use crate::agent::{Agent, Speaker};
 use memory_core::Secret;
 
 const LONG: Duration = Duration::from_secs(30);
@@ -99,9 +99,7 @@ async fn ollama_runs_a_tool_call_then_answers() {
     let done = agent
         .answer(
             &model,
-            &scope,
-            Audience::Private,
-            hydrate::SessionState::default(),
+            &Speaker::private(scope.clone(), hydrate::SessionState::default()),
             "My cat is called Pixel.",
             "test",
         )
@@ -185,9 +183,7 @@ async fn openai_runs_a_tool_call_then_answers() {
     let done = agent()
         .answer(
             &model,
-            &scope,
-            Audience::Private,
-            hydrate::SessionState::default(),
+            &Speaker::private(scope.clone(), hydrate::SessionState::default()),
             "What is my cat called?",
             "test",
         )
