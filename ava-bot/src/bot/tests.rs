@@ -1041,3 +1041,107 @@ async fn an_answer_that_could_not_be_delivered_is_not_stored_as_said() {
     );
     assert!(!stored[0].contains("PART-TWO") && !stored[0].contains("PART-THREE"));
 }
+
+/// Random messages from random users in random private chats and groups (private facts told
+/// with /remember, group facts, chatter in both): no prompt ever holds another person's
+/// private fact, a speaker's own private fact in a group, a group's conversation in a private
+/// chat, or one group's conversation in another. Seeds from AVA_PROPERTY_SEEDS (comma
+/// separated) replay or widen it; a failure names its seed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_prompt_holds_what_its_context_may_not_see_under_random_messages() {
+    let seeds: Vec<u64> = std::env::var("AVA_PROPERTY_SEEDS")
+        .ok()
+        .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![0x5eed_0003, 0x5eed_0004]);
+    for seed in seeds {
+        privacy_property(seed, 36).await;
+    }
+}
+
+/// Where a step happens: a user's private chat, or a group (by index).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Place {
+    Private,
+    Group(usize),
+}
+
+async fn privacy_property(seed: u64, steps: usize) {
+    const USERS: [u64; 3] = [111, 222, 333];
+    const GROUPS: [i64; 2] = [-100_001, -100_002];
+    let mut state = seed | 1;
+    let mut below = |n: usize| {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        (state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 33) as usize % n
+    };
+    // Per step: who, where, and what marker a question there carries.
+    let mut plan = Vec::new();
+    let mut updates = Vec::new();
+    // Markers and where they may be seen: a private fact by its owner's private chats, a
+    // group's fact or chatter by that group.
+    let mut private_facts: Vec<(String, u64)> = Vec::new();
+    let mut group_words: Vec<(String, usize)> = Vec::new();
+    for step in 0..steps {
+        let user = USERS[below(USERS.len())];
+        let place = if below(2) == 0 {
+            Place::Private
+        } else {
+            Place::Group(below(GROUPS.len()))
+        };
+        let id = i64::try_from(step).unwrap() + 1;
+        let text = match below(3) {
+            0 => {
+                // Ended by `z`, so that no marker is a prefix of another.
+                let marker = format!("secret{seed:x}s{step}z");
+                match place {
+                    Place::Private => private_facts.push((marker.clone(), user)),
+                    Place::Group(g) => group_words.push((marker.clone(), g)),
+                }
+                format!("/remember the code word is {marker}")
+            }
+            1 => {
+                let marker = format!("chatter{seed:x}s{step}z");
+                if let Place::Group(g) = place {
+                    group_words.push((marker.clone(), g));
+                }
+                format!("by the way, {marker} happened")
+            }
+            _ => format!("question q{step}x: what is the code word?"),
+        };
+        updates.push(match place {
+            Place::Private => text_update(id, user, i64::try_from(user).unwrap(), &text),
+            Place::Group(g) => group_update(id, user, GROUPS[g], &text),
+        });
+        plan.push((user, place, text));
+    }
+    let llm = fake_ollama(ResponseTemplate::new(200).set_body_json(ollama_answer("ok"))).await;
+    let h = Harness::new(fake_telegram(updates).await).await;
+    let sent = h.run(&llm, PATIENCE, None, steps).await;
+    assert_eq!(sent.len(), steps, "seed {seed:#x}: every message answered");
+
+    let bodies = llm_bodies(&llm.received_requests().await.unwrap());
+    for (step, (user, place, text)) in plan.iter().enumerate() {
+        if text.starts_with('/') {
+            continue;
+        }
+        // The model call for this message: its text is the prompt's last message.
+        let Some(body) = bodies.iter().find(|b| b.contains(text.as_str())) else {
+            panic!("seed {seed:#x} step {step}: no model call for {text:?}");
+        };
+        for (marker, owner) in &private_facts {
+            let may = *place == Place::Private && owner == user;
+            assert!(
+                may || !body.contains(marker.as_str()),
+                "seed {seed:#x} step {step}: user {user} in {place:?} saw {owner}'s private {marker}"
+            );
+        }
+        for (marker, g) in &group_words {
+            let may = *place == Place::Group(*g);
+            assert!(
+                may || !body.contains(marker.as_str()),
+                "seed {seed:#x} step {step}: user {user} in {place:?} saw group {g}'s {marker}"
+            );
+        }
+    }
+}
