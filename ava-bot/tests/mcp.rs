@@ -1042,6 +1042,11 @@ mod fake_bot_api {
             .respond_with(Echo)
             .mount(&server)
             .await;
+        Mock::given(method("POST"))
+            .and(route("SetMessageReaction"))
+            .respond_with(ok(json!(true)))
+            .mount(&server)
+            .await;
         server
     }
 
@@ -1304,4 +1309,177 @@ async fn run_property(seed: u64, steps: usize) {
             .unwrap();
         assert!(status.success(), "seed {seed:#x}: {status}");
     }
+}
+
+/// One person, many chats, end to end: `ava run` (a process) against a loopback Bot API and
+/// an OpenAI-compatible server whose fact extraction is scripted. Alice tells a fact in her
+/// private chat; Ava learns it; it is in the prompt of `ava context` in another chat of hers
+/// and of an MCP `context` call for her; in a group with Bob it is not, while Bob's last
+/// message is, with his name, and the prompt names the speaker; `/facts`, `/forget N` and
+/// `/undo` do what they say.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_person_many_chats_through_ava_run() {
+    use wiremock::matchers::{body_string_contains, method, path};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+    let answer = |content: &str| {
+        ResponseTemplate::new(200).set_body_json(json!({
+            "id": "chatcmpl-1", "object": "chat.completion", "created": 1_773_000_000,
+            "model": "gpt-test",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                "message": {"role": "assistant", "content": content}}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+        }))
+    };
+    let llm = MockServer::start().await;
+    // Extraction: the cat is a fact; nothing else is.
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .and(body_string_contains("<conversation>"))
+        .and(body_string_contains("user: My cat is called Pixel"))
+        .respond_with(answer(r#"{"facts": ["Alice's cat is called Pixel."]}"#))
+        .with_priority(1)
+        .mount(&llm)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .and(body_string_contains("<conversation>"))
+        .respond_with(answer(r#"{"facts": []}"#))
+        .with_priority(2)
+        .mount(&llm)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(answer("Noted."))
+        .with_priority(3)
+        .mount(&llm)
+        .await;
+
+    let (_dir, db) = store();
+    ok(ava(
+        &db,
+        &["remember", "--user", "setup", "--chat", "c", "setup"],
+    ));
+    let queue = fake_bot_api::Queue::default();
+    let telegram = fake_bot_api::start(queue.clone()).await;
+    let mut bot = tokio::process::Command::from(command(&db));
+    bot.args(["run", "--llm", "openai", "--llm-model", "gpt-test"])
+        .args(["--llm-url", &format!("{}/v1", llm.uri())])
+        .args(["--telegram-api-url", &telegram.uri()])
+        .env("TELOXIDE_TOKEN", fake_bot_api::TOKEN)
+        .env("OPENAI_API_KEY", "sk-test")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true);
+    let _bot = bot.spawn().unwrap();
+    let (alice, bob, group) = (111_i64, 222_i64, -100_999_i64);
+    let mut update_id = 0;
+    // Sends a message and waits for the bot's reply in that chat.
+    let mut say = async |from: (i64, &str), chat: i64, text: &str| -> String {
+        update_id += 1;
+        let before = fake_bot_api::replies(&telegram, chat).await.len();
+        let kind = if chat > 0 { "private" } else { "supergroup" };
+        let mut message = json!({"message_id": update_id, "date": 1_773_000_000 + update_id,
+            "chat": {"id": chat, "type": kind, "title": "the team", "first_name": from.1},
+            "from": {"id": from.0, "is_bot": false, "first_name": from.1}, "text": text});
+        if text.starts_with('/') {
+            let len = text.split_whitespace().next().unwrap().len();
+            message["entities"] = json!([{"type": "bot_command", "offset": 0, "length": len}]);
+        }
+        queue.push(json!({"update_id": update_id, "message": message}));
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            let replies = fake_bot_api::replies(&telegram, chat).await;
+            if replies.len() > before {
+                return replies[before].clone();
+            }
+            assert!(tokio::time::Instant::now() < deadline, "no reply to {text}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let a = (alice, "Alice");
+    assert_eq!(say(a, alice, "My cat is called Pixel.").await, "Noted.");
+    // Learning runs after the reply: wait until the fact is there.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !ok(ava(&db, &["facts", "--user", "111"])).contains("Pixel") {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the fact was not learned"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Another chat of Alice's, and an MCP client of hers, have it.
+    let out = ok(ava(
+        &db,
+        &[
+            "context",
+            "--user",
+            "111",
+            "--chat",
+            "laptop",
+            "What is my cat called?",
+        ],
+    ));
+    assert!(out.contains("Alice's cat is called Pixel."), "{out}");
+    let mcp = stdio_client(&db, "111", "desk").await;
+    let prompt = text(
+        &call(
+            &mcp,
+            "context",
+            json!({"message": "What is my cat called?"}),
+        )
+        .await,
+    );
+    assert!(prompt.contains("Alice's cat is called Pixel."), "{prompt}");
+
+    // In the group: Bob speaks, then Alice asks.
+    assert_eq!(
+        say((bob, "Bob"), group, "I will bring the cake.").await,
+        "Noted."
+    );
+    assert_eq!(
+        say(a, group, "What is my cat called, team?").await,
+        "Noted."
+    );
+    let requests = llm.received_requests().await.unwrap();
+    let to_group = requests
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.body).into_owned())
+        .find(|b| b.contains("What is my cat called, team?") && !b.contains("<conversation>"))
+        .unwrap();
+    assert!(
+        !to_group.contains("Pixel"),
+        "a private fact reached the group: {to_group}"
+    );
+    assert!(
+        to_group.contains("Bob: I will bring the cake."),
+        "{to_group}"
+    );
+    assert!(to_group.contains("User: Alice"), "{to_group}");
+    assert!(to_group.contains("the team"), "{to_group}");
+
+    // What Ava holds about Alice: listed, ended, and the last learning undone.
+    assert!(
+        say(a, alice, "/remember I live in Porto")
+            .await
+            .starts_with("Remembered")
+    );
+    let facts = say(a, alice, "/facts").await;
+    assert!(
+        facts.starts_with("1. Alice's cat is called Pixel."),
+        "{facts}"
+    );
+    assert!(facts.contains("\n2. I live in Porto"), "{facts}");
+    assert!(say(a, alice, "/forget 2").await.contains("no longer holds"));
+    assert!(
+        say(a, alice, "/undo")
+            .await
+            .contains("no longer: Alice's cat is called Pixel.")
+    );
+    assert!(say(a, alice, "/facts").await.contains("I hold no facts"));
+    let out = ok(ava(
+        &db,
+        &["context", "--user", "111", "--chat", "laptop", "My cat?"],
+    ));
+    assert!(!out.contains("Pixel"), "{out}");
 }
