@@ -191,6 +191,10 @@ pub(crate) struct Member {
     pub(crate) tag: memory_core::Tag,
     /// How stored lines name them (`Alice (@alice)`).
     pub(crate) name: String,
+    /// Their user key, and whether they share their user-wide facts in this conversation
+    /// (`/share`): then the prompts answering them hold those facts.
+    pub(crate) user: String,
+    pub(crate) shares: bool,
 }
 
 /// Who is in a chat: the user alone (a private chat, the CLI, an MCP client), or others too
@@ -479,9 +483,12 @@ impl Agent {
         source: &str,
     ) -> anyhow::Result<Turn> {
         let scope = &speaker.scope;
-        let ops = self
+        let mut ops = self
             .ops(scope.clone(), speaker.audience)
             .with_state(speaker.state.clone());
+        if let Some(m) = speaker.member.as_ref().filter(|m| m.shares) {
+            ops = ops.sharing_facts_of(&m.user);
+        }
         // What is kept: the message as said, and in a group who said it.
         let said = match &speaker.member {
             Some(m) => format!("{}: {message}", m.name),

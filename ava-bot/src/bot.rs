@@ -81,6 +81,8 @@ pub(crate) enum Command {
     Facts,
     /// take back the last thing I learned from your messages.
     Undo,
+    /// in a group: let my answers to you here use the facts you told me privately (/share off stops).
+    Share(String),
     /// explain the last prompt: which memories went in, which were dropped, tokens.
     Context,
     /// how much I remember about you.
@@ -152,6 +154,9 @@ fn who(msg: &Message) -> Option<Who> {
         let member = Member {
             tag: Tag::new(format!("from:{user}")).ok()?,
             name: state_line(&display_name(from), MAX_STATE_CHARS),
+            user: user.to_string(),
+            // Read from the store when it matters (`shares`).
+            shares: false,
         };
         (GROUP_USER.to_owned(), Audience::Group, Some(member))
     };
@@ -372,9 +377,23 @@ async fn unknown_command(bot: AvaBot, msg: Message) -> anyhow::Result<()> {
 }
 
 async fn on_text(bot: AvaBot, msg: Message, state: Arc<BotState>) -> anyhow::Result<()> {
-    let (Some(text), Some(who)) = (msg.text(), who(&msg)) else {
+    let (Some(text), Some(mut who)) = (msg.text(), who(&msg)) else {
         return Ok(());
     };
+    if let Some(member) = who.member.take() {
+        let shares = match share_notes(&who, &state, &member).await {
+            Ok(notes) => !notes.is_empty(),
+            Err(e) => {
+                // Not sharing is the safe side.
+                tracing::warn!(
+                    error = crate::error_chain(&e),
+                    "could not read a member's sharing"
+                );
+                false
+            }
+        };
+        who.member = Some(Member { shares, ..member });
+    }
     let turn = state
         .agent
         .answer(
@@ -639,6 +658,7 @@ async fn command_reply(
             )
         }
         Command::Wipe(arg) => wipe(arg.trim(), who, state).await?,
+        Command::Share(arg) => share(arg.trim(), who, state).await?,
     })
 }
 
@@ -745,8 +765,15 @@ async fn wipe(arg: &str, who: &Who, state: &BotState) -> anyhow::Result<String> 
                         .context("delete your memories")?;
                 }
             }
-            // In a group, the member's part of the shared conversation only.
+            // In a group, the member's part of the shared conversation only (and their
+            // sharing, if they share).
             Some(member) => loop {
+                for note in share_notes(who, state, member).await? {
+                    match store.delete(&who.scope, note.id).await {
+                        Ok(()) | Err(MemoryError::NotFound { .. }) => {}
+                        Err(e) => return Err(e).context("stop sharing"),
+                    }
+                }
                 let part = members_part(who, state, member, WIPE_BATCH).await?;
                 if part.is_empty() {
                     break;
@@ -796,6 +823,71 @@ async fn wipe(arg: &str, who: &Who, state: &BotState) -> anyhow::Result<String> 
          within {} minutes to confirm.",
         WIPE_WINDOW.as_secs() / 60
     ))
+}
+
+/// The notes in a group's conversation that say `member` shares their facts there (one
+/// when they do, none when they do not).
+async fn share_notes(
+    who: &Who,
+    state: &BotState,
+    member: &Member,
+) -> anyhow::Result<Vec<memory_core::MemoryEntry>> {
+    let tag = Tag::new(format!("shares:{}", member.user))?;
+    let notes = memory_core::Filter {
+        kinds: vec![memory_core::MemoryKind::Note],
+        tags: Some(memory_core::TagQuery::any([tag])),
+        ..memory_core::Filter::default()
+    };
+    state
+        .agent
+        .store()
+        .recent(&who.scope, 10, &notes)
+        .await
+        .context("read whether you share your facts here")
+}
+
+/// `/share` (`on`, the default, or `off`): whether the prompts answering this member in
+/// their group hold the facts they told Ava privately. Kept as a note in the group's
+/// conversation (prompts never read notes), so it lasts across restarts.
+async fn share(arg: &str, who: &Who, state: &BotState) -> anyhow::Result<String> {
+    let Some(member) = &who.member else {
+        return Ok(
+            "Sharing is for groups: in a group, /share lets my answers to you there use \
+                   the facts you told me privately; /share off stops it."
+                .into(),
+        );
+    };
+    let notes = share_notes(who, state, member).await?;
+    let store = state.agent.store();
+    Ok(match arg {
+        "" | "on" if !notes.is_empty() => "You share your facts here already.".into(),
+        "" | "on" => {
+            let note = memory_core::NewMemory::new(format!(
+                "{} shares the facts they told Ava privately with this group",
+                member.name
+            ))
+            .with_kind(memory_core::MemoryKind::Note)
+            .with_source("telegram")
+            .with_tag(Tag::new(format!("shares:{}", member.user))?);
+            store
+                .store(&who.scope, note)
+                .await
+                .context("remember that you share")?;
+            "Done: my answers to you in this group may use the facts you told me privately \
+             (others here will read them). /share off stops it."
+                .into()
+        }
+        "off" => {
+            for n in notes {
+                match store.delete(&who.scope, n.id).await {
+                    Ok(()) | Err(MemoryError::NotFound { .. }) => {}
+                    Err(e) => return Err(e).context("stop sharing"),
+                }
+            }
+            "Done: your private facts stay out of this group.".into()
+        }
+        _ => "Say /share to share your facts in this group, or /share off to stop.".into(),
+    })
 }
 
 /// How many of a member's memories `/wipe` deletes per read of the group's conversation.

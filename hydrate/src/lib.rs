@@ -148,7 +148,7 @@ pub use instructions::{
 };
 pub use memory::{
     MemoryOptions, MemorySource, OPT_RECORD_ACCESS, OPT_SEARCH, OPT_SEMANTIC_WEIGHT,
-    OPT_USER_KNOWLEDGE, SearchPreference, memory_provider,
+    OPT_SHARED_FACTS_OF, OPT_USER_KNOWLEDGE, SearchPreference, memory_provider,
 };
 pub use ops::{DEFAULT_MAX_STEPS, Inference, Ops, ToolRun};
 pub use passages::{PASSAGE_BYTES, passages, score_passages};

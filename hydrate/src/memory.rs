@@ -24,15 +24,15 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use memory_core::{
     Capability, EmbeddingProvider, ErrorChain, Filter, HybridWeights, MemoryBackend, MemoryId,
-    MemoryKind, Role, SearchMode, SearchRequest, Tag, TagQuery,
+    MemoryKind, Role, Scope, SearchMode, SearchRequest, Tag, TagQuery,
 };
 use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::instructions::INSTRUCTION_TAG;
 use crate::provider::{
-    BuildContext, ProviderCapabilities, ProviderOptions, ResolvedOptions, SourceBuilder,
-    SourceProvider,
+    BuildContext, OptionOrigin, ProviderCapabilities, ProviderOptions, ResolvedOptions,
+    SourceBuilder, SourceProvider,
 };
 use crate::source::{
     ContextSource, DegradationKind, Honours, SourceItem, SourceKind, SourceOutput, SourceQuery,
@@ -42,6 +42,12 @@ use crate::source::{
 pub const OPT_SEARCH: &str = "search";
 /// Option key: whether knowledge also reads the user-level scope (default `true`).
 pub const OPT_USER_KNOWLEDGE: &str = "user_knowledge";
+/// Option key: in a shared chat (a group), the user key of the speaker who chose to share
+/// their user-wide facts there; knowledge also reads that user's user-wide scope (same
+/// tenant). Honoured only as the provider's runtime option ([`crate::Ops`] sets it), never
+/// from a request, and empty means none. Unset by default: a group reads no member's
+/// user-wide facts.
+pub const OPT_SHARED_FACTS_OF: &str = "shared_facts_of";
 /// Option key: whether searches count their hits as recalled (default `true`; this is what
 /// makes access frequency mean something).
 pub const OPT_RECORD_ACCESS: &str = "record_access";
@@ -62,12 +68,14 @@ pub enum SearchPreference {
 }
 
 /// A memory source's settings, read from its provider's resolved options.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct MemoryOptions {
     /// How to search.
     pub search: SearchPreference,
     /// Whether knowledge also reads the user-level scope.
     pub user_knowledge: bool,
+    /// The user whose user-wide facts knowledge also reads, shared by them into a group.
+    pub shared_facts_of: Option<String>,
     /// Whether searches count hits as recalled.
     pub record_access: bool,
     /// Hybrid weights.
@@ -79,6 +87,7 @@ impl Default for MemoryOptions {
         Self {
             search: SearchPreference::Hybrid,
             user_knowledge: true,
+            shared_facts_of: None,
             record_access: true,
             weights: HybridWeights::default(),
         }
@@ -119,6 +128,12 @@ impl MemoryOptions {
         }
         if let Some(b) = options.bool(provider, OPT_USER_KNOWLEDGE)? {
             out.user_knowledge = b;
+        }
+        if let Some(user) = options.str(provider, OPT_SHARED_FACTS_OF)?
+            && options.origin(OPT_SHARED_FACTS_OF) == Some(OptionOrigin::Runtime)
+            && !user.is_empty()
+        {
+            out.shared_facts_of = Some(user.to_owned());
         }
         if let Some(b) = options.bool(provider, OPT_RECORD_ACCESS)? {
             out.record_access = b;
@@ -332,6 +347,10 @@ impl MemorySource {
         let mut scopes = vec![(query.scope.clone(), None)];
         if self.options.user_knowledge && !query.scope.is_user_wide() {
             scopes.push((query.scope.user_wide(), Some("user-wide")));
+        }
+        if let Some(user) = &self.options.shared_facts_of {
+            let theirs = Scope::for_user(user.as_str())?.in_tenant(query.scope.tenant())?;
+            scopes.push((theirs, Some("shared by the speaker")));
         }
         for (scope, note) in scopes {
             // Hits first, so a fact both recent and relevant keeps its similarity.

@@ -29,7 +29,7 @@ use crate::compile::{CompiledPrompt, compile};
 use crate::config::{HydrateInput, HydrationConfig, SessionState, canonical_json};
 use crate::error::{Error, Result};
 use crate::hydrate::hydrate;
-use crate::memory::OPT_USER_KNOWLEDGE;
+use crate::memory::{OPT_SHARED_FACTS_OF, OPT_USER_KNOWLEDGE};
 use crate::render::memory_block;
 use crate::scoring::score_memory;
 use crate::source::SourceKind;
@@ -114,6 +114,28 @@ impl Ops {
             .collect();
         self.config = Arc::new(config);
         self.shared = true;
+        self
+    }
+
+    /// In a shared chat, the same operations with the speaker `user`'s user-wide facts in
+    /// the prompt: they chose to share them there. Set as each provider's runtime option
+    /// ([`crate::OPT_SHARED_FACTS_OF`]), which no request can set. `recall` and `forget` stay
+    /// within the chat. Outside a shared chat it changes nothing (a private context reads
+    /// the user's own facts anyway).
+    pub fn sharing_facts_of(mut self, user: &str) -> Self {
+        if !self.shared {
+            return self;
+        }
+        let mut config = (*self.config).clone();
+        config.providers = std::mem::take(&mut config.providers)
+            .into_iter()
+            .map(|p| {
+                let mut options = p.config().options.clone();
+                options.set(OPT_SHARED_FACTS_OF, user);
+                p.with_options(options)
+            })
+            .collect();
+        self.config = Arc::new(config);
         self
     }
 

@@ -536,6 +536,26 @@ async fn facts_follow_the_person_into_private_chats_and_stay_out_of_shared_ones(
     let p = group.prepare(&asked).await.unwrap();
     assert!(!holds_pixel(&p));
 
+    // Unless Alice shares hers there: then her prompts in the group hold them (not Bob's,
+    // and no request can name whose facts are shared).
+    let sharing = group.clone().sharing_facts_of("alice");
+    assert!(
+        holds_pixel(&prompt(&sharing).await),
+        "Alice shared her facts"
+    );
+    assert!(sharing.recall("cat Pixel", 5).await.unwrap().is_empty());
+    let bob_in_group = Ops::new(
+        Arc::clone(&cfg),
+        Arc::clone(&backend),
+        in_chat("bob", "-100"),
+    )
+    .in_shared_chat();
+    let asked = input(bob_in_group.scope().clone(), request(question, 4000)).with_provider_options(
+        cfg.providers[0].name(),
+        hydrate::ProviderOptions::new().with(hydrate::OPT_SHARED_FACTS_OF, "alice"),
+    );
+    assert!(!holds_pixel(&bob_in_group.prepare(&asked).await.unwrap()));
+
     // Told in the group, a fact stays in the group.
     let said = group
         .remember("The group meets on Fridays.", None, &[])

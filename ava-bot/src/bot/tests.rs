@@ -847,6 +847,46 @@ fn group_update(id: i64, user: u64, chat: i64, text: &str) -> Value {
 
 /// In a group's shared conversation a member forgets and wipes only their own part: their
 /// messages and the answers to them; the others' stay.
+/// A member who `/share`s in a group gets answers there that use their private facts; the
+/// others' prompts never hold them, and `/share off` ends it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_who_shares_gets_their_private_facts_in_the_group_and_no_one_else() {
+    let (alice, bob, group) = (111_u64, 222_u64, -100_555_i64);
+    let telegram = fake_telegram(vec![text_update(
+        1,
+        alice,
+        111,
+        "/remember My cat is called Pixel",
+    )])
+    .await;
+    let llm = fake_ollama(ResponseTemplate::new(200).set_body_json(ollama_answer("Fine."))).await;
+    let h = Harness::new(telegram).await;
+    h.run(&llm, PATIENCE, None, 1).await;
+    let h2 = Harness {
+        _dir: tempfile::tempdir().unwrap(),
+        store: Arc::clone(&h.store),
+        telegram: fake_telegram(vec![
+            group_update(2, alice, group, "/share"),
+            group_update(3, alice, group, "Question one: my cat?"),
+            group_update(4, bob, group, "Question two: her cat?"),
+            group_update(5, alice, group, "/share off"),
+            group_update(6, alice, group, "Question three: my cat?"),
+        ])
+        .await,
+    };
+    let sent = h2.run(&llm, PATIENCE, None, 5).await;
+    assert!(sent[0].1.starts_with("Done: my answers to you"), "{sent:?}");
+    assert!(sent[3].1.contains("stay out of this group"), "{sent:?}");
+    let bodies = llm_bodies(&llm.received_requests().await.unwrap());
+    let asked = |q: &str| bodies.iter().find(|b| b.contains(q)).unwrap().clone();
+    assert!(asked("Question one").contains("My cat is called Pixel"));
+    assert!(!asked("Question two").contains("Pixel"), "Bob's prompt");
+    assert!(
+        !asked("Question three").contains("Pixel"),
+        "after /share off"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_a_group_each_member_forgets_and_wipes_only_their_own_part() {
     let (alice, bob, group) = (111_u64, 222_u64, -100_888_i64);
