@@ -103,16 +103,7 @@ impl Ops {
         // A user's documents (the vector family) are theirs alone too.
         config.kinds.remove(&SourceKind::Vector);
         config.sources.remove(&SourceKind::Vector);
-        // As every provider's runtime option, the layer no request can override.
-        config.providers = std::mem::take(&mut config.providers)
-            .into_iter()
-            .map(|p| {
-                let mut options = p.config().options.clone();
-                options.set(OPT_USER_KNOWLEDGE, false);
-                p.with_options(options)
-            })
-            .collect();
-        self.config = Arc::new(config);
+        self.config = Arc::new(with_runtime_option(config, OPT_USER_KNOWLEDGE, false));
         self.shared = true;
         self
     }
@@ -123,19 +114,10 @@ impl Ops {
     /// within the chat. Outside a shared chat it changes nothing (a private context reads
     /// the user's own facts anyway).
     pub fn sharing_facts_of(mut self, user: &str) -> Self {
-        if !self.shared {
-            return self;
+        if self.shared {
+            let config = (*self.config).clone();
+            self.config = Arc::new(with_runtime_option(config, OPT_SHARED_FACTS_OF, user));
         }
-        let mut config = (*self.config).clone();
-        config.providers = std::mem::take(&mut config.providers)
-            .into_iter()
-            .map(|p| {
-                let mut options = p.config().options.clone();
-                options.set(OPT_SHARED_FACTS_OF, user);
-                p.with_options(options)
-            })
-            .collect();
-        self.config = Arc::new(config);
         self
     }
 
@@ -443,6 +425,24 @@ impl Ops {
         }
         Ok(())
     }
+}
+
+/// `config` with `key` set to `value` in every provider's runtime options: the layer no
+/// request can override.
+fn with_runtime_option(
+    mut config: HydrationConfig,
+    key: &str,
+    value: impl Into<Value> + Clone,
+) -> HydrationConfig {
+    config.providers = std::mem::take(&mut config.providers)
+        .into_iter()
+        .map(|p| {
+            let mut options = p.config().options.clone();
+            options.set(key, value.clone());
+            p.with_options(options)
+        })
+        .collect();
+    config
 }
 
 /// Recall results as a delimited data block, with ids so the model can `forget` one.
