@@ -807,6 +807,35 @@ async fn open_store(
     ))
 }
 
+/// `cargo xtask eval locomo FILE --context-budget ...`: evidence in the compiled prompt,
+/// with the product's own config.
+pub(crate) fn run(args: &super::locomo::Args) -> anyhow::Result<()> {
+    if args.backend != super::Backend::Sqlite
+        || args.mode != super::Mode::Hybrid
+        || args.semantic_weight.is_some()
+        || args.no_reply_context
+    {
+        anyhow::bail!(
+            "--context-budget measures the product's own config (SQLite, hybrid search, \
+             reply context); leave out --backend, --mode, --semantic-weight and \
+             --no-reply-context"
+        );
+    }
+    let options = Options {
+        file: args.file.clone(),
+        budgets: args.context_budget.clone(),
+        embedder: args.embedder,
+        explain_misses: args.explain_misses,
+        json: args.json,
+        overrides: Overrides::parse(&args.set)?,
+    };
+    let samples = super::locomo::samples(args)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(evaluate(&options, &samples))
+}
+
 pub(super) async fn evaluate(options: &Options, samples: &[Sample]) -> anyhow::Result<()> {
     if options.budgets.is_empty() || options.budgets.contains(&0) {
         anyhow::bail!("--context-budget needs positive token budgets, e.g. 1000,2000,4000");

@@ -23,40 +23,40 @@ use super::{Backend, Embedder, Mode};
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// A LoCoMo-format JSON file (a list of samples with `conversation` and `qa`).
-    file: PathBuf,
+    pub(crate) file: PathBuf,
     /// Backend holding the memories.
     #[arg(long, value_enum, default_value_t = Backend::Sqlite)]
-    backend: Backend,
+    pub(crate) backend: Backend,
     /// Search mode.
     #[arg(long, value_enum, default_value_t = Mode::Hybrid)]
-    mode: Mode,
+    pub(crate) mode: Mode,
     /// Cut-offs for recall@k, comma separated.
     #[arg(long, value_delimiter = ',', default_value = "5,10")]
     k: Vec<usize>,
     /// Embedder for semantic and hybrid modes.
     #[arg(long, value_enum, default_value_t = Embedder::Local)]
-    embedder: Embedder,
+    pub(crate) embedder: Embedder,
     /// Semantic weight of hybrid fusion (keyword weight is 1 minus this) [default: the
     /// product's, `HybridWeights::default()`].
     #[arg(long)]
-    semantic_weight: Option<f32>,
+    pub(crate) semantic_weight: Option<f32>,
     /// Store turns without the turn they answer as context (the bot stores a chat with it;
     /// this shows what that is worth).
     #[arg(long)]
-    no_reply_context: bool,
+    pub(crate) no_reply_context: bool,
     /// Measure evidence in the compiled prompt instead of retrieval recall: for each of these
     /// token budgets (comma separated), store each conversation as `ava` stores a chat and
     /// build every question's prompt with the product's hydration config. `--backend`,
     /// `--mode`, `--k`, `--semantic-weight` and `--no-reply-context` do not apply.
     #[arg(long, value_delimiter = ',')]
-    context_budget: Vec<u32>,
+    pub(crate) context_budget: Vec<u32>,
     /// With `--context-budget`: print up to this many missed evidence turns per budget, with
     /// where each was lost (stderr).
     #[arg(long, default_value_t = 0)]
-    explain_misses: usize,
+    pub(crate) explain_misses: usize,
     /// Print the results as JSON instead of a table.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
     /// With `--context-budget`, an experiment: a setting other than the product's
     /// (repeatable), one of `semantic_threshold`, `semantic_limit`, `semantic_weight`,
     /// `temporal_window`, `keep_recent`, `item_tokens`, `unmatched_relevance`, `decay_floor`,
@@ -67,7 +67,7 @@ pub(crate) struct Args {
     /// `information`, `fixed:SYSTEM,CONTEXT,OBSERVATION`). The output says it is an
     /// experiment.
     #[arg(long = "set", value_name = "KEY=VALUE")]
-    set: Vec<String>,
+    pub(crate) set: Vec<String>,
 }
 
 pub(super) const CATEGORIES: [(u64, &str); 5] = [
@@ -358,10 +358,8 @@ impl Tally {
     }
 }
 
-pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
-    if args.k.is_empty() || args.k.contains(&0) {
-        bail!("--k needs positive cut-offs, e.g. --k 5,10");
-    }
+/// The samples of `args.file`, with a note on stderr for each problem found in it.
+pub(crate) fn samples(args: &Args) -> anyhow::Result<Vec<Sample>> {
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("read {}", args.file.display()))?;
     let data: Value = serde_json::from_str(&text)
@@ -370,31 +368,18 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
     for p in &problems {
         eprintln!("note: {p}");
     }
+    Ok(samples)
+}
+
+/// The retrieval eval (`--context-budget` is `context::run`'s).
+pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
+    if args.k.is_empty() || args.k.contains(&0) {
+        bail!("--k needs positive cut-offs, e.g. --k 5,10");
+    }
+    let samples = samples(args)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    if !args.context_budget.is_empty() {
-        if args.backend != Backend::Sqlite
-            || args.mode != Mode::Hybrid
-            || args.semantic_weight.is_some()
-            || args.no_reply_context
-        {
-            bail!(
-                "--context-budget measures the product's own config (SQLite, hybrid search, \
-                 reply context); leave out --backend, --mode, --semantic-weight and \
-                 --no-reply-context"
-            );
-        }
-        let options = super::context::Options {
-            file: args.file.clone(),
-            budgets: args.context_budget.clone(),
-            embedder: args.embedder,
-            explain_misses: args.explain_misses,
-            json: args.json,
-            overrides: super::context::Overrides::parse(&args.set)?,
-        };
-        return rt.block_on(super::context::evaluate(&options, &samples));
-    }
     rt.block_on(evaluate(args, &samples))
 }
 

@@ -66,6 +66,7 @@ pub(crate) fn local_embedder() -> anyhow::Result<memory_embedders::LocalEmbedder
 
 fn main() -> anyhow::Result<()> {
     match &Args::parse().dataset {
+        Dataset::Locomo(a) if !a.context_budget.is_empty() => context::run(a),
         Dataset::Locomo(a) => locomo::run(a),
         Dataset::Duplicates(a) => duplicates::run(a),
     }

@@ -3,13 +3,15 @@
 
 use std::path::Path;
 use std::sync::Once;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use memory_core::EmbeddingSpace;
 use rusqlite::config::DbConfig;
-use rusqlite::{Connection, MAIN_DB, OpenFlags, OptionalExtension, params};
+use rusqlite::{
+    Connection, MAIN_DB, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
+};
 
-use crate::error::{SqliteError, sql_error};
+use crate::error::{SqliteError, is_busy, sql_error};
 
 /// `PRAGMA application_id` of Ava stores: "AVA1".
 pub(crate) const APPLICATION_ID: i32 = 0x4156_4131;
@@ -680,7 +682,7 @@ pub(crate) fn init_schema(
         _ => {}
     }
     loop {
-        let tx = crate::worker::begin_write(conn, path, busy)?;
+        let tx = begin_write(conn, path, busy)?;
         match look(&tx)? {
             Existing::Store { version } if version == SCHEMA_VERSION => return Ok(()),
             Existing::Fresh => {
@@ -763,4 +765,28 @@ pub(crate) fn record_space(conn: &Connection, space: &EmbeddingSpace) -> rusqlit
         conn.execute("INSERT INTO meta (key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value", params![k, v])?;
     }
     Ok(())
+}
+
+/// Begins a transaction `IMMEDIATE` (the write lock up front, waiting on the busy
+/// timeout). A lock that SQLite reports busy without waiting (e.g. while another process
+/// recovers the log) is retried until `timeout` has passed.
+pub(crate) fn begin_write<'c>(
+    conn: &'c mut Connection,
+    path: &Path,
+    timeout: Duration,
+) -> Result<Transaction<'c>, SqliteError> {
+    let conn: &'c Connection = conn;
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        // `&mut` was taken above, so no other transaction can be open on `conn`.
+        match Transaction::new_unchecked(conn, TransactionBehavior::Immediate) {
+            Ok(tx) => return Ok(tx),
+            Err(e) if is_busy(&e) && Instant::now() < deadline => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            Err(e) => return Err(sql_error(path, e)),
+        }
+    }
 }

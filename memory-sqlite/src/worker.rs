@@ -231,7 +231,7 @@ impl Conn {
             }
             .into());
         }
-        let tx = begin_write(&mut self.conn, &self.path, self.busy_timeout)?;
+        let tx = schema::begin_write(&mut self.conn, &self.path, self.busy_timeout)?;
         let check = check_space(&tx, &self.path, self.space.as_ref(), &self.space_checked_at)?;
         let (before, after) = bump_write_seq(&tx).map_err(|e| sql_error(&self.path, e))?;
         // Best-effort: a failure to count recalls must not fail the caller's write.
@@ -332,30 +332,6 @@ pub(crate) fn check_space(
         return Ok(SpaceCheck::Same);
     }
     Ok(SpaceCheck::Moved(stored.map(|s| s.to_string())))
-}
-
-/// Begins a transaction `IMMEDIATE` (the write lock up front, waiting on the busy
-/// timeout). A lock that SQLite reports busy without waiting (e.g. while another process
-/// recovers the log) is retried until `timeout` has passed.
-pub(crate) fn begin_write<'c>(
-    conn: &'c mut Connection,
-    path: &Path,
-    timeout: Duration,
-) -> Result<Transaction<'c>, SqliteError> {
-    let conn: &'c Connection = conn;
-    let deadline = Instant::now() + timeout;
-    let mut pause = Duration::from_millis(1);
-    loop {
-        // `&mut` was taken above, so no other transaction can be open on `conn`.
-        match Transaction::new_unchecked(conn, TransactionBehavior::Immediate) {
-            Ok(tx) => return Ok(tx),
-            Err(e) if is_busy(&e) && Instant::now() < deadline => {
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(50));
-            }
-            Err(e) => return Err(sql_error(path, e)),
-        }
-    }
 }
 
 /// Adds pending recall counts to their memories (rows deleted since are skipped).

@@ -49,12 +49,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::budget::{BudgetAllocation, FixedRatios, TokenBudget};
 use crate::excerpt;
-use crate::impact::{estimate_impact, round6};
+use crate::impact::estimate_impact;
 use crate::ir::PromptIR;
 use crate::section::{CompositionMode, Priority, Section, TokenCount};
 use crate::tokenizer::Tokenizer;
 use crate::truncate;
 use crate::unit::Ratio;
+use crate::words::round6;
 
 /// A part of the budget fitted on its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

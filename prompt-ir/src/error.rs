@@ -1,6 +1,6 @@
 //! The crate's one error type: every way a value handed to `prompt-ir` can be rejected.
 
-use crate::tokenizer::Encoding;
+use crate::encoding::Encoding;
 
 /// Everything that can go wrong in `prompt-ir`.
 ///

@@ -5,10 +5,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::budget::{ContextStrategy, TokenBudget};
 use crate::error::{Error, Result};
-use crate::impact::round6;
 use crate::section::{Embedding, Priority, Section, TokenCount};
 use crate::tokenizer::Tokenizer;
 use crate::unit::Ratio;
+use crate::words::round6;
 
 /// A tool the model may call.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -48,6 +48,7 @@
 mod budget;
 mod compose;
 mod compress;
+mod encoding;
 mod error;
 mod excerpt;
 mod impact;
@@ -56,6 +57,7 @@ mod section;
 mod tokenizer;
 mod truncate;
 mod unit;
+mod words;
 
 pub use budget::{
     BudgetAllocation, ContextRequest, ContextStrategy, FixedRatios, LONG_ITEM_TOKENS, RecencyDecay,
@@ -65,12 +67,14 @@ pub use compose::{Composed, Conflict, compose};
 pub use compress::{
     Action, Compressed, CompressionReport, ItemOutcome, Pool, PoolReport, Reason, compress,
 };
+pub use encoding::Encoding;
 pub use error::{Error, Result};
 pub use excerpt::{ELISION, Passage};
-pub use impact::{Embedder, Impact, Information, equivalent, estimate_impact, word_hashes};
+pub use impact::{Embedder, Impact, equivalent, estimate_impact};
 pub use ir::{Observation, PromptIR, PromptMeta, ToolDef};
 pub use section::{
     CompositionMode, ContentHash, Embedding, Priority, Section, SectionSource, TokenCount,
 };
-pub use tokenizer::{CountCache, Encoding, TiktokenTokenizer, Tokenizer, WhitespaceTokenizer};
+pub use tokenizer::{CountCache, TiktokenTokenizer, Tokenizer, WhitespaceTokenizer};
 pub use unit::{Ratio, Relevance};
+pub use words::{Information, word_hashes};

@@ -8,10 +8,10 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::error::{Error, Result};
 use crate::excerpt::{self, Passage};
-use crate::impact::{Information, information};
 use crate::tokenizer::Tokenizer;
 use crate::truncate;
 use crate::unit::Relevance;
+use crate::words::{Information, information};
 
 /// How much a section matters when the budget is tight. Ordered `Low < Medium < High <
 /// Critical`.

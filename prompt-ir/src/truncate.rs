@@ -95,7 +95,8 @@ pub(crate) fn floor(cuts: &[Cut], min_tokens: u32, total: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tokenizer::{Encoding, TiktokenTokenizer, WhitespaceTokenizer};
+    use crate::encoding::Encoding;
+    use crate::tokenizer::{TiktokenTokenizer, WhitespaceTokenizer};
 
     fn kept(text: &str, tok: &dyn Tokenizer) -> Vec<String> {
         cuts(text, tok)
