@@ -12,8 +12,10 @@
 //! - `ir`: [`PromptIR`] (sections, [`ToolDef`]s, [`Observation`], [`PromptMeta`]).
 //! - `budget`: [`TokenBudget`], [`BudgetAllocation`], [`FixedRatios`], [`ContextStrategy`],
 //!   [`RecencyDecay`], [`ContextRequest`].
+//! - `encoding`: [`Encoding`], the BPE a model uses ([`Encoding::for_model`]).
 //! - `tokenizer`: the object-safe [`Tokenizer`] trait, [`TiktokenTokenizer`] (o200k or
-//!   cl100k by model name, see [`Encoding::for_model`]) and [`WhitespaceTokenizer`].
+//!   cl100k) and [`WhitespaceTokenizer`].
+//! - `words`: word statistics of a text ([`Information`], [`word_hashes`]).
 //! - `compose`: [`compose()`], whose module docs define the semantics of each mode.
 //! - `compress`: [`compress()`], whose module docs define ranking, shrinking and dropping,
 //!   and its [`CompressionReport`].
