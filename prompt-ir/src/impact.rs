@@ -15,9 +15,9 @@ pub struct Impact {
     pub priority_weight: f64,
     /// Its relevance.
     pub relevance: f64,
-    /// Estimated information in bits ([`Information::bits`]).
+    /// Estimated information in bits ([`Information::bits`](crate::Information::bits)).
     pub information_bits: f64,
-    /// Lexical diversity from 0 to 1 ([`Information::diversity`]).
+    /// Lexical diversity from 0 to 1 ([`Information::diversity`](crate::Information::diversity)).
     pub diversity: f64,
     /// `priority_weight × relevance × (0.5 + 0.5 × diversity)`: what the section is worth
     /// under [`BudgetAllocation::InformationWeighted`](crate::BudgetAllocation). Diversity
