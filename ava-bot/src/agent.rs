@@ -86,6 +86,21 @@ pub(crate) async fn current_facts(
     Ok(facts)
 }
 
+/// The memory `id` as the first of `scopes` that holds it has it (an id belongs to one
+/// scope); `None` when none does.
+pub(crate) async fn find_memory(
+    store: &dyn MemoryBackend,
+    scopes: &[Scope],
+    id: MemoryId,
+) -> Option<memory_core::MemoryEntry> {
+    for scope in scopes {
+        if let Ok(entry) = store.get(scope, id).await {
+            return Some(entry);
+        }
+    }
+    None
+}
+
 /// Facts for people, numbered from 1: the text, the day, and where each came from.
 pub(crate) fn render_facts(facts: &[memory_core::MemoryEntry]) -> String {
     if facts.is_empty() {
@@ -706,14 +721,7 @@ impl Agent {
         let store = self.store.as_ref();
         let now = Timestamp::now();
         // Where the fact `id` is, and its text.
-        let find = async |id: MemoryId| {
-            for s in &scopes {
-                if let Ok(e) = store.get(s, id).await {
-                    return Some(e);
-                }
-            }
-            None
-        };
+        let find = async |id: MemoryId| find_memory(store, &scopes, id).await;
         let mut done = Vec::new();
         let end = async |id: MemoryId, done: &mut Vec<String>| {
             if let Some(e) = find(id).await {
@@ -759,11 +767,8 @@ impl Agent {
         let mut previews = HashMap::new();
         for id in report.sections.iter().filter_map(|s| s.memory_id) {
             // A memory deleted since just shows without text.
-            for scope in &scopes {
-                if let Ok(m) = self.store.get(scope, id).await {
-                    previews.insert(id, preview(&m.content, 70));
-                    break;
-                }
+            if let Some(m) = find_memory(self.store.as_ref(), &scopes, id).await {
+                previews.insert(id, preview(&m.content, 70));
             }
         }
         render_report(report, &previews)

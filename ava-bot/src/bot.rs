@@ -717,13 +717,15 @@ async fn end_listed(n: usize, who: &Who, state: &BotState) -> anyhow::Result<Str
         .agent
         .ops(who.scope.clone(), who.audience)
         .readable_scopes();
-    for scope in &scopes {
-        let Ok(fact) = store.get(scope, id).await else {
-            continue;
-        };
+    if let Some(fact) = crate::agent::find_memory(store.as_ref(), &scopes, id).await {
         return Ok(
-            match memory_core::invalidate(store.as_ref(), scope, id, memory_core::Timestamp::now())
-                .await
+            match memory_core::invalidate(
+                store.as_ref(),
+                &fact.scope,
+                id,
+                memory_core::Timestamp::now(),
+            )
+            .await
             {
                 Ok(_) => format!(
                     "Done: \"{}\" no longer holds (it stays in the history).",
@@ -754,11 +756,7 @@ async fn wipe(arg: &str, who: &Who, state: &BotState) -> anyhow::Result<String> 
         match &who.member {
             // In a private chat, the chat and the user's own facts (what this chat reads).
             None => {
-                let scopes = state
-                    .agent
-                    .ops(who.scope.clone(), who.audience)
-                    .readable_scopes();
-                for scope in &scopes {
+                for scope in &who.scope.private_context() {
                     n += store
                         .delete_scope(scope)
                         .await
@@ -798,11 +796,7 @@ async fn wipe(arg: &str, who: &Who, state: &BotState) -> anyhow::Result<String> 
     let n = match &who.member {
         None => {
             let mut n = 0;
-            for scope in state
-                .agent
-                .ops(who.scope.clone(), who.audience)
-                .readable_scopes()
-            {
+            for scope in who.scope.private_context() {
                 n += store.count(&scope).await.context("count memories")?;
             }
             n.to_string()

@@ -1050,6 +1050,62 @@ mod fake_bot_api {
         server
     }
 
+    /// Sends messages as Telegram delivers them, one update each, and waits for the bot's
+    /// reply.
+    pub(super) struct Sender {
+        queue: Queue,
+        update_id: i64,
+    }
+
+    impl Sender {
+        pub(super) fn new(queue: Queue) -> Self {
+            Self {
+                queue,
+                update_id: 0,
+            }
+        }
+
+        /// `text` from `from` (user id, first name) in `chat` (a private chat when the id is
+        /// positive, else a group titled "the team"), and the bot's first reply there.
+        pub(super) async fn say(
+            &mut self,
+            server: &MockServer,
+            from: (i64, &str),
+            chat: i64,
+            text: &str,
+        ) -> String {
+            self.update_id += 1;
+            let id = self.update_id;
+            let before = replies(server, chat).await.len();
+            let chat_json = if chat > 0 {
+                json!({"id": chat, "type": "private", "first_name": from.1})
+            } else {
+                json!({"id": chat, "type": "supergroup", "title": "the team"})
+            };
+            let mut message = json!({"message_id": id, "date": 1_773_000_000 + id,
+                "chat": chat_json,
+                "from": {"id": from.0, "is_bot": false, "first_name": from.1}, "text": text});
+            if text.starts_with('/') {
+                let len = text.split_whitespace().next().unwrap().len();
+                message["entities"] = json!([{"type": "bot_command", "offset": 0, "length": len}]);
+            }
+            self.queue
+                .push(json!({"update_id": id, "message": message}));
+            let deadline = tokio::time::Instant::now() + super::PATIENCE;
+            loop {
+                let replies = replies(server, chat).await;
+                if replies.len() > before {
+                    return replies[before].clone();
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the bot did not answer {text}"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+
     /// The texts sent to `chat`, in order.
     pub(super) async fn replies(server: &MockServer, chat: i64) -> Vec<String> {
         server
@@ -1189,29 +1245,10 @@ async fn run_property(seed: u64, steps: usize) {
     // (own reads, probes of another identity's word, writes) per door kind, to show each
     // was exercised.
     let mut done = std::collections::BTreeMap::<&str, [usize; 3]>::new();
-    let mut update_id = 0i64;
+    let mut sender = fake_bot_api::Sender::new(queue.clone());
     let mut bot_do = async |user: u64, text: String| -> String {
-        update_id += 1;
         let chat = i64::try_from(user).unwrap();
-        let before = fake_bot_api::replies(&telegram, chat).await.len();
-        let mut message = json!({"message_id": update_id, "date": 1_773_000_000 + update_id,
-            "chat": {"id": chat, "type": "private", "first_name": "u"},
-            "from": {"id": user, "is_bot": false, "first_name": "u"}, "text": text});
-        let len = text.split_whitespace().next().unwrap().len();
-        message["entities"] = json!([{"type": "bot_command", "offset": 0, "length": len}]);
-        queue.push(json!({"update_id": update_id, "message": message}));
-        let deadline = tokio::time::Instant::now() + PATIENCE;
-        loop {
-            let replies = fake_bot_api::replies(&telegram, chat).await;
-            if replies.len() > before {
-                return replies[before].clone();
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the bot did not answer {text}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        sender.say(&telegram, (chat, "u"), chat, &text).await
     };
 
     for step in 0..steps {
@@ -1373,29 +1410,9 @@ async fn one_person_many_chats_through_ava_run() {
         .kill_on_drop(true);
     let _bot = bot.spawn().unwrap();
     let (alice, bob, group) = (111_i64, 222_i64, -100_999_i64);
-    let mut update_id = 0;
-    // Sends a message and waits for the bot's reply in that chat.
+    let mut sender = fake_bot_api::Sender::new(queue.clone());
     let mut say = async |from: (i64, &str), chat: i64, text: &str| -> String {
-        update_id += 1;
-        let before = fake_bot_api::replies(&telegram, chat).await.len();
-        let kind = if chat > 0 { "private" } else { "supergroup" };
-        let mut message = json!({"message_id": update_id, "date": 1_773_000_000 + update_id,
-            "chat": {"id": chat, "type": kind, "title": "the team", "first_name": from.1},
-            "from": {"id": from.0, "is_bot": false, "first_name": from.1}, "text": text});
-        if text.starts_with('/') {
-            let len = text.split_whitespace().next().unwrap().len();
-            message["entities"] = json!([{"type": "bot_command", "offset": 0, "length": len}]);
-        }
-        queue.push(json!({"update_id": update_id, "message": message}));
-        let deadline = tokio::time::Instant::now() + PATIENCE;
-        loop {
-            let replies = fake_bot_api::replies(&telegram, chat).await;
-            if replies.len() > before {
-                return replies[before].clone();
-            }
-            assert!(tokio::time::Instant::now() < deadline, "no reply to {text}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        sender.say(&telegram, from, chat, text).await
     };
     let a = (alice, "Alice");
     assert_eq!(say(a, alice, "My cat is called Pixel.").await, "Noted.");

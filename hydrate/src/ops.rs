@@ -134,11 +134,11 @@ impl Ops {
     /// The scopes this context reads memories from: its own, then (in a private context
     /// narrowed to a chat) the user-wide one.
     pub fn readable_scopes(&self) -> Vec<Scope> {
-        let mut scopes = vec![self.scope.clone()];
-        if !self.shared && !self.scope.is_user_wide() {
-            scopes.push(self.scope.user_wide());
+        if self.shared {
+            vec![self.scope.clone()]
+        } else {
+            self.scope.private_context()
         }
-        scopes
     }
 
     /// Sets the state shown in prompts.

@@ -132,6 +132,16 @@ impl Scope {
         }
     }
 
+    /// What a private context of this scope reads: this scope, then (unless it is the
+    /// user-wide one already) the user's user-wide scope, where their own facts are kept.
+    pub fn private_context(&self) -> Vec<Scope> {
+        if self.is_user_wide() {
+            vec![self.clone()]
+        } else {
+            vec![self.clone(), self.user_wide()]
+        }
+    }
+
     /// Whether this is a user-wide scope (no chat, no thread).
     pub fn is_user_wide(&self) -> bool {
         self.chat.is_none() && self.thread.is_none()
@@ -218,6 +228,8 @@ mod tests {
         );
         assert!(wide.is_user_wide() && !chat.is_user_wide());
         assert_eq!(wide.user_wide(), wide);
+        assert_eq!(chat.private_context(), [chat.clone(), wide.clone()]);
+        assert_eq!(wide.private_context(), [wide]);
     }
 
     #[test]

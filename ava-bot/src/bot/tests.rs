@@ -188,6 +188,16 @@ impl Harness {
         }
     }
 
+    /// A bot on the same store, taking `updates` from a new fake Bot API: the same user
+    /// later, after what the first run stored.
+    async fn again(&self, updates: Vec<Value>) -> Self {
+        Self {
+            _dir: tempfile::tempdir().unwrap(),
+            store: Arc::clone(&self.store),
+            telegram: fake_telegram(updates).await,
+        }
+    }
+
     /// Runs the bot until `replies` messages were sent (or PATIENCE runs out), shuts it down
     /// and returns the texts sent, in order.
     async fn run(
@@ -456,38 +466,27 @@ async fn a_private_fact_follows_its_person_but_never_into_a_group() {
             .collect::<Vec<_>>()
             .join("\n")
     };
+    // The prompt `ava context` would build for `scope`.
+    let prompt_for = async |scope: &Scope, q: &str| {
+        text(
+            agent
+                .prepare(scope, hydrate::SessionState::default(), None, q)
+                .await
+                .unwrap(),
+        )
+    };
     let elsewhere = Scope::for_user(alice.to_string())
         .unwrap()
         .in_chat("cli")
         .unwrap();
-    let prompt = text(
-        agent
-            .prepare(
-                &elsewhere,
-                hydrate::SessionState::default(),
-                None,
-                "What is my cat called?",
-            )
-            .await
-            .unwrap(),
-    );
+    let prompt = prompt_for(&elsewhere, "What is my cat called?").await;
     assert!(prompt.contains("My cat is called Pixel"), "{prompt}");
     assert!(!prompt.contains("Fridays"), "{prompt}");
     let bobs = Scope::for_user(bob.to_string())
         .unwrap()
         .in_chat("cli")
         .unwrap();
-    let prompt = text(
-        agent
-            .prepare(
-                &bobs,
-                hydrate::SessionState::default(),
-                None,
-                "What is Alice's cat called?",
-            )
-            .await
-            .unwrap(),
-    );
+    let prompt = prompt_for(&bobs, "What is Alice's cat called?").await;
     assert!(!prompt.contains("Pixel"), "{prompt}");
     // The group's conversation is the group's: its own scope, each message tagged with
     // who said it.
@@ -594,10 +593,8 @@ async fn learned_facts_are_shown_ended_and_undone() {
     );
 
     // The same bot (the same agent: it remembers what it learned last), new messages.
-    let h2 = Harness {
-        _dir: tempfile::tempdir().unwrap(),
-        store: Arc::clone(&h.store),
-        telegram: fake_telegram(vec![
+    let h2 = h
+        .again(vec![
             text_update(3, alice, chat, "/facts"),
             text_update(4, alice, chat, "/forget 1"),
             text_update(5, alice, chat, "/forget 7"),
@@ -606,8 +603,7 @@ async fn learned_facts_are_shown_ended_and_undone() {
             text_update(8, alice, chat, "/facts"),
             text_update(9, alice, chat, "/undo"),
         ])
-        .await,
-    };
+        .await;
     let sent = h2.run_agent(agent, model, None, reaction, 7).await;
     let said: Vec<&str> = sent.iter().map(|(_, t)| t.as_str()).collect();
     assert!(said[0].starts_with("1. I live in Porto ("), "{said:?}");
@@ -862,18 +858,15 @@ async fn a_member_who_shares_gets_their_private_facts_in_the_group_and_no_one_el
     let llm = fake_ollama(ResponseTemplate::new(200).set_body_json(ollama_answer("Fine."))).await;
     let h = Harness::new(telegram).await;
     h.run(&llm, PATIENCE, None, 1).await;
-    let h2 = Harness {
-        _dir: tempfile::tempdir().unwrap(),
-        store: Arc::clone(&h.store),
-        telegram: fake_telegram(vec![
+    let h2 = h
+        .again(vec![
             group_update(2, alice, group, "/share"),
             group_update(3, alice, group, "Question one: my cat?"),
             group_update(4, bob, group, "Question two: her cat?"),
             group_update(5, alice, group, "/share off"),
             group_update(6, alice, group, "Question three: my cat?"),
         ])
-        .await,
-    };
+        .await;
     let sent = h2.run(&llm, PATIENCE, None, 5).await;
     assert!(sent[0].1.starts_with("Done: my answers to you"), "{sent:?}");
     assert!(sent[3].1.contains("stay out of this group"), "{sent:?}");
@@ -914,16 +907,13 @@ async fn in_a_group_each_member_forgets_and_wipes_only_their_own_part() {
         .unwrap()
         .id;
 
-    let h2 = Harness {
-        _dir: tempfile::tempdir().unwrap(),
-        store: Arc::clone(&h.store),
-        telegram: fake_telegram(vec![
+    let h2 = h
+        .again(vec![
             group_update(3, alice, group, &format!("/forget {bobs}")),
             group_update(4, bob, group, "/wipe"),
             group_update(5, bob, group, "/wipe yes"),
         ])
-        .await,
-    };
+        .await;
     let sent = h2.run(&llm, PATIENCE, None, 3).await;
     let said: Vec<&str> = sent.iter().map(|(_, t)| t.as_str()).collect();
     assert!(said[0].contains("not one of yours"), "{said:?}");

@@ -45,11 +45,10 @@ pub(crate) async fn readable_scopes(
     user: &str,
     chat: Option<&str>,
 ) -> anyhow::Result<Vec<Scope>> {
-    let mut scopes = user_scopes(store, user, chat).await?;
-    if chat.is_some() {
-        scopes.push(Scope::for_user(user)?);
-    }
-    Ok(scopes)
+    Ok(match chat {
+        Some(chat) => Scope::for_user(user)?.in_chat(chat)?.private_context(),
+        None => user_scopes(store, user, None).await?,
+    })
 }
 
 /// The private context of `scope`'s memories (its own and the user-wide ones) that best
@@ -59,9 +58,9 @@ pub(crate) async fn search_private(
     scope: &Scope,
     request: &SearchRequest,
 ) -> memory_core::Result<Vec<memory_core::ScoredMemory>> {
-    let mut hits = store.search(scope, request).await?;
-    if !scope.is_user_wide() {
-        hits.extend(store.search(&scope.user_wide(), request).await?);
+    let mut hits = Vec::new();
+    for scope in scope.private_context() {
+        hits.extend(store.search(&scope, request).await?);
     }
     hits.sort_by(|a, b| {
         b.score

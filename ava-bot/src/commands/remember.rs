@@ -58,14 +58,10 @@ pub(crate) async fn run(
             args.who.chat.as_deref(),
         )
         .await?;
-        let mut home = &scope;
-        for s in &scopes {
-            if opened.store.get(s, old).await.is_ok() {
-                home = s;
-                break;
-            }
-        }
-        let entry = supersede(opened.store.as_ref(), home, old, memory, Timestamp::now())
+        let home = crate::agent::find_memory(opened.store.as_ref(), &scopes, old)
+            .await
+            .map_or(scope, |e| e.scope);
+        let entry = supersede(opened.store.as_ref(), &home, old, memory, Timestamp::now())
             .await
             .with_context(|| format!("replace {old}"))?;
         writeln!(out, "{}", entry.id)?;

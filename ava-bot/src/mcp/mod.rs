@@ -507,15 +507,6 @@ fn reply<T: Serialize>(text: String, data: &T) -> anyhow::Result<CallToolResult>
 }
 
 impl AvaMcp {
-    /// The scopes this identity reads: its chat's, then the user's own (user-wide) facts.
-    fn readable(&self) -> Vec<Scope> {
-        let mut scopes = vec![self.scope.clone()];
-        if !self.scope.is_user_wide() {
-            scopes.push(self.scope.user_wide());
-        }
-        scopes
-    }
-
     async fn remember(&self, args: JsonObject) -> anyhow::Result<CallToolResult> {
         let a: RememberArgs = parse("remember", args)?;
         let tags = a
@@ -566,13 +557,13 @@ impl AvaMcp {
                 let old: MemoryId = old.trim().parse().context("bad `replaces`")?;
                 // Where the old fact is: user-wide, or (in a store from before facts were
                 // the person's) the chat; the new one replaces it there.
-                let mut at = &home;
-                if self.store().get(&home, old).await.is_err() {
-                    at = &self.scope;
-                }
+                let at =
+                    crate::agent::find_memory(self.store(), &self.scope.private_context(), old)
+                        .await
+                        .map_or_else(|| self.scope.clone(), |e| e.scope);
                 let entry = memory_core::supersede(
                     self.store(),
-                    at,
+                    &at,
                     old,
                     memory,
                     memory_core::Timestamp::now(),
@@ -677,7 +668,7 @@ impl AvaMcp {
             )
         })?;
         let mut deleted = Ok(());
-        for scope in self.readable() {
+        for scope in self.scope.private_context() {
             deleted = self.store().delete(&scope, id).await;
             if !matches!(deleted, Err(MemoryError::NotFound { .. })) {
                 break;
@@ -777,7 +768,7 @@ impl AvaMcp {
         let limit = in_range("limit", a.limit, default, (1, max))? as usize;
         // The chat's and the person's own facts, newest first.
         let mut entries = Vec::new();
-        for scope in self.readable() {
+        for scope in self.scope.private_context() {
             entries.extend(
                 self.store()
                     .recent(&scope, limit, &Filter::default())
@@ -801,7 +792,7 @@ impl AvaMcp {
 
     async fn facts(&self, args: JsonObject) -> anyhow::Result<CallToolResult> {
         let NoArgs {} = parse("facts", args)?;
-        let facts = crate::agent::current_facts(self.store(), &self.readable())
+        let facts = crate::agent::current_facts(self.store(), &self.scope.private_context())
             .await
             .context("could not read the facts")?;
         let text = memory_block(
@@ -822,7 +813,7 @@ impl AvaMcp {
         let NoArgs {} = parse("stats", args)?;
         let store = self.store();
         let mut counts = Vec::new();
-        for scope in self.readable() {
+        for scope in self.scope.private_context() {
             counts.push(
                 store
                     .count(&scope)
