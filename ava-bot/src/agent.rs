@@ -38,7 +38,9 @@ pub(crate) struct Agent {
     upkeep: Option<Arc<Upkeep>>,
     /// Learns facts from each exchange, unless turned off: one exchange at a time per
     /// place facts are kept (a person, or a group), different people at once.
-    facts: Option<(FactExtractor, Arc<Learners>)>,
+    facts: Option<FactExtractor>,
+    /// One learner at a time per place facts are kept, whichever extractor learns.
+    learners: Arc<Learners>,
     /// Work started after a reply: fact learning and pruning.
     background: Arc<Background>,
     /// The last change learning made, per place facts are kept (for `/undo`).
@@ -299,6 +301,7 @@ impl Agent {
             budget,
             upkeep: None,
             facts: None,
+            learners: Arc::default(),
             background: Arc::default(),
             learned: Arc::default(),
         })
@@ -313,7 +316,7 @@ impl Agent {
     /// The same agent, learning facts from each exchange with `extractor` (in the
     /// background, after the reply; `None` learns nothing).
     pub(crate) fn with_facts(mut self, extractor: Option<FactExtractor>) -> Self {
-        self.facts = extractor.map(|x| (x, Arc::default()));
+        self.facts = extractor;
         self
     }
 
@@ -362,6 +365,14 @@ impl Agent {
         self
     }
 
+    /// The same agent with prompts of at most `budget` tokens.
+    pub(crate) fn with_budget(&self, budget: u32) -> anyhow::Result<Self> {
+        let mut agent = self.clone();
+        agent.budget = TokenBudget::new(budget)
+            .with_context(|| format!("token budget {budget}: expected at least 1"))?;
+        Ok(agent)
+    }
+
     pub(crate) fn store(&self) -> &Arc<dyn MemoryBackend> {
         &self.store
     }
@@ -372,6 +383,18 @@ impl Agent {
         match audience {
             Audience::Private => ops,
             Audience::Group => ops.in_shared_chat(),
+        }
+    }
+
+    /// The memory operations that answer `speaker`: their scope, heard by their audience,
+    /// with their state, and their own facts in a group where they share them.
+    pub(crate) fn speaker_ops(&self, speaker: &Speaker) -> Ops {
+        let ops = self
+            .ops(speaker.scope.clone(), speaker.audience)
+            .with_state(speaker.state.clone());
+        match speaker.member.as_ref().filter(|m| m.shares) {
+            Some(m) => ops.sharing_facts_of(&m.user),
+            None => ops,
         }
     }
 
@@ -497,21 +520,71 @@ impl Agent {
         message: &str,
         source: &str,
     ) -> anyhow::Result<Turn> {
-        let scope = &speaker.scope;
-        let mut ops = self
-            .ops(scope.clone(), speaker.audience)
-            .with_state(speaker.state.clone());
-        if let Some(m) = speaker.member.as_ref().filter(|m| m.shares) {
-            ops = ops.sharing_facts_of(&m.user);
-        }
-        // What is kept: the message as said, and in a group who said it.
-        let said = match &speaker.member {
-            Some(m) => format!("{}: {message}", m.name),
-            None => message.to_owned(),
-        };
-        let member_tag = speaker.member.as_ref().map(|m| m.tag.clone());
+        let ops = self.speaker_ops(speaker);
         let request = self.request(message)?;
         let received = Timestamp::now();
+        let answer = ops.infer(model, request).await.map_err(|e| {
+            let blame = if matches!(
+                e,
+                hydrate::Error::Model { .. } | hydrate::Error::MaxSteps { .. }
+            ) {
+                Blame::Model
+            } else {
+                Blame::Memory
+            };
+            (blame, anyhow::Error::new(e).context("ask the model"))
+        });
+        let reply = answer.as_ref().ok().map(|i| i.reply.as_str());
+        let extractor = self.facts.as_ref();
+        let Kept {
+            stored,
+            answer_ids,
+            learning,
+        } = self
+            .keep(
+                &ops,
+                speaker,
+                Some(message),
+                reply,
+                received,
+                source,
+                extractor,
+            )
+            .await;
+        Ok(Turn {
+            answer,
+            stored,
+            answer_ids,
+            learning,
+        })
+    }
+
+    /// Keeps one exchange of `speaker` in their scope: `message` (what they said at
+    /// `received`; `None` when this answer continues a turn already kept, after tool
+    /// results) and `reply` (the answer, when there is one); then, in the background,
+    /// learns facts from it with `extractor` and prunes the chat. Nothing of the reply is
+    /// kept when the message could not be.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one exchange's parts, each needed once; a struct would only rename them"
+    )]
+    pub(crate) async fn keep(
+        &self,
+        ops: &Ops,
+        speaker: &Speaker,
+        message: Option<&str>,
+        reply: Option<&str>,
+        received: Timestamp,
+        source: &str,
+        extractor: Option<&FactExtractor>,
+    ) -> Kept {
+        let scope = &speaker.scope;
+        // What is kept: the message as said, and in a group who said it.
+        let said = |text: &str| match &speaker.member {
+            Some(m) => format!("{}: {text}", m.name),
+            None => text.to_owned(),
+        };
+        let member_tag = speaker.member.as_ref().map(|m| m.tag.clone());
         // The turn this message answers (usually Ava's last reply), kept as its context so
         // keyword search also finds a reply by what it was about. Not worth losing the
         // message over: without it the message is stored without that context.
@@ -529,41 +602,38 @@ impl Agent {
                 None
             }
         };
-        let answer = ops.infer(model, request).await.map_err(|e| {
-            let blame = if matches!(
-                e,
-                hydrate::Error::Model { .. } | hydrate::Error::MaxSteps { .. }
-            ) {
-                Blame::Model
-            } else {
-                Blame::Memory
-            };
-            (blame, anyhow::Error::new(e).context("ask the model"))
-        });
-        // Tagged with the names it mentions (the graph source's index); a standing
-        // instruction ("always ...") is marked so that every prompt carries it.
-        let mut user_turn = chat_turn(said.as_str(), Role::User)
-            .with_source(source)
-            .with_tags(member_tag.clone())
-            .at(received);
-        if let Some(previous) = previous {
-            user_turn = user_turn.with_context(in_reply_to(&previous.content));
+        let mut stored = Ok(());
+        // What the reply answers: this message, or (continuing a turn) the last one kept.
+        let mut answered = previous.as_ref().map(|p| p.content.clone());
+        if let Some(message) = message {
+            let said = said(message);
+            // Tagged with the names it mentions (the graph source's index); a standing
+            // instruction ("always ...") is marked so that every prompt carries it.
+            let mut user_turn = chat_turn(said.as_str(), Role::User)
+                .with_source(source)
+                .with_tags(member_tag.clone())
+                .at(received);
+            if let Some(previous) = &previous {
+                user_turn = user_turn.with_context(in_reply_to(&previous.content));
+            }
+            stored = self
+                .store_whole(scope, user_turn)
+                .await
+                .map(drop)
+                .context("store the message");
+            answered = Some(said);
         }
-        let mut stored = self
-            .store_whole(scope, user_turn)
-            .await
-            .map(drop)
-            .context("store the message");
         let mut answer_ids = Vec::new();
         if stored.is_ok()
-            && let Ok(inference) = &answer
-            && !inference.reply.trim().is_empty()
+            && let Some(reply) = reply.filter(|r| !r.trim().is_empty())
         {
-            let reply = chat_turn(inference.reply.as_str(), Role::Assistant)
+            let mut turn = chat_turn(reply, Role::Assistant)
                 .with_source(source)
-                .with_tags(member_tag)
-                .with_context(in_reply_to(&said));
-            stored = match self.store_whole(scope, reply).await {
+                .with_tags(member_tag);
+            if let Some(answered) = &answered {
+                turn = turn.with_context(in_reply_to(answered));
+            }
+            stored = match self.store_whole(scope, turn).await {
                 Ok(ids) => {
                     answer_ids = ids;
                     Ok(())
@@ -573,12 +643,11 @@ impl Agent {
         }
         let mut learning = None;
         if stored.is_ok() {
-            if let Some((extractor, learners)) = &self.facts {
-                let reply = answer.as_ref().ok().map(|i| i.reply.clone());
+            if let (Some(extractor), Some(said)) = (extractor, message.map(said)) {
                 // The person's facts, or the group's: where this context keeps them, then
                 // the other scopes whose facts it reads (a chat's, from an older store).
                 let home = ops.facts_scope();
-                let lock = learners.lock_for(&home);
+                let lock = self.learners.lock_for(&home);
                 let mut scopes = vec![home.clone()];
                 scopes.extend(ops.readable_scopes().into_iter().filter(|s| *s != home));
                 let (told, heard) = tokio::sync::oneshot::channel();
@@ -590,7 +659,7 @@ impl Agent {
                     Arc::clone(&self.learned),
                     told,
                     scopes,
-                    (said, reply, received, source.to_owned()),
+                    (said, reply.map(str::to_owned), received, source.to_owned()),
                 );
                 self.background.push(tokio::spawn(task)).await;
             }
@@ -602,13 +671,23 @@ impl Agent {
                 self.background.push(task).await;
             }
         }
-        Ok(Turn {
-            answer,
+        Kept {
             stored,
             answer_ids,
             learning,
-        })
+        }
     }
+}
+
+/// What became of an exchange kept ([`Agent::keep`]).
+#[derive(Debug)]
+pub(crate) struct Kept {
+    /// `Ok` when the message, and the answer if there is one, are in the store.
+    pub(crate) stored: anyhow::Result<()>,
+    /// The stored answer's memories (one, or its linked parts); empty when none was stored.
+    pub(crate) answer_ids: Vec<MemoryId>,
+    /// Whether learning changed a fact, once it has run (`None` when nothing is learned).
+    pub(crate) learning: Option<tokio::sync::oneshot::Receiver<bool>>,
 }
 
 /// Learns facts from one exchange into the first of `scopes` (after the exchanges before

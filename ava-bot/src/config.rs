@@ -126,6 +126,23 @@ impl WebArgs {
     }
 }
 
+impl Settings {
+    /// `agent` (over `opened`'s store) with what these settings add to every prompt: the
+    /// budget split, the reranker, web results and the user's documents. One assembly for
+    /// every command that builds prompts.
+    pub(crate) fn equip(
+        &self,
+        agent: crate::agent::Agent,
+        opened: &Opened,
+    ) -> anyhow::Result<crate::agent::Agent> {
+        Ok(agent
+            .with_allocation(self.allocation.clone())
+            .with_reranker(self.rerank.build()?)
+            .with_web(self.web.build(opened.embedder.clone())?)
+            .with_documents(documents(opened)?))
+    }
+}
+
 /// The source of the user's documents (`ava docs`) over `opened`'s store, or `None` in a
 /// build without the `documents` feature (where `ava docs` says how to rebuild).
 pub(crate) fn documents(

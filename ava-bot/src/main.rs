@@ -6,6 +6,7 @@ mod commands;
 mod config;
 mod llm;
 mod mcp;
+mod proxy;
 
 use clap::{Parser, Subcommand};
 
@@ -51,6 +52,9 @@ enum Command {
     /// Serve Ava's memory to MCP clients: over stdio for one --user and --chat, or over
     /// streamable HTTP (--http ADDR) for the identities of a bearer-token file.
     Mcp(commands::mcp::Args),
+    /// Serve apps on one address: MCP at /mcp and an OpenAI-compatible proxy at /v1 that
+    /// gives every chat completion what Ava recalls and remembers every exchange.
+    Serve(commands::serve::Args),
     /// Index a user's text and Markdown files (`add`), list them (`list`) or remove them
     /// (`remove`): the bot, `chat` and `context` draw on their passages, with file and lines.
     Docs(commands::docs::Args),
@@ -154,6 +158,7 @@ async fn run() -> anyhow::Result<()> {
         Command::Chat(args) => commands::chat::run(&cli.settings, &args, out).await,
         Command::Run(args) => commands::run::run(&cli.settings, &args, out).await,
         Command::Mcp(args) => commands::mcp::run(&cli.settings, &args).await,
+        Command::Serve(args) => commands::serve::run(&cli.settings, &args).await,
         Command::Docs(args) => commands::docs::run(&cli.settings, &args, out).await,
         Command::Graph(args) => commands::graph::run(&cli.settings, &args, out).await,
         Command::Stats(args) => commands::stats::run(&cli.settings, &args, out).await,

@@ -42,13 +42,14 @@ pub(crate) async fn run(
         anyhow::bail!("token budget 0: expected at least 1");
     }
     let opened = settings.open_existing().await?;
-    let web = settings.web.build(opened.embedder.clone())?;
-    let documents = crate::config::documents(&opened)?;
-    let agent = Agent::dry_run(opened.store, opened.embedder, args.budget)?
-        .with_allocation(settings.allocation.clone())
-        .with_reranker(settings.rerank.build()?)
-        .with_web(web)
-        .with_documents(documents);
+    let agent = settings.equip(
+        Agent::dry_run(
+            std::sync::Arc::clone(&opened.store),
+            opened.embedder.clone(),
+            args.budget,
+        )?,
+        &opened,
+    )?;
     let prompt = agent
         .prepare(
             &scope,

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use rmcp::service::ServerInitializeError;
 
-use crate::config::Settings;
+use crate::agent::{Agent, DEFAULT_BUDGET};
+use crate::config::{Opened, Settings};
 use crate::mcp::http::{self, HttpConfig};
 use crate::mcp::stdio;
 use crate::mcp::tokens::TokenTable;
@@ -78,17 +79,7 @@ pub(crate) async fn run(settings: &Settings, args: &Args) -> anyhow::Result<()> 
         ),
     };
     let opened = settings.open().await?;
-    let memory = Arc::new(
-        Memory::new(
-            Arc::clone(&opened.store),
-            opened.embedder.clone(),
-            opened.embedder_note.clone(),
-        )?
-        .with_allocation(settings.allocation.clone())
-        .with_reranker(settings.rerank.build()?)
-        .with_web(settings.web.build(opened.embedder.clone())?)
-        .with_documents(crate::config::documents(&opened)?),
-    );
+    let memory = Arc::new(memory(settings, &opened)?);
     let ended = match plan {
         Plan::Http(addr, tokens) => {
             let listener = http::bind(addr).await?;
@@ -112,6 +103,7 @@ pub(crate) async fn run(settings: &Settings, args: &Args) -> anyhow::Result<()> 
                 tokens,
                 token_file: args.tokens.clone(),
                 extra_hosts: args.allow_hosts.clone(),
+                proxy: None,
             };
             http::serve(listener, memory, config, shutdown_signal()).await?;
             Ended::Signal
@@ -134,6 +126,17 @@ pub(crate) async fn run(settings: &Settings, args: &Args) -> anyhow::Result<()> 
         std::process::exit(0);
     }
     Ok(())
+}
+
+/// What MCP serves over `opened`'s store: prompts built as the settings say (`context`
+/// with a budget of its own, [`DEFAULT_BUDGET`] unless asked).
+pub(crate) fn memory(settings: &Settings, opened: &Opened) -> anyhow::Result<Memory> {
+    let agent = Agent::new(
+        Arc::clone(&opened.store),
+        opened.embedder.clone(),
+        DEFAULT_BUDGET,
+    )?;
+    Memory::new(settings.equip(agent, opened)?, opened.embedder_note.clone())
 }
 
 async fn serve_stdio(handler: AvaMcp) -> anyhow::Result<Ended> {
@@ -178,7 +181,7 @@ async fn serve_stdio(handler: AvaMcp) -> anyhow::Result<Ended> {
 /// when its stdin closes). The handlers are installed when this is called, not when the future
 /// is first polled: a signal that comes while the server is still starting (or before the task
 /// that awaits it next runs) stops it cleanly instead of killing it.
-fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     let listening = {
         use tokio::signal::unix::{SignalKind, signal};

@@ -16,6 +16,7 @@ pub(crate) mod prune;
 pub(crate) mod recall;
 pub(crate) mod remember;
 pub(crate) mod run;
+pub(crate) mod serve;
 pub(crate) mod stats;
 
 use anyhow::Context;

@@ -47,13 +47,15 @@ pub(crate) async fn run(
     let allow = parse_allow(&args.allow_users)?;
     let model = args.llm.build(settings)?;
     let opened = settings.open().await?;
-    let web = settings.web.build(opened.embedder.clone())?;
-    let documents = crate::config::documents(&opened)?;
-    let agent = Agent::new(opened.store, opened.embedder, args.budget)?
-        .with_allocation(settings.allocation.clone())
-        .with_reranker(settings.rerank.build()?)
-        .with_web(web)
-        .with_documents(documents)
+    let agent = settings
+        .equip(
+            Agent::new(
+                Arc::clone(&opened.store),
+                opened.embedder.clone(),
+                args.budget,
+            )?,
+            &opened,
+        )?
         .with_upkeep(args.upkeep.upkeep())
         .with_facts(args.llm.extractor(&model));
     let bot = make_bot(token, args.telegram_api_url.as_deref(), Limits::default())?;

@@ -1,5 +1,7 @@
-//! `ava mcp --http`: MCP's streamable HTTP transport (rmcp's, stateless with JSON answers) on
-//! hyper's HTTP/1 server, behind a bearer-token gate that gives each request its identity.
+//! `ava mcp --http` and `ava serve`: MCP's streamable HTTP transport (rmcp's, stateless with
+//! JSON answers) at `/mcp`, and for `ava serve` the OpenAI-compatible proxy under `/v1/`
+//! ([`crate::proxy`]), on hyper's HTTP/1 server, behind a bearer-token gate that gives each
+//! request its identity.
 //!
 //! Every request must carry `Authorization: Bearer <token>` with a token of the token file;
 //! without one it gets 401 before anything else looks at it. The token picks the handler,
@@ -36,6 +38,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::tokens::TokenTable;
 use super::{AvaMcp, Memory};
+use crate::proxy::Proxy;
 
 /// The path MCP is served at.
 pub(crate) const PATH: &str = "/mcp";
@@ -49,7 +52,8 @@ const MAX_BODY: usize = 4 * 1024 * 1024;
 /// The shortest time between two warnings about refused requests.
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
-type Body = BoxBody<Bytes, Infallible>;
+/// A response body of the server.
+pub(crate) type Body = BoxBody<Bytes, Infallible>;
 type Service = StreamableHttpService<AvaMcp, NeverSessionManager>;
 
 /// The tokens in force, and one MCP service per token, in the same order.
@@ -131,6 +135,8 @@ struct Gate {
     hosts: Vec<String>,
     unauthenticated: Refusals,
     cross_origin: Refusals,
+    /// The OpenAI-compatible proxy under `/v1/` (`ava serve`), if there is one.
+    proxy: Option<Arc<Proxy>>,
 }
 
 /// The token of an `Authorization: Bearer <token>` header.
@@ -308,6 +314,20 @@ impl Gate {
             );
             return response;
         };
+        if request.uri().path().starts_with(crate::proxy::PREFIX) {
+            return match (&self.proxy, table.tokens.grant(i)) {
+                (Some(proxy), Some(grant)) => proxy.handle(request, grant).await,
+                (None, _) => plain(
+                    StatusCode::NOT_FOUND,
+                    "not found; this server serves MCP at /mcp only (the OpenAI-compatible \
+                     proxy is `ava serve --upstream URL`)\n",
+                ),
+                (_, None) => plain(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "no grant for this token\n",
+                ),
+            };
+        }
         if request.uri().path() != PATH {
             return plain(StatusCode::NOT_FOUND, "not found; MCP is served at /mcp\n");
         }
@@ -334,6 +354,8 @@ pub(crate) struct HttpConfig {
     pub(crate) token_file: Option<PathBuf>,
     /// `Host` names accepted besides the loopback ones (a guard against DNS rebinding).
     pub(crate) extra_hosts: Vec<String>,
+    /// The OpenAI-compatible proxy served beside MCP (`ava serve`), if any.
+    pub(crate) proxy: Option<Arc<Proxy>>,
 }
 
 /// Serves MCP on `listener` until `shutdown` resolves, then lets the requests in flight
@@ -363,6 +385,7 @@ pub(crate) async fn serve(
         hosts,
         unauthenticated: Refusals::new("no known bearer token"),
         cross_origin: Refusals::new("a web page's Origin names a host not allowed"),
+        proxy: config.proxy,
     });
     let mut hangups = hangups()?;
 

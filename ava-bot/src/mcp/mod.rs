@@ -21,10 +21,10 @@ use std::sync::Arc;
 use anyhow::{Context, anyhow, bail};
 use hydrate::{Block, ExplainReport, memory_block};
 use memory_core::{
-    Capability, EmbeddingProvider, Filter, MemoryBackend, MemoryEntry, MemoryError, MemoryId,
-    MemoryKind, NewMemory, Scope, SearchRequest, Tag,
+    Capability, Filter, MemoryBackend, MemoryEntry, MemoryError, MemoryId, MemoryKind, NewMemory,
+    Scope, SearchRequest, Tag,
 };
-use prompt_ir::{Action, BudgetAllocation};
+use prompt_ir::Action;
 use rmcp::handler::server::common::{schema_for_input, schema_for_output};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -56,69 +56,26 @@ const RECENT_LIMIT: (u32, u32) = (10, 50);
 /// Smallest and largest `budget` of `context`.
 const CONTEXT_BUDGET: (u32, u32) = (200, 200_000);
 
-/// What every session of one server shares: the store and the tool list.
+/// What every session of one server shares: the agent that builds prompts over the store,
+/// and the tool list.
 #[derive(Debug)]
 pub(crate) struct Memory {
-    store: Arc<dyn MemoryBackend>,
-    /// The store's embedder, for `context` (the observation embedded once per prompt).
-    embedder: Option<Arc<dyn EmbeddingProvider>>,
+    /// The store and the prompt assembly `context` uses (built once for the server).
+    agent: Agent,
     /// One line on the embedder in use, or why there is none.
     embedder_note: String,
-    /// How `context` splits its budget (`ava --allocation`; `None`: the default).
-    allocation: Option<BudgetAllocation>,
-    /// How `context` reranks retrieved memories (`ava --rerank-url`; `None`: not at all).
-    reranker: Option<Arc<dyn hydrate::Reranker>>,
-    /// Where `context` gets web results (`ava --web-search-url`; `None`: nowhere).
-    web: Option<Arc<dyn hydrate::ContextSource>>,
-    /// Where `context` gets passages of the user's documents (`ava docs`; `None`: nowhere).
-    documents: Option<Arc<dyn hydrate::ContextSource>>,
     tools: Vec<Tool>,
 }
 
 impl Memory {
-    /// The server's memory: `store` (opened with the embedder `embedder_note` describes).
-    pub(crate) fn new(
-        store: Arc<dyn MemoryBackend>,
-        embedder: Option<Arc<dyn EmbeddingProvider>>,
-        embedder_note: String,
-    ) -> anyhow::Result<Self> {
+    /// The server's memory: `agent`'s store, opened with the embedder `embedder_note`
+    /// describes. `context` builds prompts as `agent` does, under the budget it is asked.
+    pub(crate) fn new(agent: Agent, embedder_note: String) -> anyhow::Result<Self> {
         Ok(Self {
-            store,
-            embedder,
+            agent,
             embedder_note,
-            allocation: None,
-            reranker: None,
-            web: None,
-            documents: None,
             tools: tools()?,
         })
-    }
-
-    /// Splits each `context` prompt's budget as `allocation` says (`None`: the default).
-    pub(crate) fn with_allocation(mut self, allocation: Option<BudgetAllocation>) -> Self {
-        self.allocation = allocation;
-        self
-    }
-
-    /// Reranks each `context` prompt's retrieved memories with `reranker`.
-    pub(crate) fn with_reranker(mut self, reranker: Option<Arc<dyn hydrate::Reranker>>) -> Self {
-        self.reranker = reranker;
-        self
-    }
-
-    /// Adds web results from `web` to each `context` prompt.
-    pub(crate) fn with_web(mut self, web: Option<Arc<dyn hydrate::ContextSource>>) -> Self {
-        self.web = web;
-        self
-    }
-
-    /// Adds passages of the user's documents from `documents` to each `context` prompt.
-    pub(crate) fn with_documents(
-        mut self,
-        documents: Option<Arc<dyn hydrate::ContextSource>>,
-    ) -> Self {
-        self.documents = documents;
-        self
     }
 }
 
@@ -136,7 +93,7 @@ impl AvaMcp {
     }
 
     fn store(&self) -> &dyn MemoryBackend {
-        self.memory.store.as_ref()
+        self.memory.agent.store().as_ref()
     }
 }
 
@@ -693,15 +650,7 @@ impl AvaMcp {
         let budget = in_range("budget", a.budget, DEFAULT_BUDGET, CONTEXT_BUDGET)?;
         // The memories do go into a model's prompt, so this counts as recalling them, as
         // in the bot (`ava context` is a dry run that does not).
-        let agent = Agent::new(
-            Arc::clone(&self.memory.store),
-            self.memory.embedder.clone(),
-            budget,
-        )?
-        .with_allocation(self.memory.allocation.clone())
-        .with_reranker(self.memory.reranker.clone())
-        .with_web(self.memory.web.clone())
-        .with_documents(self.memory.documents.clone());
+        let agent = self.memory.agent.with_budget(budget)?;
         let prompt = agent
             // The recalled data goes into the client's own prompt, which says who the user
             // is; no state of ours.

@@ -6,10 +6,15 @@
 //! {
 //!   "tokens": [
 //!     { "token": "3f9c…(at least 32 characters)", "user": "alice", "chat": "claude-desktop" },
-//!     { "token": "8a41…", "user": "bob", "chat": "cursor" }
+//!     { "token": "8a41…", "user": "bob", "chat": "cursor" },
+//!     { "token": "c07e…", "user": "shop", "chat": "assistant", "end_users": true }
 //!   ]
 //! }
 //! ```
+//!
+//! A token with `"end_users": true` belongs to an app that serves many people: on the
+//! OpenAI-compatible proxy of `ava serve` it may name the person each request is for, and
+//! each such person is kept apart like any user, in the tenant `app:<user>` of the token.
 //!
 //! Tokens are kept only as SHA-256 digests and compared in constant time; no message here
 //! ever contains one (a malformed file is described by position and field name, never by the
@@ -31,14 +36,40 @@ pub(crate) const MIN_TOKEN_CHARS: usize = 32;
 
 /// The identities of a token file, each behind the digest of its token.
 pub(crate) struct TokenTable {
-    entries: Vec<([u8; 32], Scope)>,
+    entries: Vec<([u8; 32], Grant)>,
+}
+
+/// What one token may do: act as its identity, and (for an app's token) name end users.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Grant {
+    /// The identity the token acts as.
+    pub(crate) scope: Scope,
+    /// Whether requests may name the end user they are for (`ava serve`'s proxy).
+    pub(crate) end_users: bool,
+}
+
+impl Grant {
+    /// The identity of the end user `user` of this token's app: the tenant `app:<user of
+    /// the token>`, so no app's end user is ever another app's, or a user of the store's own.
+    pub(crate) fn end_user(&self, user: &str) -> anyhow::Result<Scope> {
+        if !self.end_users {
+            bail!(
+                "this token may not name end users (give it \"end_users\": true in the token file)"
+            );
+        }
+        let mut scope = Scope::for_user(user)?.in_tenant(format!("app:{}", self.scope.user()))?;
+        if let Some(chat) = self.scope.chat() {
+            scope = scope.in_chat(chat)?;
+        }
+        Ok(scope)
+    }
 }
 
 impl fmt::Debug for TokenTable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Digests are not the tokens, but there is no reason to show them either.
         f.debug_list()
-            .entries(self.entries.iter().map(|(_, scope)| scope.to_string()))
+            .entries(self.entries.iter().map(|(_, g)| g.scope.to_string()))
             .finish()
     }
 }
@@ -102,12 +133,12 @@ impl TokenTable {
             let Value::Object(item) = item else {
                 bail!("token entry {n} is not an object with `token`, `user` and `chat`");
             };
-            let (token, scope) = entry(item).with_context(|| format!("token entry {n}"))?;
+            let (token, grant) = entry(item).with_context(|| format!("token entry {n}"))?;
             let d = digest(token);
             if let Some(first) = seen.insert(d, n) {
                 bail!("token entries {first} and {n} have the same token; each needs its own");
             }
-            entries.push((d, scope));
+            entries.push((d, grant));
         }
         Ok(Self { entries })
     }
@@ -119,7 +150,12 @@ impl TokenTable {
 
     /// The identities, in file order (index = what [`TokenTable::identify`] returns).
     pub(crate) fn scopes(&self) -> impl Iterator<Item = &Scope> {
-        self.entries.iter().map(|(_, s)| s)
+        self.entries.iter().map(|(_, g)| &g.scope)
+    }
+
+    /// What the token of entry `i` ([`TokenTable::identify`]) may do.
+    pub(crate) fn grant(&self, i: usize) -> Option<&Grant> {
+        self.entries.get(i).map(|(_, g)| g)
     }
 
     /// The index of the entry whose token is `presented`, comparing every entry's digest in
@@ -207,13 +243,18 @@ impl<'de> serde::de::Visitor<'de> for StrictVisitor {
     }
 }
 
-fn entry(item: &Map<String, Value>) -> anyhow::Result<(&str, Scope)> {
+fn entry(item: &Map<String, Value>) -> anyhow::Result<(&str, Grant)> {
     if let Some(key) = item
         .keys()
-        .find(|k| !matches!(k.as_str(), "token" | "user" | "chat"))
+        .find(|k| !matches!(k.as_str(), "token" | "user" | "chat" | "end_users"))
     {
-        bail!("unknown key `{key}`; expected `token`, `user` and `chat`");
+        bail!("unknown key `{key}`; expected `token`, `user`, `chat` and maybe `end_users`");
     }
+    let end_users = match item.get("end_users") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => bail!("`end_users` must be true or false"),
+    };
     let text = |key: &str| -> anyhow::Result<&str> {
         match item.get(key) {
             Some(Value::String(s)) => Ok(s.as_str()),
@@ -234,7 +275,7 @@ fn entry(item: &Map<String, Value>) -> anyhow::Result<(&str, Scope)> {
         bail!("the token must be printable ASCII without spaces");
     }
     let scope = Scope::for_user(text("user")?)?.in_chat(text("chat")?)?;
-    Ok((token, scope))
+    Ok((token, Grant { scope, end_users }))
 }
 
 #[cfg(unix)]
@@ -283,6 +324,35 @@ mod tests {
         assert_eq!(t.identify(&A[1..]), None);
         assert_eq!(t.identify(""), None);
         assert!(!format!("{t:?}").contains("aaaaaaaa"));
+        let alice = t.grant(0).unwrap();
+        assert!(!alice.end_users);
+        let e = alice
+            .end_user("carol")
+            .expect_err("alice's token names no one");
+        assert!(e.to_string().contains("may not name end users"), "{e}");
+    }
+
+    #[test]
+    fn an_apps_token_names_end_users_in_its_own_tenant() {
+        let t = TokenTable::parse(&format!(
+            r#"{{"tokens": [{{"token": "{A}", "user": "shop", "chat": "bot", "end_users": true}}]}}"#
+        ))
+        .unwrap();
+        let grant = t.grant(0).unwrap();
+        let carol = grant.end_user("carol").unwrap();
+        assert_eq!(
+            (carol.tenant(), carol.user(), carol.chat()),
+            ("app:shop", "carol", Some("bot"))
+        );
+        assert_ne!(
+            carol,
+            Scope::for_user("carol").unwrap().in_chat("bot").unwrap()
+        );
+        assert!(grant.end_user("").is_err());
+        let e = err(&format!(
+            r#"{{"tokens": [{{"token": "{A}", "user": "u", "chat": "c", "end_users": 1}}]}}"#
+        ));
+        assert!(e.contains("`end_users` must be true or false"), "{e}");
     }
 
     #[test]

@@ -33,6 +33,13 @@ pub(crate) fn command(db: impl AsRef<OsStr>) -> Command {
         .env_remove("AVA_RERANK_API")
         .env_remove("AVA_RERANK_KEY")
         .env_remove("AVA_RERANK_MIN_SCORE")
+        .env_remove("AVA_MCP_TOKENS")
+        .env_remove("AVA_SERVE_ADDR")
+        .env_remove("AVA_UPSTREAM_URL")
+        .env_remove("AVA_UPSTREAM_API_KEY")
+        .env_remove("AVA_UPSTREAM_TIMEOUT")
+        .env_remove("AVA_HISTORY")
+        .env_remove("AVA_FACTS_MODEL")
         .current_dir(env!("CARGO_TARGET_TMPDIR"));
     command
 }

@@ -1,0 +1,123 @@
+//! `ava serve`: one long-running server for apps, on one address: MCP at `/mcp` (as `ava mcp
+//! --http`) and the OpenAI-compatible proxy under `/v1/` in front of an upstream
+//! ([`crate::proxy`]), for the identities of a bearer-token file, until Ctrl-C or SIGTERM.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::agent::{Agent, DEFAULT_BUDGET};
+use crate::commands::mcp::{memory, shutdown_signal};
+use crate::commands::prune::UpkeepArgs;
+use crate::config::{Settings, secret_from_env};
+use crate::mcp::http::{self, HttpConfig};
+use crate::mcp::tokens::TokenTable;
+use crate::proxy::{History, Learning, Proxy, Upstream};
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Where to listen (port 0 picks a free one). Loopback by default: beyond this machine,
+    /// put a TLS proxy in front.
+    #[arg(long, env = "AVA_SERVE_ADDR", default_value = "127.0.0.1:8765")]
+    addr: SocketAddr,
+    /// The bearer-token file (JSON, mode 600), mapping each token to a user and chat; the
+    /// same as `ava mcp --http`'s (see the README).
+    #[arg(long, env = "AVA_MCP_TOKENS", value_name = "FILE")]
+    tokens: PathBuf,
+    /// Another Host name clients may use besides localhost, 127.0.0.1 and ::1 (requests
+    /// naming other hosts are refused, against DNS rebinding). Repeatable.
+    #[arg(long = "allow-host", value_name = "HOST")]
+    allow_hosts: Vec<String>,
+    /// The OpenAI-compatible server that answers, up to where `/chat/completions` follows:
+    /// e.g. https://api.openai.com/v1, or Ollama's http://localhost:11434/v1. Its key comes
+    /// from AVA_UPSTREAM_API_KEY (or OPENAI_API_KEY).
+    #[arg(long, env = "AVA_UPSTREAM_URL", value_name = "URL")]
+    upstream: String,
+    /// Seconds the upstream gets to start answering, and to send each next part of a
+    /// streamed answer.
+    #[arg(long, env = "AVA_UPSTREAM_TIMEOUT", default_value_t = 120)]
+    upstream_timeout: u64,
+    /// What the upstream gets of the app's own history: `keep` sends all of it after what
+    /// Ava recalls; `replace` sends only the current turn, what Ava recalls standing in
+    /// for the older messages.
+    #[arg(long, env = "AVA_HISTORY", value_enum, default_value_t = History::Keep)]
+    history: History,
+    /// Token budget of what Ava adds to each request (its recalled memory).
+    #[arg(long, default_value_t = DEFAULT_BUDGET)]
+    budget: u32,
+    /// The upstream model that learns facts from each exchange, in the background [default:
+    /// the model each request names].
+    #[arg(long, env = "AVA_FACTS_MODEL")]
+    facts_model: Option<String>,
+    /// Learn no facts (one or two extra upstream calls per exchange otherwise).
+    #[arg(long, env = "AVA_NO_FACTS")]
+    no_facts: bool,
+    #[command(flatten)]
+    upkeep: UpkeepArgs,
+}
+
+pub(crate) async fn run(settings: &Settings, args: &Args) -> anyhow::Result<()> {
+    // What can be judged without the store is judged first.
+    let tokens = TokenTable::load(&args.tokens)?;
+    let key = secret_from_env("AVA_UPSTREAM_API_KEY").or_else(|| secret_from_env("OPENAI_API_KEY"));
+    let upstream = Upstream::new(
+        &args.upstream,
+        key,
+        Duration::from_secs(args.upstream_timeout),
+    )?;
+    let learning = match (&args.facts_model, args.no_facts) {
+        (_, true) => Learning::Off,
+        (Some(model), false) => Learning::Model(model.clone()),
+        (None, false) => Learning::RequestModel,
+    };
+    let opened = settings.open().await?;
+    let agent = settings
+        .equip(
+            Agent::new(
+                Arc::clone(&opened.store),
+                opened.embedder.clone(),
+                args.budget,
+            )?,
+            &opened,
+        )?
+        .with_upkeep(args.upkeep.upkeep());
+    let upstream_url = upstream.base().to_owned();
+    let proxy = Arc::new(Proxy::new(agent, upstream, args.history, learning));
+    let listener = http::bind(args.addr).await?;
+    let local = listener
+        .local_addr()
+        .context("read the listening address")?;
+    if !local.ip().is_loopback() {
+        tracing::warn!(
+            "serving on {local}, beyond this machine, over plain HTTP: put a TLS proxy in \
+             front of it, or bearer tokens travel in the clear"
+        );
+    }
+    // On its own line and not through the log filter: clients and scripts read it.
+    eprintln!(
+        "ava serve: listening on http://{local} for {} token(s): MCP at {}, the \
+         OpenAI-compatible proxy at /v1 (upstream {upstream_url}, history {:?}); {}",
+        tokens.len(),
+        http::PATH,
+        args.history,
+        opened.embedder_note
+    );
+    let config = HttpConfig {
+        tokens,
+        token_file: Some(args.tokens.clone()),
+        extra_hosts: args.allow_hosts.clone(),
+        proxy: Some(Arc::clone(&proxy)),
+    };
+    let memory = Arc::new(memory(settings, &opened)?);
+    http::serve(listener, memory, config, shutdown_signal()).await?;
+    // Facts still being learned are learned before the store closes.
+    proxy.agent().finish_background().await;
+    if let Some(sqlite) = &opened.sqlite {
+        sqlite.close().await;
+    }
+    tracing::info!("ava serve stopped");
+    Ok(())
+}
