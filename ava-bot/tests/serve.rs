@@ -657,3 +657,61 @@ print("MODELS", [m.id for m in client.models.list()])
         "{memory}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_with_tool_calls_is_passed_on_and_kept_once() {
+    let server = MockServer::start().await;
+    let call = json!({"id": "chatcmpl-t1", "object": "chat.completion", "created": 1, "model": "gpt-test",
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": null,
+            "tool_calls": [{"id": "call_1", "type": "function",
+                            "function": {"name": "book", "arguments": "{\"people\":2}"}}]}}]});
+    Mock::given(method("POST"))
+        .and(body_string_contains("\"role\":\"tool\""))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(
+            completion("Booked a table for two at 8pm."),
+            "application/json",
+        ))
+        .with_priority(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(call.to_string(), "application/json"))
+        .mount(&server)
+        .await;
+    let s = serve(&format!("{}/v1", server.uri()), &["--no-facts"]).await;
+    let mut messages = vec![json!({"role": "user", "content": "Book a table for two tonight."})];
+    let first = post(
+        &s,
+        TOKEN_A,
+        &json!({"model": "gpt-test", "messages": messages}),
+        None,
+    )
+    .await;
+    let first: Value = first.json().await.unwrap();
+    assert_eq!(first, call, "the tool call is passed on unchanged");
+    messages.push(first["choices"][0]["message"].clone());
+    messages.push(json!({"role": "tool", "tool_call_id": "call_1", "content": "booked: 20:00"}));
+    let second = post(
+        &s,
+        TOKEN_A,
+        &json!({"model": "gpt-test", "messages": messages}),
+        None,
+    )
+    .await;
+    assert_eq!(
+        second.text().await.unwrap(),
+        completion("Booked a table for two at 8pm.")
+    );
+    // The upstream got the tool turn as the app sent it, after what Ava recalls.
+    let sent = received(&server).await;
+    let got = sent[1]["messages"].as_array().unwrap();
+    assert_eq!(&got[got.len() - 3..], &messages[..]);
+    // The user's message is kept once, and the final answer with it.
+    let kept = recall(&s.db, "alice", "desk", "book table two tonight");
+    assert_eq!(
+        kept.matches("Book a table for two tonight.").count(),
+        1,
+        "{kept}"
+    );
+    assert!(kept.contains("Booked a table for two at 8pm."), "{kept}");
+}

@@ -92,6 +92,17 @@ const SPECS: &[Spec] = &[
         needs: Some("MEMORY_PG_URL"),
     },
     Spec {
+        key: "ava-bot/serve",
+        package: "ava-bot",
+        bench: "serve",
+        features: &[],
+        env: &[
+            ("AVA_BENCH_REQUESTS", "400", "100"),
+            ("RAYON_NUM_THREADS", "1", "1"),
+        ],
+        needs: None,
+    },
+    Spec {
         key: "hydrate/hydrate",
         package: "hydrate",
         bench: "hydrate",
