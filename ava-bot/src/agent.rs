@@ -20,7 +20,7 @@ use memory_core::{
 };
 use prompt_ir::{Action, BudgetAllocation, ContextRequest, TokenBudget};
 
-use crate::commands::prune::Upkeep;
+use crate::upkeep::Upkeep;
 
 /// Ends a stored answer of which only the text before it reached the user.
 pub(crate) const UNDELIVERED: &str = "[the rest of this answer did not reach the user]";

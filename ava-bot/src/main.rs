@@ -7,6 +7,7 @@ mod config;
 mod llm;
 mod mcp;
 mod proxy;
+mod upkeep;
 
 use clap::{Parser, Subcommand};
 

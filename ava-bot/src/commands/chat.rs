@@ -5,9 +5,9 @@ use std::io::{IsTerminal, Write};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::agent::{Agent, Audience, DEFAULT_BUDGET, Speaker, named};
-use crate::commands::prune::UpkeepArgs;
 use crate::config::{Identity, Settings};
 use crate::llm::LlmSettings;
+use crate::upkeep::UpkeepArgs;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {

@@ -9,9 +9,9 @@ use std::time::Duration;
 use anyhow::Context;
 use memory_core::{Consolidation, MemoryBackend, MemoryId, PrunePolicy, Scope, Timestamp};
 
-use crate::commands::prune::{parse_age, reason};
 use crate::commands::terminal_safe;
 use crate::config::Settings;
+use crate::upkeep::{parse_age, reason};
 use hydrate::preview;
 
 #[derive(Debug, clap::Args)]

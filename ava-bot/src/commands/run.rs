@@ -9,9 +9,9 @@ use teloxide::adaptors::throttle::Limits;
 
 use crate::agent::{Agent, DEFAULT_BUDGET};
 use crate::bot::{BotState, LEARNED_REACTION, make_bot};
-use crate::commands::prune::UpkeepArgs;
 use crate::config::{Settings, secret_from_env};
 use crate::llm::LlmSettings;
+use crate::upkeep::UpkeepArgs;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {

@@ -11,11 +11,11 @@ use anyhow::Context;
 
 use crate::agent::{Agent, DEFAULT_BUDGET};
 use crate::commands::mcp::{memory, shutdown_signal};
-use crate::commands::prune::UpkeepArgs;
 use crate::config::{Settings, secret_from_env};
 use crate::mcp::http::{self, HttpConfig};
 use crate::mcp::tokens::TokenTable;
 use crate::proxy::{History, Learning, Proxy, Upstream};
+use crate::upkeep::UpkeepArgs;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
