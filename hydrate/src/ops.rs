@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use memory_core::{
     ErrorChain, MemoryBackend, MemoryEntry, MemoryId, MemoryKind, NewMemory, Remembered, Scope,
-    SearchRequest, remember_once, tags,
+    SearchRequest, tags,
 };
 use prompt_ir::{ContextRequest, RecencyDecay};
 use serde::Serialize;
@@ -260,7 +260,29 @@ impl Ops {
             memory = memory.with_context(c);
         }
         let memory = crate::graph::with_entity_tags(memory);
-        Ok(remember_once(self.backend.as_ref(), &self.facts_scope(), memory).await?)
+        let kept = memory_core::keep_fact(
+            self.backend.as_ref(),
+            &self.facts_scope(),
+            &[],
+            memory,
+            None,
+            memory_core::Timestamp::now(),
+        )
+        .await?;
+        Ok(match kept {
+            memory_core::FactKept::Once(remembered) => remembered,
+            memory_core::FactKept::Replaced(entry) => Remembered {
+                entry,
+                merged: false,
+            },
+            // A fact longer than one memory: kept in linked parts, named by the first.
+            memory_core::FactKept::Parts(parts) => Remembered {
+                entry: parts.into_iter().next().ok_or_else(|| {
+                    Error::invalid("remember", "the store kept none of the fact's parts")
+                })?,
+                merged: false,
+            },
+        })
     }
 
     /// The memories of [`Ops::readable_scopes`] that best match `query` (1 to

@@ -574,3 +574,29 @@ async fn facts_follow_the_person_into_private_chats_and_stay_out_of_shared_ones(
     elsewhere.forget(told.entry.id).await.unwrap();
     assert!(!holds_pixel(&prompt(&private).await));
 }
+
+#[tokio::test]
+async fn a_fact_longer_than_one_memory_is_kept_whole_in_parts() {
+    let (ops, backend) = ops().await;
+    let max = backend.info().limits.max_content_bytes;
+    let long = format!(
+        "{} and the key is under the blue pot.",
+        "My recipe notes. ".repeat(max / 16)
+    );
+    let kept = ops.remember(&long, None, &[]).await.unwrap();
+    assert!(!kept.merged);
+    let tag = format!("{}{}", memory_core::PART_OF_TAG_PREFIX, kept.entry.id);
+    let parts: Vec<_> = backend
+        .recent(&ops.facts_scope(), 50, &memory_core::Filter::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.tags.iter().any(|t| t.as_str() == tag))
+        .collect();
+    assert!(parts.len() >= 2, "{} parts", parts.len());
+    assert!(
+        parts
+            .iter()
+            .any(|p| p.content.ends_with("under the blue pot."))
+    );
+}

@@ -57,7 +57,7 @@ pub use query::{
     Filter, Fused, HybridWeights, ScoreBreakdown, ScoredMemory, SearchMode, SearchRequest,
     TagMatch, TagQuery, check_limit, fuse, rank,
 };
-pub use remember::{history, remember_once, supersede};
+pub use remember::{FactKept, history, keep_fact, remember_once, supersede};
 pub use same_fact::{merge_patch, normalise, same_fact};
 pub use scope::{DEFAULT_TENANT, MAX_SCOPE_KEY_BYTES, Scope};
 pub use secret::Secret;

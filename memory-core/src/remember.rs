@@ -82,6 +82,65 @@ pub async fn supersede(
     Ok(stored)
 }
 
+/// What [`keep_fact`] did with a fact.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FactKept {
+    /// Stored as a new memory, or merged into the same fact already there
+    /// ([`remember_once`]).
+    Once(Remembered),
+    /// Stored as the current version of the fact it replaces ([`supersede`]).
+    Replaced(MemoryEntry),
+    /// Longer than the store takes in one memory: stored whole in linked parts
+    /// ([`NewMemory::split_to_fit`]), the first part first.
+    Parts(Vec<MemoryEntry>),
+}
+
+impl FactKept {
+    /// The memory that holds the fact now (the first part of a long one).
+    pub fn entry(&self) -> Option<&MemoryEntry> {
+        match self {
+            FactKept::Once(r) => Some(&r.entry),
+            FactKept::Replaced(e) => Some(e),
+            FactKept::Parts(parts) => parts.first(),
+        }
+    }
+}
+
+/// Keeps a fact, the one way every front door (a chat command, the CLI, MCP, the model's
+/// `remember` tool) does: with `replaces`, as the new version of that fact, wherever among
+/// `scopes` it is (a person's fact may be kept user-wide or, in an older store, in a chat);
+/// otherwise in `home`, once ([`remember_once`]), or in linked parts when it is longer than
+/// the store takes in one memory.
+pub async fn keep_fact(
+    backend: &dyn MemoryBackend,
+    home: &Scope,
+    scopes: &[Scope],
+    memory: NewMemory,
+    replaces: Option<MemoryId>,
+    now: Timestamp,
+) -> Result<FactKept> {
+    if let Some(old) = replaces {
+        let mut at = home;
+        for scope in scopes {
+            if backend.get(scope, old).await.is_ok() {
+                at = scope;
+                break;
+            }
+        }
+        return supersede(backend, at, old, memory, now)
+            .await
+            .map(FactKept::Replaced);
+    }
+    let max = backend.info().limits.max_content_bytes;
+    if memory.content.len() > max {
+        let parts = backend.store_batch(home, memory.split_to_fit(max)).await?;
+        return Ok(FactKept::Parts(parts));
+    }
+    remember_once(backend, home, memory)
+        .await
+        .map(FactKept::Once)
+}
+
 /// The versions of the memory `id`, oldest first: what it replaced (and what that replaced),
 /// the memory itself, and what replaced it since. A memory never superseded is its own
 /// history.

@@ -4,7 +4,7 @@
 use std::io::Write;
 
 use anyhow::Context;
-use memory_core::{MemoryId, MemoryKind, NewMemory, Tag, Timestamp, remember_once, supersede};
+use memory_core::{FactKept, MemoryId, MemoryKind, NewMemory, Tag, Timestamp, keep_fact};
 
 use crate::config::{Person, Settings};
 
@@ -49,49 +49,47 @@ pub(crate) async fn run(
         .with_tags(tags)
         .with_source("cli")
         .with_context("remembered with `ava remember`");
-    if let Some(old) = replaces {
-        // The old fact may be one chat's (a store from before facts were the user's own):
-        // the new one replaces it there.
-        let scopes = super::readable_scopes(
-            opened.store.as_ref(),
-            &args.who.user,
-            args.who.chat.as_deref(),
-        )
-        .await?;
-        let home = crate::agent::find_memory(opened.store.as_ref(), &scopes, old)
-            .await
-            .map_or(scope, |e| e.scope);
-        let entry = supersede(opened.store.as_ref(), &home, old, memory, Timestamp::now())
-            .await
-            .with_context(|| format!("replace {old}"))?;
-        writeln!(out, "{}", entry.id)?;
-        return Ok(());
-    }
-    let max = opened.store.info().limits.max_content_bytes;
-    if memory.content.len() > max {
-        // Longer than the store takes in one memory: kept whole, in linked parts.
-        let parts = opened
-            .store
-            .store_batch(&scope, memory.split_to_fit(max))
-            .await
-            .context("store the memory")?;
-        if let Some(first) = parts.first() {
-            eprintln!(
-                "longer than {max} bytes: stored in {} linked parts, tagged {}{}",
-                parts.len(),
-                memory_core::PART_OF_TAG_PREFIX,
-                first.id
-            );
-            writeln!(out, "{}", first.id)?;
+    // The old fact may be one chat's (a store from before facts were the user's own): the
+    // new one replaces it there.
+    let scopes = match replaces {
+        Some(_) => {
+            super::readable_scopes(
+                opened.store.as_ref(),
+                &args.who.user,
+                args.who.chat.as_deref(),
+            )
+            .await?
         }
-        return Ok(());
+        None => Vec::new(),
+    };
+    let kept = keep_fact(
+        opened.store.as_ref(),
+        &scope,
+        &scopes,
+        memory,
+        replaces,
+        Timestamp::now(),
+    )
+    .await
+    .map_err(|e| match replaces {
+        Some(old) => anyhow::Error::new(e).context(format!("replace {old}")),
+        None => anyhow::Error::new(e).context("store the memory"),
+    })?;
+    match &kept {
+        FactKept::Parts(parts) => eprintln!(
+            "longer than {} bytes: stored in {} linked parts, tagged {}{}",
+            opened.store.info().limits.max_content_bytes,
+            parts.len(),
+            memory_core::PART_OF_TAG_PREFIX,
+            kept.entry().map(|e| e.id.to_string()).unwrap_or_default()
+        ),
+        FactKept::Once(r) if r.merged => {
+            eprintln!("already remembered: merged into the memory with the same text");
+        }
+        FactKept::Once(_) | FactKept::Replaced(_) => {}
     }
-    let done = remember_once(opened.store.as_ref(), &scope, memory)
-        .await
-        .context("store the memory")?;
-    if done.merged {
-        eprintln!("already remembered: merged into the memory with the same text");
+    if let Some(entry) = kept.entry() {
+        writeln!(out, "{}", entry.id)?;
     }
-    writeln!(out, "{}", done.entry.id)?;
     Ok(())
 }

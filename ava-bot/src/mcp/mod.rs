@@ -21,8 +21,8 @@ use std::sync::Arc;
 use anyhow::{Context, anyhow, bail};
 use hydrate::{Block, ExplainReport, memory_block};
 use memory_core::{
-    Capability, Filter, MemoryBackend, MemoryEntry, MemoryError, MemoryId, MemoryKind, NewMemory,
-    Scope, SearchRequest, Tag,
+    Capability, FactKept, Filter, MemoryBackend, MemoryEntry, MemoryError, MemoryId, MemoryKind,
+    NewMemory, Scope, SearchRequest, Tag,
 };
 use prompt_ir::Action;
 use rmcp::handler::server::common::{schema_for_input, schema_for_output};
@@ -482,75 +482,50 @@ impl AvaMcp {
         if a.pinned {
             memory = memory.pinned();
         }
-        let max = self.store().info().limits.max_content_bytes;
-        let replaces = a.replaces.as_deref().filter(|r| !r.trim().is_empty());
+        let replaces: Option<MemoryId> = a
+            .replaces
+            .as_deref()
+            .filter(|r| !r.trim().is_empty())
+            .map(|r| r.trim().parse())
+            .transpose()
+            .context("bad `replaces`")?;
         // A fact is the person's: kept user-wide, it reaches every private context of theirs.
-        let home = self.scope.user_wide();
-        if memory.content.len() > max && replaces.is_none() {
-            // Longer than the store takes in one memory: kept whole, in linked parts.
-            let parts = self
-                .store()
-                .store_batch(&home, memory.split_to_fit(max))
-                .await
-                .context("could not store the memory")?;
-            let first = parts.first().context("the store returned no memory")?;
-            return reply(
-                format!(
-                    "Remembered in {} linked parts (first id {}, all tagged {}{}).",
-                    parts.len(),
-                    first.id,
-                    memory_core::PART_OF_TAG_PREFIX,
-                    first.id
-                ),
-                &Remembered {
-                    id: first.id.to_string(),
-                    pinned: first.pinned,
-                    already_known: false,
-                },
-            );
-        }
-        let done = match replaces {
-            Some(old) => {
-                let old: MemoryId = old.trim().parse().context("bad `replaces`")?;
-                // Where the old fact is: user-wide, or (in a store from before facts were
-                // the person's) the chat; the new one replaces it there.
-                let at =
-                    crate::agent::find_memory(self.store(), &self.scope.private_context(), old)
-                        .await
-                        .map_or_else(|| self.scope.clone(), |e| e.scope);
-                let entry = memory_core::supersede(
-                    self.store(),
-                    &at,
-                    old,
-                    memory,
-                    memory_core::Timestamp::now(),
-                )
-                .await
-                .with_context(|| format!("could not replace {old}"))?;
-                memory_core::Remembered {
-                    entry,
-                    merged: false,
-                }
+        let kept = memory_core::keep_fact(
+            self.store(),
+            &self.scope.user_wide(),
+            &self.scope.private_context(),
+            memory,
+            replaces,
+            memory_core::Timestamp::now(),
+        )
+        .await
+        .map_err(|e| match replaces {
+            Some(old) => anyhow::Error::new(e).context(format!("could not replace {old}")),
+            None => anyhow::Error::new(e).context("could not store the memory"),
+        })?;
+        let entry = kept.entry().context("the store returned no memory")?;
+        let merged = matches!(&kept, FactKept::Once(r) if r.merged);
+        let how = match &kept {
+            FactKept::Parts(parts) => format!(
+                "Remembered in {} linked parts, all tagged {}{}",
+                parts.len(),
+                memory_core::PART_OF_TAG_PREFIX,
+                entry.id
+            ),
+            FactKept::Once(r) if r.merged => {
+                "Already remembered; merged into the same memory".to_owned()
             }
-            None => memory_core::remember_once(self.store(), &home, memory)
-                .await
-                .context("could not store the memory")?,
+            FactKept::Replaced(_) => "Remembered; it replaces the old fact".to_owned(),
+            FactKept::Once(_) if entry.pinned => "Remembered and pinned".to_owned(),
+            FactKept::Once(_) => "Remembered".to_owned(),
         };
-        let entry = done.entry;
-        let how = match (done.merged, entry.pinned, &a.replaces) {
-            (true, _, _) => "Already remembered; merged into the same memory",
-            (false, _, Some(old)) if !old.trim().is_empty() => {
-                "Remembered; it replaces the old fact"
-            }
-            (false, true, _) => "Remembered and pinned",
-            (false, false, _) => "Remembered",
-        };
+        let entry = entry.clone();
         reply(
             format!("{how} (id {}).", entry.id),
             &Remembered {
                 id: entry.id.to_string(),
                 pinned: entry.pinned,
-                already_known: done.merged,
+                already_known: merged,
             },
         )
     }
