@@ -48,6 +48,9 @@ struct Spec {
     env: &'static [(&'static str, &'static str, &'static str)],
     /// A variable the bench needs (it skips without it), e.g. a server URL.
     needs: Option<&'static str>,
+    /// A cargo profile other than `bench`: `eval` reuses `cargo xtask eval`'s optimised
+    /// build of the stack instead of compiling it once more.
+    profile: Option<&'static str>,
 }
 
 const SPECS: &[Spec] = &[
@@ -58,6 +61,7 @@ const SPECS: &[Spec] = &[
         features: &[],
         env: &[],
         needs: None,
+        profile: None,
     },
     Spec {
         key: "memory-embedders/embed_local",
@@ -66,6 +70,7 @@ const SPECS: &[Spec] = &[
         features: &["local"],
         env: &[("RAYON_NUM_THREADS", "1", "1")],
         needs: None,
+        profile: None,
     },
     Spec {
         key: "memory-sqlite/retrieval",
@@ -74,6 +79,7 @@ const SPECS: &[Spec] = &[
         features: &[],
         env: &[("AVA_BENCH_CASES", "ingest,10k,100k,1m", "ingest,10k")],
         needs: None,
+        profile: None,
     },
     Spec {
         key: "memory-sqlite/processes",
@@ -82,6 +88,7 @@ const SPECS: &[Spec] = &[
         features: &[],
         env: &[],
         needs: None,
+        profile: None,
     },
     Spec {
         key: "memory-postgres/retrieval",
@@ -90,6 +97,7 @@ const SPECS: &[Spec] = &[
         features: &[],
         env: &[("AVA_BENCH_CASES", "ingest,100k,large", "ingest")],
         needs: Some("MEMORY_PG_URL"),
+        profile: None,
     },
     Spec {
         key: "ava-bot/serve",
@@ -101,6 +109,7 @@ const SPECS: &[Spec] = &[
             ("RAYON_NUM_THREADS", "1", "1"),
         ],
         needs: None,
+        profile: Some("eval"),
     },
     Spec {
         key: "hydrate/hydrate",
@@ -109,6 +118,7 @@ const SPECS: &[Spec] = &[
         features: &[],
         env: &[],
         needs: None,
+        profile: None,
     },
 ];
 
@@ -199,6 +209,10 @@ fn run_bench(
         "--bench".into(),
         spec.bench.into(),
     ];
+    if let Some(profile) = spec.profile {
+        args.push("--profile".into());
+        args.push(profile.into());
+    }
     if !spec.features.is_empty() {
         args.push("--features".into());
         args.push(spec.features.join(","));
