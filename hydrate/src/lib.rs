@@ -60,7 +60,7 @@
 //! - `facts`: [`FactExtractor`]: after an exchange, a chat model lists durable facts and
 //!   decides for each ADD, UPDATE (supersede), NOOP or INVALIDATE against the nearest
 //!   current facts; an answer is checked in full before anything is written.
-//! - `ops`: [`Ops`] (`infer`, `infer_raw`, `remember`, `recall`, `forget`), running the
+//! - `ops`: [`Ops`] (`infer`, `remember`, `recall`, `forget`), running the
 //!   memory tools and the application's.
 //! - [`product`]: Ava's own settings (system prompt, tokenizer, default budget, the memory
 //!   provider, how a chat turn is stored and the context it records), shared by the `ava` binary and the

@@ -1,7 +1,7 @@
 //! The agent-facing layer: `infer` (hydrate, compile, call the model, run its tool calls,
-//! memory tools and the application's own, repeat until it answers), `infer_raw` (the legacy path: messages straight to the
-//! model), and the memory operations `remember`, `recall` and `forget`, also offered to the
-//! model as tools (defined in `tools`). Every operation acts on one scope.
+//! memory tools and the application's own, repeat until it answers), and the memory
+//! operations `remember`, `recall` and `forget`, also offered to the model as tools (defined
+//! in `tools`). Every operation acts on one scope.
 //!
 //! # Whose facts
 //!
@@ -24,7 +24,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tracing::Instrument;
 
-use crate::chat::{ChatMessage, ChatModel, ChatResponse, ToolCall};
+use crate::chat::{ChatMessage, ChatModel, ToolCall};
 use crate::compile::{CompiledPrompt, compile};
 use crate::config::{HydrateInput, HydrationConfig, SessionState, canonical_json};
 use crate::error::{Error, Result};
@@ -231,15 +231,6 @@ impl Ops {
         }
         .instrument(span)
         .await
-    }
-
-    /// The legacy path: `messages` go to the model as they are, with no tools.
-    pub async fn infer_raw(
-        &self,
-        model: &dyn ChatModel,
-        messages: &[ChatMessage],
-    ) -> Result<ChatResponse> {
-        model.chat(messages, &[]).await
     }
 
     /// Stores a fact in [`Ops::facts_scope`] (user-wide unless the chat is shared), or, when

@@ -1,7 +1,7 @@
 //! The agent layer with a scripted `ChatModel` (it records what it was sent and answers from
 //! a script): `infer` runs memory tool calls against the backend and loops until the model
-//! answers, within a step bound; application tools run through their handlers; `infer_raw`
-//! passes messages through; the memory operations act on the ops' scope only.
+//! answers, within a step bound; application tools run through their handlers; the memory
+//! operations act on the ops' scope only.
 
 #![allow(
     clippy::unwrap_used,
@@ -248,18 +248,6 @@ async fn a_model_that_never_stops_calling_tools_hits_the_step_bound() {
     assert!(matches!(err, Error::MaxSteps { steps: 2, .. }), "{err}");
     assert_eq!(model.calls().len(), 2);
     assert!(Ops::with_max_steps(ops, 0).is_err());
-}
-
-#[tokio::test]
-async fn infer_raw_passes_messages_through_without_tools() {
-    let (ops, _) = ops().await;
-    let model = Scripted::new(vec![text("hello")]);
-    let messages = vec![ChatMessage::system("Be brief."), ChatMessage::user("hi")];
-    let out = ops.infer_raw(&model, &messages).await.unwrap();
-    assert_eq!(out.content.as_deref(), Some("hello"));
-    let seen = model.calls();
-    assert_eq!(seen[0].0, messages);
-    assert!(seen[0].1.is_empty());
 }
 
 #[tokio::test]

@@ -250,9 +250,10 @@ impl OllamaEmbedder {
                     Failure::transient(format!("{origin} failed: {message}"), None)
                 }
             }
+            // The cause is said once, as the source.
             other => Failure::permanent(
                 Self::PROVIDER,
-                format!("{origin} failed: {other}"),
+                format!("{origin} failed"),
                 Some(Box::new(other)),
             ),
         }
