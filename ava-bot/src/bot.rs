@@ -91,6 +91,52 @@ pub(crate) enum Command {
     Wipe(String),
 }
 
+/// How many (user, chat) pairs the bot keeps per-conversation state for (the last report,
+/// a pending wipe, the last `/facts` listing): the least recently set goes first.
+const CONVERSATIONS_KEPT: usize = 4096;
+
+/// Per-(user, chat) state for the [`CONVERSATIONS_KEPT`] most recently set; bounded so a
+/// bot used by many people does not grow without end.
+#[derive(Debug)]
+struct PerChat<V> {
+    entries: HashMap<(u64, i64), (u64, V)>,
+    /// Increases with each insert: an entry's age.
+    clock: u64,
+}
+
+impl<V> Default for PerChat<V> {
+    fn default() -> Self {
+        Self {
+            entries: HashMap::new(),
+            clock: 0,
+        }
+    }
+}
+
+impl<V> PerChat<V> {
+    fn insert(&mut self, key: (u64, i64), value: V) {
+        self.clock += 1;
+        self.entries.insert(key, (self.clock, value));
+        if self.entries.len() > CONVERSATIONS_KEPT
+            && let Some(oldest) = self
+                .entries
+                .iter()
+                .min_by_key(|(_, (at, _))| *at)
+                .map(|(k, _)| *k)
+        {
+            self.entries.remove(&oldest);
+        }
+    }
+
+    fn get(&self, key: &(u64, i64)) -> Option<&V> {
+        self.entries.get(key).map(|(_, v)| v)
+    }
+
+    fn remove(&mut self, key: &(u64, i64)) -> Option<V> {
+        self.entries.remove(key).map(|(_, v)| v)
+    }
+}
+
 /// Everything the handlers share.
 #[derive(Debug)]
 pub(crate) struct BotState {
@@ -98,11 +144,11 @@ pub(crate) struct BotState {
     model: Arc<dyn ChatModel>,
     allow: Option<BTreeSet<u64>>,
     /// The explain report of the last prompt per (user, chat).
-    reports: Mutex<HashMap<(u64, i64), ExplainReport>>,
+    reports: Mutex<PerChat<ExplainReport>>,
     /// Wipes waiting for confirmation, per (user, chat).
-    wipes: Mutex<HashMap<(u64, i64), Instant>>,
+    wipes: Mutex<PerChat<Instant>>,
     /// The facts the last `/facts` listed, in its numbering, per (user, chat).
-    listings: Mutex<HashMap<(u64, i64), Vec<MemoryId>>>,
+    listings: Mutex<PerChat<Vec<MemoryId>>>,
     /// The reaction put on a message that taught Ava something; `None` puts none.
     learned_reaction: Option<String>,
 }
@@ -117,9 +163,9 @@ impl BotState {
             agent,
             model,
             allow,
-            reports: Mutex::new(HashMap::new()),
-            wipes: Mutex::new(HashMap::new()),
-            listings: Mutex::new(HashMap::new()),
+            reports: Mutex::default(),
+            wipes: Mutex::default(),
+            listings: Mutex::default(),
             learned_reaction: None,
         }
     }

@@ -1175,3 +1175,21 @@ async fn privacy_property(seed: u64, steps: usize) {
         }
     }
 }
+
+#[test]
+fn per_chat_state_is_bounded_and_the_least_recently_set_goes_first() {
+    let mut kept = super::PerChat::default();
+    let n = super::CONVERSATIONS_KEPT;
+    for i in 0..n {
+        kept.insert((i as u64, 1), i);
+    }
+    // Set again: now the most recent.
+    kept.insert((0, 1), 0);
+    kept.insert((u64::MAX, 1), n);
+    assert_eq!(kept.entries.len(), n, "bounded");
+    assert_eq!(kept.get(&(0, 1)), Some(&0), "set again, kept");
+    assert_eq!(kept.get(&(1, 1)), None, "the least recently set went");
+    assert_eq!(kept.get(&(u64::MAX, 1)), Some(&n));
+    assert_eq!(kept.remove(&(2, 1)), Some(2));
+    assert_eq!(kept.get(&(2, 1)), None);
+}
