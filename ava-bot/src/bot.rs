@@ -89,6 +89,8 @@ pub(crate) enum Command {
     Stats,
     /// delete all your memories in this chat (asks for confirmation).
     Wipe(String),
+    /// delete everything I keep of you, in every chat and group (asks for confirmation).
+    Erase(String),
 }
 
 /// How many (user, chat) pairs the bot keeps per-conversation state for (the last report,
@@ -147,6 +149,8 @@ pub(crate) struct BotState {
     reports: Mutex<PerChat<ExplainReport>>,
     /// Wipes waiting for confirmation, per (user, chat).
     wipes: Mutex<PerChat<Instant>>,
+    /// Erasures of a person waiting for confirmation, per (user, chat).
+    erasures: Mutex<PerChat<Instant>>,
     /// The facts the last `/facts` listed, in its numbering, per (user, chat).
     listings: Mutex<PerChat<Vec<MemoryId>>>,
     /// The reaction put on a message that taught Ava something; `None` puts none.
@@ -165,6 +169,7 @@ impl BotState {
             allow,
             reports: Mutex::default(),
             wipes: Mutex::default(),
+            erasures: Mutex::default(),
             listings: Mutex::default(),
             learned_reaction: None,
         }
@@ -704,6 +709,7 @@ async fn command_reply(
             )
         }
         Command::Wipe(arg) => wipe(arg.trim(), who, state).await?,
+        Command::Erase(arg) => erase(arg.trim(), who, state).await?,
         Command::Share(arg) => share(arg.trim(), who, state).await?,
     })
 }
@@ -785,6 +791,48 @@ async fn end_listed(n: usize, who: &Who, state: &BotState) -> anyhow::Result<Str
         );
     }
     Ok("That fact is gone already (forgotten or wiped).".into())
+}
+
+/// `/erase`, then `/erase yes`: everything Ava keeps of the person, everywhere
+/// ([`crate::erase`]); asked and confirmed in a private chat only.
+async fn erase(arg: &str, who: &Who, state: &BotState) -> anyhow::Result<String> {
+    if who.audience == Audience::Group {
+        return Ok(
+            "To erase everything I keep of you, send /erase to me in a private chat.".into(),
+        );
+    }
+    let user = who.key.0.to_string();
+    let store = state.agent.store().as_ref();
+    let tenant = who.scope.tenant();
+    if arg.eq_ignore_ascii_case("yes") {
+        let pending = lock(&state.erasures).remove(&who.key);
+        if pending.is_none_or(|at| at.elapsed() > WIPE_WINDOW) {
+            return Ok("Nothing to confirm: send /erase first.".into());
+        }
+        let erased = crate::erase::erase_person(store, tenant, &user, true).await?;
+        lock(&state.reports).remove(&who.key);
+        lock(&state.listings).remove(&who.key);
+        tracing::info!(
+            erased = erased.total(),
+            scopes = erased.own.len() + erased.in_groups.len(),
+            "erased a person"
+        );
+        return Ok(format!(
+            "Done: I erased {} memories of yours: everything I kept of you, in every chat \
+             and group. I remember nothing of you now.",
+            erased.total()
+        ));
+    }
+    let erased = crate::erase::erase_person(store, tenant, &user, false).await?;
+    lock(&state.erasures).insert(who.key, Instant::now());
+    Ok(format!(
+        "This erases everything I keep of you: {} memories in {} chats and groups, your facts \
+         and documents included. It cannot be undone. Send /erase yes within {} minutes to \
+         confirm.",
+        erased.total(),
+        erased.own.len() + erased.in_groups.len(),
+        WIPE_WINDOW.as_secs() / 60
+    ))
 }
 
 async fn wipe(arg: &str, who: &Who, state: &BotState) -> anyhow::Result<String> {

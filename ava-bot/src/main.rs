@@ -4,6 +4,7 @@ mod agent;
 mod bot;
 mod commands;
 mod config;
+mod erase;
 mod llm;
 mod mcp;
 mod proxy;
@@ -40,6 +41,9 @@ enum Command {
     Forget(commands::forget::Args),
     /// Show the versions of one of a user's memories: what it replaced, what replaced it.
     History(commands::history::Args),
+    /// Erase everything Ava keeps of one person (every chat, facts, documents, their part of
+    /// groups) and say what; without --yes, only say what would go.
+    Erase(commands::erase::Args),
     /// List the facts Ava holds about a user now, numbered as the bot's /facts numbers them.
     Facts(commands::facts::Args),
     /// Import a Telegram Desktop chat export (result.json) as a user's memories.
@@ -154,6 +158,7 @@ async fn run() -> anyhow::Result<()> {
         Command::Forget(args) => commands::forget::run(&cli.settings, &args, out).await,
         Command::History(args) => commands::history::run(&cli.settings, &args, out).await,
         Command::Facts(args) => commands::facts::run(&cli.settings, &args, out).await,
+        Command::Erase(args) => commands::erase::run(&cli.settings, &args, out).await,
         Command::Import(args) => commands::import::run(&cli.settings, &args, out).await,
         Command::Context(args) => commands::context::run(&cli.settings, &args, out).await,
         Command::Chat(args) => commands::chat::run(&cli.settings, &args, out).await,

@@ -1216,3 +1216,89 @@ async fn chat_caps_the_length_of_an_answer() {
     assert_eq!(bodies[1]["options"]["num_predict"], 300, "{}", bodies[1]);
     assert_eq!(bodies[2]["max_completion_tokens"], 300, "{}", bodies[2]);
 }
+
+#[test]
+fn erase_lists_then_removes_everything_of_one_person_only() {
+    let (dir, db) = store();
+    ok(ava(
+        &db,
+        &["remember", "--user", "alice", "my cat is called Pixel"],
+    ));
+    ok(ava(
+        &db,
+        &[
+            "remember",
+            "--user",
+            "alice",
+            "--chat",
+            "7",
+            "the door code is 4711",
+        ],
+    ));
+    ok(ava(
+        &db,
+        &[
+            "remember",
+            "--user",
+            "alice",
+            "--chat",
+            "8",
+            "lunch on Fridays",
+        ],
+    ));
+    let notes = dir.path().join("notes.md");
+    std::fs::write(&notes, "# Trip\n\nThe ferry leaves at nine.\n").unwrap();
+    ok(ava(
+        &db,
+        &["docs", "add", "--user", "alice", notes.to_str().unwrap()],
+    ));
+    ok(ava(
+        &db,
+        &["remember", "--user", "bob", "my dog is called Rex"],
+    ));
+
+    let listed = ok(ava(&db, &["erase", "--user", "alice"]));
+    assert!(
+        listed.contains("would be erased; run again with --yes"),
+        "{listed}"
+    );
+    assert!(
+        listed.contains("chat 7") && listed.contains("chat 8"),
+        "{listed}"
+    );
+    assert!(
+        listed.contains("facts about them") && listed.contains("their documents"),
+        "{listed}"
+    );
+    let recalled = ok(ava(
+        &db,
+        &["recall", "--user", "alice", "--chat", "7", "door code"],
+    ));
+    assert!(
+        recalled.contains("4711"),
+        "a dry run changes nothing: {recalled}"
+    );
+
+    let erased = ok(ava(&db, &["erase", "--user", "alice", "--yes"]));
+    assert!(
+        erased.contains("erased") && erased.contains("memories of user alice"),
+        "{erased}"
+    );
+    for chat in ["7", "8"] {
+        let left = ok(ava(
+            &db,
+            &[
+                "recall",
+                "--user",
+                "alice",
+                "--chat",
+                chat,
+                "door code cat lunch ferry",
+            ],
+        ));
+        assert!(left.contains("no memories match"), "{left}");
+    }
+    assert!(ok(ava(&db, &["erase", "--user", "alice"])).contains("nothing stored for user alice"));
+    let bobs = ok(ava(&db, &["facts", "--user", "bob"]));
+    assert!(bobs.contains("my dog is called Rex"), "{bobs}");
+}

@@ -1193,3 +1193,70 @@ fn per_chat_state_is_bounded_and_the_least_recently_set_goes_first() {
     assert_eq!(kept.remove(&(2, 1)), Some(2));
     assert_eq!(kept.get(&(2, 1)), None);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn erase_takes_everything_of_a_person_and_nothing_of_anyone_else() {
+    let (alice, bob, group) = (111_u64, 222_u64, -100_777_i64);
+    let telegram = fake_telegram(vec![
+        text_update(1, alice, alice as i64, "/remember my cat is called Pixel"),
+        text_update(2, alice, alice as i64, "I live in Porto"),
+        group_update(3, alice, group, "Hello team"),
+        group_update(4, bob, group, "Hi Alice"),
+        text_update(5, bob, bob as i64, "/remember my dog is called Rex"),
+    ])
+    .await;
+    let llm = fake_ollama(ResponseTemplate::new(200).set_body_json(ollama_answer("Hello!"))).await;
+    let h = Harness::new(telegram).await;
+    h.run(&llm, PATIENCE, None, 5).await;
+    let count = |user: String| {
+        let store = Arc::clone(&h.store);
+        async move {
+            let mut n = 0;
+            for scope in store.user_scopes("default", &user).await.unwrap() {
+                n += store.count(&scope).await.unwrap();
+            }
+            n
+        }
+    };
+    let before = (count(alice.to_string()).await, count(bob.to_string()).await);
+    assert!(before.0 >= 3 && before.1 >= 1, "{before:?}");
+
+    let h2 = h
+        .again(vec![
+            group_update(6, alice, group, "/erase"),
+            text_update(7, alice, alice as i64, "/erase yes"),
+            text_update(8, alice, alice as i64, "/erase"),
+            text_update(9, alice, alice as i64, "/erase yes"),
+        ])
+        .await;
+    let sent = h2.run(&llm, PATIENCE, None, 4).await;
+    let said: Vec<&str> = sent.iter().map(|(_, t)| t.as_str()).collect();
+    assert!(said[0].contains("in a private chat"), "{said:?}");
+    assert!(said[1].contains("Nothing to confirm"), "{said:?}");
+    assert!(said[2].contains("cannot be undone"), "{said:?}");
+    assert!(said[3].contains("I erased"), "{said:?}");
+    assert_eq!(
+        count(alice.to_string()).await,
+        0,
+        "nothing of Alice is left"
+    );
+    assert_eq!(
+        count(bob.to_string()).await,
+        before.1,
+        "Bob's own memories stay"
+    );
+    let in_group = Scope::for_user(super::GROUP_USER)
+        .unwrap()
+        .in_chat(group.to_string())
+        .unwrap();
+    let left: Vec<String> = h
+        .store
+        .recent(&in_group, 10, &memory_core::Filter::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.content)
+        .collect();
+    assert!(left.iter().any(|m| m == "user222: Hi Alice"), "{left:?}");
+    assert!(!left.iter().any(|m| m.contains("Hello team")), "{left:?}");
+}

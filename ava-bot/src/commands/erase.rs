@@ -1,0 +1,52 @@
+//! `ava erase`: remove everything Ava keeps of one person (every chat, their facts, their
+//! documents, their part of group conversations) and say what; without `--yes` it only says
+//! what would go.
+
+use std::io::Write;
+
+use crate::config::Settings;
+use crate::erase::erase_person;
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// The user to erase (for the bot, their Telegram user id).
+    #[arg(long)]
+    user: String,
+    /// The tenant they belong to (an app's end users of `ava serve` are in `app:<its user>`).
+    #[arg(long, default_value = memory_core::DEFAULT_TENANT)]
+    tenant: String,
+    /// Erase; without it, list what would be erased and change nothing.
+    #[arg(long)]
+    yes: bool,
+}
+
+pub(crate) async fn run(
+    settings: &Settings,
+    args: &Args,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    // Nothing to erase in a store that does not exist; do not create one.
+    let opened = settings.open_existing().await?;
+    let erased = erase_person(opened.store.as_ref(), &args.tenant, &args.user, args.yes).await?;
+    let total = erased.total();
+    write!(
+        out,
+        "{}",
+        crate::commands::terminal_safe(&erased.describe(), true)
+    )?;
+    if args.yes {
+        writeln!(out, "erased {total} memories of user {}", args.user)?;
+    } else if total == 0 {
+        writeln!(out, "nothing stored for user {}", args.user)?;
+    } else {
+        writeln!(
+            out,
+            "{total} memories of user {} would be erased; run again with --yes to erase them",
+            args.user
+        )?;
+    }
+    if let Some(sqlite) = &opened.sqlite {
+        sqlite.close().await;
+    }
+    Ok(())
+}
