@@ -127,6 +127,18 @@ impl WebArgs {
 }
 
 impl Settings {
+    /// An agent over `opened`'s store whose prompts take at most `budget` tokens, with what
+    /// these settings add to every prompt ([`Settings::equip`]).
+    pub(crate) fn agent(
+        &self,
+        opened: &Opened,
+        budget: u32,
+    ) -> anyhow::Result<crate::agent::Agent> {
+        let agent =
+            crate::agent::Agent::new(Arc::clone(&opened.store), opened.embedder.clone(), budget)?;
+        self.equip(agent, opened)
+    }
+
     /// `agent` (over `opened`'s store) with what these settings add to every prompt: the
     /// budget split, the reranker, web results and the user's documents. One assembly for
     /// every command that builds prompts.

@@ -4,7 +4,7 @@ use std::io::{IsTerminal, Write};
 
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use crate::agent::{Agent, Audience, DEFAULT_BUDGET, Speaker, named};
+use crate::agent::{Audience, DEFAULT_BUDGET, Speaker, named};
 use crate::config::{Identity, Settings};
 use crate::llm::LlmSettings;
 use crate::upkeep::UpkeepArgs;
@@ -31,14 +31,7 @@ pub(crate) async fn run(
     let model = args.llm.build(settings)?;
     let opened = settings.open().await?;
     let agent = settings
-        .equip(
-            Agent::new(
-                std::sync::Arc::clone(&opened.store),
-                opened.embedder.clone(),
-                args.budget,
-            )?,
-            &opened,
-        )?
+        .agent(&opened, args.budget)?
         .with_upkeep(args.upkeep.upkeep())
         .with_facts(args.llm.extractor(&model));
     let interactive = std::io::stdin().is_terminal();

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use rmcp::service::ServerInitializeError;
 
-use crate::agent::{Agent, DEFAULT_BUDGET};
+use crate::agent::DEFAULT_BUDGET;
 use crate::config::{Opened, Settings};
 use crate::mcp::http::{self, HttpConfig};
 use crate::mcp::stdio;
@@ -131,12 +131,10 @@ pub(crate) async fn run(settings: &Settings, args: &Args) -> anyhow::Result<()> 
 /// What MCP serves over `opened`'s store: prompts built as the settings say (`context`
 /// with a budget of its own, [`DEFAULT_BUDGET`] unless asked).
 pub(crate) fn memory(settings: &Settings, opened: &Opened) -> anyhow::Result<Memory> {
-    let agent = Agent::new(
-        Arc::clone(&opened.store),
-        opened.embedder.clone(),
-        DEFAULT_BUDGET,
-    )?;
-    Memory::new(settings.equip(agent, opened)?, opened.embedder_note.clone())
+    Memory::new(
+        settings.agent(opened, DEFAULT_BUDGET)?,
+        opened.embedder_note.clone(),
+    )
 }
 
 async fn serve_stdio(handler: AvaMcp) -> anyhow::Result<Ended> {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use teloxide::adaptors::throttle::Limits;
 
-use crate::agent::{Agent, DEFAULT_BUDGET};
+use crate::agent::DEFAULT_BUDGET;
 use crate::bot::{BotState, LEARNED_REACTION, make_bot};
 use crate::config::{Settings, secret_from_env};
 use crate::llm::LlmSettings;
@@ -48,14 +48,7 @@ pub(crate) async fn run(
     let model = args.llm.build(settings)?;
     let opened = settings.open().await?;
     let agent = settings
-        .equip(
-            Agent::new(
-                Arc::clone(&opened.store),
-                opened.embedder.clone(),
-                args.budget,
-            )?,
-            &opened,
-        )?
+        .agent(&opened, args.budget)?
         .with_upkeep(args.upkeep.upkeep())
         .with_facts(args.llm.extractor(&model));
     let bot = make_bot(token, args.telegram_api_url.as_deref(), Limits::default())?;

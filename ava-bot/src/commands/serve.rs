@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::agent::{Agent, DEFAULT_BUDGET};
-use crate::commands::mcp::{memory, shutdown_signal};
+use crate::agent::DEFAULT_BUDGET;
+use crate::commands::mcp::shutdown_signal;
 use crate::config::{Settings, secret_from_env};
+use crate::mcp::Memory;
 use crate::mcp::http::{self, HttpConfig};
 use crate::mcp::tokens::TokenTable;
 use crate::proxy::{History, Learning, Proxy, Upstream};
@@ -75,16 +76,11 @@ pub(crate) async fn run(settings: &Settings, args: &Args) -> anyhow::Result<()> 
     };
     let opened = settings.open().await?;
     let agent = settings
-        .equip(
-            Agent::new(
-                Arc::clone(&opened.store),
-                opened.embedder.clone(),
-                args.budget,
-            )?,
-            &opened,
-        )?
+        .agent(&opened, args.budget)?
         .with_upkeep(args.upkeep.upkeep());
     let upstream_url = upstream.base().to_owned();
+    // One agent for the server: MCP's `context` builds its prompts too (with its own budget).
+    let memory = Arc::new(Memory::new(agent.clone(), opened.embedder_note.clone())?);
     let proxy = Arc::new(Proxy::new(agent, upstream, args.history, learning));
     let listener = http::bind(args.addr).await?;
     let local = listener
@@ -111,7 +107,6 @@ pub(crate) async fn run(settings: &Settings, args: &Args) -> anyhow::Result<()> 
         extra_hosts: args.allow_hosts.clone(),
         proxy: Some(Arc::clone(&proxy)),
     };
-    let memory = Arc::new(memory(settings, &opened)?);
     http::serve(listener, memory, config, shutdown_signal()).await?;
     // Facts still being learned are learned before the store closes.
     proxy.agent().finish_background().await;
