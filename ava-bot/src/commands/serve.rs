@@ -33,7 +33,7 @@ pub(crate) struct Args {
     #[arg(long = "allow-host", value_name = "HOST")]
     allow_hosts: Vec<String>,
     /// The OpenAI-compatible server that answers, up to where `/chat/completions` follows:
-    /// e.g. https://api.openai.com/v1, or Ollama's http://localhost:11434/v1. Its key comes
+    /// e.g. `https://api.openai.com/v1`, or Ollama's `http://localhost:11434/v1`. Its key comes
     /// from AVA_UPSTREAM_API_KEY (or OPENAI_API_KEY).
     #[arg(long, env = "AVA_UPSTREAM_URL", value_name = "URL")]
     upstream: String,
