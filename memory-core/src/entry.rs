@@ -353,6 +353,9 @@ pub struct NewMemory {
     pub valid_until: Option<Timestamp>,
     /// A precomputed vector; the backend's embedder computes one when `None`.
     pub embedding: Option<Embedding>,
+    /// When it was last recalled and how many times, for a memory restored from an export;
+    /// `None` for a new memory (never recalled: last "recalled" when created, 0 times).
+    pub accessed: Option<(Timestamp, u64)>,
 }
 
 impl NewMemory {
@@ -543,8 +546,8 @@ impl NewMemory {
             importance: self.importance,
             pinned: self.pinned,
             created_at,
-            accessed_at: created_at,
-            access_count: 0,
+            accessed_at: self.accessed.map_or(created_at, |(at, _)| at),
+            access_count: self.accessed.map_or(0, |(_, n)| n),
             valid_from: self.valid_from,
             valid_until: self.valid_until,
             superseded_by: None,

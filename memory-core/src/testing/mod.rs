@@ -260,6 +260,7 @@ macro_rules! __conformance_tests {
             superseding_keeps_the_history,
             consolidation_merges_duplicates_and_keeps_the_history,
             recall_bumps_access_counts,
+            a_restored_memory_keeps_its_access_history,
             superseded_memories_are_hidden_by_default,
             foreign_scope_ids_are_not_found,
             scope_isolation_randomized,

@@ -1419,6 +1419,26 @@ pub async fn recall_bumps_access_counts(cx: Ctx) -> Outcome {
     Outcome::Passed
 }
 
+/// A memory restored from an export keeps when it was last recalled and how often
+/// ([`NewMemory::accessed`]), and gets the next recall counted on top.
+pub async fn a_restored_memory_keeps_its_access_history(cx: Ctx) -> Outcome {
+    let b = &*cx.backend;
+    let s = scope("rita", None);
+    let created = Timestamp::parse_rfc3339("2026-01-02T03:04:05Z").unwrap();
+    let recalled = Timestamp::parse_rfc3339("2026-02-03T04:05:06Z").unwrap();
+    let mut memory = NewMemory::new("rita keeps bees on the roof").at(created);
+    memory.accessed = Some((recalled, 7));
+    let stored = b.store(&s, memory).await.unwrap();
+    for e in [stored.clone(), b.get(&s, stored.id).await.unwrap()] {
+        assert_eq!((e.accessed_at, e.access_count), (recalled, 7));
+        assert_eq!(e.created_at, created);
+    }
+    let fresh = store(b, &s, "rita's hives face south").await;
+    assert_eq!(fresh.access_count, 0, "a new memory was never recalled");
+    assert_eq!(fresh.accessed_at, fresh.created_at);
+    Outcome::Passed
+}
+
 /// Superseded memories drop out of listings and searches unless asked for.
 pub async fn superseded_memories_are_hidden_by_default(cx: Ctx) -> Outcome {
     require!(cx, Capability::Update);
