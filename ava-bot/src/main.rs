@@ -46,8 +46,12 @@ enum Command {
     Erase(commands::erase::Args),
     /// List the facts Ava holds about a user now, numbered as the bot's /facts numbers them.
     Facts(commands::facts::Args),
-    /// Import a Telegram Desktop chat export (result.json) as a user's memories.
+    /// Import a Telegram Desktop chat export (result.json) as a user's memories, or restore
+    /// a file `ava export` wrote.
     Import(commands::import::Args),
+    /// Write every memory of a user (all chats, facts, documents) as JSON Lines, losslessly,
+    /// for `ava import` here or elsewhere.
+    Export(commands::export::Args),
     /// Print the prompt the LLM would get for a message, without calling it.
     Context(commands::context::Args),
     /// Talk to Ava in the terminal (the bot's pipeline; one message a line on stdin).
@@ -160,6 +164,7 @@ async fn run() -> anyhow::Result<()> {
         Command::Facts(args) => commands::facts::run(&cli.settings, &args, out).await,
         Command::Erase(args) => commands::erase::run(&cli.settings, &args, out).await,
         Command::Import(args) => commands::import::run(&cli.settings, &args, out).await,
+        Command::Export(args) => commands::export::run(&cli.settings, &args, out).await,
         Command::Context(args) => commands::context::run(&cli.settings, &args, out).await,
         Command::Chat(args) => commands::chat::run(&cli.settings, &args, out).await,
         Command::Run(args) => commands::run::run(&cli.settings, &args, out).await,

@@ -1302,3 +1302,149 @@ fn erase_lists_then_removes_everything_of_one_person_only() {
     let bobs = ok(ava(&db, &["facts", "--user", "bob"]));
     assert!(bobs.contains("my dog is called Rex"), "{bobs}");
 }
+
+#[test]
+fn export_then_import_is_lossless_and_idempotent() {
+    let (dir, db) = store();
+    ok(ava(
+        &db,
+        &["remember", "--user", "alice", "my cat is called Pixel"],
+    ));
+    let old = ok(ava(
+        &db,
+        &[
+            "remember",
+            "--user",
+            "alice",
+            "--chat",
+            "7",
+            "the door code is 4711",
+        ],
+    ));
+    ok(ava(
+        &db,
+        &[
+            "remember",
+            "--user",
+            "alice",
+            "--chat",
+            "7",
+            "--replaces",
+            old.trim(),
+            "the door code is 1234",
+        ],
+    ));
+    let notes = dir.path().join("notes.md");
+    std::fs::write(&notes, "# Trip\n\nThe ferry leaves at nine.\n").unwrap();
+    ok(ava(
+        &db,
+        &["docs", "add", "--user", "alice", notes.to_str().unwrap()],
+    ));
+    ok(ava(
+        &db,
+        &["remember", "--user", "bob", "my dog is called Rex"],
+    ));
+
+    let first = dir.path().join("alice.jsonl");
+    ok(ava(
+        &db,
+        &[
+            "export",
+            "--user",
+            "alice",
+            "--out",
+            first.to_str().unwrap(),
+        ],
+    ));
+    let text = std::fs::read_to_string(&first).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines.len() >= 5, "{text}");
+    assert!(!text.contains("Rex"), "only alice's memories: {text}");
+    let entries: Vec<Value> = lines[1..]
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        entries.iter().any(|e| e["superseded_by"].is_string()),
+        "{text}"
+    );
+    // (Access counts and times are restored too: the conformance suite's
+    // a_restored_memory_keeps_its_access_history.)
+    assert!(
+        entries.iter().all(|e| e["accessed_at"].is_string()),
+        "{text}"
+    );
+
+    // Into another store, then out again: the same memories, field for field.
+    let other = dir.path().join("other.db");
+    let restored = ok(ava(
+        &other,
+        &["import", "--user", "alice", first.to_str().unwrap()],
+    ));
+    assert!(
+        restored.contains(&format!(
+            "restored {} memories, 0 already present, 0 skipped",
+            entries.len()
+        )),
+        "{restored}"
+    );
+    let second = dir.path().join("again.jsonl");
+    ok(ava(
+        &other,
+        &[
+            "export",
+            "--user",
+            "alice",
+            "--out",
+            second.to_str().unwrap(),
+        ],
+    ));
+    let again = std::fs::read_to_string(&second).unwrap();
+    assert_eq!(
+        again.lines().skip(1).collect::<Vec<_>>(),
+        lines[1..],
+        "lossless"
+    );
+    let recalled = ok(ava(
+        &other,
+        &["recall", "--user", "alice", "--chat", "7", "door code"],
+    ));
+    assert!(
+        recalled.contains("1234") && !recalled.contains("4711"),
+        "the old code stays replaced: {recalled}"
+    );
+
+    // Again: nothing added. Another user's name: refused. A damaged line: skipped, said.
+    let twice = ok(ava(
+        &other,
+        &["import", "--user", "alice", first.to_str().unwrap()],
+    ));
+    assert!(
+        twice.contains(&format!(
+            "restored 0 memories, {} already present",
+            entries.len()
+        )),
+        "{twice}"
+    );
+    let o = ava(
+        &other,
+        &["import", "--user", "bob", first.to_str().unwrap()],
+    );
+    assert!(
+        !o.status.success() && stderr(&o).contains("is the export of user `alice`"),
+        "{}",
+        stderr(&o)
+    );
+    let damaged = dir.path().join("damaged.jsonl");
+    std::fs::write(&damaged, format!("{}\n{{not json\n", lines[0])).unwrap();
+    let o = ava(
+        &other,
+        &["import", "--user", "alice", damaged.to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("skipped line 2: not a memory"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -1,4 +1,5 @@
-//! `ava import`: a Telegram Desktop chat export (`result.json`) becomes a user's memories.
+//! `ava import`: a Telegram Desktop chat export (`result.json`) becomes a user's memories;
+//! or an `ava export` file is restored ([`super::export::restore`]).
 //!
 //! Each text message is one memory ("Sender: text") dated when it was sent. Ids are derived
 //! from the scope's injective key and the message id, so importing the same export again
@@ -28,7 +29,8 @@ pub(crate) struct Args {
     /// The chat to file them under [default: the export's chat id].
     #[arg(long)]
     chat: Option<String>,
-    /// The export file (`result.json` from Telegram Desktop's "Export chat history", JSON).
+    /// The export file: `result.json` from Telegram Desktop's "Export chat history" (JSON),
+    /// or a file `ava export` wrote (restored as it was, ids already present skipped).
     file: PathBuf,
 }
 
@@ -283,6 +285,27 @@ pub(crate) async fn run(
     args: &Args,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
+    if super::export::is_export(&args.file) {
+        if args.chat.is_some() {
+            bail!("--chat does not apply to an `ava export` file: its memories keep their chats");
+        }
+        let opened = settings.open().await?;
+        let done = super::export::restore(opened.store.as_ref(), &args.file, &args.user).await?;
+        for why in &done.refused {
+            eprintln!("skipped {why}");
+        }
+        writeln!(
+            out,
+            "restored {} memories, {} already present, {} skipped",
+            done.stored,
+            done.present,
+            done.refused.len()
+        )?;
+        if let Some(sqlite) = &opened.sqlite {
+            sqlite.close().await;
+        }
+        return Ok(());
+    }
     let size = std::fs::metadata(&args.file)
         .with_context(|| format!("read {}", args.file.display()))?
         .len();

@@ -7,6 +7,7 @@ pub(crate) mod context;
 pub(crate) mod demo;
 pub(crate) mod docs;
 pub(crate) mod erase;
+pub(crate) mod export;
 pub(crate) mod facts;
 pub(crate) mod forget;
 pub(crate) mod graph;
