@@ -174,6 +174,11 @@ pub(crate) fn named(name: Option<&str>) -> SessionState {
     }
 }
 
+/// The user key of a group's shared conversation: its messages, the answers and the
+/// group's own facts are kept in (this key, the group's chat id). Telegram user ids are
+/// numbers, so no user has it.
+pub(crate) const GROUP_USER: &str = "group";
+
 /// Who says a message, and where: the scope the conversation is kept in, who else hears
 /// it, what the prompt says about the speaker, and in a shared conversation the member.
 #[derive(Clone, Debug)]
@@ -284,8 +289,7 @@ impl Agent {
         budget: u32,
         record_access: bool,
     ) -> anyhow::Result<Self> {
-        let budget = TokenBudget::new(budget)
-            .with_context(|| format!("token budget {budget}: expected at least 1"))?;
+        let budget = token_budget(budget)?;
         // One definition with the evaluation (`cargo xtask eval locomo --context-budget`).
         let mut config =
             product::config(Arc::clone(&store), embedder).context("load the tokenizer")?;
@@ -368,8 +372,7 @@ impl Agent {
     /// The same agent with prompts of at most `budget` tokens.
     pub(crate) fn with_budget(&self, budget: u32) -> anyhow::Result<Self> {
         let mut agent = self.clone();
-        agent.budget = TokenBudget::new(budget)
-            .with_context(|| format!("token budget {budget}: expected at least 1"))?;
+        agent.budget = token_budget(budget)?;
         Ok(agent)
     }
 
@@ -580,10 +583,10 @@ impl Agent {
     ) -> Kept {
         let scope = &speaker.scope;
         // What is kept: the message as said, and in a group who said it.
-        let said = |text: &str| match &speaker.member {
+        let said = message.map(|text| match &speaker.member {
             Some(m) => format!("{}: {text}", m.name),
             None => text.to_owned(),
-        };
+        });
         let member_tag = speaker.member.as_ref().map(|m| m.tag.clone());
         // The turn this message answers (usually Ava's last reply), kept as its context so
         // keyword search also finds a reply by what it was about. Not worth losing the
@@ -603,10 +606,7 @@ impl Agent {
             }
         };
         let mut stored = Ok(());
-        // What the reply answers: this message, or (continuing a turn) the last one kept.
-        let mut answered = previous.as_ref().map(|p| p.content.clone());
-        if let Some(message) = message {
-            let said = said(message);
+        if let Some(said) = &said {
             // Tagged with the names it mentions (the graph source's index); a standing
             // instruction ("always ...") is marked so that every prompt carries it.
             let mut user_turn = chat_turn(said.as_str(), Role::User)
@@ -621,8 +621,11 @@ impl Agent {
                 .await
                 .map(drop)
                 .context("store the message");
-            answered = Some(said);
         }
+        // What the reply answers: this message, or (continuing a turn) the last one kept.
+        let answered = said
+            .as_deref()
+            .or(previous.as_ref().map(|p| p.content.as_str()));
         let mut answer_ids = Vec::new();
         if stored.is_ok()
             && let Some(reply) = reply.filter(|r| !r.trim().is_empty())
@@ -630,7 +633,7 @@ impl Agent {
             let mut turn = chat_turn(reply, Role::Assistant)
                 .with_source(source)
                 .with_tags(member_tag);
-            if let Some(answered) = &answered {
+            if let Some(answered) = answered {
                 turn = turn.with_context(in_reply_to(answered));
             }
             stored = match self.store_whole(scope, turn).await {
@@ -643,7 +646,7 @@ impl Agent {
         }
         let mut learning = None;
         if stored.is_ok() {
-            if let (Some(extractor), Some(said)) = (extractor, message.map(said)) {
+            if let (Some(extractor), Some(said)) = (extractor, said) {
                 // The person's facts, or the group's: where this context keeps them, then
                 // the other scopes whose facts it reads (a chat's, from an older store).
                 let home = ops.facts_scope();
@@ -688,6 +691,11 @@ pub(crate) struct Kept {
     pub(crate) answer_ids: Vec<MemoryId>,
     /// Whether learning changed a fact, once it has run (`None` when nothing is learned).
     pub(crate) learning: Option<tokio::sync::oneshot::Receiver<bool>>,
+}
+
+/// A prompt's token budget of `tokens`, refused when 0.
+fn token_budget(tokens: u32) -> anyhow::Result<TokenBudget> {
+    TokenBudget::new(tokens).with_context(|| format!("token budget {tokens}: expected at least 1"))
 }
 
 /// Learns facts from one exchange into the first of `scopes` (after the exchanges before

@@ -18,7 +18,9 @@ use teloxide::update_listeners;
 use teloxide::utils::command::BotCommands;
 use teloxide::{ApiError, RequestError};
 
-use crate::agent::{Agent, Audience, Blame, MAX_STATE_CHARS, Member, Speaker, state_line};
+use crate::agent::{
+    Agent, Audience, Blame, GROUP_USER, MAX_STATE_CHARS, Member, Speaker, state_line,
+};
 use hydrate::SessionState;
 
 /// The bot as handlers see it: rate-limited, retrying on 429 `retry_after`.
@@ -181,11 +183,6 @@ impl BotState {
         self
     }
 }
-
-/// The user key of a group's shared conversation: its messages, the answers and the
-/// group's own facts are kept in (this key, the group's chat id). Telegram user ids are
-/// numbers, so no user has it.
-pub(crate) const GROUP_USER: &str = "group";
 
 /// Who wrote a message, as a memory scope and a key, who else hears it, and in a group the
 /// member.

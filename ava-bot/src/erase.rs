@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use anyhow::Context;
 use memory_core::{Filter, MemoryBackend, MemoryError, Scope, Tag, TagQuery};
 
-use crate::bot::GROUP_USER;
+use crate::agent::GROUP_USER;
 
 /// How many of a member's group memories are read (and deleted) at a time.
 const BATCH: usize = 500;

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use hydrate::{Block, ExplainReport, FactExtractor, SessionState};
 use hyper::body::{Frame, Incoming};
@@ -30,8 +31,10 @@ use serde_json::{Value, json};
 
 use crate::agent::{Agent, Speaker};
 use crate::llm::OpenAiChat;
-use crate::mcp::http::Body;
 use crate::mcp::tokens::Grant;
+
+/// A response body, as the server that routes here (`mcp/http.rs`) sends it.
+type Body = BoxBody<Bytes, Infallible>;
 
 /// Where the proxy's routes start.
 pub(crate) const PREFIX: &str = "/v1/";
@@ -189,10 +192,13 @@ impl hyper::body::Body for Channel {
     }
 }
 
-/// The upstream's headers worth passing on: all but those about one connection and the
-/// length (the body is passed as it comes).
-fn passed_headers(from: &HeaderMap, to: &mut HeaderMap) {
-    for (name, value) in from {
+/// The response that passes `body` on with the upstream's `status` and the headers worth
+/// passing on: all but those about one connection and the length (the body is passed as it
+/// comes).
+fn passed_on(status: StatusCode, headers: &HeaderMap, body: Body) -> Response<Body> {
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    for (name, value) in headers {
         if matches!(
             name.as_str(),
             "connection"
@@ -206,8 +212,9 @@ fn passed_headers(from: &HeaderMap, to: &mut HeaderMap) {
         ) {
             continue;
         }
-        to.append(name.clone(), value.clone());
+        response.headers_mut().append(name.clone(), value.clone());
     }
+    response
 }
 
 /// The text of a message's `content`: a string, or the text parts of a list.
@@ -325,14 +332,10 @@ impl Proxy {
     }
 
     async fn models(&self) -> Response<Body> {
-        let sent = self
-            .upstream
-            .request(reqwest::Method::GET, "/models")
-            .send();
-        match tokio::time::timeout(self.upstream.timeout, sent).await {
-            Ok(Ok(answer)) => self.whole(answer).await.unwrap_or_else(|e| e),
-            Ok(Err(e)) => self.unreachable(&e),
-            Err(_) => self.too_slow(),
+        let request = self.upstream.request(reqwest::Method::GET, "/models");
+        match self.send(request).await {
+            Ok(answer) => self.whole(answer).await.unwrap_or_else(|e| e),
+            Err(failed) => failed,
         }
     }
 
@@ -510,16 +513,14 @@ impl Proxy {
                 "no memory for this request; passed on without it"
             );
         }
-        let sent = self
+        let request = self
             .upstream
             .request(reqwest::Method::POST, "/chat/completions")
             .header(header::CONTENT_TYPE, "application/json")
-            .body(call.body.to_string())
-            .send();
-        let answer = match tokio::time::timeout(self.upstream.timeout, sent).await {
-            Ok(Ok(answer)) => answer,
-            Ok(Err(e)) => return self.unreachable(&e),
-            Err(_) => return self.too_slow(),
+            .body(call.body.to_string());
+        let answer = match self.send(request).await {
+            Ok(answer) => answer,
+            Err(failed) => return failed,
         };
         let mut response = if !answer.status().is_success() {
             // Refused upstream: passed on as it came, and nothing is stored.
@@ -529,12 +530,9 @@ impl Proxy {
         } else if call.stream {
             Arc::clone(self).stream(answer, call)
         } else {
-            let status = answer.status();
-            let headers = answer.headers().clone();
-            let bytes = match tokio::time::timeout(self.upstream.timeout, answer.bytes()).await {
-                Ok(Ok(bytes)) => bytes,
-                Ok(Err(e)) => return self.unreachable(&e),
-                Err(_) => return self.too_slow(),
+            let (status, headers, bytes) = match self.read_whole(answer).await {
+                Ok(read) => read,
+                Err(failed) => return failed,
             };
             let reply = serde_json::from_slice::<Value>(&bytes).ok().and_then(|v| {
                 v["choices"][0]["message"]["content"]
@@ -543,10 +541,7 @@ impl Proxy {
             });
             // Stored before the answer goes back, so the app's next call finds it.
             self.keep(&call, reply.as_deref()).await;
-            let mut response = Response::new(Full::new(bytes).boxed());
-            *response.status_mut() = status;
-            passed_headers(&headers, response.headers_mut());
-            response
+            passed_on(status, &headers, Full::new(bytes).boxed())
         };
         match hydrated {
             Ok(Some(id)) => {
@@ -575,54 +570,50 @@ impl Proxy {
     fn stream(self: Arc<Self>, mut answer: reqwest::Response, call: Call) -> Response<Body> {
         let status = answer.status();
         let headers = answer.headers().clone();
-        let mut response = Response::new(
-            Channel({
-                let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
-                tokio::spawn(async move {
-                    let mut seen = Vec::new();
-                    let mut client_left = false;
-                    let broke = loop {
-                        match tokio::time::timeout(self.upstream.timeout, answer.chunk()).await {
-                            Ok(Ok(Some(piece))) => {
-                                seen.extend_from_slice(&piece);
-                                if tx.send(piece).await.is_err() {
-                                    client_left = true;
-                                    break None;
-                                }
-                            }
-                            Ok(Ok(None)) => break None,
-                            Ok(Err(e)) => break Some(crate::std_error_chain(&e)),
-                            Err(_) => {
-                                break Some(format!(
-                                    "nothing came for {} s",
-                                    self.upstream.timeout.as_secs()
-                                ));
+        let body = Channel({
+            let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                let mut client_left = false;
+                let broke = loop {
+                    match tokio::time::timeout(self.upstream.timeout, answer.chunk()).await {
+                        Ok(Ok(Some(piece))) => {
+                            seen.extend_from_slice(&piece);
+                            if tx.send(piece).await.is_err() {
+                                client_left = true;
+                                break None;
                             }
                         }
-                    };
-                    drop(tx);
-                    let (text, finished) = streamed_text(&seen);
-                    match broke {
-                        Some(why) => tracing::warn!(
-                            upstream = %self.upstream.base,
-                            "the upstream broke off a streamed answer ({why}); nothing was stored"
-                        ),
-                        None if client_left => self.keep(&call, None).await,
-                        None if !finished => tracing::warn!(
-                            upstream = %self.upstream.base,
-                            "a streamed answer ended without [DONE] or a finish reason; \
-                             nothing was stored"
-                        ),
-                        None => self.keep(&call, Some(&text)).await,
+                        Ok(Ok(None)) => break None,
+                        Ok(Err(e)) => break Some(crate::std_error_chain(&e)),
+                        Err(_) => {
+                            break Some(format!(
+                                "nothing came for {} s",
+                                self.upstream.timeout.as_secs()
+                            ));
+                        }
                     }
-                });
-                rx
-            })
-            .boxed(),
-        );
-        *response.status_mut() = status;
-        passed_headers(&headers, response.headers_mut());
-        response
+                };
+                drop(tx);
+                let (text, finished) = streamed_text(&seen);
+                match broke {
+                    Some(why) => tracing::warn!(
+                        upstream = %self.upstream.base,
+                        "the upstream broke off a streamed answer ({why}); nothing was stored"
+                    ),
+                    None if client_left => self.keep(&call, None).await,
+                    None if !finished => tracing::warn!(
+                        upstream = %self.upstream.base,
+                        "a streamed answer ended without [DONE] or a finish reason; \
+                         nothing was stored"
+                    ),
+                    None => self.keep(&call, Some(&text)).await,
+                }
+            });
+            rx
+        })
+        .boxed();
+        passed_on(status, &headers, body)
     }
 
     /// Keeps what `call` said and the `reply` to it, and learns from them in the background.
@@ -686,17 +677,36 @@ impl Proxy {
 
     /// The upstream's whole answer, passed on as it came (an `Err` when it broke off).
     async fn whole(&self, answer: reqwest::Response) -> Result<Response<Body>, Response<Body>> {
+        let (status, headers, bytes) = self.read_whole(answer).await?;
+        Ok(passed_on(status, &headers, Full::new(bytes).boxed()))
+    }
+
+    /// The upstream's whole answer: status, headers and body, read within the timeout (the
+    /// answer to give when it broke off or was too slow, as an `Err`).
+    async fn read_whole(
+        &self,
+        answer: reqwest::Response,
+    ) -> Result<(StatusCode, HeaderMap, Bytes), Response<Body>> {
         let status = answer.status();
         let headers = answer.headers().clone();
-        let bytes = match tokio::time::timeout(self.upstream.timeout, answer.bytes()).await {
-            Ok(Ok(bytes)) => bytes,
-            Ok(Err(e)) => return Err(self.unreachable(&e)),
-            Err(_) => return Err(self.too_slow()),
-        };
-        let mut response = Response::new(Full::new(bytes).boxed());
-        *response.status_mut() = status;
-        passed_headers(&headers, response.headers_mut());
-        Ok(response)
+        match tokio::time::timeout(self.upstream.timeout, answer.bytes()).await {
+            Ok(Ok(bytes)) => Ok((status, headers, bytes)),
+            Ok(Err(e)) => Err(self.unreachable(&e)),
+            Err(_) => Err(self.too_slow()),
+        }
+    }
+
+    /// Sends `request` to the upstream and waits, within the timeout, for its answer to
+    /// start (the answer to give when it could not be reached or was too slow, as an `Err`).
+    async fn send(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, Response<Body>> {
+        match tokio::time::timeout(self.upstream.timeout, request.send()).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(e)) => Err(self.unreachable(&e)),
+            Err(_) => Err(self.too_slow()),
+        }
     }
 
     fn unreachable(&self, e: &reqwest::Error) -> Response<Body> {

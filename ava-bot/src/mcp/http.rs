@@ -52,8 +52,7 @@ const MAX_BODY: usize = 4 * 1024 * 1024;
 /// The shortest time between two warnings about refused requests.
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
-/// A response body of the server.
-pub(crate) type Body = BoxBody<Bytes, Infallible>;
+type Body = BoxBody<Bytes, Infallible>;
 type Service = StreamableHttpService<AvaMcp, NeverSessionManager>;
 
 /// The tokens in force, and one MCP service per token, in the same order.
