@@ -252,6 +252,17 @@ impl Identity {
     }
 }
 
+/// A person in every chat of theirs, for commands about all they are (`erase`, `export`).
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct Whole {
+    /// User id (e.g. a Telegram user id).
+    #[arg(long)]
+    pub(crate) user: String,
+    /// The tenant they belong to (an app's end users of `ava serve` are in `app:<its user>`).
+    #[arg(long, default_value = memory_core::DEFAULT_TENANT)]
+    pub(crate) tenant: String,
+}
+
 /// A user and maybe one chat of theirs, for commands about a person's facts (`remember`,
 /// `facts`).
 #[derive(Debug, Clone, clap::Args)]

@@ -1217,15 +1217,15 @@ async fn chat_caps_the_length_of_an_answer() {
     assert_eq!(bodies[2]["max_completion_tokens"], 300, "{}", bodies[2]);
 }
 
-#[test]
-fn erase_lists_then_removes_everything_of_one_person_only() {
-    let (dir, db) = store();
+/// Alice's memories in every kind of scope (her own facts, chats 7 and 8, a document under
+/// `dir`) and one of Bob's, in the store `db`; returns the id of Alice's door code (chat 7).
+fn alice_everywhere(dir: &Path, db: &Path) -> String {
     ok(ava(
-        &db,
+        db,
         &["remember", "--user", "alice", "my cat is called Pixel"],
     ));
-    ok(ava(
-        &db,
+    let door = ok(ava(
+        db,
         &[
             "remember",
             "--user",
@@ -1236,7 +1236,7 @@ fn erase_lists_then_removes_everything_of_one_person_only() {
         ],
     ));
     ok(ava(
-        &db,
+        db,
         &[
             "remember",
             "--user",
@@ -1246,16 +1246,23 @@ fn erase_lists_then_removes_everything_of_one_person_only() {
             "lunch on Fridays",
         ],
     ));
-    let notes = dir.path().join("notes.md");
+    let notes = dir.join("notes.md");
     std::fs::write(&notes, "# Trip\n\nThe ferry leaves at nine.\n").unwrap();
     ok(ava(
-        &db,
+        db,
         &["docs", "add", "--user", "alice", notes.to_str().unwrap()],
     ));
     ok(ava(
-        &db,
+        db,
         &["remember", "--user", "bob", "my dog is called Rex"],
     ));
+    door.trim().to_owned()
+}
+
+#[test]
+fn erase_lists_then_removes_everything_of_one_person_only() {
+    let (dir, db) = store();
+    alice_everywhere(dir.path(), &db);
 
     let listed = ok(ava(&db, &["erase", "--user", "alice"]));
     assert!(
@@ -1306,21 +1313,7 @@ fn erase_lists_then_removes_everything_of_one_person_only() {
 #[test]
 fn export_then_import_is_lossless_and_idempotent() {
     let (dir, db) = store();
-    ok(ava(
-        &db,
-        &["remember", "--user", "alice", "my cat is called Pixel"],
-    ));
-    let old = ok(ava(
-        &db,
-        &[
-            "remember",
-            "--user",
-            "alice",
-            "--chat",
-            "7",
-            "the door code is 4711",
-        ],
-    ));
+    let old = alice_everywhere(dir.path(), &db);
     ok(ava(
         &db,
         &[
@@ -1330,19 +1323,9 @@ fn export_then_import_is_lossless_and_idempotent() {
             "--chat",
             "7",
             "--replaces",
-            old.trim(),
+            &old,
             "the door code is 1234",
         ],
-    ));
-    let notes = dir.path().join("notes.md");
-    std::fs::write(&notes, "# Trip\n\nThe ferry leaves at nine.\n").unwrap();
-    ok(ava(
-        &db,
-        &["docs", "add", "--user", "alice", notes.to_str().unwrap()],
-    ));
-    ok(ava(
-        &db,
-        &["remember", "--user", "bob", "my dog is called Rex"],
     ));
 
     let first = dir.path().join("alice.jsonl");

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{ava, command, ok, stderr};
+use common::{Log, ava, command, listening, listening_url, ok, stderr};
 use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject};
 use rmcp::service::RunningService;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -617,9 +617,6 @@ fn token_file(dir: &Path) -> PathBuf {
     path
 }
 
-/// What a server wrote on stderr so far.
-type Log = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
-
 /// `ava mcp --http 127.0.0.1:0`: the child and the URL it says it listens on.
 async fn spawn_http(db: &Path, tokens: &Path) -> (tokio::process::Child, String) {
     let (child, url, _) = spawn_http_logged(db, tokens).await;
@@ -628,34 +625,11 @@ async fn spawn_http(db: &Path, tokens: &Path) -> (tokio::process::Child, String)
 
 /// [`spawn_http`], keeping what the server logs.
 async fn spawn_http_logged(db: &Path, tokens: &Path) -> (tokio::process::Child, String, Log) {
-    let mut cmd = tokio::process::Command::from(command(db));
+    let mut cmd = command(db);
     cmd.args(["mcp", "--http", "127.0.0.1:0", "--tokens"])
-        .arg(tokens)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let mut child = cmd.spawn().unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let url = tokio::time::timeout(PATIENCE, async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if let Some((_, rest)) = line.split_once("listening on ") {
-                return rest.split_whitespace().next().unwrap().to_owned();
-            }
-        }
-        panic!("ava mcp --http exited without listening");
-    })
-    .await
-    .expect("the server starts");
-    // Keep draining stderr so the server never blocks on a full pipe.
-    let log = Log::default();
-    let kept = log.clone();
-    tokio::spawn(async move {
-        while let Ok(Some(line)) = lines.next_line().await {
-            kept.lock().unwrap().push(line);
-        }
-    });
-    (child, url, log)
+        .arg(tokens);
+    let (child, line, log) = listening(cmd, PATIENCE).await;
+    (child, listening_url(&line), log)
 }
 
 async fn http_client(url: &str, token: &str) -> Result<Client, String> {

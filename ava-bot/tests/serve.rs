@@ -13,7 +13,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use async_openai::Client;
@@ -22,10 +21,9 @@ use async_openai::types::chat::{
     ChatCompletionRequestSystemMessage, ChatCompletionRequestUserMessage,
     CreateChatCompletionRequestArgs,
 };
-use common::{ava, command, ok};
+use common::{ava, command, listening, listening_url, ok};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use wiremock::matchers::{body_partial_json, body_string_contains, method, path};
 use wiremock::{Mock, MockServer, Request, ResponseTemplate};
 
@@ -67,31 +65,15 @@ async fn serve(upstream: &str, extra: &[&str]) -> Serve {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("ava.db");
     let tokens = token_file(dir.path());
-    let mut cmd = tokio::process::Command::from(command(&db));
+    let mut cmd = command(&db);
     cmd.args(["serve", "--addr", "127.0.0.1:0", "--tokens"])
         .arg(&tokens)
         .args(["--upstream", upstream])
-        .args(extra)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let mut child = cmd.spawn().unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let url = tokio::time::timeout(PATIENCE, async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if let Some((_, rest)) = line.split_once("listening on ") {
-                assert!(line.contains("MCP at /mcp"), "{line}");
-                assert!(line.contains("proxy at /v1"), "{line}");
-                return rest.split_whitespace().next().unwrap().to_owned();
-            }
-            eprintln!("{line}");
-        }
-        panic!("ava serve exited without listening");
-    })
-    .await
-    .expect("the server starts");
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        .args(extra);
+    let (child, line, _) = listening(cmd, PATIENCE).await;
+    assert!(line.contains("MCP at /mcp"), "{line}");
+    assert!(line.contains("proxy at /v1"), "{line}");
+    let url = listening_url(&line);
     Serve {
         _child: child,
         url,

@@ -4,17 +4,14 @@
 
 use std::io::Write;
 
-use crate::config::Settings;
+use crate::config::{Settings, Whole};
 use crate::erase::erase_person;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The user to erase (for the bot, their Telegram user id).
-    #[arg(long)]
-    user: String,
-    /// The tenant they belong to (an app's end users of `ava serve` are in `app:<its user>`).
-    #[arg(long, default_value = memory_core::DEFAULT_TENANT)]
-    tenant: String,
+    /// The person to erase.
+    #[command(flatten)]
+    who: Whole,
     /// Erase; without it, list what would be erased and change nothing.
     #[arg(long)]
     yes: bool,
@@ -27,7 +24,13 @@ pub(crate) async fn run(
 ) -> anyhow::Result<()> {
     // Nothing to erase in a store that does not exist; do not create one.
     let opened = settings.open_existing().await?;
-    let erased = erase_person(opened.store.as_ref(), &args.tenant, &args.user, args.yes).await?;
+    let erased = erase_person(
+        opened.store.as_ref(),
+        &args.who.tenant,
+        &args.who.user,
+        args.yes,
+    )
+    .await?;
     let total = erased.total();
     write!(
         out,
@@ -35,14 +38,14 @@ pub(crate) async fn run(
         crate::commands::terminal_safe(&erased.describe(), true)
     )?;
     if args.yes {
-        writeln!(out, "erased {total} memories of user {}", args.user)?;
+        writeln!(out, "erased {total} memories of user {}", args.who.user)?;
     } else if total == 0 {
-        writeln!(out, "nothing stored for user {}", args.user)?;
+        writeln!(out, "nothing stored for user {}", args.who.user)?;
     } else {
         writeln!(
             out,
             "{total} memories of user {} would be erased; run again with --yes to erase them",
-            args.user
+            args.who.user
         )?;
     }
     if let Some(sqlite) = &opened.sqlite {

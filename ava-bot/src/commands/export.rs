@@ -18,7 +18,7 @@ use memory_core::{
 };
 use serde_json::{Value, json};
 
-use crate::config::Settings;
+use crate::config::{Settings, Whole};
 
 /// The first line's key and the format's version.
 const MAGIC: &str = "ava_export";
@@ -26,12 +26,9 @@ const VERSION: u64 = 1;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The user whose memories to export.
-    #[arg(long)]
-    user: String,
-    /// Their tenant (an app's end users of `ava serve` are in `app:<its user>`).
-    #[arg(long, default_value = memory_core::DEFAULT_TENANT)]
-    tenant: String,
+    /// The person whose memories to export.
+    #[command(flatten)]
+    who: Whole,
     /// Write here instead of to standard output.
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
@@ -90,7 +87,7 @@ pub(crate) async fn run(
     let store = opened.store.as_ref();
     let mut memories = Vec::new();
     for scope in store
-        .user_scopes(&args.tenant, &args.user)
+        .user_scopes(&args.who.tenant, &args.who.user)
         .await
         .context("list the user's chats")?
     {
@@ -98,8 +95,8 @@ pub(crate) async fn run(
     }
     let header = json!({
         MAGIC: VERSION,
-        "tenant": args.tenant,
-        "user": args.user,
+        "tenant": args.who.tenant,
+        "user": args.who.user,
         "exported_at": Timestamp::now(),
         "memories": memories.len(),
         "vectors": false,
@@ -115,7 +112,7 @@ pub(crate) async fn run(
             eprintln!(
                 "exported {} memories of user {} to {}",
                 memories.len(),
-                args.user,
+                args.who.user,
                 path.display()
             );
         }

@@ -97,3 +97,51 @@ pub(crate) fn count_in(db: &Path, user: &str, chat: &str) -> u64 {
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or_else(|| panic!("no count for chat {chat} in {out}"))
 }
+
+/// What a server wrote on stderr after its "listening on" line, kept as it comes.
+pub(crate) type Log = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
+/// Starts the server `cmd` (an `ava` command that prints `... listening on URL ...` on
+/// stderr once it serves), waits up to `patience` for that line and returns the child, the
+/// line, and the rest of its stderr, drained as it comes so the server never blocks on a
+/// full pipe.
+pub(crate) async fn listening(
+    cmd: Command,
+    patience: std::time::Duration,
+) -> (tokio::process::Child, String, Log) {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let mut cmd = tokio::process::Command::from(cmd);
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().expect("start the server");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr is piped")).lines();
+    let line = tokio::time::timeout(patience, async {
+        while let Some(line) = lines.next_line().await.expect("read stderr") {
+            if line.contains("listening on ") {
+                return line;
+            }
+            eprintln!("{line}");
+        }
+        panic!("the server exited without listening");
+    })
+    .await
+    .expect("the server starts");
+    let log = Log::default();
+    let kept = log.clone();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            kept.lock().expect("the log's lock").push(line);
+        }
+    });
+    (child, line, log)
+}
+
+/// The URL a "listening on URL ..." line names.
+pub(crate) fn listening_url(line: &str) -> String {
+    line.split_once("listening on ")
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .expect("a URL after `listening on`")
+        .to_owned()
+}
