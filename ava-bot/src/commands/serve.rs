@@ -95,10 +95,11 @@ pub(crate) async fn run(settings: &Settings, args: &Args) -> anyhow::Result<()> 
     // On its own line and not through the log filter: clients and scripts read it.
     eprintln!(
         "ava serve: listening on http://{local} for {} token(s): MCP at {}, the \
-         OpenAI-compatible proxy at /v1 (upstream {upstream_url}, history {:?}); {}",
+         OpenAI-compatible proxy at /v1 (upstream {upstream_url}, history {}); {}",
         tokens.len(),
         http::PATH,
-        args.history,
+        clap::ValueEnum::to_possible_value(&args.history)
+            .map_or_else(String::new, |v| v.get_name().to_owned()),
         opened.embedder_note
     );
     let config = HttpConfig {
