@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use hydrate::{
-    Block, CompiledPrompt, HydrateInput, HydrationConfig, OPT_RECORD_ACCESS, OPT_SEMANTIC_WEIGHT,
-    ProviderOptions, SourceKind, day_header, escape_data, prepare, product,
+    Block, CompiledPrompt, HydrateInput, HydrationConfig, OPT_NEIGHBOURS, OPT_RECORD_ACCESS,
+    OPT_SEMANTIC_WEIGHT, ProviderOptions, SourceKind, day_header, escape_data, prepare, product,
 };
 use memory_core::{
     Embedding, EmbeddingProvider, Filter, HashingEmbedder, MemoryBackend, MemoryId, MemoryKind,
@@ -72,8 +72,9 @@ impl Overrides {
         Ok(Self { set })
     }
 
-    const KEYS: [&'static str; 18] = [
+    const KEYS: [&'static str; 19] = [
         "allocation",
+        "neighbours",
         "long_item_tokens",
         "excerpts",
         "graph",
@@ -260,15 +261,16 @@ async fn ingest(
         store,
         config,
         newest,
-        options: (
-            provider,
-            match overrides.get("semantic_weight") {
-                Some(w) => ProviderOptions::new()
-                    .with(OPT_RECORD_ACCESS, false)
-                    .with(OPT_SEMANTIC_WEIGHT, w),
-                None => ProviderOptions::new().with(OPT_RECORD_ACCESS, false),
-            },
-        ),
+        options: (provider, {
+            let mut o = ProviderOptions::new().with(OPT_RECORD_ACCESS, false);
+            if let Some(w) = overrides.get("semantic_weight") {
+                o = o.with(OPT_SEMANTIC_WEIGHT, w);
+            }
+            if let Some(n) = overrides.get("neighbours") {
+                o = o.with(OPT_NEIGHBOURS, n);
+            }
+            o
+        }),
         ids,
         parts,
         turns: sample.turns.len(),

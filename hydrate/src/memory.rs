@@ -10,7 +10,9 @@
 //! - **semantic**: related past `Message` memories found by searching for the observation,
 //!   over-fetched by the temporal window so that, once messages already in the recent
 //!   conversation are removed (hydrate de-duplicates by memory id), enough remain. A
-//!   first-person question ("what did I say...") also searches the user's own messages.
+//!   first-person question ("what did I say...") also searches the user's own messages. The
+//!   best hits bring the message before each of them (what a reply answers; see
+//!   [`OPT_NEIGHBOURS`]).
 //!
 //! Searches use the `search` option (default hybrid) when the backend advertises it, and
 //! otherwise fall back to the most capable mode it does (`SearchMode::best_supported`:
@@ -54,6 +56,19 @@ pub const OPT_RECORD_ACCESS: &str = "record_access";
 /// Option key: the semantic share of hybrid search, from 0 to 1 (default: that of
 /// `HybridWeights::default()`, 0.25).
 pub const OPT_SEMANTIC_WEIGHT: &str = "semantic_weight";
+/// Option key: how many of the best related messages bring the message before them in the
+/// conversation (what they answer), from 0 (none) to 100; default [`NEIGHBOURS`].
+pub const OPT_NEIGHBOURS: &str = "neighbours";
+
+/// The default of [`OPT_NEIGHBOURS`]: the five best related messages each bring the message
+/// they follow. A reply ("Yes! Loved it") is often found by the question's words while what
+/// it answers holds the fact ("I signed up for the class downtown"); measured in
+/// BENCHMARKS.md.
+pub const NEIGHBOURS: usize = 5;
+
+/// The share of a related message's similarity the message before it is given: it
+/// competes for room as a hit of its own, a little below the one that brought it.
+pub const NEIGHBOUR_SHARE: f32 = 0.7;
 
 /// How a memory source prefers to search.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -80,6 +95,8 @@ pub struct MemoryOptions {
     pub record_access: bool,
     /// Hybrid weights.
     pub weights: HybridWeights,
+    /// How many of the best related messages bring the message before them.
+    pub neighbours: usize,
 }
 
 impl Default for MemoryOptions {
@@ -90,6 +107,7 @@ impl Default for MemoryOptions {
             shared_facts_of: None,
             record_access: true,
             weights: HybridWeights::default(),
+            neighbours: NEIGHBOURS,
         }
     }
 }
@@ -105,6 +123,7 @@ impl MemoryOptions {
                 OPT_SEMANTIC_WEIGHT,
                 f64::from(HybridWeights::default().semantic()),
             )
+            .with(OPT_NEIGHBOURS, NEIGHBOURS as f64)
     }
 
     /// Reads settings from resolved options; unknown keys are ignored, missing ones take
@@ -149,6 +168,17 @@ impl MemoryOptions {
                 return Err(bad());
             }
             out.weights = HybridWeights::new(w as f32, 1.0 - w as f32).map_err(|_| bad())?;
+        }
+        if let Some(n) = options.f64(provider, OPT_NEIGHBOURS)? {
+            if !(0.0..=100.0).contains(&n) || n.fract() != 0.0 {
+                return Err(Error::BadOption {
+                    provider: provider.to_owned(),
+                    key: OPT_NEIGHBOURS.to_owned(),
+                    found: n.to_string(),
+                    expected: "a whole number from 0 to 100",
+                });
+            }
+            out.neighbours = n as usize;
         }
         Ok(out)
     }
@@ -266,6 +296,24 @@ impl MemorySource {
         // The searches for cues find many of the same memories again: only the first search
         // counts its hits as recalled, so one prompt never counts a memory twice.
         let extra = request.clone().without_access_tracking();
+        // A reply is often what the question's words find while the message it answers
+        // holds the fact: the best hits bring the message before them, a little less
+        // relevant than they are, to compete for room like any hit. (Pushed even when found
+        // by a search, and left for the searches below to find again: hydrate keeps a
+        // memory once, at its best similarity.)
+        if self.backend.capabilities().supports(Capability::TimeFilter) {
+            for hit in hits.iter().take(self.options.neighbours) {
+                let before = Filter {
+                    created_before: Some(hit.entry.created_at),
+                    ..filter.clone()
+                };
+                for entry in self.backend.recent(query.scope, 1, &before).await? {
+                    let mut item = SourceItem::from_memory(&entry);
+                    item.similarity = Some((hit.score * NEIGHBOUR_SHARE).clamp(0.0, 1.0));
+                    out.push(item);
+                }
+            }
+        }
         // A question in the first person ("what did I say about...") asks what the user
         // told: the user's own messages are also searched on their own, so the agent's
         // answers, long and repeating the question's words, cannot crowd them all out.

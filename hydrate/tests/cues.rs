@@ -1,7 +1,8 @@
 //! Question understanding on the durable store (memory-sqlite, `HashingEmbedder`): a
 //! question about a time finds what was said then even when nothing else matches it,
-//! quoted phrases and informative names lift what holds them, and one fact said several
-//! times takes one place in the prompt.
+//! quoted phrases and informative names lift what holds them, one fact said several
+//! times takes one place in the prompt, and a reply the question's words find brings the
+//! message it answers.
 
 #![allow(
     clippy::unwrap_used,
@@ -15,8 +16,8 @@ use std::sync::Arc;
 
 use common::{at, chat_scope, now, tokenizer};
 use hydrate::{
-    CompiledPrompt, CueWeights, HydrateInput, HydrationConfig, SourceKind, compile, hydrate,
-    memory_provider,
+    CompiledPrompt, CueWeights, HydrateInput, HydrationConfig, OPT_NEIGHBOURS, ProviderOptions,
+    SourceKind, compile, hydrate, memory_provider,
 };
 use memory_core::{MemoryBackend, NewMemory, Role};
 use prompt_ir::{ContextRequest, TokenBudget};
@@ -269,4 +270,40 @@ async fn one_fact_said_three_times_takes_one_place() {
             .count(),
         3
     );
+}
+
+/// A reply holds the question's word while the message it answers holds the fact: the
+/// reply brings it (with `neighbours` 0 it is not found at all).
+#[tokio::test]
+async fn a_reply_the_question_finds_brings_the_message_it_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = store(&dir).await;
+    month_of_talk(&backend).await;
+    const SIGNED_UP: &str = "I finally signed up for the evening class at the studio downtown.";
+    let exchange = vec![
+        NewMemory::new(SIGNED_UP)
+            .with_role(Role::User)
+            .at(at("2026-02-14T10:00:00Z")),
+        NewMemory::new("Pottery at last! You have wanted to try it for years.")
+            .with_role(Role::Assistant)
+            .at(at("2026-02-14T10:01:00Z")),
+    ];
+    backend
+        .store_batch(&chat_scope("alice"), exchange)
+        .await
+        .unwrap();
+    let question = "Since when am I doing pottery?";
+
+    let config = cfg(&backend);
+    let p = prompt(&config, question, 400).await;
+    assert!(data(&p).contains("Pottery at last!"), "{}", data(&p));
+    assert!(data(&p).contains(SIGNED_UP), "{}", data(&p));
+
+    let mut off = cfg(&backend);
+    let provider = off.providers[0].name().to_owned();
+    off.app_options
+        .insert(provider, ProviderOptions::new().with(OPT_NEIGHBOURS, 0.0));
+    let p = prompt(&off, question, 400).await;
+    assert!(data(&p).contains("Pottery at last!"), "{}", data(&p));
+    assert!(!data(&p).contains(SIGNED_UP), "{}", data(&p));
 }
