@@ -40,7 +40,7 @@ pub(crate) fn secret_from_env(var: &str) -> Option<Secret> {
 }
 
 /// Settings every subcommand shares.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub(crate) struct Settings {
     /// The memory store: a SQLite file, or a `postgres://` URL (build with `--features
     /// postgres`; `?schema=NAME` picks the Postgres schema, default `ava`) [default:

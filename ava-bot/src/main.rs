@@ -52,6 +52,9 @@ enum Command {
     /// Write every memory of a user (all chats, facts, documents) as JSON Lines, losslessly,
     /// for `ava import` here or elsewhere.
     Export(commands::export::Args),
+    /// Copy a whole store (or one tenant's or user's part) into another, SQLite or Postgres:
+    /// same ids, times and links; resumable; every scope's count checked at the end.
+    Migrate(commands::migrate::Args),
     /// Print the prompt the LLM would get for a message, without calling it.
     Context(commands::context::Args),
     /// Talk to Ava in the terminal (the bot's pipeline; one message a line on stdin).
@@ -165,6 +168,7 @@ async fn run() -> anyhow::Result<()> {
         Command::Erase(args) => commands::erase::run(&cli.settings, &args, out).await,
         Command::Import(args) => commands::import::run(&cli.settings, &args, out).await,
         Command::Export(args) => commands::export::run(&cli.settings, &args, out).await,
+        Command::Migrate(args) => commands::migrate::run(&cli.settings, &args, out).await,
         Command::Context(args) => commands::context::run(&cli.settings, &args, out).await,
         Command::Chat(args) => commands::chat::run(&cli.settings, &args, out).await,
         Command::Run(args) => commands::run::run(&cli.settings, &args, out).await,

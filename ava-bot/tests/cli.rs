@@ -1259,6 +1259,38 @@ fn alice_everywhere(dir: &Path, db: &Path) -> String {
     door.trim().to_owned()
 }
 
+/// [`alice_everywhere`], then the door code changed ("1234" replaces "4711"); returns the
+/// old code's id.
+fn alice_with_a_new_door_code(dir: &Path, db: &Path) -> String {
+    let old = alice_everywhere(dir, db);
+    ok(ava(
+        db,
+        &[
+            "remember",
+            "--user",
+            "alice",
+            "--chat",
+            "7",
+            "--replaces",
+            &old,
+            "the door code is 1234",
+        ],
+    ));
+    old
+}
+
+/// Recall in alice's chat 7 finds the new door code, not the one it replaced.
+fn the_old_code_stays_replaced(db: &Path) {
+    let recalled = ok(ava(
+        db,
+        &["recall", "--user", "alice", "--chat", "7", "door code"],
+    ));
+    assert!(
+        recalled.contains("1234") && !recalled.contains("4711"),
+        "the old code stays replaced: {recalled}"
+    );
+}
+
 #[test]
 fn erase_lists_then_removes_everything_of_one_person_only() {
     let (dir, db) = store();
@@ -1313,20 +1345,7 @@ fn erase_lists_then_removes_everything_of_one_person_only() {
 #[test]
 fn export_then_import_is_lossless_and_idempotent() {
     let (dir, db) = store();
-    let old = alice_everywhere(dir.path(), &db);
-    ok(ava(
-        &db,
-        &[
-            "remember",
-            "--user",
-            "alice",
-            "--chat",
-            "7",
-            "--replaces",
-            &old,
-            "the door code is 1234",
-        ],
-    ));
+    alice_with_a_new_door_code(dir.path(), &db);
 
     let first = dir.path().join("alice.jsonl");
     ok(ava(
@@ -1388,14 +1407,7 @@ fn export_then_import_is_lossless_and_idempotent() {
         lines[1..],
         "lossless"
     );
-    let recalled = ok(ava(
-        &other,
-        &["recall", "--user", "alice", "--chat", "7", "door code"],
-    ));
-    assert!(
-        recalled.contains("1234") && !recalled.contains("4711"),
-        "the old code stays replaced: {recalled}"
-    );
+    the_old_code_stays_replaced(&other);
 
     // Again: nothing added. Another user's name: refused. A damaged line: skipped, said.
     let twice = ok(ava(
@@ -1427,6 +1439,77 @@ fn export_then_import_is_lossless_and_idempotent() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("skipped line 2: not a memory"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// Every line of `user`'s export of `db` but the header (which holds the time).
+fn exported(db: &Path, user: &str) -> Vec<String> {
+    let text = ok(ava(db, &["export", "--user", user]));
+    text.lines().skip(1).map(str::to_owned).collect()
+}
+
+#[test]
+fn migrate_copies_a_whole_store_and_continues_an_interrupted_copy() {
+    let (dir, db) = store();
+    let old = alice_with_a_new_door_code(dir.path(), &db);
+    let copy = dir.path().join("copy.db");
+    let (from, to) = (db.to_str().unwrap(), copy.to_str().unwrap());
+
+    // One user first: only their part moves.
+    let first = ok(ava(
+        &db,
+        &["migrate", "--from", from, "--to", to, "--user", "bob"],
+    ));
+    assert!(
+        first.contains("copied 1 scopes") && first.contains("1 memories stored, 0 already there"),
+        "{first}"
+    );
+    assert!(exported(&copy, "alice").is_empty());
+
+    // Then the whole store, after the copy lost a memory in the middle of a chat (as a copy
+    // stopped half-way would): bob's memory is not written twice, the gap is filled.
+    let alices = exported(&db, "alice");
+    let out = ok(ava(&db, &["migrate", "--from", from, "--to", to]));
+    assert!(out.contains("every scope's count matches"), "{out}");
+    assert_eq!(exported(&copy, "alice"), alices, "lossless");
+    assert_eq!(exported(&copy, "bob"), exported(&db, "bob"));
+    ok(ava(
+        &copy,
+        &["forget", "--user", "alice", "--chat", "7", &old],
+    ));
+    assert_ne!(exported(&copy, "alice"), alices);
+    let again = ok(ava(&db, &["migrate", "--from", from, "--to", to]));
+    let total = alices.len() + 1;
+    assert!(
+        again.contains(&format!(
+            "1 memories stored, {} already there, 0 refused",
+            total - 1
+        )),
+        "{again}"
+    );
+    assert_eq!(
+        exported(&copy, "alice"),
+        alices,
+        "the gap is filled, links and all"
+    );
+    the_old_code_stays_replaced(&copy);
+
+    // Into itself, or out of a store that is not there: refused, nothing written.
+    let o = ava(&db, &["migrate", "--from", from, "--to", from]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("are the same store"),
+        "{}",
+        stderr(&o)
+    );
+    let missing = dir.path().join("missing.db");
+    let o = ava(
+        &db,
+        &["migrate", "--from", missing.to_str().unwrap(), "--to", to],
+    );
+    assert!(
+        !o.status.success() && stderr(&o).contains("open the store to copy from"),
         "{}",
         stderr(&o)
     );

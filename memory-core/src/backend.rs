@@ -103,10 +103,17 @@ pub trait MemoryBackend: Send + Sync + fmt::Debug {
     /// How many memories a scope holds (superseded ones included).
     async fn count(&self, scope: &Scope) -> Result<u64>;
 
+    /// Every scope that holds memories, sorted: of one tenant when `tenant` is given, of one
+    /// user (in every tenant, or in `tenant`) when `user` is given, of the whole store when
+    /// neither is. For housekeeping and moving stores: finding a memory by id across a
+    /// user's chats, wiping everything they own, copying a store whole.
+    async fn scopes(&self, tenant: Option<&str>, user: Option<&str>) -> Result<Vec<Scope>>;
+
     /// Every scope of one user in one tenant that holds memories (their chats and threads,
-    /// and the user-wide scope), sorted. For a user's own housekeeping: finding a memory by
-    /// id across their chats, wiping everything they own.
-    async fn user_scopes(&self, tenant: &str, user: &str) -> Result<Vec<Scope>>;
+    /// and the user-wide scope), sorted: [`MemoryBackend::scopes`] of that tenant and user.
+    async fn user_scopes(&self, tenant: &str, user: &str) -> Result<Vec<Scope>> {
+        self.scopes(Some(tenant), Some(user)).await
+    }
 
     /// Stores what it can of `memories` and says, in input order, what became of each: a
     /// memory that is refused as given (too long, a vector of the wrong length, ...) or
@@ -341,6 +348,9 @@ macro_rules! forward_backend {
             }
             async fn count(&self, scope: &Scope) -> Result<u64> {
                 (**self).count(scope).await
+            }
+            async fn scopes(&self, tenant: Option<&str>, user: Option<&str>) -> Result<Vec<Scope>> {
+                (**self).scopes(tenant, user).await
             }
             async fn user_scopes(&self, tenant: &str, user: &str) -> Result<Vec<Scope>> {
                 (**self).user_scopes(tenant, user).await

@@ -401,12 +401,16 @@ impl MemoryBackend for InMemoryBackend {
         Ok(report)
     }
 
-    async fn user_scopes(&self, tenant: &str, user: &str) -> Result<Vec<Scope>> {
+    async fn scopes(&self, tenant: Option<&str>, user: Option<&str>) -> Result<Vec<Scope>> {
         let state = self.read();
         let mut out: Vec<Scope> = state
             .scopes
             .iter()
-            .filter(|(s, m)| s.tenant() == tenant && s.user() == user && !m.is_empty())
+            .filter(|(s, m)| {
+                tenant.is_none_or(|t| s.tenant() == t)
+                    && user.is_none_or(|u| s.user() == u)
+                    && !m.is_empty()
+            })
             .map(|(s, _)| s.clone())
             .collect();
         out.sort();

@@ -963,10 +963,11 @@ impl MemoryBackend for PostgresBackend {
         Ok(u64::try_from(n).unwrap_or(0))
     }
 
-    async fn user_scopes(&self, tenant: &str, user: &str) -> Result<Vec<Scope>> {
+    async fn scopes(&self, tenant: Option<&str>, user: Option<&str>) -> Result<Vec<Scope>> {
         let c = self.client().await?;
         let sql = format!(
-            "SELECT tenant, user_id, chat, thread FROM {s} sc WHERE tenant = $1 AND user_id = $2 \
+            "SELECT tenant, user_id, chat, thread FROM {s} sc \
+             WHERE ($1::text IS NULL OR tenant = $1) AND ($2::text IS NULL OR user_id = $2) \
              AND EXISTS (SELECT 1 FROM {m} m WHERE m.scope_id = sc.id)",
             s = self.names.scopes,
             m = self.names.memories

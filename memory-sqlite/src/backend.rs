@@ -448,16 +448,19 @@ impl MemoryBackend for SqliteBackend {
             .await
     }
 
-    async fn user_scopes(&self, tenant: &str, user: &str) -> Result<Vec<Scope>> {
-        let (tenant, user) = (tenant.to_owned(), user.to_owned());
+    async fn scopes(&self, tenant: Option<&str>, user: Option<&str>) -> Result<Vec<Scope>> {
+        let (tenant, user) = (tenant.map(str::to_owned), user.map(str::to_owned));
         self.worker
             .call(move |conn| {
                 let rows: Vec<(String, String, Option<String>, Option<String>)> = conn
                     .prepare_cached(
-                        "SELECT tenant, user, chat, thread FROM scopes s WHERE tenant = ?1 AND user = ?2 \
+                        "SELECT tenant, user, chat, thread FROM scopes s \
+                         WHERE (?1 IS NULL OR tenant = ?1) AND (?2 IS NULL OR user = ?2) \
                          AND EXISTS (SELECT 1 FROM memories m WHERE m.scope_id = s.id)",
                     )?
-                    .query_map([&tenant, &user], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+                    .query_map(rusqlite::params![tenant, user], |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                    })?
                     .collect::<rusqlite::Result<_>>()?;
                 let mut out = Vec::with_capacity(rows.len());
                 for (tenant, user, chat, thread) in rows {

@@ -36,7 +36,10 @@ pub(crate) struct Args {
 
 /// Every memory of `scope`, superseded and ended ones included, oldest first: read newest
 /// first a page at a time, each page the memories created before the last page's oldest.
-async fn all_of(store: &dyn MemoryBackend, scope: &Scope) -> anyhow::Result<Vec<MemoryEntry>> {
+pub(crate) async fn all_of(
+    store: &dyn MemoryBackend,
+    scope: &Scope,
+) -> anyhow::Result<Vec<MemoryEntry>> {
     let page = store.info().limits.max_results;
     let mut all: Vec<MemoryEntry> = Vec::new();
     let mut seen = HashSet::new();
@@ -134,6 +137,28 @@ pub(crate) fn is_export(path: &Path) -> bool {
     serde_json::from_str::<Value>(&first).is_ok_and(|v| v.get(MAGIC).is_some())
 }
 
+/// `entry` as a memory to store again elsewhere: the same id, times, access and validity
+/// (the link to what superseded it is set once that one is stored too). No vector: the
+/// receiving store embeds it in its own space.
+pub(crate) fn as_new(entry: &MemoryEntry) -> NewMemory {
+    NewMemory {
+        id: Some(entry.id),
+        kind: entry.kind,
+        content: entry.content.clone(),
+        context: entry.context.clone(),
+        tags: entry.tags.clone(),
+        role: entry.role,
+        source: entry.source.clone(),
+        importance: entry.importance,
+        pinned: entry.pinned,
+        created_at: Some(entry.created_at),
+        valid_from: entry.valid_from,
+        valid_until: entry.valid_until,
+        embedding: None,
+        accessed: Some((entry.accessed_at, entry.access_count)),
+    }
+}
+
 /// What [`restore`] did.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Restored {
@@ -202,23 +227,7 @@ pub(crate) async fn restore(
             Err(MemoryError::NotFound { .. }) => {}
             Err(e) => return Err(e).context("look the memory up"),
         }
-        let memory = NewMemory {
-            id: Some(entry.id),
-            kind: entry.kind,
-            content: entry.content,
-            context: entry.context,
-            tags: entry.tags,
-            role: entry.role,
-            source: entry.source,
-            importance: entry.importance,
-            pinned: entry.pinned,
-            created_at: Some(entry.created_at),
-            valid_from: entry.valid_from,
-            valid_until: entry.valid_until,
-            embedding: None,
-            accessed: Some((entry.accessed_at, entry.access_count)),
-        };
-        match store.store(&entry.scope, memory).await {
+        match store.store(&entry.scope, as_new(&entry)).await {
             Ok(_) => {
                 done.stored += 1;
                 if let Some(by) = entry.superseded_by {

@@ -14,6 +14,7 @@ pub(crate) mod graph;
 pub(crate) mod history;
 pub(crate) mod import;
 pub(crate) mod mcp;
+pub(crate) mod migrate;
 pub(crate) mod prune;
 pub(crate) mod recall;
 pub(crate) mod remember;

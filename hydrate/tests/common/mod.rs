@@ -340,7 +340,11 @@ impl MemoryBackend for TroubledStore {
     async fn count(&self, s: &Scope) -> memory_core::Result<u64> {
         self.inner.count(s).await
     }
-    async fn user_scopes(&self, tenant: &str, user: &str) -> memory_core::Result<Vec<Scope>> {
-        self.inner.user_scopes(tenant, user).await
+    async fn scopes(
+        &self,
+        tenant: Option<&str>,
+        user: Option<&str>,
+    ) -> memory_core::Result<Vec<Scope>> {
+        self.inner.scopes(tenant, user).await
     }
 }

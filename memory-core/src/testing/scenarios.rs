@@ -2222,7 +2222,8 @@ pub async fn unsupported_capabilities_are_typed_errors(cx: Ctx) -> Outcome {
     Outcome::Passed
 }
 
-/// `user_scopes` lists exactly the user's non-empty scopes in one tenant, nobody else's.
+/// `user_scopes` lists exactly the user's non-empty scopes in one tenant, nobody else's;
+/// `scopes` lists those of a tenant, of a user in every tenant, or of the whole store.
 pub async fn user_scopes_lists_only_that_user(cx: Ctx) -> Outcome {
     let b = &*cx.backend;
     let mine = [
@@ -2265,6 +2266,16 @@ pub async fn user_scopes_lists_only_that_user(cx: Ctx) -> Outcome {
             .await
             .unwrap()
             .is_empty()
+    );
+    let mut every: Vec<Scope> = mine.iter().chain(&others).cloned().collect();
+    every.sort();
+    assert_eq!(b.scopes(None, None).await.unwrap(), every);
+    let mut olgas: Vec<Scope> = mine.iter().chain([&others[1]]).cloned().collect();
+    olgas.sort();
+    assert_eq!(b.scopes(None, Some("olga")).await.unwrap(), olgas);
+    assert_eq!(
+        b.scopes(Some("acme"), None).await.unwrap(),
+        vec![others[1].clone()]
     );
     Outcome::Passed
 }
