@@ -64,7 +64,7 @@
 //!   memory tools and the application's.
 //! - [`product`]: Ava's own settings (system prompt, tokenizer, default budget, the memory
 //!   provider, how a chat turn is stored and the context it records), shared by the `ava` binary and the
-//!   evaluation in `xtask`.
+//!   evaluation in `ava-eval`.
 //!
 //! # Invariants
 //!
