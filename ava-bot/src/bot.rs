@@ -331,11 +331,36 @@ pub(crate) fn dispatcher(
         .build()
 }
 
-/// Polls until Ctrl-C (or the shutdown token); fails only if the bot cannot start (a bad
-/// token, no API).
-pub(crate) async fn run(bot: AvaBot, state: Arc<BotState>) -> anyhow::Result<()> {
+/// Takes updates (long polling, or `webhook`) until Ctrl-C (or the shutdown token); fails
+/// only if the bot cannot start (a bad token, no API, an address in use).
+pub(crate) async fn run(
+    bot: AvaBot,
+    state: Arc<BotState>,
+    webhook: Option<&crate::webhook::Webhook>,
+) -> anyhow::Result<()> {
     let mut dispatcher = dispatcher(bot.clone(), state);
-    serve(&mut dispatcher, bot).await
+    match webhook {
+        None => serve(&mut dispatcher, bot).await,
+        Some(hook) => {
+            let (listener, addr) = crate::webhook::listen(&bot, hook).await?;
+            tracing::info!(%addr, url = %hook.url, "taking updates by webhook");
+            serve_from(&mut dispatcher, listener).await
+        }
+    }
+}
+
+/// Dispatches what `listener` receives until the dispatcher is shut down.
+pub(crate) async fn serve_from(
+    dispatcher: &mut Dispatcher<AvaBot, anyhow::Error, teloxide::dispatching::DefaultKey>,
+    listener: impl teloxide::update_listeners::UpdateListener<Err = std::convert::Infallible> + Send,
+) -> anyhow::Result<()> {
+    dispatcher
+        .dispatch_with_listener(
+            listener,
+            LoggingErrorHandler::with_custom_text("the webhook failed"),
+        )
+        .await;
+    Ok(())
 }
 
 /// Long-polls for `dispatcher` until it is shut down.

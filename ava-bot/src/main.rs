@@ -9,6 +9,7 @@ mod llm;
 mod mcp;
 mod proxy;
 mod upkeep;
+mod webhook;
 
 use clap::{Parser, Subcommand};
 

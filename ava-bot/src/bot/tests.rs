@@ -20,7 +20,7 @@ use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
 use super::{
     APOLOGY_MODEL, APOLOGY_NOTHING, BotState, LEARNED_REACTION, MAX_MESSAGE, NOT_SAVED, dispatcher,
-    make_bot, serve, split_message,
+    make_bot, serve, serve_from, split_message,
 };
 use crate::agent::Agent;
 use crate::llm::OllamaChat;
@@ -239,7 +239,17 @@ impl Harness {
         let mut dispatcher = dispatcher(bot.clone(), state);
         let shutdown = dispatcher.shutdown_token();
         let running = tokio::spawn(async move { serve(&mut dispatcher, bot).await });
+        self.until_replied(replies, shutdown, running).await
+    }
 
+    /// Waits until the fake Bot API has `replies` messages sent (or [`PATIENCE`] passed),
+    /// shuts the dispatcher down, and returns what was sent.
+    async fn until_replied(
+        &self,
+        replies: usize,
+        shutdown: teloxide::dispatching::ShutdownToken,
+        running: tokio::task::JoinHandle<anyhow::Result<()>>,
+    ) -> Vec<(i64, String)> {
         let deadline = tokio::time::Instant::now() + PATIENCE;
         let mut sent = self.sent().await;
         while sent.len() < replies && tokio::time::Instant::now() < deadline {
@@ -1267,4 +1277,77 @@ async fn erase_takes_everything_of_a_person_and_nothing_of_anyone_else() {
         .collect();
     assert!(left.iter().any(|m| m == "user222: Hi Alice"), "{left:?}");
     assert!(!left.iter().any(|m| m.contains("Hello team")), "{left:?}");
+}
+
+/// Webhook mode: the bot registers its address and secret with Telegram (setWebhook), answers
+/// an update posted with the secret, and refuses one without it, with a wrong one or at
+/// another path (nothing of those is answered or stored).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn by_webhook_the_bot_answers_only_what_carries_the_secret() {
+    let telegram = fake_telegram(vec![]).await;
+    Mock::given(method("POST"))
+        .and(path(api("SetWebhook")))
+        .respond_with(ok(json!(true)))
+        .mount(&telegram)
+        .await;
+    let llm =
+        fake_ollama(ResponseTemplate::new(200).set_body_json(ollama_answer("Hello by webhook.")))
+            .await;
+    let h = Harness::new(telegram).await;
+    let agent = Agent::new(Arc::clone(&h.store) as Arc<dyn MemoryBackend>, None, 4000).unwrap();
+    let model = Arc::new(OllamaChat::new(&llm.uri(), "llama-test", PATIENCE).unwrap());
+    let state = Arc::new(BotState::new(agent, model, None));
+    let bot = make_bot(TOKEN, Some(&h.telegram.uri()), Limits::default()).unwrap();
+    let secret = "s3cret_TOKEN-1";
+    let hook = crate::webhook::Webhook::new(
+        "https://bot.example.org/telegram/hook",
+        "127.0.0.1:0".parse().unwrap(),
+        Some(memory_core::Secret::new(secret)),
+    )
+    .unwrap();
+    let (listener, addr) = crate::webhook::listen(&bot, &hook).await.unwrap();
+    let mut dispatcher = dispatcher(bot.clone(), state);
+    let shutdown = dispatcher.shutdown_token();
+    let running = tokio::spawn(async move { serve_from(&mut dispatcher, listener).await });
+
+    let client = reqwest::Client::new();
+    let post = |at: &str, given: Option<&str>, update: Value| {
+        let mut request = client.post(format!("http://{addr}{at}")).json(&update);
+        if let Some(s) = given {
+            request = request.header("X-Telegram-Bot-Api-Secret-Token", s);
+        }
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    let hook_path = "/telegram/hook";
+    let sneaky = |id| text_update(id, 666, 666, "I am not Telegram");
+    assert_eq!(post(hook_path, None, sneaky(1)).await, 401);
+    assert_eq!(
+        post(hook_path, Some("s3cret_TOKEN-2"), sneaky(2)).await,
+        401
+    );
+    assert_eq!(post("/elsewhere", Some(secret), sneaky(3)).await, 404);
+    let update = text_update(4, 111, 111, "Hi there, webhook!");
+    assert_eq!(post(hook_path, Some(secret), update).await, 200);
+
+    let sent = h.until_replied(1, shutdown, running).await;
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    reply_in(&sent, 111, "Hello by webhook.");
+    let registered = h
+        .telegram
+        .received_requests()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|r| r.url.path() == api("SetWebhook"))
+        .expect("setWebhook was called");
+    let body = String::from_utf8_lossy(&registered.body);
+    assert!(
+        body.contains("bot.example.org") && body.contains(secret),
+        "{body}"
+    );
+    assert!(
+        h.store.scopes(None, Some("666")).await.unwrap().is_empty(),
+        "nothing of the refused was kept"
+    );
+    assert!(!h.store.scopes(None, Some("111")).await.unwrap().is_empty());
 }

@@ -1,4 +1,5 @@
-//! `ava run`: the Telegram bot (long polling) until Ctrl-C.
+//! `ava run`: the Telegram bot until Ctrl-C, taking updates by long polling or, with
+//! `--webhook-url`, by webhook (several replicas behind one load balancer).
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -12,6 +13,7 @@ use crate::bot::{BotState, LEARNED_REACTION, make_bot};
 use crate::config::{Settings, secret_from_env};
 use crate::llm::LlmSettings;
 use crate::upkeep::UpkeepArgs;
+use crate::webhook::Webhook;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -33,6 +35,14 @@ pub(crate) struct Args {
     learned_reaction: String,
     #[command(flatten)]
     upkeep: UpkeepArgs,
+    /// Take updates by webhook at this public https:// address (a proxy or load balancer
+    /// that holds the certificate and forwards to --webhook-addr) instead of long polling;
+    /// needs AVA_WEBHOOK_SECRET. Several replicas may serve one address.
+    #[arg(long, env = "AVA_WEBHOOK_URL")]
+    webhook_url: Option<String>,
+    /// Where to listen for the webhook's requests.
+    #[arg(long, env = "AVA_WEBHOOK_ADDR", default_value = "127.0.0.1:8443")]
+    webhook_addr: std::net::SocketAddr,
 }
 
 pub(crate) async fn run(
@@ -45,6 +55,17 @@ pub(crate) async fn run(
         bail!("no bot token: set TELOXIDE_TOKEN (from @BotFather) in the environment or .env");
     };
     let allow = parse_allow(&args.allow_users)?;
+    let webhook = args
+        .webhook_url
+        .as_deref()
+        .map(|url| {
+            Webhook::new(
+                url,
+                args.webhook_addr,
+                secret_from_env("AVA_WEBHOOK_SECRET"),
+            )
+        })
+        .transpose()?;
     let model = args.llm.build(settings)?;
     let opened = settings.open().await?;
     let agent = settings
@@ -64,7 +85,7 @@ pub(crate) async fn run(
         emoji => Some(emoji.to_owned()),
     };
     let state = Arc::new(BotState::new(agent, model, allow).with_learned_reaction(reaction));
-    crate::bot::run(bot, state).await?;
+    crate::bot::run(bot, state, webhook.as_ref()).await?;
     background.finish_background().await;
     writeln!(out, "stopped")?;
     Ok(())

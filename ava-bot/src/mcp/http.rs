@@ -463,6 +463,22 @@ async fn connection(
         let gate = Arc::clone(&gate);
         async move { Ok::<_, Infallible>(gate.route(request, peer).await) }
     });
+    serve_connection(stream, peer, service, stop).await;
+}
+
+/// Serves one HTTP/1 connection with `service` until the client closes it or `stop` is
+/// cancelled (then the request in flight, if any, is finished first). Every listener of
+/// `ava` serves its connections this way (MCP and the proxy here, Telegram's webhook).
+pub(crate) async fn serve_connection<S>(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    service: S,
+    stop: CancellationToken,
+) where
+    S: hyper::service::HttpService<Incoming>,
+    S::ResBody: 'static,
+    <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(Duration::from_secs(30))
@@ -471,7 +487,6 @@ async fn connection(
     let result = tokio::select! {
         r = conn.as_mut() => r,
         () = stop.cancelled() => {
-            // Finish the request in flight, if any, then close.
             conn.as_mut().graceful_shutdown();
             conn.await
         }
