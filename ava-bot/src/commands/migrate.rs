@@ -6,11 +6,12 @@
 //! it stopped (ids already there are kept, never doubled), and at the end every scope's count
 //! in B is checked against A's.
 
+use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use memory_core::{ErrorChain, Ingested, MemoryError, MemoryPatch};
+use memory_core::{ErrorChain, Ingested, MemoryEntry, MemoryId, MemoryPatch};
 
 use super::export::{all_of, as_new};
 use crate::config::{Settings, redact_url};
@@ -90,21 +91,15 @@ pub(crate) async fn run(
             .count(scope)
             .await
             .with_context(|| format!("count the memories of {scope} in the copy"))?;
-        // An interrupted copy holds part of the scope: what it holds is not written again.
-        let mut todo = Vec::with_capacity(memories.len());
-        if there == 0 {
-            todo.extend(memories.iter());
+        // An interrupted copy holds part of the scope: what it holds is not written again
+        // (read as the original is, a page at a time, not looked up one by one).
+        let held: HashSet<MemoryId> = if there == 0 {
+            HashSet::new()
         } else {
-            for m in &memories {
-                match target.get(scope, m.id).await {
-                    Ok(_) => moved.present += 1,
-                    Err(MemoryError::NotFound { .. }) => todo.push(m),
-                    Err(e) => {
-                        return Err(e).with_context(|| format!("look up {} in the copy", m.id));
-                    }
-                }
-            }
-        }
+            all_of(target, scope).await?.iter().map(|m| m.id).collect()
+        };
+        let todo: Vec<&MemoryEntry> = memories.iter().filter(|m| !held.contains(&m.id)).collect();
+        moved.present += (memories.len() - todo.len()) as u64;
         for chunk in todo.chunks(args.batch as usize) {
             let batch = chunk.iter().map(|m| as_new(m)).collect();
             let results = target
