@@ -252,7 +252,7 @@ impl Identity {
     }
 }
 
-/// A person in every chat of theirs, for commands about all they are (`erase`, `export`).
+/// A person in every chat of theirs, for commands about all they are (`erase`).
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct Whole {
     /// User id (e.g. a Telegram user id).

@@ -1514,3 +1514,56 @@ fn migrate_copies_a_whole_store_and_continues_an_interrupted_copy() {
         stderr(&o)
     );
 }
+
+#[test]
+fn a_whole_store_exports_and_restores_everyone_or_one_person() {
+    let (dir, db) = store();
+    alice_with_a_new_door_code(dir.path(), &db);
+    let all = dir.path().join("all.jsonl");
+    let file = all.to_str().unwrap();
+    ok(ava(&db, &["export", "--all", "--out", file]));
+    let text = std::fs::read_to_string(&all).unwrap();
+    let header: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert!(
+        header["user"].is_null() && header["tenant"].is_null(),
+        "{header}"
+    );
+    let memories = text.lines().count() - 1;
+
+    let other = dir.path().join("other.db");
+    let restored = ok(ava(&other, &["import", file]));
+    assert!(
+        restored.contains(&format!(
+            "restored {memories} memories, 0 already present, 0 skipped"
+        )),
+        "{restored}"
+    );
+    for user in ["alice", "bob"] {
+        assert_eq!(exported(&other, user), exported(&db, user), "{user}");
+    }
+    the_old_code_stays_replaced(&other);
+
+    // One person's part of it, the others' lines passed over without complaint.
+    let bobs = dir.path().join("bob.db");
+    let restored = ok(ava(&bobs, &["import", "--user", "bob", file]));
+    assert!(
+        restored.contains("restored 1 memories, 0 already present, 0 skipped"),
+        "{restored}"
+    );
+    assert!(exported(&bobs, "alice").is_empty());
+    assert_eq!(exported(&bobs, "bob"), exported(&db, "bob"));
+
+    // Asking for both or neither is refused; a Telegram export needs its person.
+    let o = ava(&db, &["export", "--all", "--user", "bob"]);
+    assert!(!o.status.success(), "{}", stderr(&o));
+    let o = ava(&db, &["export"]);
+    assert!(!o.status.success(), "{}", stderr(&o));
+    let telegram = dir.path().join("result.json");
+    std::fs::write(&telegram, r#"{"id": 1, "messages": []}"#).unwrap();
+    let o = ava(&db, &["import", telegram.to_str().unwrap()]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("--user is needed"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -1,5 +1,5 @@
 //! `ava export`: every memory of one user (each chat and thread, their user-wide facts,
-//! their documents) as JSON Lines, losslessly: the first line says what the file is, each
+//! their documents), or with `--all` of the whole store, as JSON Lines, losslessly: the first line says what the file is, each
 //! other line is one memory as the store holds it (id, scope, text, context, tags, role,
 //! source, importance, pinned, times, access, validity, what superseded it). Vectors are
 //! not written: `ava import` embeds each memory again with the store's own embedder.
@@ -18,7 +18,7 @@ use memory_core::{
 };
 use serde_json::{Value, json};
 
-use crate::config::{Settings, Whole};
+use crate::config::Settings;
 
 /// The first line's key and the format's version.
 const MAGIC: &str = "ava_export";
@@ -27,8 +27,15 @@ const VERSION: u64 = 1;
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// The person whose memories to export.
-    #[command(flatten)]
-    who: Whole,
+    #[arg(long, required_unless_present = "all", conflicts_with = "all")]
+    user: Option<String>,
+    /// With --user, the tenant they belong to [default: `default`]; with --all, only this
+    /// tenant's memories.
+    #[arg(long)]
+    tenant: Option<String>,
+    /// Every memory of the store (or of --tenant), every person's.
+    #[arg(long)]
+    all: bool,
     /// Write here instead of to standard output.
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
@@ -88,18 +95,24 @@ pub(crate) async fn run(
 ) -> anyhow::Result<()> {
     let opened = settings.open_existing().await?;
     let store = opened.store.as_ref();
+    // A person is in one tenant (the default one unless named); the whole store is every
+    // tenant unless one is named.
+    let tenant = match (&args.user, &args.tenant) {
+        (Some(_), None) => Some(memory_core::DEFAULT_TENANT.to_owned()),
+        (_, t) => t.clone(),
+    };
     let mut memories = Vec::new();
     for scope in store
-        .user_scopes(&args.who.tenant, &args.who.user)
+        .scopes(tenant.as_deref(), args.user.as_deref())
         .await
-        .context("list the user's chats")?
+        .context("list the scopes to export")?
     {
         memories.extend(all_of(store, &scope).await?);
     }
     let header = json!({
         MAGIC: VERSION,
-        "tenant": args.who.tenant,
-        "user": args.who.user,
+        "tenant": tenant,
+        "user": args.user,
         "exported_at": Timestamp::now(),
         "memories": memories.len(),
         "vectors": false,
@@ -112,10 +125,13 @@ pub(crate) async fn run(
     match &args.out {
         Some(path) => {
             std::fs::write(path, &text).with_context(|| format!("write {}", path.display()))?;
+            let whose = match &args.user {
+                Some(user) => format!("user {user}"),
+                None => "the store".to_owned(),
+            };
             eprintln!(
-                "exported {} memories of user {} to {}",
+                "exported {} memories of {whose} to {}",
                 memories.len(),
-                args.who.user,
                 path.display()
             );
         }
@@ -167,14 +183,15 @@ pub(crate) struct Restored {
     pub(crate) refused: Vec<String>,
 }
 
-/// Reads an `ava export` file of `user` into `store`: each memory in its own scope with its
-/// id, times, access and validity; then the links to what superseded each. Ids already in
-/// the store are skipped. A line that is not a memory of `user`, or that the store refuses,
-/// is reported with its number and skipped; the rest is restored.
+/// Reads an `ava export` file into `store`: each memory in its own scope with its id, times,
+/// access and validity; then the links to what superseded each. Ids already in the store
+/// are skipped. `user`, when given, must be the file's person, or picks one person's part of
+/// a whole-store export. A line that is not a memory of the file's (or that) person, or that
+/// the store refuses, is reported with its number and skipped; the rest is restored.
 pub(crate) async fn restore(
     store: &dyn MemoryBackend,
     path: &Path,
-    user: &str,
+    user: Option<&str>,
 ) -> anyhow::Result<Restored> {
     let file = std::fs::File::open(path).with_context(|| format!("open {}", path.display()))?;
     let mut lines = std::io::BufReader::new(file).lines();
@@ -190,13 +207,15 @@ pub(crate) async fn restore(
             header[MAGIC]
         );
     }
-    let of = header["user"].as_str().unwrap_or_default();
-    if of != user {
-        bail!(
-            "{} is the export of user `{of}`, not of `{user}`; give --user {of}",
+    let of = header["user"].as_str();
+    let user = match (of, user) {
+        (Some(of), Some(user)) if of != user => bail!(
+            "{} is the export of user `{of}`, not of `{user}`; give --user {of} or no --user",
             path.display()
-        );
-    }
+        ),
+        (Some(of), _) => Some(of),
+        (None, user) => user,
+    };
     let mut done = Restored::default();
     let mut links = Vec::new();
     for (i, line) in lines.enumerate() {
@@ -212,11 +231,16 @@ pub(crate) async fn restore(
                 continue;
             }
         };
-        if entry.scope.user() != user {
-            done.refused.push(format!(
-                "line {n}: a memory of user `{}`, not `{user}`",
-                entry.scope.user()
-            ));
+        if let Some(user) = user
+            && entry.scope.user() != user
+        {
+            // A whole-store file holds everyone: another person's line is not damage.
+            if of.is_some() {
+                done.refused.push(format!(
+                    "line {n}: a memory of user `{}`, not `{user}`",
+                    entry.scope.user()
+                ));
+            }
             continue;
         }
         match store.get(&entry.scope, entry.id).await {

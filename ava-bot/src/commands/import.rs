@@ -23,9 +23,10 @@ use crate::config::Settings;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The user the memories belong to.
+    /// The user the memories belong to (for an `ava export` file: its person, or the one
+    /// person to restore of a whole-store export).
     #[arg(long)]
-    user: String,
+    user: Option<String>,
     /// The chat to file them under [default: the export's chat id].
     #[arg(long)]
     chat: Option<String>,
@@ -290,7 +291,8 @@ pub(crate) async fn run(
             bail!("--chat does not apply to an `ava export` file: its memories keep their chats");
         }
         let opened = settings.open().await?;
-        let done = super::export::restore(opened.store.as_ref(), &args.file, &args.user).await?;
+        let done =
+            super::export::restore(opened.store.as_ref(), &args.file, args.user.as_deref()).await?;
         for why in &done.refused {
             eprintln!("skipped {why}");
         }
@@ -306,6 +308,9 @@ pub(crate) async fn run(
         }
         return Ok(());
     }
+    let Some(user) = &args.user else {
+        bail!("--user is needed to import a Telegram export: whose memories should they be?");
+    };
     let size = std::fs::metadata(&args.file)
         .with_context(|| format!("read {}", args.file.display()))?
         .len();
@@ -336,7 +341,7 @@ pub(crate) async fn run(
             }
         }
     };
-    let scope = Scope::for_user(&args.user)?.in_chat(&chat)?;
+    let scope = Scope::for_user(user)?.in_chat(&chat)?;
     let opened = settings.open().await?;
     let store = &*opened.store;
     // Ids of earlier versions are looked up only where an earlier import could have been.
