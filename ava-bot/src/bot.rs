@@ -331,21 +331,19 @@ pub(crate) fn dispatcher(
         .build()
 }
 
-/// Takes updates (long polling, or `webhook`) until Ctrl-C (or the shutdown token); fails
-/// only if the bot cannot start (a bad token, no API, an address in use).
+/// Long-polls until Ctrl-C (or the shutdown token), or with `listener` takes what it
+/// receives (the webhook); fails only if the bot cannot start (a bad token, no API).
 pub(crate) async fn run(
     bot: AvaBot,
     state: Arc<BotState>,
-    webhook: Option<&crate::webhook::Webhook>,
+    listener: Option<
+        impl teloxide::update_listeners::UpdateListener<Err = std::convert::Infallible> + Send,
+    >,
 ) -> anyhow::Result<()> {
     let mut dispatcher = dispatcher(bot.clone(), state);
-    match webhook {
+    match listener {
         None => serve(&mut dispatcher, bot).await,
-        Some(hook) => {
-            let (listener, addr) = crate::webhook::listen(&bot, hook).await?;
-            tracing::info!(%addr, url = %hook.url, "taking updates by webhook");
-            serve_from(&mut dispatcher, listener).await
-        }
+        Some(listener) => serve_from(&mut dispatcher, listener).await,
     }
 }
 

@@ -284,6 +284,17 @@ impl Harness {
         sent
     }
 
+    /// The texts of the newest ten memories of `scope`, newest first.
+    async fn texts(&self, scope: &Scope) -> Vec<String> {
+        self.store
+            .recent(scope, 10, &memory_core::Filter::default())
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.content)
+            .collect()
+    }
+
     /// (chat id, text) of every SendMessage that succeeded or was attempted.
     async fn sent(&self) -> Vec<(i64, String)> {
         self.telegram
@@ -932,14 +943,7 @@ async fn in_a_group_each_member_forgets_and_wipes_only_their_own_part() {
         "{said:?}"
     );
     assert!(said[2].contains("deleted 2 memories"), "{said:?}");
-    let left: Vec<String> = h
-        .store
-        .recent(&in_group, 10, &memory_core::Filter::default())
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|m| m.content)
-        .collect();
+    let left = h.texts(&in_group).await;
     assert_eq!(
         left,
         ["Hello!", "user111: Hello team"],
@@ -1267,14 +1271,7 @@ async fn erase_takes_everything_of_a_person_and_nothing_of_anyone_else() {
         .unwrap()
         .in_chat(group.to_string())
         .unwrap();
-    let left: Vec<String> = h
-        .store
-        .recent(&in_group, 10, &memory_core::Filter::default())
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|m| m.content)
-        .collect();
+    let left = h.texts(&in_group).await;
     assert!(left.iter().any(|m| m == "user222: Hi Alice"), "{left:?}");
     assert!(!left.iter().any(|m| m.contains("Hello team")), "{left:?}");
 }

@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use memory_core::{
-    Filter, MemoryBackend, MemoryEntry, MemoryError, MemoryPatch, NewMemory, Scope, Timestamp,
+    Filter, MemoryBackend, MemoryEntry, MemoryError, MemoryId, MemoryPatch, NewMemory, Scope,
+    Timestamp,
 };
 use serde_json::{Value, json};
 
@@ -264,16 +265,33 @@ pub(crate) async fn restore(
         }
     }
     for (scope, id, by) in links {
-        let patch = MemoryPatch {
-            superseded_by: Some(Some(by)),
-            ..MemoryPatch::default()
-        };
-        if let Err(e) = store.update(&scope, id, patch).await {
-            done.refused.push(format!(
-                "memory {id}: could not link it to {by}, which replaced it: {}",
-                memory_core::ErrorChain(&e)
-            ));
+        if let Err(why) = link_replaced(store, &scope, id, by).await {
+            done.refused.push(why);
         }
     }
     Ok(done)
+}
+
+/// Links a restored or copied memory to the one that replaced it (set once both are
+/// stored; setting it again changes nothing), or says why it could not.
+pub(crate) async fn link_replaced(
+    store: &dyn MemoryBackend,
+    scope: &Scope,
+    id: MemoryId,
+    by: MemoryId,
+) -> Result<(), String> {
+    let patch = MemoryPatch {
+        superseded_by: Some(Some(by)),
+        ..MemoryPatch::default()
+    };
+    store
+        .update(scope, id, patch)
+        .await
+        .map(|_| ())
+        .map_err(|e| {
+            format!(
+                "memory {id}: could not link it to {by}, which replaced it: {}",
+                memory_core::ErrorChain(&e)
+            )
+        })
 }

@@ -11,9 +11,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use memory_core::{ErrorChain, Ingested, MemoryEntry, MemoryId, MemoryPatch};
+use memory_core::{ErrorChain, Ingested, MemoryEntry, MemoryId};
 
-use super::export::{all_of, as_new};
+use super::export::{all_of, as_new, link_replaced};
 use crate::config::{Settings, redact_url};
 
 #[derive(Debug, clap::Args)]
@@ -119,17 +119,11 @@ pub(crate) async fn run(
             }
         }
         // Links last, when both ends are there; setting one again changes nothing.
-        for m in memories.iter().filter(|m| m.superseded_by.is_some()) {
-            let patch = MemoryPatch {
-                superseded_by: Some(m.superseded_by),
-                ..MemoryPatch::default()
-            };
-            if let Err(e) = target.update(scope, m.id, patch).await {
-                moved.refused.push(format!(
-                    "{scope}, memory {}: could not link it to what replaced it: {}",
-                    m.id,
-                    ErrorChain(&e)
-                ));
+        for m in &memories {
+            if let Some(by) = m.superseded_by
+                && let Err(why) = link_replaced(target, scope, m.id, by).await
+            {
+                moved.refused.push(format!("{scope}, {why}"));
             }
         }
         let copied = target

@@ -85,7 +85,15 @@ pub(crate) async fn run(
         emoji => Some(emoji.to_owned()),
     };
     let state = Arc::new(BotState::new(agent, model, allow).with_learned_reaction(reaction));
-    crate::bot::run(bot, state, webhook.as_ref()).await?;
+    let listener = match &webhook {
+        Some(hook) => {
+            let (listener, addr) = crate::webhook::listen(&bot, hook).await?;
+            tracing::info!(%addr, url = %hook.url, "taking updates by webhook");
+            Some(listener)
+        }
+        None => None,
+    };
+    crate::bot::run(bot, state, listener).await?;
     background.finish_background().await;
     writeln!(out, "stopped")?;
     Ok(())
