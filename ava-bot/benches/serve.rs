@@ -8,6 +8,12 @@
 //! through the proxy first. Each level runs at most `AVA_BENCH_REQUESTS` requests (default
 //! 400) or 20 s, first directly, then through the proxy. Printed for `cargo xtask bench`:
 //! percentiles per path and level, and notes with requests/s and the added p50/p95.
+//!
+//! Then replicas: `ava serve` processes on one store, the clients' requests shared between
+//! them in turn (a load balancer), each request hydrating a prompt and storing its exchange:
+//! one process on a SQLite file, and 1, 2 and 4 on one Postgres when `MEMORY_PG_URL` is set
+//! (a fresh schema each, dropped afterwards). After each run the store is counted: every
+//! answered request must have left its two turns (`lost` is what is missing).
 
 use std::convert::Infallible;
 use std::path::Path;
@@ -68,14 +74,10 @@ async fn upstream() -> std::net::SocketAddr {
     addr
 }
 
-/// Starts `ava serve` on a fresh store in `dir` in front of `upstream`; returns the child,
-/// its base URL and the embedder line it printed.
-async fn serve(
-    dir: &Path,
-    upstream: std::net::SocketAddr,
-) -> (tokio::process::Child, String, String) {
+/// The token file of users `0..n` (token [`token`]`(i)`, user `user<i>`) in `dir`.
+fn tokens(dir: &Path, n: usize) -> std::path::PathBuf {
     use std::os::unix::fs::PermissionsExt;
-    let tokens: Vec<serde_json::Value> = (0..*LEVELS.iter().max().unwrap_or(&1))
+    let tokens: Vec<serde_json::Value> = (0..n)
         .map(
             |i| serde_json::json!({"token": token(i), "user": format!("user{i}"), "chat": "bench"}),
         )
@@ -85,12 +87,27 @@ async fn serve(
         .unwrap_or_else(|e| panic!("write the tokens: {e}"));
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))
         .unwrap_or_else(|e| panic!("chmod: {e}"));
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ava"))
-        .env("AVA_DB", dir.join("bench.db"))
-        .env(
-            "AVA_EMBEDDER",
-            std::env::var("AVA_EMBEDDER").unwrap_or_else(|_| "auto".into()),
-        )
+    file
+}
+
+/// `ava` on the store `db` with the embedder `AVA_EMBEDDER` names (default `auto`).
+fn ava(db: &str) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_ava"));
+    command.env("AVA_DB", db).env(
+        "AVA_EMBEDDER",
+        std::env::var("AVA_EMBEDDER").unwrap_or_else(|_| "auto".into()),
+    );
+    command
+}
+
+/// Starts `ava serve` on the store `db` with the token file `tokens` in front of
+/// `upstream`; returns the child, its base URL and the embedder line it printed.
+async fn serve(
+    db: &str,
+    tokens: &Path,
+    upstream: std::net::SocketAddr,
+) -> (tokio::process::Child, String, String) {
+    let mut child = ava(db)
         .env("RUST_LOG", "error")
         .args([
             "serve",
@@ -100,7 +117,7 @@ async fn serve(
             "--no-prune",
             "--tokens",
         ])
-        .arg(&file)
+        .arg(tokens)
         .arg("--upstream")
         .arg(format!("http://{upstream}/v1"))
         .stdin(Stdio::null())
@@ -136,47 +153,61 @@ fn body(user: usize, n: usize) -> String {
     .to_string()
 }
 
-/// Runs `clients` clients against `url` (as users 0..clients) until `total` requests or
-/// [`LEVEL_TIME`]; returns each request's latency and the wall time.
-async fn level(url: &str, clients: usize, total: usize) -> (Vec<Duration>, Duration) {
+/// What one level measured.
+struct Level {
+    /// Each answered request's latency.
+    times: Vec<Duration>,
+    wall: Duration,
+    /// Requests that got an error or a status other than success.
+    failed: usize,
+}
+
+/// Runs `clients` clients (as users 0..clients) until `total` requests or [`LEVEL_TIME`],
+/// request `n` going to `urls[n % urls.len()]` (a load balancer taking them in turn).
+async fn level(urls: &[String], clients: usize, total: usize) -> Level {
     let client = reqwest::Client::new();
-    let url = Arc::new(url.to_owned());
+    let urls = Arc::new(urls.to_vec());
     let issued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let start = Instant::now();
     let mut tasks = Vec::new();
     for user in 0..clients {
-        let (client, url, issued) = (client.clone(), Arc::clone(&url), Arc::clone(&issued));
+        let (client, urls, issued) = (client.clone(), Arc::clone(&urls), Arc::clone(&issued));
         tasks.push(tokio::spawn(async move {
-            let mut times = Vec::new();
+            let (mut times, mut failed) = (Vec::new(), 0);
             loop {
                 let n = issued.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 if n >= total || start.elapsed() >= LEVEL_TIME {
-                    return times;
+                    return (times, failed);
                 }
                 let t = Instant::now();
                 let response = client
-                    .post(url.as_str())
+                    .post(urls[n % urls.len()].as_str())
                     .bearer_auth(token(user))
                     .header("content-type", "application/json")
                     .body(body(user, n))
                     .send()
-                    .await
-                    .unwrap_or_else(|e| panic!("request: {e}"));
-                assert!(
-                    response.status().is_success(),
-                    "status {}",
-                    response.status()
-                );
-                let _ = response.bytes().await;
-                times.push(t.elapsed());
+                    .await;
+                match response {
+                    Ok(r) if r.status().is_success() => {
+                        let _ = r.bytes().await;
+                        times.push(t.elapsed());
+                    }
+                    _ => failed += 1,
+                }
             }
         }));
     }
-    let mut all = Vec::new();
+    let (mut times, mut failed) = (Vec::new(), 0);
     for t in tasks {
-        all.extend(t.await.unwrap_or_else(|e| panic!("client: {e}")));
+        let (t, f) = t.await.unwrap_or_else(|e| panic!("client: {e}"));
+        times.extend(t);
+        failed += f;
     }
-    (all, start.elapsed())
+    Level {
+        times,
+        wall: start.elapsed(),
+        failed,
+    }
 }
 
 fn percentile(sorted: &[Duration], q: f64) -> f64 {
@@ -185,6 +216,78 @@ fn percentile(sorted: &[Duration], q: f64) -> f64 {
     }
     let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
     sorted[i.min(sorted.len() - 1)].as_secs_f64() * 1e3
+}
+
+/// Clients of the replica runs.
+const REPLICA_CLIENTS: usize = 8;
+
+/// How many memories the store `db` holds, as `ava export --all` counts them.
+async fn stored(db: &str) -> usize {
+    let out = ava(db)
+        .args(["export", "--all"])
+        .stderr(Stdio::inherit())
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("run ava export: {e}"));
+    assert!(out.status.success(), "ava export --all failed");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .count()
+        .saturating_sub(1)
+}
+
+/// Runs `sql` on the Postgres server at `url`.
+async fn run_sql(url: &str, sql: &str) {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("connect to {url}: {e}"));
+    let task = tokio::spawn(conn);
+    client
+        .batch_execute(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    drop(client);
+    let _ = task.await;
+}
+
+/// `replicas` `ava serve` processes on the store `db` (fresh), [`REPLICA_CLIENTS`] clients
+/// taking them in turn: prints the percentiles, throughput, failures and memories lost.
+async fn replicas(
+    id: &str,
+    db: &str,
+    replicas: usize,
+    dir: &Path,
+    upstream: std::net::SocketAddr,
+    total: usize,
+) {
+    let tokens = tokens(dir, REPLICA_CLIENTS);
+    let mut children = Vec::new();
+    let mut urls = Vec::new();
+    for _ in 0..replicas {
+        let (child, url, _) = serve(db, &tokens, upstream).await;
+        children.push(child);
+        urls.push(format!("{url}/v1/chat/completions"));
+    }
+    let history = level(&urls, REPLICA_CLIENTS, REPLICA_CLIENTS * HISTORY).await;
+    let run = level(&urls, REPLICA_CLIENTS, total).await;
+    let mut times = run.times;
+    times.sort_unstable();
+    let (p50, p95) = (percentile(&times, 0.5), percentile(&times, 0.95));
+    for mut child in children {
+        let _ = child.kill().await;
+    }
+    let answered = history.times.len() + times.len();
+    let counted = stored(db).await;
+    let lost = (2 * answered).saturating_sub(counted);
+    println!(
+        "ava-bench: percentiles {id} p50={p50:.3}ms p95={p95:.3}ms n={}",
+        times.len()
+    );
+    println!(
+        "ava-bench: note {id} {:.0} requests/s; {REPLICA_CLIENTS} clients, {replicas} replica(s); failed {}, lost {lost} ({counted} memories for {answered} answered requests)",
+        times.len() as f64 / run.wall.as_secs_f64(),
+        history.failed + run.failed,
+    );
 }
 
 fn main() {
@@ -199,16 +302,18 @@ fn main() {
     runtime.block_on(async {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
         let upstream = upstream().await;
-        let (_child, url, embedder) = serve(dir.path(), upstream).await;
-        let proxy = format!("{url}/v1/chat/completions");
-        let direct = format!("http://{upstream}/v1/chat/completions");
-        // Each user's history, stored through the proxy.
         let max = *LEVELS.iter().max().unwrap_or(&1);
+        let db = dir.path().join("bench.db").display().to_string();
+        let (child, url, embedder) = serve(&db, &tokens(dir.path(), max), upstream).await;
+        let proxy = vec![format!("{url}/v1/chat/completions")];
+        let direct = vec![format!("http://{upstream}/v1/chat/completions")];
+        // Each user's history, stored through the proxy.
         level(&proxy, max, max * HISTORY).await;
         for clients in LEVELS {
             let mut p50s = Vec::new();
-            for (path, url) in [("direct", &direct), ("proxy", &proxy)] {
-                let (mut times, wall) = level(url, clients, total).await;
+            for (path, urls) in [("direct", &direct), ("proxy", &proxy)] {
+                let Level { mut times, wall, failed } = level(urls, clients, total).await;
+                assert_eq!(failed, 0, "{path}: {failed} requests failed");
                 times.sort_unstable();
                 let (p50, p95) = (percentile(&times, 0.5), percentile(&times, 0.95));
                 let id = format!("serve/{path}_{clients:02}_clients");
@@ -231,5 +336,22 @@ fn main() {
             }
         }
         println!("ava-bench: note serve/proxy_01_clients store: {embedder}; {HISTORY} stored exchanges per user before measuring, each proxied request stores 2 more");
+        drop(child);
+
+        // Replicas on one store.
+        let one = dir.path().join("replicas.db").display().to_string();
+        replicas("serve/replicas_sqlite_1", &one, 1, dir.path(), upstream, total).await;
+        match std::env::var("MEMORY_PG_URL") {
+            Ok(url) if !url.trim().is_empty() => {
+                for n in [1, 2, 4] {
+                    let schema = format!("ava_bench_replicas_{}_{n}", std::process::id());
+                    let sep = if url.contains('?') { '&' } else { '?' };
+                    let db = format!("{url}{sep}schema={schema}");
+                    replicas(&format!("serve/replicas_postgres_{n}"), &db, n, dir.path(), upstream, total).await;
+                    run_sql(&url, &format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE")).await;
+                }
+            }
+            _ => println!("ava-bench: note serve/replicas_sqlite_1 Postgres replicas skipped: MEMORY_PG_URL is not set"),
+        }
     });
 }

@@ -232,6 +232,8 @@ pub(crate) enum Audience {
 
 /// One learning lock per place facts are kept, made when first needed and dropped when
 /// idle, so exchanges of one person are learned in order and different people in parallel.
+/// Across processes sharing the store the turn is a lease in it (`learn:<scope>`, see
+/// `learn`).
 #[derive(Debug, Default)]
 pub(crate) struct Learners(std::sync::Mutex<HashMap<Scope, Arc<tokio::sync::Mutex<()>>>>);
 
@@ -715,6 +717,17 @@ async fn learn(
     };
     let queued = std::time::Instant::now();
     let _turn = one_at_a_time.lock().await;
+    // Other processes on the store (replicas, a CLI beside a bot) take turns through it.
+    let lease = format!("learn:{}", scope.key());
+    let ttl = extractor.timeout().saturating_mul(2) + LEARNING_MARGIN;
+    let Some(leased) = take_turn(&*store, &lease, ttl).await else {
+        tracing::warn!(
+            scope = %scope,
+            "another process kept learning this person's facts too long; this exchange's facts were not learned"
+        );
+        let _ = told.send(false);
+        return;
+    };
     let waited_ms = u64::try_from(queued.elapsed().as_millis()).unwrap_or(u64::MAX);
     tracing::debug!(scope = %scope, waited_ms, "learning facts from an exchange");
     let exchange = Exchange {
@@ -751,8 +764,50 @@ async fn learn(
             "fact extraction failed; no memory was changed"
         ),
     }
+    if leased
+        && let Err(e) = store
+            .release_lease(&lease, memory_core::process_holder())
+            .await
+    {
+        // It runs out by itself.
+        tracing::warn!(scope = %scope, error = %crate::std_error_chain(&e), "could not end the learning lease");
+    }
     // Nobody may be listening (the CLI, a bot that does not react).
     let _ = told.send(changed);
+}
+
+/// What a learning lease allows beyond its two model calls (reading and writing facts).
+const LEARNING_MARGIN: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Waits until this process holds the lease `name` (for `ttl`), polling the store, for at
+/// most four `ttl`s (a holder that died loses it after one). `Some(true)` once held;
+/// `Some(false)` when the store cannot lease (it is read-only or failing: the write that
+/// follows says why), so the in-process turn alone orders learning; `None` when others
+/// kept it the whole time.
+async fn take_turn(
+    store: &dyn MemoryBackend,
+    name: &str,
+    ttl: std::time::Duration,
+) -> Option<bool> {
+    let deadline = std::time::Instant::now() + ttl.saturating_mul(4);
+    let mut pause = std::time::Duration::from_millis(20);
+    loop {
+        match store
+            .try_lease(name, memory_core::process_holder(), ttl)
+            .await
+        {
+            Ok(true) => return Some(true),
+            Ok(false) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(std::time::Duration::from_millis(500));
+            }
+            Ok(false) => return None,
+            Err(e) => {
+                tracing::warn!(lease = name, error = %crate::std_error_chain(&e), "could not take a lease");
+                return Some(false);
+            }
+        }
+    }
 }
 
 /// Whose failure left a message without an answer.

@@ -12,6 +12,9 @@ use memory_core::{
     DecayPolicy, MemoryBackend, PrunePolicy, PruneReason, PruneReport, Scope, Timestamp,
 };
 
+/// The longest a chat's pruning turn is held (a lease takes at most a year).
+const MAX_LEASE: Duration = Duration::from_secs(365 * 86_400);
+
 /// Memories a chat keeps at most by default (pinned memories and valid facts not counted).
 pub(crate) const DEFAULT_MAX_COUNT: usize = 20_000;
 
@@ -116,7 +119,8 @@ pub(crate) struct UpkeepArgs {
     /// [default: no decay].
     #[arg(long, value_parser = parse_age)]
     prune_decay_half_life: Option<Duration>,
-    /// Prune each chat at most this often (`24h`, `1w`).
+    /// Prune each chat at most this often (`24h`, `1w`), counted across every process on
+    /// the store.
     #[arg(long, value_parser = parse_age, default_value = "24h")]
     prune_every: Duration,
 }
@@ -139,15 +143,18 @@ impl UpkeepArgs {
     }
 }
 
-/// Prunes each chat after its first exchange and then at most every `every`, in the
-/// background: a reply never waits for it. What it removed is logged.
+/// Prunes each chat after an exchange when nobody has pruned it for `every`, in the
+/// background: a reply never waits for it. What it removed is logged. The turn is a lease
+/// in the store (`prune:<scope>`, held for `every`), so processes sharing the store (bot
+/// replicas, a CLI beside a bot) prune a chat once per interval between them.
 #[derive(Debug)]
 pub(crate) struct Upkeep {
     max_age: Option<Duration>,
     max_count: usize,
     decay: DecayArgs,
     every: Duration,
-    /// When each chat (by scope key) was last pruned by this process.
+    /// When this process last looked at pruning each chat (by scope key), so it asks the
+    /// store for the chat's turn at most once per `every`.
     last: Mutex<HashMap<String, Instant>>,
 }
 
@@ -171,7 +178,28 @@ impl Upkeep {
         }
         let (store, scope) = (Arc::clone(store), scope.clone());
         let policy = policy(self.max_age, self.max_count, self.decay, Timestamp::now());
+        // Once per `every` for every process sharing the store: whoever takes the chat's
+        // lease prunes, and keeps it until the next is due.
+        let lease = (format!("prune:{}", scope.key()), self.every.min(MAX_LEASE));
         Some(tokio::spawn(async move {
+            match store
+                .try_lease(&lease.0, memory_core::process_holder(), lease.1)
+                .await
+            {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::debug!(scope = %scope, "another process pruned the chat lately");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        scope = %scope,
+                        error = %crate::std_error_chain(&e),
+                        "pruning the chat skipped: could not take its turn"
+                    );
+                    return;
+                }
+            }
             match store.prune(&scope, &policy).await {
                 Ok(report) => log(&scope, &report),
                 Err(e) => tracing::warn!(

@@ -950,6 +950,42 @@ async fn chat_prunes_the_chat_it_uses_unless_told_not_to() {
     }
 }
 
+/// Pruning is shared by the processes on a store: a chat one `ava chat` pruned is not pruned
+/// again by the next within `--prune-every` (the first holds the chat's pruning turn, a
+/// lease in the store), and each process prunes its first chat when nobody has lately.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_is_pruned_once_per_interval_whichever_process_uses_it() {
+    let llm = fake_ollama("Noted.").await;
+    let (dir, db) = store();
+    let export = old_export(dir.path(), 6);
+    let uri = llm.uri();
+    let counts = tokio::task::spawn_blocking(move || {
+        ok(ava(
+            &db,
+            &["import", "--user", "42", export.to_str().unwrap()],
+        ));
+        let flags = ["--prune-max-count", "3", "--prune-every", "10m"];
+        let mut counts = Vec::new();
+        for said in ["I moved to Lisbon.\n", "The weather is fine.\n"] {
+            ok(chat_with(&db, &uri, &flags, said));
+            counts.push(ok(ava(&db, &["stats", "--user", "42"])));
+        }
+        counts
+    })
+    .await
+    .unwrap();
+    assert!(
+        counts[0].contains("/c=7/h: 3\n"),
+        "pruned to 3: {}",
+        counts[0]
+    );
+    assert!(
+        counts[1].contains("/c=7/h: 5\n"),
+        "the next process's two turns, not pruned within 10 minutes: {}",
+        counts[1]
+    );
+}
+
 #[test]
 fn remembering_the_same_fact_twice_keeps_one_memory() {
     let (_dir, db) = store();

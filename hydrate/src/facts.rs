@@ -112,6 +112,11 @@ impl FactExtractor {
         }
     }
 
+    /// How long each model call may take; a learning makes at most two.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// Bounds each model call by `timeout` instead.
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;

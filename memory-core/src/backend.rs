@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::Serialize;
@@ -108,6 +109,23 @@ pub trait MemoryBackend: Send + Sync + fmt::Debug {
     /// neither is. For housekeeping and moving stores: finding a memory by id across a
     /// user's chats, wiping everything they own, copying a store whole.
     async fn scopes(&self, tenant: Option<&str>, user: Option<&str>) -> Result<Vec<Scope>>;
+
+    /// Takes the lease `name` for `holder` until `ttl` from now, if no other holder's lease
+    /// of that name is unexpired; a holder taking its own lease again extends it. `Ok(true)`
+    /// when `holder` holds it now, `Ok(false)` when another does.
+    ///
+    /// How processes sharing a store take turns (replicas of a bot on one Postgres, several
+    /// processes on one SQLite file): one learns a person's facts at a time, one prunes a
+    /// chat per interval. A lease lives in the store beside the memories but is not one: no
+    /// scope, never searched, exported or counted. A holder that dies loses its lease when
+    /// `ttl` runs out. Expiry is judged by one clock for every holder (the database
+    /// server's, or the machine's for an embedded store). See [`check_lease`] for the
+    /// names and holders accepted.
+    async fn try_lease(&self, name: &str, holder: &str, ttl: Duration) -> Result<bool>;
+
+    /// Ends `holder`'s lease `name` before its time; nothing when another holder has it or
+    /// nobody does.
+    async fn release_lease(&self, name: &str, holder: &str) -> Result<()>;
 
     /// Every scope of one user in one tenant that holds memories (their chats and threads,
     /// and the user-wide scope), sorted: [`MemoryBackend::scopes`] of that tenant and user.
@@ -219,6 +237,42 @@ pub trait MemoryBackend: Send + Sync + fmt::Debug {
         };
         self.recent(scope, limit, &filter).await
     }
+}
+
+/// Longest lease name or holder accepted, in bytes.
+pub const MAX_LEASE_NAME_BYTES: usize = 512;
+
+/// This process as a lease holder ([`MemoryBackend::try_lease`]): its id and a random
+/// part, so a restarted process (which may get the same id) is a new holder.
+pub fn process_holder() -> &'static str {
+    static HOLDER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HOLDER.get_or_init(|| format!("pid-{}-{}", std::process::id(), MemoryId::new()))
+}
+
+/// Checks a lease request before a backend takes it ([`MemoryBackend::try_lease`]): a name
+/// and a holder of 1 to [`MAX_LEASE_NAME_BYTES`] bytes, and a `ttl` of at least a
+/// millisecond and at most a year. Returns the ttl in milliseconds.
+pub fn check_lease(name: &str, holder: &str, ttl: Duration) -> Result<i64> {
+    for (field, value) in [("lease name", name), ("lease holder", holder)] {
+        if value.is_empty() || value.len() > MAX_LEASE_NAME_BYTES {
+            return Err(MemoryError::InvalidInput {
+                field,
+                problem: format!(
+                    "{} bytes; expected 1 to {MAX_LEASE_NAME_BYTES}",
+                    value.len()
+                ),
+            });
+        }
+    }
+    const YEAR_MS: u128 = 366 * 24 * 3_600 * 1_000;
+    let ms = ttl.as_millis();
+    if ms == 0 || ms > YEAR_MS {
+        return Err(MemoryError::InvalidInput {
+            field: "lease ttl",
+            problem: format!("{ttl:?}; expected 1 ms to a year"),
+        });
+    }
+    Ok(i64::try_from(ms).unwrap_or(i64::MAX))
 }
 
 /// Checks that every entry a backend is about to return belongs to `scope`.
@@ -366,6 +420,12 @@ macro_rules! forward_backend {
             }
             async fn remember_once(&self, scope: &Scope, memory: NewMemory) -> Result<Remembered> {
                 (**self).remember_once(scope, memory).await
+            }
+            async fn try_lease(&self, name: &str, holder: &str, ttl: Duration) -> Result<bool> {
+                (**self).try_lease(name, holder, ttl).await
+            }
+            async fn release_lease(&self, name: &str, holder: &str) -> Result<()> {
+                (**self).release_lease(name, holder).await
             }
         }
     )*};

@@ -36,7 +36,10 @@ mod time;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use backend::{Ingested, MemoryBackend, Remembered, ensure_scope};
+pub use backend::{
+    Ingested, MAX_LEASE_NAME_BYTES, MemoryBackend, Remembered, check_lease, ensure_scope,
+    process_holder,
+};
 pub use capability::{BackendInfo, Capabilities, Capability, Limits, Topology};
 pub use embedding::{
     Embedding, EmbeddingProvider, EmbeddingSpace, cosine, embed_all, embed_passages, normalize,

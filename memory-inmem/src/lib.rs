@@ -4,6 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use memory_core::keyword::{Bm25, tokenize};
@@ -11,8 +12,8 @@ use memory_core::{
     BackendInfo, Capabilities, Capability, EmbeddingProvider, EmbeddingSpace, Filter, Limits,
     MemoryBackend, MemoryEntry, MemoryError, MemoryId, MemoryPatch, NewMemory, PrunePolicy,
     PruneReport, Remembered, Result, Scope, ScoreBreakdown, ScoredMemory, SearchMode,
-    SearchRequest, StoreVectors, Timestamp, check_limit, cosine, ensure_scope, merge_patch,
-    normalise, plan_prune, rank, same_fact, validate_content,
+    SearchRequest, StoreVectors, Timestamp, check_lease, check_limit, cosine, ensure_scope,
+    merge_patch, normalise, plan_prune, rank, same_fact, validate_content,
 };
 
 const NAME: &str = "memory-inmem";
@@ -37,6 +38,8 @@ struct State {
     scopes: HashMap<Scope, HashMap<MemoryId, Item>>,
     /// Every id in the store, for global id uniqueness.
     ids: HashSet<MemoryId>,
+    /// Leases by name: holder and when the lease ends.
+    leases: HashMap<String, (String, Instant)>,
 }
 
 #[derive(Debug)]
@@ -125,6 +128,31 @@ impl MemoryBackend for InMemoryBackend {
 
     fn capabilities(&self) -> Capabilities {
         self.caps()
+    }
+
+    /// Every holder is in this process, as the store is: expiry by the process's clock.
+    async fn try_lease(&self, name: &str, holder: &str, ttl: Duration) -> Result<bool> {
+        check_lease(name, holder, ttl)?;
+        let now = Instant::now();
+        let mut state = self.write();
+        let taken = match state.leases.get(name) {
+            Some((other, until)) => other == holder || *until <= now,
+            None => true,
+        };
+        if taken {
+            state
+                .leases
+                .insert(name.to_owned(), (holder.to_owned(), now + ttl));
+        }
+        Ok(taken)
+    }
+
+    async fn release_lease(&self, name: &str, holder: &str) -> Result<()> {
+        let mut state = self.write();
+        if state.leases.get(name).is_some_and(|(h, _)| h == holder) {
+            state.leases.remove(name);
+        }
+        Ok(())
     }
 
     async fn store_batch(

@@ -2,14 +2,15 @@
 //! statement; writes are one transaction each; every statement names the scope.
 
 use std::collections::{HashMap, HashSet};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::Object;
 use memory_core::{
     BackendInfo, Capabilities, Capability, Filter, MemoryBackend, MemoryEntry, MemoryError,
     MemoryId, MemoryPatch, NewMemory, PrunePolicy, PruneReport, Remembered, Result, Scope,
-    ScoredMemory, SearchMode, SearchRequest, StoreVectors, Timestamp, check_limit, ensure_scope,
-    merge_patch, normalise, plan_prune, rank, same_fact, validate_content,
+    ScoredMemory, SearchMode, SearchRequest, StoreVectors, Timestamp, check_lease, check_limit,
+    ensure_scope, merge_patch, normalise, plan_prune, rank, same_fact, validate_content,
 };
 use pgvector::Vector;
 use tokio_postgres::Row;
@@ -604,6 +605,40 @@ impl MemoryBackend for PostgresBackend {
 
     fn capabilities(&self) -> Capabilities {
         self.caps()
+    }
+
+    /// Expiry by the server's clock, so replicas on machines whose clocks differ agree.
+    async fn try_lease(&self, name: &str, holder: &str, ttl: Duration) -> Result<bool> {
+        let ttl_ms = check_lease(name, holder, ttl)?;
+        let c = self.client().await?;
+        // The row is locked by the upsert, so two takers of a free lease do not both win.
+        let sql = format!(
+            "INSERT INTO {l} AS l (name, holder, until_ms) \
+             VALUES ($1, $2, (extract(epoch FROM clock_timestamp()) * 1000)::bigint + $3) \
+             ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, until_ms = excluded.until_ms \
+             WHERE l.holder = excluded.holder OR l.until_ms <= excluded.until_ms - $3 \
+             RETURNING holder",
+            l = self.names.leases
+        );
+        let stmt = c.prepare_cached(&sql).await.in_schema(&self.schema)?;
+        let rows = c
+            .query(&stmt, &[&name, &holder, &ttl_ms])
+            .await
+            .in_schema(&self.schema)?;
+        Ok(!rows.is_empty())
+    }
+
+    async fn release_lease(&self, name: &str, holder: &str) -> Result<()> {
+        let c = self.client().await?;
+        let sql = format!(
+            "DELETE FROM {} WHERE name = $1 AND holder = $2",
+            self.names.leases
+        );
+        let stmt = c.prepare_cached(&sql).await.in_schema(&self.schema)?;
+        c.execute(&stmt, &[&name, &holder])
+            .await
+            .in_schema(&self.schema)?;
+        Ok(())
     }
 
     async fn store_batch(

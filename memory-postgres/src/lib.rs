@@ -257,6 +257,8 @@ pub(crate) struct Names {
     pub(crate) access: String,
     /// Long memories' passages after the first (a store with vectors only).
     pub(crate) passages: String,
+    /// Who holds which lease, until when.
+    pub(crate) leases: String,
     /// pgvector's cosine distance operator, qualified by the extension's schema.
     pub(crate) cosine: String,
     /// pgvector's `vector` type, qualified.
@@ -347,6 +349,7 @@ impl PostgresBackend {
             scopes: String::new(),
             access: String::new(),
             passages: String::new(),
+            leases: String::new(),
             cosine: String::new(),
             vector: String::new(),
         };
@@ -387,6 +390,7 @@ impl PostgresBackend {
             scopes: format!("{s}.scopes"),
             access: format!("{s}.memory_access"),
             passages: format!("{s}.memory_passages"),
+            leases: format!("{s}.leases"),
             cosine: format!("OPERATOR({}.<=>)", opened.ext_schema),
             vector: format!("{}.vector", opened.ext_schema),
         };

@@ -9,7 +9,7 @@ use tokio_postgres::Transaction;
 use crate::error::{InSchema, PostgresError};
 
 /// The schema version this build writes and understands.
-pub(crate) const SCHEMA_VERSION: i64 = 3;
+pub(crate) const SCHEMA_VERSION: i64 = 4;
 
 /// `meta.format` of Ava stores.
 pub(crate) const FORMAT: &str = "ava-memory-store";
@@ -44,6 +44,15 @@ const MIGRATIONS: &[Migration] = &[
     // keep their one vector. (Older builds, which would leave a changed memory's old
     // passages behind, refuse a version 3 store as newer.)
     Migration::Passages,
+    // 4: leases, by which replicas sharing the store take turns (`MemoryBackend::try_lease`);
+    // `until_ms` is on the server's clock, so replicas' clocks need not agree.
+    Migration::Sql(
+        "CREATE TABLE {s}.leases (
+             name     text PRIMARY KEY,
+             holder   text NOT NULL,
+             until_ms bigint NOT NULL
+         );",
+    ),
 ];
 
 /// pgvector's HNSW index handles `vector` columns of at most this many dimensions.

@@ -193,7 +193,7 @@ async fn newer_schema_is_refused_and_left_untouched() {
                 &err,
                 PostgresError::NewerSchema {
                     found: 99,
-                    supported: 3,
+                    supported: 4,
                     ..
                 }
             ),
@@ -607,12 +607,13 @@ async fn a_version_1_store_is_migrated_and_its_large_scopes_indexed() {
         store.close();
     }
     // Version 1 as it was: no `stored` count, one HNSW index over the whole table, no
-    // passages.
+    // passages, no leases.
     common::run_sql(
         &url,
         &format!(
             "UPDATE \"{schema}\".meta SET value = '1' WHERE key = 'schema_version';
              DROP TABLE \"{schema}\".memory_passages;
+             DROP TABLE \"{schema}\".leases;
              ALTER TABLE \"{schema}\".scopes DROP COLUMN stored;
              CREATE INDEX memories_embedding_hnsw ON \"{schema}\".memories USING hnsw (embedding vector_cosine_ops);"
         ),
@@ -639,8 +640,15 @@ async fn a_version_1_store_is_migrated_and_its_large_scopes_indexed() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(version, "3");
+    assert_eq!(version, "4");
     assert!(has_passages(&client, &schema).await);
+    assert!(
+        store
+            .try_lease("upkeep", "a", std::time::Duration::from_secs(60))
+            .await
+            .unwrap(),
+        "the leases' table came with the migration"
+    );
     let counts: Vec<(String, i64)> = client
         .query(
             &format!("SELECT chat, stored FROM \"{schema}\".scopes ORDER BY chat"),
@@ -838,7 +846,8 @@ async fn stores_from_before_passages_embed_long_memories_as_passages() {
             &url,
             &format!(
                 "UPDATE \"{schema}\".meta SET value = '2' WHERE key = 'schema_version';
-                 DROP TABLE IF EXISTS \"{schema}\".memory_passages;"
+                 DROP TABLE IF EXISTS \"{schema}\".memory_passages;
+                 DROP TABLE \"{schema}\".leases;"
             ),
         )
         .unwrap();

@@ -3,13 +3,14 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use memory_core::{
     BackendInfo, Capabilities, Capability, Filter, MemoryBackend, MemoryEntry, MemoryError,
     MemoryId, MemoryPatch, NewMemory, PrunePolicy, PruneReport, Remembered, Result, Scope,
-    ScoredMemory, SearchMode, SearchRequest, StoreVectors, Timestamp, check_limit, ensure_scope,
-    merge_patch, normalise, plan_prune, same_fact, validate_content,
+    ScoredMemory, SearchMode, SearchRequest, StoreVectors, Timestamp, check_lease, check_limit,
+    ensure_scope, merge_patch, normalise, plan_prune, same_fact, validate_content,
 };
 use rusqlite::types::Value;
 
@@ -65,6 +66,42 @@ impl MemoryBackend for SqliteBackend {
 
     fn capabilities(&self) -> Capabilities {
         self.caps()
+    }
+
+    /// Expiry by this machine's clock: every process sharing the file runs on it.
+    async fn try_lease(&self, name: &str, holder: &str, ttl: Duration) -> Result<bool> {
+        let ttl_ms = check_lease(name, holder, ttl)?;
+        let (name, holder) = (name.to_owned(), holder.to_owned());
+        self.worker
+            .call(move |conn| {
+                conn.write_aside(|tx| {
+                    let now = Timestamp::now().as_millis();
+                    let taken = tx.execute(
+                        "INSERT INTO leases (name, holder, until_ms) VALUES (?1, ?2, ?3) \
+                         ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, \
+                         until_ms = excluded.until_ms \
+                         WHERE leases.holder = excluded.holder OR leases.until_ms <= ?4",
+                        rusqlite::params![name, holder, now.saturating_add(ttl_ms), now],
+                    )?;
+                    Ok(taken == 1)
+                })
+            })
+            .await
+    }
+
+    async fn release_lease(&self, name: &str, holder: &str) -> Result<()> {
+        let (name, holder) = (name.to_owned(), holder.to_owned());
+        self.worker
+            .call(move |conn| {
+                conn.write_aside(|tx| {
+                    tx.execute(
+                        "DELETE FROM leases WHERE name = ?1 AND holder = ?2",
+                        rusqlite::params![name, holder],
+                    )
+                    .map(drop)
+                })
+            })
+            .await
     }
 
     async fn store_batch(

@@ -35,7 +35,18 @@ pub(crate) const APPLICATION_ID: i32 = 0x4156_4131;
 ///   with several (`memories_passages`) lets a scope's vectors be counted from indexes.
 ///   Older builds would delete such a memory's first vector only, so they must not write
 ///   to a version 5 store. Memories embedded before keep their one vector until `reembed`.
-pub(crate) const SCHEMA_VERSION: i64 = 5;
+/// - 6: leases (`leases`), by which processes sharing the file take turns
+///   (`MemoryBackend::try_lease`). Older builds would not know them; they refuse a version
+///   6 store as newer.
+pub(crate) const SCHEMA_VERSION: i64 = 6;
+
+/// The leases' table (schema 6): who holds each lease, and until when (Unix milliseconds).
+macro_rules! create_leases {
+    () => {
+        "CREATE TABLE leases (name TEXT PRIMARY KEY NOT NULL, holder TEXT NOT NULL, \
+         until_ms INTEGER NOT NULL) STRICT, WITHOUT ROWID;"
+    };
+}
 
 /// The partial index of memories with more than one vector (schema 5).
 macro_rules! create_passages_index {
@@ -86,6 +97,8 @@ const MIGRATIONS: &[&str] = &[
     create_write_seq!(),
     // 4 -> 5: memories embedded as several passages.
     create_passages_index!(),
+    // 5 -> 6: leases.
+    create_leases!(),
 ];
 
 /// Every table of the newest schema but the full-text one ([`create_fts`]).
@@ -716,6 +729,7 @@ fn create_schema(tx: &Connection) -> rusqlite::Result<()> {
     tx.execute_batch(create_unembedded_index!())?;
     tx.execute_batch(create_passages_index!())?;
     tx.execute_batch(create_write_seq!())?;
+    tx.execute_batch(create_leases!())?;
     tx.execute_batch(&format!(
         "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};"
     ))?;

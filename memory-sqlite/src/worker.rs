@@ -255,6 +255,24 @@ impl Conn {
         Ok(out)
     }
 
+    /// Runs `f` in a write transaction begun `IMMEDIATE` that touches no memory (leases):
+    /// the write sequence stays, so no process's vector cache is dropped for it.
+    pub(crate) fn write_aside<T>(
+        &mut self,
+        f: impl FnOnce(&Transaction<'_>) -> rusqlite::Result<T>,
+    ) -> Result<T, JobError> {
+        if self.read_only {
+            return Err(SqliteError::ReadOnly {
+                path: self.path.clone(),
+            }
+            .into());
+        }
+        let tx = schema::begin_write(&mut self.conn, &self.path, self.busy_timeout)?;
+        let out = f(&tx).map_err(|e| sql_error(&self.path, e))?;
+        tx.commit().map_err(|e| sql_error(&self.path, e))?;
+        Ok(out)
+    }
+
     /// Notes that these memories were recalled now; written after the read (see
     /// [`Conn::flush_access`]).
     pub(crate) fn note_access(&self, pks: &[i64], now: Timestamp) {

@@ -553,9 +553,13 @@ async fn a_schema_1_store_is_migrated_without_losing_a_memory() {
             .unwrap()
             .is_empty()
     );
+    // The leases' table came with the migration.
+    let ttl = std::time::Duration::from_secs(60);
+    assert!(store.try_lease("upkeep", "a", ttl).await.unwrap());
+    assert!(!store.try_lease("upkeep", "b", ttl).await.unwrap());
     store.close().await;
 
-    assert_eq!(version(&path), 5);
+    assert_eq!(version(&path), 6);
     let c = rusqlite::Connection::open(&path).unwrap();
     let ok: String = c
         .query_row("PRAGMA integrity_check", [], |r| r.get(0))

@@ -103,7 +103,8 @@ const SPECS: &[Spec] = &[
         key: "ava-bot/serve",
         package: "ava-bot",
         bench: "serve",
-        features: &[],
+        // The Postgres replicas run when MEMORY_PG_URL is set.
+        features: &["postgres"],
         env: &[
             ("AVA_BENCH_REQUESTS", "400", "100"),
             ("RAYON_NUM_THREADS", "1", "1"),

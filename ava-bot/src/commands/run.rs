@@ -88,7 +88,11 @@ pub(crate) async fn run(
     let listener = match &webhook {
         Some(hook) => {
             let (listener, addr) = crate::webhook::listen(&bot, hook).await?;
-            tracing::info!(%addr, url = %hook.url, "taking updates by webhook");
+            tracing::info!(
+                url = %hook.url,
+                "taking updates by webhook; listening on http://{addr}{}",
+                hook.url.path()
+            );
             Some(listener)
         }
         None => None,

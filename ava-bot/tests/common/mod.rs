@@ -5,6 +5,7 @@
 #![allow(
     dead_code,
     clippy::expect_used,
+    clippy::unwrap_used,
     reason = "each test binary uses a different part of the shared helpers, which fail loudly"
 )]
 
@@ -144,4 +145,65 @@ pub(crate) fn listening_url(line: &str) -> String {
         .and_then(|(_, rest)| rest.split_whitespace().next())
         .expect("a URL after `listening on`")
         .to_owned()
+}
+
+/// Runs `sql` on the Postgres server at `url`, on a thread and runtime of its own (so it
+/// can run from async code, e.g. a guard dropped in an async test).
+pub(crate) fn run_sql(url: &str, sql: &str) {
+    let (url, sql) = (url.to_owned(), sql.to_owned());
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            let task = tokio::spawn(conn);
+            client.batch_execute(&sql).await.unwrap();
+            drop(client);
+            let _ = task.await;
+        });
+    })
+    .join()
+    .expect("the SQL ran");
+}
+
+/// Drops its schema when the test ends, passed or not.
+pub(crate) struct SchemaGuard(String, String);
+
+impl Drop for SchemaGuard {
+    fn drop(&mut self) {
+        run_sql(
+            &self.0,
+            &format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.1),
+        );
+    }
+}
+
+/// A store URL in a fresh schema named after `tag` and this process, with the guard that
+/// drops it; `None` (after one skip line) when `MEMORY_PG_URL` is not set.
+pub(crate) fn fresh_schema(tag: &str) -> Option<(String, String, SchemaGuard)> {
+    let url = match std::env::var("MEMORY_PG_URL") {
+        Ok(u) if !u.trim().is_empty() => u,
+        // CI sets AVA_REQUIRE_SERVICES=1: there a missing server is a failure, not a skip.
+        _ if std::env::var("AVA_REQUIRE_SERVICES").is_ok_and(|v| v == "1") => {
+            panic!("MEMORY_PG_URL is not set but AVA_REQUIRE_SERVICES=1 requires it")
+        }
+        _ => {
+            // Straight to stderr, past libtest's capture, so the skip shows in every run.
+            let _ = writeln!(
+                std::io::stderr(),
+                "ava-bot: SKIPPED: MEMORY_PG_URL is not set; set it to a Postgres URL whose \
+                 server has pgvector (e.g. start one with .ci/postgres.sh start) to run these tests"
+            );
+            return None;
+        }
+    };
+    let schema = format!("ava_{tag}_{}", std::process::id());
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let db = format!("{url}{sep}schema={schema}");
+    let guard = SchemaGuard(url, schema.clone());
+    Some((db, schema, guard))
 }

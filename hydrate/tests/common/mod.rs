@@ -347,4 +347,15 @@ impl MemoryBackend for TroubledStore {
     ) -> memory_core::Result<Vec<Scope>> {
         self.inner.scopes(tenant, user).await
     }
+    async fn try_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: std::time::Duration,
+    ) -> memory_core::Result<bool> {
+        self.inner.try_lease(name, holder, ttl).await
+    }
+    async fn release_lease(&self, name: &str, holder: &str) -> memory_core::Result<()> {
+        self.inner.release_lease(name, holder).await
+    }
 }

@@ -273,6 +273,7 @@ macro_rules! __conformance_tests {
             invalid_requests_are_rejected,
             unsupported_capabilities_are_typed_errors,
             user_scopes_lists_only_that_user,
+            leases_are_held_by_one_holder_at_a_time,
         );
     };
     ($factory:path, $env:expr; $($name:ident),* $(,)?) => {

@@ -2279,3 +2279,86 @@ pub async fn user_scopes_lists_only_that_user(cx: Ctx) -> Outcome {
     );
     Outcome::Passed
 }
+
+/// A lease is held by one holder at a time: another holder cannot take it until it is
+/// released or expires, its holder can extend it, a stranger's release does nothing, and
+/// of eight concurrent takers of a free lease exactly one wins. Bad names and ttls are
+/// refused. Leases are not memories: taking them adds no scope.
+pub async fn leases_are_held_by_one_holder_at_a_time(cx: Ctx) -> Outcome {
+    let b = &*cx.backend;
+    // Names unique to this run, for stores that outlive it.
+    let run = MemoryId::new().to_string();
+    let name = |n: &str| format!("{n}:{run}");
+    let minute = Duration::from_secs(60);
+    let (learn, prune) = (name("learn"), name("prune"));
+    assert!(b.try_lease(&learn, "replica-a", minute).await.unwrap());
+    assert!(
+        !b.try_lease(&learn, "replica-b", minute).await.unwrap(),
+        "held by replica-a"
+    );
+    assert!(
+        b.try_lease(&learn, "replica-a", minute).await.unwrap(),
+        "its holder extends it"
+    );
+    assert!(
+        b.try_lease(&prune, "replica-b", minute).await.unwrap(),
+        "another name is another lease"
+    );
+    b.release_lease(&learn, "replica-b").await.unwrap();
+    assert!(
+        !b.try_lease(&learn, "replica-b", minute).await.unwrap(),
+        "a stranger's release does nothing"
+    );
+    b.release_lease(&learn, "replica-a").await.unwrap();
+    assert!(
+        b.try_lease(&learn, "replica-b", minute).await.unwrap(),
+        "free once released"
+    );
+
+    let short = name("short");
+    assert!(
+        b.try_lease(&short, "replica-a", Duration::from_millis(50))
+            .await
+            .unwrap()
+    );
+    super::tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        b.try_lease(&short, "replica-b", minute).await.unwrap(),
+        "an expired lease goes to the next taker"
+    );
+    assert!(!b.try_lease(&short, "replica-a", minute).await.unwrap());
+
+    let race = name("race");
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let (b, race) = (Arc::clone(&cx.backend), race.clone());
+            super::tokio::spawn(async move {
+                b.try_lease(&race, &format!("replica-{i}"), minute)
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    let mut won = 0;
+    for t in tasks {
+        won += usize::from(t.await.unwrap());
+    }
+    assert_eq!(won, 1, "one of eight concurrent takers holds it");
+
+    assert_invalid(b.try_lease("", "replica-a", minute).await, "lease name");
+    assert_invalid(b.try_lease(&learn, "", minute).await, "lease holder");
+    assert_invalid(
+        b.try_lease(&learn, &"x".repeat(crate::MAX_LEASE_NAME_BYTES + 1), minute)
+            .await,
+        "lease holder",
+    );
+    assert_invalid(
+        b.try_lease(&learn, "replica-b", Duration::ZERO).await,
+        "lease ttl",
+    );
+    assert!(
+        b.scopes(None, None).await.unwrap().is_empty(),
+        "leases are not memories"
+    );
+    Outcome::Passed
+}

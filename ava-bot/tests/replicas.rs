@@ -1,0 +1,393 @@
+//! Replicas sharing one store: two `ava run` processes in webhook mode on one store (a
+//! SQLite file, and Postgres when `MEMORY_PG_URL` is set), fed by this test playing
+//! Telegram's Bot API and a load balancer that sends each update to one replica, with an
+//! OpenAI-compatible model whose fact extraction is scripted and slow. Every update is
+//! answered once, every exchange stored once, and every fact learned once, also when two
+//! replicas learn a change to the same fact at the same time (they take turns through a
+//! lease in the store, so the second sees what the first learned).
+
+#![allow(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "a test fails loudly on an unexpected error"
+)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::{Log, ava, command, listening, listening_url, ok};
+use serde_json::{Value, json};
+use wiremock::matchers::{body_string_contains, method, path, path_regex};
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+const TOKEN: &str = "123456:REPLICA-test";
+const SECRET: &str = "replica_secret-1";
+const PATIENCE: Duration = Duration::from_secs(60);
+/// How long the model takes to decide what a changed fact replaces: long enough for two
+/// replicas that learn at once to both read the old fact before either replaces it, if
+/// nothing makes them take turns.
+const SLOW: Duration = Duration::from_millis(1500);
+
+const ALICE: i64 = 111;
+const BOB: i64 = 222;
+
+fn ok_result(result: Value) -> ResponseTemplate {
+    ResponseTemplate::new(200).set_body_json(json!({"ok": true, "result": result}))
+}
+
+/// Answers `sendMessage` as Telegram does, with the message sent.
+struct Echo;
+
+impl Respond for Echo {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let body: Value = serde_json::from_slice(&request.body).unwrap_or_default();
+        ok_result(json!({"message_id": 1, "date": 1_773_000_000,
+            "chat": {"id": body["chat_id"], "type": "private", "first_name": "x"},
+            "text": body["text"]}))
+    }
+}
+
+/// The Bot API's side of webhook mode: who the bot is, `setWebhook`, and what the bot sends.
+async fn fake_telegram() -> MockServer {
+    let server = MockServer::start().await;
+    let me = json!({"id": 1, "is_bot": true, "first_name": "Ava", "username": "ava_test_bot",
+        "can_join_groups": true, "can_read_all_group_messages": false,
+        "supports_inline_queries": false, "can_connect_to_business": false,
+        "has_main_web_app": false});
+    let route = |name: &str| path_regex(format!("^/bot{TOKEN}/{name}$"));
+    for (name, answer) in [
+        ("GetMe", ok_result(me)),
+        ("SetWebhook", ok_result(json!(true))),
+        ("SetMessageReaction", ok_result(json!(true))),
+        ("SetMyCommands", ok_result(json!(true))),
+    ] {
+        Mock::given(method("POST"))
+            .and(route(name))
+            .respond_with(answer)
+            .mount(&server)
+            .await;
+    }
+    Mock::given(method("POST"))
+        .and(route("SendMessage"))
+        .respond_with(Echo)
+        .mount(&server)
+        .await;
+    server
+}
+
+fn completion(content: &str) -> ResponseTemplate {
+    ResponseTemplate::new(200).set_body_json(json!({
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 1_773_000_000,
+        "model": "gpt-test",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+            "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    }))
+}
+
+/// An OpenAI-compatible model: every chat turn is answered "Noted."; an extraction call
+/// (it carries a `<conversation>` block) finds the parrot's name in Alice's messages and
+/// nothing in others; a decision call replaces the parrot's old name by the new one,
+/// slowly.
+async fn fake_llm() -> MockServer {
+    let server = MockServer::start().await;
+    let chat = || Mock::given(method("POST")).and(path("/v1/chat/completions"));
+    for (needle, fact, delay) in [
+        (
+            "parrot is named Kiwi",
+            "My parrot is called Kiwi.",
+            Duration::ZERO,
+        ),
+        (
+            "renamed the parrot to Mango",
+            "My parrot is called Mango.",
+            SLOW,
+        ),
+        (
+            "parrot answers to Lemon now",
+            "My parrot is called Lemon.",
+            SLOW,
+        ),
+    ] {
+        chat()
+            .and(body_string_contains("<conversation>"))
+            .and(body_string_contains(needle))
+            .respond_with(completion(&json!({"facts": [fact]}).to_string()))
+            .with_priority(1)
+            .mount(&server)
+            .await;
+        chat()
+            .and(body_string_contains("<new-facts>"))
+            .and(body_string_contains(format!("N1: {fact}")))
+            .respond_with(
+                completion(
+                    &json!({"decisions": [{"new": "N1", "op": "UPDATE", "existing": "E1",
+                    "reason": "the parrot was renamed"}]})
+                    .to_string(),
+                )
+                .set_delay(delay),
+            )
+            .with_priority(1)
+            .mount(&server)
+            .await;
+    }
+    chat()
+        .and(body_string_contains("<conversation>"))
+        .respond_with(completion(r#"{"facts": []}"#))
+        .with_priority(5)
+        .mount(&server)
+        .await;
+    chat()
+        .respond_with(completion("Noted."))
+        .with_priority(10)
+        .mount(&server)
+        .await;
+    server
+}
+
+/// One `ava run` replica on the store `db` in webhook mode; the address it listens on.
+async fn replica(
+    db: &str,
+    telegram: &MockServer,
+    llm: &MockServer,
+) -> (tokio::process::Child, String, Log) {
+    let mut cmd = command(db);
+    cmd.args(["run", "--llm", "openai"])
+        .args([
+            "--llm-url",
+            &format!("{}/v1", llm.uri()),
+            "--llm-model",
+            "gpt-test",
+        ])
+        .args(["--telegram-api-url", &telegram.uri()])
+        .args(["--webhook-url", "https://bot.example.test/hook"])
+        .args(["--webhook-addr", "127.0.0.1:0"])
+        .env("TELOXIDE_TOKEN", TOKEN)
+        .env("AVA_WEBHOOK_SECRET", SECRET)
+        .env("RUST_LOG", "warn,ava=info")
+        .env_remove("AVA_LEARNED_REACTION")
+        .env_remove("RUST_BACKTRACE");
+    let (child, line, log) = listening(cmd, PATIENCE).await;
+    (child, listening_url(&line), log)
+}
+
+/// An update with `text` from `user` in their private chat, as Telegram posts it.
+fn update(id: i64, user: i64, text: &str) -> Value {
+    json!({"update_id": id, "message": {"message_id": id, "date": 1_773_000_000 + id,
+        "chat": {"id": user, "type": "private", "first_name": "u"},
+        "from": {"id": user, "is_bot": false, "first_name": "u"}, "text": text}})
+}
+
+/// Posts `update` to the replica at `hook` with the secret, as the load balancer would.
+async fn deliver(client: &reqwest::Client, hook: &str, update: Value) {
+    let status = client
+        .post(hook)
+        .header("X-Telegram-Bot-Api-Secret-Token", SECRET)
+        .json(&update)
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, 200, "the replica at {hook} took the update");
+}
+
+/// The bodies of the Bot API calls named `name` (e.g. `SendMessage`).
+async fn calls(telegram: &MockServer, name: &str) -> Vec<Value> {
+    telegram
+        .received_requests()
+        .await
+        .unwrap_or_default()
+        .iter()
+        .filter(|r| r.url.path().ends_with(&format!("/{name}")))
+        .map(|r| serde_json::from_slice(&r.body).unwrap_or_default())
+        .collect()
+}
+
+/// Replies sent per chat.
+async fn replies(telegram: &MockServer) -> BTreeMap<i64, usize> {
+    let mut per_chat = BTreeMap::new();
+    for body in calls(telegram, "SendMessage").await {
+        *per_chat
+            .entry(body["chat_id"].as_i64().unwrap())
+            .or_default() += 1;
+    }
+    per_chat
+}
+
+/// The messages that got the learned reaction (learning changed a fact from them).
+async fn learned_from(telegram: &MockServer) -> Vec<i64> {
+    let mut ids: Vec<i64> = calls(telegram, "SetMessageReaction")
+        .await
+        .iter()
+        .map(|b| b["message_id"].as_i64().unwrap())
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+/// Waits until `done` holds (checked every 50 ms), for at most [`PATIENCE`]; whether it did.
+async fn until(mut done: impl AsyncFnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while tokio::time::Instant::now() < deadline {
+        if done().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+/// The memories of `user` as `ava export` writes them (every scope, replaced facts too).
+fn exported(db: &str, user: i64) -> Vec<Value> {
+    let out = ok(ava(db, &["export", "--user", &user.to_string()]));
+    out.lines()
+        .skip(1)
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Two replicas on the store `db` (created here) serve Alice and Bob as one bot.
+async fn two_replicas_serve_as_one(db: &str) {
+    // The store exists before the replicas open it.
+    ok(ava(db, &["remember", "--user", "setup", "setting up"]));
+    let (telegram, llm) = (fake_telegram().await, fake_llm().await);
+    let (mut a, hook_a, log_a) = replica(db, &telegram, &llm).await;
+    let (mut b, hook_b, log_b) = replica(db, &telegram, &llm).await;
+    let client = reqwest::Client::new();
+
+    // Alice names her parrot (replica a), and Ava learns it.
+    deliver(
+        &client,
+        &hook_a,
+        update(1, ALICE, "By the way, my parrot is named Kiwi."),
+    )
+    .await;
+    assert!(
+        until(async || learned_from(&telegram).await == [1]).await,
+        "the first fact was learned: {:?}",
+        learned_from(&telegram).await
+    );
+    // Two changes of the same fact reach two replicas at once; Bob chats meanwhile,
+    // his updates shared between them.
+    let mut deliveries = vec![
+        deliver(
+            &client,
+            &hook_a,
+            update(2, ALICE, "We renamed the parrot to Mango."),
+        ),
+        deliver(
+            &client,
+            &hook_b,
+            update(3, ALICE, "Hm, the parrot answers to Lemon now."),
+        ),
+    ];
+    for id in 4..10 {
+        let hook = if id % 2 == 0 { &hook_a } else { &hook_b };
+        deliveries.push(deliver(
+            &client,
+            hook,
+            update(id, BOB, &format!("Just chatting, {id}.")),
+        ));
+    }
+    futures_util::future::join_all(deliveries).await;
+
+    let learned = until(async || learned_from(&telegram).await == [1, 2, 3]).await;
+    let answered =
+        until(async || replies(&telegram).await == BTreeMap::from([(ALICE, 3), (BOB, 6)])).await;
+    // Give a duplicate answer or a late learning the time to show.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let logs = || {
+        format!(
+            "a: {:?}\nb: {:?}",
+            log_a.lock().unwrap(),
+            log_b.lock().unwrap()
+        )
+    };
+    assert!(
+        answered && replies(&telegram).await == BTreeMap::from([(ALICE, 3), (BOB, 6)]),
+        "every update answered once: {:?}\n{}",
+        replies(&telegram).await,
+        logs()
+    );
+    assert!(
+        learned && learned_from(&telegram).await == [1, 2, 3],
+        "both changes learned, each once: reactions on {:?}\n{}",
+        learned_from(&telegram).await,
+        logs()
+    );
+
+    // Every exchange stored once: each message and its answer, in the chat's scope.
+    for (user, sent) in [(ALICE, 3), (BOB, 6)] {
+        let turns: Vec<String> = exported(db, user)
+            .into_iter()
+            .filter(|m| m["kind"] != "fact")
+            .map(|m| m["content"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(turns.len(), 2 * sent, "user {user}: {turns:#?}");
+        assert_eq!(
+            turns.iter().filter(|t| *t == "Noted.").count(),
+            sent,
+            "one answer per message: {turns:#?}"
+        );
+    }
+    // Every fact learned once: Kiwi, then the two new names, one replacing the other,
+    // whichever came first; one holds now.
+    let facts: Vec<Value> = exported(db, ALICE)
+        .into_iter()
+        .filter(|m| m["kind"] == "fact")
+        .collect();
+    let mut names: Vec<&str> = facts
+        .iter()
+        .map(|f| f["content"].as_str().unwrap())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "My parrot is called Kiwi.",
+            "My parrot is called Lemon.",
+            "My parrot is called Mango."
+        ],
+        "{facts:#?}"
+    );
+    let current: Vec<&Value> = facts
+        .iter()
+        .filter(|f| f["superseded_by"].is_null() && f["valid_until"].is_null())
+        .collect();
+    assert_eq!(current.len(), 1, "one name holds now: {facts:#?}");
+    let by_id: BTreeMap<&str, &Value> = facts
+        .iter()
+        .map(|f| (f["id"].as_str().unwrap(), f))
+        .collect();
+    let kiwi = facts
+        .iter()
+        .find(|f| f["content"] == "My parrot is called Kiwi.")
+        .unwrap();
+    let next = by_id[kiwi["superseded_by"].as_str().expect("Kiwi was replaced")];
+    let last = by_id[next["superseded_by"]
+        .as_str()
+        .expect("the first new name was replaced by the second")];
+    assert_eq!(last["id"], current[0]["id"], "{facts:#?}");
+
+    for child in [&mut a, &mut b] {
+        child.kill().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_on_one_sqlite_file_answer_store_and_learn_each_thing_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("memories.db");
+    two_replicas_serve_as_one(db.to_str().unwrap()).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_on_one_postgres_answer_store_and_learn_each_thing_once() {
+    let Some((db, _schema, _guard)) = common::fresh_schema("replicas") else {
+        return;
+    };
+    two_replicas_serve_as_one(&db).await;
+}
