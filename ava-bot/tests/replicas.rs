@@ -17,12 +17,12 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{Log, ava, command, listening, listening_url, ok};
+use common::fake_bot_api::{TOKEN, calls};
+use common::{Log, ava, command, fake_bot_api, listening, listening_url, ok};
 use serde_json::{Value, json};
-use wiremock::matchers::{body_string_contains, method, path, path_regex};
-use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+use wiremock::matchers::{body_string_contains, method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
 
-const TOKEN: &str = "123456:REPLICA-test";
 const SECRET: &str = "replica_secret-1";
 const PATIENCE: Duration = Duration::from_secs(60);
 /// How long the model takes to decide what a changed fact replaces: long enough for two
@@ -32,50 +32,6 @@ const SLOW: Duration = Duration::from_millis(1500);
 
 const ALICE: i64 = 111;
 const BOB: i64 = 222;
-
-fn ok_result(result: Value) -> ResponseTemplate {
-    ResponseTemplate::new(200).set_body_json(json!({"ok": true, "result": result}))
-}
-
-/// Answers `sendMessage` as Telegram does, with the message sent.
-struct Echo;
-
-impl Respond for Echo {
-    fn respond(&self, request: &Request) -> ResponseTemplate {
-        let body: Value = serde_json::from_slice(&request.body).unwrap_or_default();
-        ok_result(json!({"message_id": 1, "date": 1_773_000_000,
-            "chat": {"id": body["chat_id"], "type": "private", "first_name": "x"},
-            "text": body["text"]}))
-    }
-}
-
-/// The Bot API's side of webhook mode: who the bot is, `setWebhook`, and what the bot sends.
-async fn fake_telegram() -> MockServer {
-    let server = MockServer::start().await;
-    let me = json!({"id": 1, "is_bot": true, "first_name": "Ava", "username": "ava_test_bot",
-        "can_join_groups": true, "can_read_all_group_messages": false,
-        "supports_inline_queries": false, "can_connect_to_business": false,
-        "has_main_web_app": false});
-    let route = |name: &str| path_regex(format!("^/bot{TOKEN}/{name}$"));
-    for (name, answer) in [
-        ("GetMe", ok_result(me)),
-        ("SetWebhook", ok_result(json!(true))),
-        ("SetMessageReaction", ok_result(json!(true))),
-        ("SetMyCommands", ok_result(json!(true))),
-    ] {
-        Mock::given(method("POST"))
-            .and(route(name))
-            .respond_with(answer)
-            .mount(&server)
-            .await;
-    }
-    Mock::given(method("POST"))
-        .and(route("SendMessage"))
-        .respond_with(Echo)
-        .mount(&server)
-        .await;
-    server
-}
 
 fn completion(content: &str) -> ResponseTemplate {
     ResponseTemplate::new(200).set_body_json(json!({
@@ -193,18 +149,6 @@ async fn deliver(client: &reqwest::Client, hook: &str, update: Value) {
     assert_eq!(status, 200, "the replica at {hook} took the update");
 }
 
-/// The bodies of the Bot API calls named `name` (e.g. `SendMessage`).
-async fn calls(telegram: &MockServer, name: &str) -> Vec<Value> {
-    telegram
-        .received_requests()
-        .await
-        .unwrap_or_default()
-        .iter()
-        .filter(|r| r.url.path().ends_with(&format!("/{name}")))
-        .map(|r| serde_json::from_slice(&r.body).unwrap_or_default())
-        .collect()
-}
-
 /// Replies sent per chat.
 async fn replies(telegram: &MockServer) -> BTreeMap<i64, usize> {
     let mut per_chat = BTreeMap::new();
@@ -252,7 +196,7 @@ fn exported(db: &str, user: i64) -> Vec<Value> {
 async fn two_replicas_serve_as_one(db: &str) {
     // The store exists before the replicas open it.
     ok(ava(db, &["remember", "--user", "setup", "setting up"]));
-    let (telegram, llm) = (fake_telegram().await, fake_llm().await);
+    let (telegram, llm) = (fake_bot_api::for_webhooks().await, fake_llm().await);
     let (mut a, hook_a, log_a) = replica(db, &telegram, &llm).await;
     let (mut b, hook_b, log_b) = replica(db, &telegram, &llm).await;
     let client = reqwest::Client::new();

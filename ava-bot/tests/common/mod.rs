@@ -207,3 +207,179 @@ pub(crate) fn fresh_schema(tag: &str) -> Option<(String, String, SchemaGuard)> {
     let guard = SchemaGuard(url, schema.clone());
     Some((db, schema, guard))
 }
+
+/// A fake Bot API for tests that run `ava run` as a process: its `getUpdates` hands out
+/// what the test queued (or, for webhook mode, the test posts updates itself), and its
+/// `sendMessage` echoes like Telegram (the replies are read back from the requests it
+/// received).
+pub(crate) mod fake_bot_api {
+    use std::collections::VecDeque;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use serde_json::{Value, json};
+    use wiremock::matchers::{method, path_regex};
+    use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+    pub(crate) const TOKEN: &str = "123456:PROPERTY-test";
+
+    /// How long a reply may take.
+    const PATIENCE: Duration = Duration::from_secs(60);
+
+    fn ok(result: Value) -> ResponseTemplate {
+        ResponseTemplate::new(200).set_body_json(json!({"ok": true, "result": result}))
+    }
+
+    /// Queued updates, handed out once each.
+    #[derive(Clone, Default)]
+    pub(crate) struct Queue(Arc<Mutex<VecDeque<Value>>>);
+
+    impl Queue {
+        pub(crate) fn push(&self, update: Value) {
+            self.0.lock().unwrap().push_back(update);
+        }
+    }
+
+    impl Respond for Queue {
+        fn respond(&self, _: &Request) -> ResponseTemplate {
+            let updates: Vec<Value> = self.0.lock().unwrap().drain(..).collect();
+            if updates.is_empty() {
+                ok(json!([])).set_delay(Duration::from_millis(30))
+            } else {
+                ok(json!(updates))
+            }
+        }
+    }
+
+    struct Echo;
+
+    impl Respond for Echo {
+        fn respond(&self, request: &Request) -> ResponseTemplate {
+            let body: Value = serde_json::from_slice(&request.body).unwrap_or_default();
+            ok(json!({"message_id": 1, "date": 1_773_000_000,
+                "chat": {"id": body["chat_id"], "type": "private", "first_name": "x"},
+                "text": body["text"]}))
+        }
+    }
+
+    /// A Bot API that hands out `queue`'s updates to a long-polling bot.
+    pub(crate) async fn start(queue: Queue) -> MockServer {
+        let server = for_webhooks().await;
+        Mock::given(method("POST"))
+            .and(path_regex(format!("^/bot{TOKEN}/GetUpdates$")))
+            .respond_with(queue)
+            .mount(&server)
+            .await;
+        server
+    }
+
+    /// A Bot API for a bot in webhook mode: who the bot is, `setWebhook`, and what it sends;
+    /// the test posts the updates to the bot itself.
+    pub(crate) async fn for_webhooks() -> MockServer {
+        let server = MockServer::start().await;
+        let me = json!({"id": 1, "is_bot": true, "first_name": "Ava", "username": "ava_test_bot",
+            "can_join_groups": true, "can_read_all_group_messages": false,
+            "supports_inline_queries": false, "can_connect_to_business": false,
+            "has_main_web_app": false});
+        let route = |name: &str| path_regex(format!("^/bot{TOKEN}/{name}$"));
+        let webhook_info =
+            json!({"url": "", "has_custom_certificate": false, "pending_update_count": 0});
+        for (name, answer) in [
+            ("GetMe", ok(me)),
+            ("GetWebhookInfo", ok(webhook_info)),
+            ("DeleteWebhook", ok(json!(true))),
+            ("SetWebhook", ok(json!(true))),
+            ("SetMessageReaction", ok(json!(true))),
+        ] {
+            Mock::given(method("POST"))
+                .and(route(name))
+                .respond_with(answer)
+                .mount(&server)
+                .await;
+        }
+        Mock::given(method("POST"))
+            .and(route("SendMessage"))
+            .respond_with(Echo)
+            .mount(&server)
+            .await;
+        server
+    }
+
+    /// Sends messages as Telegram delivers them, one update each, and waits for the bot's
+    /// reply.
+    pub(crate) struct Sender {
+        queue: Queue,
+        update_id: i64,
+    }
+
+    impl Sender {
+        pub(crate) fn new(queue: Queue) -> Self {
+            Self {
+                queue,
+                update_id: 0,
+            }
+        }
+
+        /// `text` from `from` (user id, first name) in `chat` (a private chat when the id is
+        /// positive, else a group titled "the team"), and the bot's first reply there.
+        pub(crate) async fn say(
+            &mut self,
+            server: &MockServer,
+            from: (i64, &str),
+            chat: i64,
+            text: &str,
+        ) -> String {
+            self.update_id += 1;
+            let id = self.update_id;
+            let before = replies(server, chat).await.len();
+            let chat_json = if chat > 0 {
+                json!({"id": chat, "type": "private", "first_name": from.1})
+            } else {
+                json!({"id": chat, "type": "supergroup", "title": "the team"})
+            };
+            let mut message = json!({"message_id": id, "date": 1_773_000_000 + id,
+                "chat": chat_json,
+                "from": {"id": from.0, "is_bot": false, "first_name": from.1}, "text": text});
+            if text.starts_with('/') {
+                let len = text.split_whitespace().next().unwrap().len();
+                message["entities"] = json!([{"type": "bot_command", "offset": 0, "length": len}]);
+            }
+            self.queue
+                .push(json!({"update_id": id, "message": message}));
+            let deadline = tokio::time::Instant::now() + PATIENCE;
+            loop {
+                let replies = replies(server, chat).await;
+                if replies.len() > before {
+                    return replies[before].clone();
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the bot did not answer {text}"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+
+    /// The texts sent to `chat`, in order.
+    pub(crate) async fn replies(server: &MockServer, chat: i64) -> Vec<String> {
+        calls(server, "SendMessage")
+            .await
+            .into_iter()
+            .filter(|b| b["chat_id"].as_i64() == Some(chat))
+            .filter_map(|b| b["text"].as_str().map(str::to_owned))
+            .collect()
+    }
+
+    /// The bodies of the Bot API calls named `name` (e.g. `SendMessage`), in order.
+    pub(crate) async fn calls(server: &MockServer, name: &str) -> Vec<Value> {
+        server
+            .received_requests()
+            .await
+            .unwrap_or_default()
+            .iter()
+            .filter(|r| r.url.path().ends_with(&format!("/{name}")))
+            .filter_map(|r| serde_json::from_slice(&r.body).ok())
+            .collect()
+    }
+}
