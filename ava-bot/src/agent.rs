@@ -719,7 +719,8 @@ async fn learn(
     let _turn = one_at_a_time.lock().await;
     // Other processes on the store (replicas, a CLI beside a bot) take turns through it.
     let lease = format!("learn:{}", scope.key());
-    let ttl = extractor.timeout().saturating_mul(2) + LEARNING_MARGIN;
+    let ttl =
+        (extractor.timeout().saturating_mul(2) + LEARNING_MARGIN).min(memory_core::MAX_LEASE_TTL);
     let Some(leased) = take_turn(&*store, &lease, ttl).await else {
         tracing::warn!(
             scope = %scope,

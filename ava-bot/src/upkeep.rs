@@ -12,9 +12,6 @@ use memory_core::{
     DecayPolicy, MemoryBackend, PrunePolicy, PruneReason, PruneReport, Scope, Timestamp,
 };
 
-/// The longest a chat's pruning turn is held (a lease takes at most a year).
-const MAX_LEASE: Duration = Duration::from_secs(365 * 86_400);
-
 /// Memories a chat keeps at most by default (pinned memories and valid facts not counted).
 pub(crate) const DEFAULT_MAX_COUNT: usize = 20_000;
 
@@ -180,10 +177,11 @@ impl Upkeep {
         let policy = policy(self.max_age, self.max_count, self.decay, Timestamp::now());
         // Once per `every` for every process sharing the store: whoever takes the chat's
         // lease prunes, and keeps it until the next is due.
-        let lease = (format!("prune:{}", scope.key()), self.every.min(MAX_LEASE));
+        let lease = format!("prune:{}", scope.key());
+        let held_for = self.every.min(memory_core::MAX_LEASE_TTL);
         Some(tokio::spawn(async move {
             match store
-                .try_lease(&lease.0, memory_core::process_holder(), lease.1)
+                .try_lease(&lease, memory_core::process_holder(), held_for)
                 .await
             {
                 Ok(true) => {}

@@ -11,7 +11,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{ava, command, ok, stderr, with_stdin};
+use common::{ava, command, exported, ok, stderr, with_stdin};
 use serde_json::{Value, json};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -1462,12 +1462,6 @@ fn export_then_import_is_lossless_and_idempotent() {
         "{}",
         stderr(&o)
     );
-}
-
-/// Every line of `user`'s export of `db` but the header (which holds the time).
-fn exported(db: &Path, user: &str) -> Vec<String> {
-    let text = ok(ava(db, &["export", "--user", user]));
-    text.lines().skip(1).map(str::to_owned).collect()
 }
 
 #[test]

@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{ava, fresh_schema, ok};
+use common::{ava, exported, fresh_schema, ok};
 
 #[test]
 fn remember_then_recall_on_postgres() {
@@ -102,13 +102,6 @@ fn migrate_round_trips_sqlite_postgres_sqlite() {
         &a,
         &["remember", "--user", "43", "my dog is called Rex"],
     ));
-    let exported = |db: &str, user: &str| -> Vec<String> {
-        ok(ava(db, &["export", "--user", user]))
-            .lines()
-            .skip(1)
-            .map(str::to_owned)
-            .collect()
-    };
     let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
     for (from, to) in [(a, pg.as_str()), (pg.as_str(), b)] {
         let out = ok(ava(a, &["migrate", "--from", from, "--to", to]));

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::fake_bot_api::{TOKEN, calls};
-use common::{Log, ava, command, fake_bot_api, listening, listening_url, ok};
+use common::{Log, ava, command, exported, fake_bot_api, listening, listening_url, ok};
 use serde_json::{Value, json};
 use wiremock::matchers::{body_string_contains, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -184,10 +184,9 @@ async fn until(mut done: impl AsyncFnMut() -> bool) -> bool {
 }
 
 /// The memories of `user` as `ava export` writes them (every scope, replaced facts too).
-fn exported(db: &str, user: i64) -> Vec<Value> {
-    let out = ok(ava(db, &["export", "--user", &user.to_string()]));
-    out.lines()
-        .skip(1)
+fn memories_of(db: &str, user: i64) -> Vec<Value> {
+    exported(db, &user.to_string())
+        .iter()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
 }
@@ -264,7 +263,7 @@ async fn two_replicas_serve_as_one(db: &str) {
 
     // Every exchange stored once: each message and its answer, in the chat's scope.
     for (user, sent) in [(ALICE, 3), (BOB, 6)] {
-        let turns: Vec<String> = exported(db, user)
+        let turns: Vec<String> = memories_of(db, user)
             .into_iter()
             .filter(|m| m["kind"] != "fact")
             .map(|m| m["content"].as_str().unwrap().to_owned())
@@ -278,7 +277,7 @@ async fn two_replicas_serve_as_one(db: &str) {
     }
     // Every fact learned once: Kiwi, then the two new names, one replacing the other,
     // whichever came first; one holds now.
-    let facts: Vec<Value> = exported(db, ALICE)
+    let facts: Vec<Value> = memories_of(db, ALICE)
         .into_iter()
         .filter(|m| m["kind"] == "fact")
         .collect();

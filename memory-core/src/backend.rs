@@ -242,6 +242,9 @@ pub trait MemoryBackend: Send + Sync + fmt::Debug {
 /// Longest lease name or holder accepted, in bytes.
 pub const MAX_LEASE_NAME_BYTES: usize = 512;
 
+/// Longest lease accepted ([`MemoryBackend::try_lease`]): a year.
+pub const MAX_LEASE_TTL: Duration = Duration::from_secs(365 * 86_400);
+
 /// This process as a lease holder ([`MemoryBackend::try_lease`]): its id and a random
 /// part, so a restarted process (which may get the same id) is a new holder.
 pub fn process_holder() -> &'static str {
@@ -251,7 +254,7 @@ pub fn process_holder() -> &'static str {
 
 /// Checks a lease request before a backend takes it ([`MemoryBackend::try_lease`]): a name
 /// and a holder of 1 to [`MAX_LEASE_NAME_BYTES`] bytes, and a `ttl` of at least a
-/// millisecond and at most a year. Returns the ttl in milliseconds.
+/// millisecond and at most [`MAX_LEASE_TTL`]. Returns the ttl in milliseconds.
 pub fn check_lease(name: &str, holder: &str, ttl: Duration) -> Result<i64> {
     for (field, value) in [("lease name", name), ("lease holder", holder)] {
         if value.is_empty() || value.len() > MAX_LEASE_NAME_BYTES {
@@ -264,9 +267,8 @@ pub fn check_lease(name: &str, holder: &str, ttl: Duration) -> Result<i64> {
             });
         }
     }
-    const YEAR_MS: u128 = 366 * 24 * 3_600 * 1_000;
     let ms = ttl.as_millis();
-    if ms == 0 || ms > YEAR_MS {
+    if ms == 0 || ttl > MAX_LEASE_TTL {
         return Err(MemoryError::InvalidInput {
             field: "lease ttl",
             problem: format!("{ttl:?}; expected 1 ms to a year"),

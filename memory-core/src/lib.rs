@@ -37,8 +37,8 @@ mod time;
 pub mod testing;
 
 pub use backend::{
-    Ingested, MAX_LEASE_NAME_BYTES, MemoryBackend, Remembered, check_lease, ensure_scope,
-    process_holder,
+    Ingested, MAX_LEASE_NAME_BYTES, MAX_LEASE_TTL, MemoryBackend, Remembered, check_lease,
+    ensure_scope, process_holder,
 };
 pub use capability::{BackendInfo, Capabilities, Capability, Limits, Topology};
 pub use embedding::{

@@ -225,12 +225,7 @@ impl Conn {
         &mut self,
         f: impl FnOnce(&Transaction<'_>, SpaceCheck, &mut CacheOps) -> Result<T, E>,
     ) -> Result<T, E> {
-        if self.read_only {
-            return Err(SqliteError::ReadOnly {
-                path: self.path.clone(),
-            }
-            .into());
-        }
+        self.writable()?;
         let tx = schema::begin_write(&mut self.conn, &self.path, self.busy_timeout)?;
         let check = check_space(&tx, &self.path, self.space.as_ref(), &self.space_checked_at)?;
         let (before, after) = bump_write_seq(&tx).map_err(|e| sql_error(&self.path, e))?;
@@ -255,18 +250,23 @@ impl Conn {
         Ok(out)
     }
 
+    /// Refuses to write to a store opened read-only.
+    fn writable(&self) -> Result<(), SqliteError> {
+        if self.read_only {
+            return Err(SqliteError::ReadOnly {
+                path: self.path.clone(),
+            });
+        }
+        Ok(())
+    }
+
     /// Runs `f` in a write transaction begun `IMMEDIATE` that touches no memory (leases):
     /// the write sequence stays, so no process's vector cache is dropped for it.
     pub(crate) fn write_aside<T>(
         &mut self,
         f: impl FnOnce(&Transaction<'_>) -> rusqlite::Result<T>,
     ) -> Result<T, JobError> {
-        if self.read_only {
-            return Err(SqliteError::ReadOnly {
-                path: self.path.clone(),
-            }
-            .into());
-        }
+        self.writable()?;
         let tx = schema::begin_write(&mut self.conn, &self.path, self.busy_timeout)?;
         let out = f(&tx).map_err(|e| sql_error(&self.path, e))?;
         tx.commit().map_err(|e| sql_error(&self.path, e))?;

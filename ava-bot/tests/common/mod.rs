@@ -139,6 +139,13 @@ pub(crate) async fn listening(
     (child, line, log)
 }
 
+/// Every line of `user`'s `ava export` of `db` (each memory of theirs, replaced ones too)
+/// but the header (which holds the time).
+pub(crate) fn exported(db: impl AsRef<OsStr>, user: &str) -> Vec<String> {
+    let text = ok(ava(db, &["export", "--user", user]));
+    text.lines().skip(1).map(str::to_owned).collect()
+}
+
 /// The URL a "listening on URL ..." line names.
 pub(crate) fn listening_url(line: &str) -> String {
     line.split_once("listening on ")
