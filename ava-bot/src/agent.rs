@@ -601,7 +601,7 @@ impl Agent {
             Ok(mut last) => last.pop(),
             Err(e) => {
                 tracing::warn!(
-                    error = %crate::std_error_chain(&e),
+                    error = %memory_core::ErrorChain(&e),
                     "could not read the previous message"
                 );
                 None
@@ -761,7 +761,7 @@ async fn learn(
         }
         Err(e) => tracing::warn!(
             scope = %scope,
-            error = %crate::std_error_chain(&e),
+            error = %memory_core::ErrorChain(&e),
             "fact extraction failed; no memory was changed"
         ),
     }
@@ -771,7 +771,7 @@ async fn learn(
             .await
     {
         // It runs out by itself.
-        tracing::warn!(scope = %scope, error = %crate::std_error_chain(&e), "could not end the learning lease");
+        tracing::warn!(scope = %scope, error = %memory_core::ErrorChain(&e), "could not end the learning lease");
     }
     // Nobody may be listening (the CLI, a bot that does not react).
     let _ = told.send(changed);
@@ -804,7 +804,7 @@ async fn take_turn(
             }
             Ok(false) => return None,
             Err(e) => {
-                tracing::warn!(lease = name, error = %crate::std_error_chain(&e), "could not take a lease");
+                tracing::warn!(lease = name, error = %memory_core::ErrorChain(&e), "could not take a lease");
                 return Some(false);
             }
         }

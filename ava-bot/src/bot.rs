@@ -185,7 +185,8 @@ impl BotState {
 }
 
 /// Who wrote a message, as a memory scope and a key, who else hears it, and in a group the
-/// member.
+/// member. Derived once per message by the handler tree ([`schema`]).
+#[derive(Clone)]
 struct Who {
     key: (u64, i64),
     scope: Scope,
@@ -300,17 +301,22 @@ pub(crate) fn schema() -> UpdateHandler<anyhow::Error> {
                 .endpoint(refuse),
         )
         .branch(dptree::filter(|msg: Message| msg.sender_chat.is_some()).endpoint(anonymous))
+        // Who wrote it, derived once and handed to the handlers below.
         .branch(
-            dptree::entry()
-                .filter_command::<Command>()
-                .endpoint(on_command),
+            dptree::filter_map(|msg: Message| who(&msg))
+                .branch(
+                    dptree::entry()
+                        .filter_command::<Command>()
+                        .endpoint(on_command),
+                )
+                .branch(
+                    dptree::filter(|msg: Message| msg.text().is_some_and(|t| t.starts_with('/')))
+                        .endpoint(unknown_command),
+                )
+                .branch(dptree::filter(|msg: Message| msg.text().is_some()).endpoint(on_text))
+                .endpoint(not_text),
         )
-        .branch(
-            dptree::filter(|msg: Message| msg.text().is_some_and(|t| t.starts_with('/')))
-                .endpoint(unknown_command),
-        )
-        .branch(dptree::filter(|msg: Message| msg.text().is_some()).endpoint(on_text))
-        .endpoint(not_text);
+        .endpoint(no_sender);
     dptree::entry().branch(messages)
 }
 
@@ -420,6 +426,11 @@ async fn anonymous(bot: AvaBot, msg: Message) -> anyhow::Result<()> {
     send(&bot, msg.chat.id, ANONYMOUS).await
 }
 
+async fn no_sender(msg: Message) -> anyhow::Result<()> {
+    tracing::debug!(chat = msg.chat.id.0, "skipped a message without a sender");
+    Ok(())
+}
+
 async fn not_text(msg: Message) -> anyhow::Result<()> {
     tracing::debug!(chat = msg.chat.id.0, "skipped a message without text");
     Ok(())
@@ -447,8 +458,13 @@ async fn unknown_command(bot: AvaBot, msg: Message) -> anyhow::Result<()> {
     .await
 }
 
-async fn on_text(bot: AvaBot, msg: Message, state: Arc<BotState>) -> anyhow::Result<()> {
-    let (Some(text), Some(mut who)) = (msg.text(), who(&msg)) else {
+async fn on_text(
+    bot: AvaBot,
+    msg: Message,
+    mut who: Who,
+    state: Arc<BotState>,
+) -> anyhow::Result<()> {
+    let Some(text) = msg.text() else {
         return Ok(());
     };
     if let Some(member) = who.member.take() {
@@ -576,11 +592,9 @@ async fn on_command(
     msg: Message,
     me: Me,
     cmd: Command,
+    who: Who,
     state: Arc<BotState>,
 ) -> anyhow::Result<()> {
-    let Some(who) = who(&msg) else {
-        return Ok(());
-    };
     let reply = match command_reply(&me, cmd, &who, &state).await {
         Ok(text) => text,
         Err(e) => {

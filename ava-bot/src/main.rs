@@ -100,37 +100,15 @@ impl std::fmt::Display for Hint {
     }
 }
 
-/// An error and its causes on one line, each said once (the workspace's errors keep their
-/// causes out of their own text; a client library's wrapper that repeats its source is
-/// skipped here), without the [`Hint`], which is shown on its own line.
+/// An error and its causes on one line, as [`memory_core::ErrorChain`] prints them (each
+/// said once), without the [`Hint`], which is shown on its own line.
 pub(crate) fn error_chain(e: &anyhow::Error) -> String {
     let hint = e.downcast_ref::<Hint>().map(|h| h.0.as_str());
-    chain_text(e.chain(), hint)
-}
-
-/// [`error_chain`] for any error.
-pub(crate) fn std_error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    chain_text(std::iter::successors(Some(e), |c| c.source()), None)
-}
-
-fn chain_text<'a>(
-    chain: impl Iterator<Item = &'a (dyn std::error::Error + 'static)>,
-    skip: Option<&str>,
-) -> String {
-    let mut out = String::new();
-    let mut last = String::new();
-    for cause in chain {
-        let text = cause.to_string();
-        if text.is_empty() || last.contains(&text) || skip == Some(text.as_str()) {
-            continue;
-        }
-        if !out.is_empty() {
-            out.push_str(": ");
-        }
-        out.push_str(&text);
-        last = text;
-    }
-    out
+    memory_core::ErrorChain(e.as_ref())
+        .parts()
+        .filter(|part| Some(part.as_str()) != hint)
+        .collect::<Vec<_>>()
+        .join(": ")
 }
 
 #[tokio::main]

@@ -585,7 +585,7 @@ impl Proxy {
                             }
                         }
                         Ok(Ok(None)) => break None,
-                        Ok(Err(e)) => break Some(crate::std_error_chain(&e)),
+                        Ok(Err(e)) => break Some(memory_core::ErrorChain(&e).to_string()),
                         Err(_) => {
                             break Some(format!(
                                 "nothing came for {} s",
@@ -710,7 +710,7 @@ impl Proxy {
     }
 
     fn unreachable(&self, e: &reqwest::Error) -> Response<Body> {
-        tracing::warn!(upstream = %self.upstream.base, error = %crate::std_error_chain(e), "the upstream failed");
+        tracing::warn!(upstream = %self.upstream.base, error = %memory_core::ErrorChain(e), "the upstream failed");
         let (status, what) = if e.is_timeout() {
             (StatusCode::GATEWAY_TIMEOUT, "did not answer in time")
         } else {
@@ -722,7 +722,7 @@ impl Proxy {
             format!(
                 "the upstream {} {what}: {}; nothing was stored",
                 self.upstream.base,
-                crate::std_error_chain(e)
+                memory_core::ErrorChain(e)
             ),
         )
     }

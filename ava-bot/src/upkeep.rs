@@ -192,7 +192,7 @@ impl Upkeep {
                 Err(e) => {
                     tracing::warn!(
                         scope = %scope,
-                        error = %crate::std_error_chain(&e),
+                        error = %memory_core::ErrorChain(&e),
                         "pruning the chat skipped: could not take its turn"
                     );
                     return;
@@ -202,7 +202,7 @@ impl Upkeep {
                 Ok(report) => log(&scope, &report),
                 Err(e) => tracing::warn!(
                     scope = %scope,
-                    error = %crate::std_error_chain(&e),
+                    error = %memory_core::ErrorChain(&e),
                     "pruning the chat failed"
                 ),
             }

@@ -11,7 +11,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{ava, command, exported, ok, stderr, with_stdin};
+use common::{ava, command, exported, ok, refused, stderr, with_stdin};
 use serde_json::{Value, json};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -219,11 +219,7 @@ fn remember_recall_forget_round_trip() {
     ));
     assert!(!out.contains("Pixel"), "{out}");
     let again = ava(&db, &["forget", "--user", "42", id]);
-    assert!(
-        !again.status.success() && stderr(&again).contains("has no memory"),
-        "{}",
-        stderr(&again)
-    );
+    refused(&again, "has no memory");
     // Another user cannot forget it either.
     let id2 = ok(ava(
         &db,
@@ -286,18 +282,10 @@ fn telegram_export_imports_once_and_reports_bad_entries() {
 
     std::fs::write(&export, "{ not json").unwrap();
     let bad = ava(&db, &["import", "--user", "42", path]);
-    assert!(
-        !bad.status.success() && stderr(&bad).contains("is not JSON"),
-        "{}",
-        stderr(&bad)
-    );
+    refused(&bad, "is not JSON");
     std::fs::write(&export, r#"{"chats": []}"#).unwrap();
     let bad = ava(&db, &["import", "--user", "42", path]);
-    assert!(
-        !bad.status.success() && stderr(&bad).contains("no `messages` list"),
-        "{}",
-        stderr(&bad)
-    );
+    refused(&bad, "no `messages` list");
 }
 
 #[test]
@@ -308,20 +296,12 @@ fn bad_stores_and_bad_messages_get_clear_errors() {
         &missing,
         &["remember", "--user", "1", "--chat", "1", "hello"],
     );
-    assert!(
-        !o.status.success() && stderr(&o).contains("does not exist"),
-        "{}",
-        stderr(&o)
-    );
+    refused(&o, "does not exist");
 
     let foreign = dir.path().join("notes.db");
     std::fs::write(&foreign, "just some notes").unwrap();
     let o = ava(&foreign, &["stats"]);
-    assert!(
-        !o.status.success() && stderr(&o).contains("not an SQLite database"),
-        "{}",
-        stderr(&o)
-    );
+    refused(&o, "not an SQLite database");
     assert_eq!(
         std::fs::read_to_string(&foreign).unwrap(),
         "just some notes",
@@ -344,11 +324,7 @@ fn bad_stores_and_bad_messages_get_clear_errors() {
         stderr(&o)
     );
     let o = ava(&db, &["forget", "--user", "1", "not-an-id"]);
-    assert!(
-        !o.status.success() && stderr(&o).contains("not a memory id"),
-        "{}",
-        stderr(&o)
-    );
+    refused(&o, "not a memory id");
 }
 
 #[test]
@@ -468,11 +444,7 @@ fn context_prints_the_prompt_and_explains_it() {
             "cat?",
         ],
     );
-    assert!(
-        !o.status.success() && stderr(&o).contains("`relevance`, `information` or `fixed:"),
-        "{}",
-        stderr(&o)
-    );
+    refused(&o, "`relevance`, `information` or `fixed:");
 
     // Nothing was stored by the dry run.
     let stats = ok(ava(&db, &["stats"]));
@@ -490,11 +462,7 @@ fn context_rejects_bad_input() {
         let mut all = vec!["context", "--user", "1", "--chat", "1"];
         all.extend(args);
         let o = ava(&db, &all);
-        assert!(
-            !o.status.success() && stderr(&o).contains(expect),
-            "{}",
-            stderr(&o)
-        );
+        refused(&o, expect);
     }
     // The store is not created by a dry run.
     assert!(!db.exists());
@@ -514,11 +482,7 @@ fn context_rejects_bad_input() {
     );
     let missing = dir.path().join("no/such/dir/m.db");
     let o = ava(&missing, &["context", "--user", "1", "--chat", "1", "hi"]);
-    assert!(
-        !o.status.success() && stderr(&o).contains("does not exist"),
-        "{}",
-        stderr(&o)
-    );
+    refused(&o, "does not exist");
 }
 
 /// Runs `ava chat` against `llm` with `input` on stdin.
@@ -764,11 +728,7 @@ async fn chat_apologises_when_the_model_fails() {
 fn run_refuses_to_start_without_what_it_needs() {
     let (_dir, db) = store();
     let o = ava(&db, &["run"]);
-    assert!(
-        !o.status.success() && stderr(&o).contains("TELOXIDE_TOKEN"),
-        "{}",
-        stderr(&o)
-    );
+    refused(&o, "TELOXIDE_TOKEN");
     let with_token = |args: &[&str]| {
         command(&db)
             .args(args)
@@ -777,23 +737,11 @@ fn run_refuses_to_start_without_what_it_needs() {
             .unwrap()
     };
     let o = with_token(&["run", "--allow-users", "12,bob"]);
-    assert!(
-        !o.status.success() && stderr(&o).contains("`bob` is not a Telegram user id"),
-        "{}",
-        stderr(&o)
-    );
+    refused(&o, "`bob` is not a Telegram user id");
     let o = with_token(&["run", "--llm-url", "localhost:11434"]);
-    assert!(
-        !o.status.success() && stderr(&o).contains("not an http(s) URL"),
-        "{}",
-        stderr(&o)
-    );
+    refused(&o, "not an http(s) URL");
     let o = with_token(&["run", "--telegram-api-url", "not a url"]);
-    assert!(
-        !o.status.success() && stderr(&o).contains("Telegram API URL"),
-        "{}",
-        stderr(&o)
-    );
+    refused(&o, "Telegram API URL");
     assert!(
         !stderr(&o).contains("secret-token-value"),
         "the token is never printed"
@@ -913,11 +861,7 @@ fn prune_dry_run_lists_what_a_real_run_then_removes() {
     assert!(cat.contains("My cat is called Miso"), "{cat}");
 
     let bad = ava(&db, &["prune", "--user", "42", "--max-age", "3y"]);
-    assert!(
-        !bad.status.success() && stderr(&bad).contains("use s, m, h, d or w"),
-        "{}",
-        stderr(&bad)
-    );
+    refused(&bad, "use s, m, h, d or w");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1110,11 +1054,7 @@ fn a_replaced_fact_leaves_the_prompt_but_stays_in_the_history() {
             "Tom",
         ],
     );
-    assert!(
-        !again.status.success() && stderr(&again).contains("already replaced"),
-        "{}",
-        stderr(&again)
-    );
+    refused(&again, "already replaced");
     let missing = ava(
         &db,
         &[
@@ -1445,11 +1385,7 @@ fn export_then_import_is_lossless_and_idempotent() {
         &other,
         &["import", "--user", "bob", first.to_str().unwrap()],
     );
-    assert!(
-        !o.status.success() && stderr(&o).contains("is the export of user `alice`"),
-        "{}",
-        stderr(&o)
-    );
+    refused(&o, "is the export of user `alice`");
     let damaged = dir.path().join("damaged.jsonl");
     std::fs::write(&damaged, format!("{}\n{{not json\n", lines[0])).unwrap();
     let o = ava(
@@ -1512,21 +1448,13 @@ fn migrate_copies_a_whole_store_and_continues_an_interrupted_copy() {
 
     // Into itself, or out of a store that is not there: refused, nothing written.
     let o = ava(&db, &["migrate", "--from", from, "--to", from]);
-    assert!(
-        !o.status.success() && stderr(&o).contains("are the same store"),
-        "{}",
-        stderr(&o)
-    );
+    refused(&o, "are the same store");
     let missing = dir.path().join("missing.db");
     let o = ava(
         &db,
         &["migrate", "--from", missing.to_str().unwrap(), "--to", to],
     );
-    assert!(
-        !o.status.success() && stderr(&o).contains("open the store to copy from"),
-        "{}",
-        stderr(&o)
-    );
+    refused(&o, "open the store to copy from");
 }
 
 #[test]
@@ -1575,9 +1503,5 @@ fn a_whole_store_exports_and_restores_everyone_or_one_person() {
     let telegram = dir.path().join("result.json");
     std::fs::write(&telegram, r#"{"id": 1, "messages": []}"#).unwrap();
     let o = ava(&db, &["import", telegram.to_str().unwrap()]);
-    assert!(
-        !o.status.success() && stderr(&o).contains("--user is needed"),
-        "{}",
-        stderr(&o)
-    );
+    refused(&o, "--user is needed");
 }

@@ -215,17 +215,35 @@ impl MemoryError {
 ///
 /// Every error in the workspace says only its own part in `Display` and keeps its cause as
 /// the `source`, so `{e}` alone may be short (`memory-sqlite failed`); print this instead
-/// wherever an error reaches a user, a report or a tool result.
+/// wherever an error reaches a user, a report or a tool result. A part that is empty, or
+/// that the part before it already says (a client library's wrapper that repeats its
+/// source), is left out.
 #[derive(Debug, Clone, Copy)]
 pub struct ErrorChain<'a>(pub &'a (dyn std::error::Error + 'static));
 
+impl<'a> ErrorChain<'a> {
+    /// The parts as printed, outermost first: each error's own text, without empty parts
+    /// and parts the one before already says.
+    pub fn parts(self) -> impl Iterator<Item = String> + 'a {
+        let mut last = String::new();
+        std::iter::successors(Some(self.0), |e| e.source()).filter_map(move |e| {
+            let text = e.to_string();
+            if text.is_empty() || last.contains(&text) {
+                return None;
+            }
+            last.clone_from(&text);
+            Some(text)
+        })
+    }
+}
+
 impl std::fmt::Display for ErrorChain<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)?;
-        let mut cause = self.0.source();
-        while let Some(c) = cause {
-            write!(f, ": {c}")?;
-            cause = c.source();
+        for (i, part) in self.parts().enumerate() {
+            if i > 0 {
+                f.write_str(": ")?;
+            }
+            f.write_str(&part)?;
         }
         Ok(())
     }
@@ -284,5 +302,7 @@ mod tests {
                 "disk on fire".into()
             ))
         );
+        // A wrapper that repeats its source (a client library's) is printed once.
+        assert_eq!(ErrorChain(&e).to_string(), "memory-x failed: disk on fire");
     }
 }

@@ -6,9 +6,11 @@ use std::fmt;
 
 use crate::capability::Capability;
 use crate::embedding::{Embedding, EmbeddingProvider, EmbeddingSpace, embed_passages};
-use crate::entry::NewMemory;
+use crate::entry::{MemoryEntry, NewMemory};
 use crate::error::{MemoryError, Result};
 use crate::query::SearchRequest;
+use crate::scope::Scope;
+use crate::time::Timestamp;
 
 /// A store's embedding side, borrowed for one call: its embedder, the space its vectors
 /// live in, and the names its errors use.
@@ -138,6 +140,28 @@ impl StoreVectors<'_> {
             }
         }
         Ok(vectors)
+    }
+
+    /// The opening every backend's `store_batch` shares: the batch checked
+    /// ([`NewMemory::validate_batch`] with [`StoreVectors::check`]), what came without a
+    /// vector embedded ([`StoreVectors::embed_missing`]), and each memory made the entry it
+    /// will be in `scope`, stamped now; with each entry's vectors, in order. Nothing is
+    /// written.
+    pub async fn prepare_batch(
+        &self,
+        scope: &Scope,
+        mut memories: Vec<NewMemory>,
+        max_content_bytes: usize,
+    ) -> Result<(Vec<MemoryEntry>, Vec<Vec<Vec<f32>>>)> {
+        NewMemory::validate_batch(&memories, max_content_bytes, |e| self.check(e))?;
+        let vectors = self.embed_missing(&mut memories).await?;
+        let now = Timestamp::now();
+        let entries = memories
+            .into_iter()
+            .zip(&vectors)
+            .map(|(m, v)| m.into_entry(scope, now, !v.is_empty()))
+            .collect();
+        Ok((entries, vectors))
     }
 
     /// One memory checked as a batch of one ([`NewMemory::validate_batch`] with

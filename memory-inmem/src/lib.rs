@@ -158,31 +158,19 @@ impl MemoryBackend for InMemoryBackend {
     async fn store_batch(
         &self,
         scope: &Scope,
-        mut memories: Vec<NewMemory>,
+        memories: Vec<NewMemory>,
     ) -> Result<Vec<MemoryEntry>> {
-        NewMemory::validate_batch(&memories, self.limits.max_content_bytes, |e| {
-            self.vectors().check(e)
-        })?;
-        {
-            let state = self.read();
-            if let Some(id) = memories
-                .iter()
-                .filter_map(|m| m.id)
-                .find(|id| state.ids.contains(id))
-            {
-                return Err(MemoryError::Conflict { id });
-            }
-        }
-        let vectors = self.vectors().embed_missing(&mut memories).await?;
-
-        let now = Timestamp::now();
-        let items: Vec<Item> = memories
+        let (entries, vectors) = self
+            .vectors()
+            .prepare_batch(scope, memories, self.limits.max_content_bytes)
+            .await?;
+        let items: Vec<Item> = entries
             .into_iter()
             .zip(vectors)
-            .map(|(m, v)| Item::new(m.into_entry(scope, now, !v.is_empty()), v))
+            .map(|(e, v)| Item::new(e, v))
             .collect();
         let mut state = self.write();
-        // Checked again under the write lock: another task may have taken an id meanwhile.
+        // Checked under the write lock: an id taken before, or by another task meanwhile.
         if let Some(item) = items.iter().find(|i| state.ids.contains(&i.entry.id)) {
             return Err(MemoryError::Conflict { id: item.entry.id });
         }

@@ -644,23 +644,16 @@ impl MemoryBackend for PostgresBackend {
     async fn store_batch(
         &self,
         scope: &Scope,
-        mut memories: Vec<NewMemory>,
+        memories: Vec<NewMemory>,
     ) -> Result<Vec<MemoryEntry>> {
-        let store_vectors = self.vectors();
-        NewMemory::validate_batch(&memories, self.config.limits.max_content_bytes, |e| {
-            store_vectors.check(e)
-        })?;
-        if memories.is_empty() {
+        // Checked and embedded before taking a connection.
+        let (entries, vectors) = self
+            .vectors()
+            .prepare_batch(scope, memories, self.config.limits.max_content_bytes)
+            .await?;
+        if entries.is_empty() {
             return Ok(Vec::new());
         }
-        // Embed what came without a vector, before taking a connection.
-        let vectors = store_vectors.embed_missing(&mut memories).await?;
-        let now = Timestamp::now();
-        let entries: Vec<MemoryEntry> = memories
-            .into_iter()
-            .zip(&vectors)
-            .map(|(m, v)| m.into_entry(scope, now, !v.is_empty()))
-            .collect();
         let mut client = self.client().await?;
         match self
             .insert_all(&mut client, scope, &entries, vectors)

@@ -246,6 +246,53 @@ pub struct PostgresBackend {
     indexes: Arc<Indexes>,
 }
 
+/// The driver config with Ava's session settings: the connect timeout, and statement
+/// timeout and HNSW search settings as server options, before the caller's own `options`
+/// so that theirs win where they overlap; application name `ava` unless the caller set one.
+fn session(mut pg: tokio_postgres::Config, config: &PostgresConfig) -> tokio_postgres::Config {
+    pg.connect_timeout(config.connect_timeout);
+    let ours = format!(
+        "-c statement_timeout={} -c hnsw.ef_search={} -c hnsw.iterative_scan=relaxed_order",
+        config.statement_timeout.as_millis(),
+        config.hnsw_ef_search,
+    );
+    let options = match pg.get_options() {
+        Some(theirs) if !theirs.trim().is_empty() => format!("{ours} {theirs}"),
+        _ => ours,
+    };
+    pg.options(options);
+    if pg.get_application_name().is_none() {
+        pg.application_name("ava");
+    }
+    pg
+}
+
+/// The connection pool (no connection is made yet).
+fn pool(
+    pg: tokio_postgres::Config,
+    config: &PostgresConfig,
+    server: &str,
+) -> Result<Pool, PostgresError> {
+    let manager = Manager::from_config(
+        pg,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(config.pool_size.max(1))
+        .runtime(Runtime::Tokio1)
+        .wait_timeout(Some(config.acquire_timeout))
+        .create_timeout(Some(config.connect_timeout + Duration::from_secs(1)))
+        .recycle_timeout(Some(config.connect_timeout))
+        .build()
+        .map_err(|e| PostgresError::Pool {
+            server: server.to_owned(),
+            source: Box::new(e),
+        })
+}
+
 /// Quoted, schema-qualified names used in statements.
 #[derive(Debug, Clone)]
 pub(crate) struct Names {
@@ -263,6 +310,23 @@ pub(crate) struct Names {
     pub(crate) cosine: String,
     /// pgvector's `vector` type, qualified.
     pub(crate) vector: String,
+}
+
+impl Names {
+    /// The names of the store in `schema`, pgvector's in `ext_schema`.
+    fn of(schema: &str, ext_schema: &str) -> Self {
+        let s = quote_ident(schema);
+        Self {
+            memories: format!("{s}.memories"),
+            scopes: format!("{s}.scopes"),
+            access: format!("{s}.memory_access"),
+            passages: format!("{s}.memory_passages"),
+            leases: format!("{s}.leases"),
+            cosine: format!("OPERATOR({ext_schema}.<=>)"),
+            vector: format!("{ext_schema}.vector"),
+            schema: s,
+        }
+    }
 }
 
 impl PostgresBackend {
@@ -298,7 +362,7 @@ impl PostgresBackend {
 
     /// Like [`connect`](Self::connect), with a driver config built by the caller.
     pub async fn connect_with(
-        mut pg: tokio_postgres::Config,
+        pg: tokio_postgres::Config,
         embedder: Option<Arc<dyn EmbeddingProvider>>,
         config: PostgresConfig,
     ) -> Result<Self, PostgresError> {
@@ -309,108 +373,44 @@ impl PostgresBackend {
         }
         config.validate().map_err(PostgresError::InvalidConfig)?;
         let server = server_name(&pg);
-        pg.connect_timeout(config.connect_timeout);
-        // Ours first, so the caller's own `options` win where they overlap.
-        let ours = format!(
-            "-c statement_timeout={} -c hnsw.ef_search={} -c hnsw.iterative_scan=relaxed_order",
-            config.statement_timeout.as_millis(),
-            config.hnsw_ef_search,
-        );
-        let options = match pg.get_options() {
-            Some(theirs) if !theirs.trim().is_empty() => format!("{ours} {theirs}"),
-            _ => ours,
-        };
-        pg.options(options);
-        if pg.get_application_name().is_none() {
-            pg.application_name("ava");
-        }
-        let manager = Manager::from_config(
-            pg,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(config.pool_size.max(1))
-            .runtime(Runtime::Tokio1)
-            .wait_timeout(Some(config.acquire_timeout))
-            .create_timeout(Some(config.connect_timeout + Duration::from_secs(1)))
-            .recycle_timeout(Some(config.connect_timeout))
-            .build()
-            .map_err(|e| PostgresError::Pool {
-                server: server.clone(),
-                source: Box::new(e),
-            })?;
+        let pool = pool(session(pg, &config), &config, &server)?;
         let given = embedder.as_ref().map(|e| e.space());
-        let names = Names {
-            schema: String::new(),
-            memories: String::new(),
-            scopes: String::new(),
-            access: String::new(),
-            passages: String::new(),
-            leases: String::new(),
-            cosine: String::new(),
-            vector: String::new(),
+        let opened = {
+            let mut client = pooled(&pool, &server, &config).await?;
+            let mut tx = client.transaction().await.in_schema(&config.schema)?;
+            let target = Target {
+                server: &server,
+                schema: &config.schema,
+            };
+            let opened: Opened = schema::open(&mut tx, &target, given.as_deref()).await?;
+            tx.commit().await.in_schema(&config.schema)?;
+            opened
         };
-        // Both replaced once the store is open and pgvector's schema known.
+        let names = Names::of(&config.schema, &opened.ext_schema);
+        let space = match (opened.space, given) {
+            (Some(_), Some(g)) => Some(g),
+            (Some(s), None) => Some(Arc::new(s)),
+            (None, _) => None,
+        };
+        let indexable = space.as_ref().is_some_and(|s| s.dims <= HNSW_MAX_DIMS);
         let indexes = Arc::new(Indexes::new(
             pool.clone(),
             &server,
             &names,
-            "",
+            &opened.ext_schema,
             &config,
-            false,
+            config.hnsw_index && indexable,
         ));
-        let mut backend = Self {
+        let backend = Self {
             pool,
             server,
             schema: config.schema.clone(),
             names,
             embedder,
-            space: None,
+            space,
             config,
             indexes,
         };
-        let opened = {
-            let mut client = backend.client().await?;
-            let mut tx = client.transaction().await.in_schema(&backend.schema)?;
-            let target = Target {
-                server: &backend.server,
-                schema: &backend.schema,
-            };
-            let opened: Opened = schema::open(&mut tx, &target, given.as_deref()).await?;
-            tx.commit().await.in_schema(&backend.schema)?;
-            opened
-        };
-        let s = quote_ident(&backend.schema);
-        backend.names = Names {
-            schema: s.clone(),
-            memories: format!("{s}.memories"),
-            scopes: format!("{s}.scopes"),
-            access: format!("{s}.memory_access"),
-            passages: format!("{s}.memory_passages"),
-            leases: format!("{s}.leases"),
-            cosine: format!("OPERATOR({}.<=>)", opened.ext_schema),
-            vector: format!("{}.vector", opened.ext_schema),
-        };
-        backend.space = match (opened.space, given) {
-            (Some(_), Some(g)) => Some(g),
-            (Some(s), None) => Some(Arc::new(s)),
-            (None, _) => None,
-        };
-        let indexable = backend
-            .space
-            .as_ref()
-            .is_some_and(|s| s.dims <= HNSW_MAX_DIMS);
-        backend.indexes = Arc::new(Indexes::new(
-            backend.pool.clone(),
-            &backend.server,
-            &backend.names,
-            &opened.ext_schema,
-            &backend.config,
-            backend.config.hnsw_index && indexable,
-        ));
         if backend.embedder.is_some() {
             backend.backfill_vectors().await?;
         }

@@ -107,20 +107,13 @@ impl MemoryBackend for SqliteBackend {
     async fn store_batch(
         &self,
         scope: &Scope,
-        mut memories: Vec<NewMemory>,
+        memories: Vec<NewMemory>,
     ) -> Result<Vec<MemoryEntry>> {
-        let store_vectors = self.vectors();
-        NewMemory::validate_batch(&memories, self.config.limits.max_content_bytes, |e| {
-            store_vectors.check(e)
-        })?;
-        // Embed what came without a vector (before touching the database).
-        let vectors = store_vectors.embed_missing(&mut memories).await?;
-        let now = Timestamp::now();
-        let entries: Vec<MemoryEntry> = memories
-            .into_iter()
-            .zip(&vectors)
-            .map(|(m, v)| m.into_entry(scope, now, !v.is_empty()))
-            .collect();
+        // Checked and embedded before touching the database.
+        let (entries, vectors) = self
+            .vectors()
+            .prepare_batch(scope, memories, self.config.limits.max_content_bytes)
+            .await?;
         let scope = scope.clone();
         self.worker
             .call(move |conn| {

@@ -468,7 +468,7 @@ async fn store_batch(
                 if first {
                     counts.malformed += 1;
                 }
-                let why = crate::std_error_chain(&e);
+                let why = memory_core::ErrorChain(&e);
                 bar.suspend(|| eprintln!("skipped message {id}: {why}"));
             }
         }

@@ -244,7 +244,7 @@ async fn assert_fails(response: ResponseTemplate, timeout: Duration, expect: &st
         if let Some(cause) = std::error::Error::source(&err) {
             assert!(!err.to_string().contains(&cause.to_string()), "{err:?}");
         }
-        let text = crate::std_error_chain(&err);
+        let text = memory_core::ErrorChain(&err).to_string();
         assert!(text.contains(model.name()), "{text}");
         assert!(
             text.to_lowercase().contains(expect),

@@ -71,6 +71,16 @@ pub(crate) fn ok(o: Output) -> String {
     stdout(&o)
 }
 
+/// Asserts the run failed and said `says` on stderr (showing stderr if not).
+pub(crate) fn refused(o: &Output, says: &str) {
+    let err = stderr(o);
+    assert!(
+        !o.status.success() && err.contains(says),
+        "expected a failure saying {says:?}; got {}: {err}",
+        o.status
+    );
+}
+
 /// Runs `command` with `input` on its stdin (then closed) and waits for it.
 pub(crate) fn with_stdin(mut command: Command, input: &str) -> Output {
     let mut child = command
