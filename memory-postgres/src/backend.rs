@@ -18,7 +18,7 @@ use tokio_postgres::error::SqlState;
 use uuid::Uuid;
 
 use crate::PostgresBackend;
-use crate::error::{BACKEND, InSchema, PostgresError, query_error};
+use crate::error::{BACKEND, Cells, InSchema, PostgresError, query_error};
 use crate::index::Indexes;
 use crate::sql::{
     Passages, Query, SCORE_COL, entries, entry, entry_cols, push_filter, scored, scored_entries,
@@ -229,10 +229,7 @@ impl PostgresBackend {
         c: &Object,
         query: &Query,
     ) -> std::result::Result<Vec<tokio_postgres::Row>, PostgresError> {
-        let stmt = c.prepare_cached(&query.sql).await.in_schema(&self.schema)?;
-        c.query(&stmt, &query.params())
-            .await
-            .in_schema(&self.schema)
+        self.on(c).rows(&query.sql, &query.params()).await
     }
 
     /// Loads the entries of these pks in the scope with key `key`, counting a recall of
@@ -261,15 +258,12 @@ impl PostgresBackend {
                  WHERE sc.key = $1",
                 entry_cols("b")
             );
-            let stmt = c.prepare_cached(&sql).await.in_schema(&self.schema)?;
             let now = Timestamp::now().as_millis();
-            c.query(&stmt, &[&key, &pks, &now]).await
+            self.on(c).rows(&sql, &[&key, &pks, &now]).await?
         } else {
             let sql = self.select_entries("WHERE sc.key = $1 AND m.pk = ANY($2)");
-            let stmt = c.prepare_cached(&sql).await.in_schema(&self.schema)?;
-            c.query(&stmt, &[&key, &pks]).await
-        }
-        .in_schema(&self.schema)?;
+            self.on(c).rows(&sql, &[&key, &pks]).await?
+        };
         Ok(entries(&rows, &self.schema)?.into_iter().collect())
     }
 
@@ -380,11 +374,11 @@ impl PostgresBackend {
              RETURNING id, stored",
             self.names.scopes
         );
-        let stmt = tx.prepare_cached(&sql).await.in_schema(&self.schema)?;
         let n = i64::try_from(n).unwrap_or(i64::MAX);
-        let row = tx
-            .query_one(
-                &stmt,
+        let row = self
+            .on(tx)
+            .one(
+                &sql,
                 &[
                     &scope.key(),
                     &scope.tenant(),
@@ -394,8 +388,7 @@ impl PostgresBackend {
                     &n,
                 ],
             )
-            .await
-            .in_schema(&self.schema)?;
+            .await?;
         let get = |i| row.try_get::<_, i64>(i).in_schema(&self.schema);
         Ok((get(0)?, get(1)?))
     }
@@ -620,11 +613,7 @@ impl MemoryBackend for PostgresBackend {
              RETURNING holder",
             l = self.names.leases
         );
-        let stmt = c.prepare_cached(&sql).await.in_schema(&self.schema)?;
-        let rows = c
-            .query(&stmt, &[&name, &holder, &ttl_ms])
-            .await
-            .in_schema(&self.schema)?;
+        let rows = self.on(&c).rows(&sql, &[&name, &holder, &ttl_ms]).await?;
         Ok(!rows.is_empty())
     }
 
@@ -634,10 +623,7 @@ impl MemoryBackend for PostgresBackend {
             "DELETE FROM {} WHERE name = $1 AND holder = $2",
             self.names.leases
         );
-        let stmt = c.prepare_cached(&sql).await.in_schema(&self.schema)?;
-        c.execute(&stmt, &[&name, &holder])
-            .await
-            .in_schema(&self.schema)?;
+        self.on(&c).execute(&sql, &[&name, &holder]).await?;
         Ok(())
     }
 
@@ -713,11 +699,10 @@ impl MemoryBackend for PostgresBackend {
     async fn get(&self, scope: &Scope, id: MemoryId) -> Result<MemoryEntry> {
         let c = self.client().await?;
         let sql = self.select_entries("WHERE m.id = $1 AND sc.key = $2");
-        let stmt = c.prepare_cached(&sql).await.in_schema(&self.schema)?;
-        let row = c
-            .query_opt(&stmt, &[id.as_uuid(), &scope.key()])
-            .await
-            .in_schema(&self.schema)?
+        let row = self
+            .on(&c)
+            .opt(&sql, &[id.as_uuid(), &scope.key()])
+            .await?
             .ok_or(MemoryError::NotFound { id })?;
         let (_, entry) = entry(&row, &self.schema)?;
         ensure_scope(BACKEND, scope, [&entry])?;
@@ -805,8 +790,7 @@ impl MemoryBackend for PostgresBackend {
             " ORDER BY m.created_at DESC, m.id DESC LIMIT {lim}"
         ));
         let c = self.client().await?;
-        let stmt = c.prepare_cached(&q.sql).await.in_schema(&self.schema)?;
-        let rows = c.query(&stmt, &q.params()).await.in_schema(&self.schema)?;
+        let rows = self.on(&c).rows(&q.sql, &q.params()).await?;
         let out: Vec<MemoryEntry> = entries(&rows, &self.schema)?
             .into_iter()
             .map(|(_, e)| e)
@@ -982,12 +966,8 @@ impl MemoryBackend for PostgresBackend {
             "SELECT count(*) FROM {} m WHERE m.scope_id = (SELECT id FROM {} WHERE key = $1)",
             self.names.memories, self.names.scopes
         );
-        let stmt = c.prepare_cached(&sql).await.in_schema(&self.schema)?;
-        let n: i64 = c
-            .query_one(&stmt, &[&scope.key()])
-            .await
-            .and_then(|r| r.try_get(0))
-            .in_schema(&self.schema)?;
+        let row = self.on(&c).one(&sql, &[&scope.key()]).await?;
+        let n: i64 = Cells::new(&row, &self.schema).get(0)?;
         Ok(u64::try_from(n).unwrap_or(0))
     }
 
@@ -1000,11 +980,7 @@ impl MemoryBackend for PostgresBackend {
             s = self.names.scopes,
             m = self.names.memories
         );
-        let stmt = c.prepare_cached(&sql).await.in_schema(&self.schema)?;
-        let rows = c
-            .query(&stmt, &[&tenant, &user])
-            .await
-            .in_schema(&self.schema)?;
+        let rows = self.on(&c).rows(&sql, &[&tenant, &user]).await?;
         let mut out = Vec::with_capacity(rows.len());
         for r in &rows {
             let get =

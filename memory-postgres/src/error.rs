@@ -217,6 +217,79 @@ impl<T> InSchema<T> for Result<T, tokio_postgres::Error> {
     }
 }
 
+/// A row of the store in `schema`, read cell by cell: a cell that does not decode is
+/// classified by [`query_error`] like a failed statement.
+pub(crate) struct Cells<'r> {
+    row: &'r tokio_postgres::Row,
+    schema: &'r str,
+}
+
+impl<'r> Cells<'r> {
+    /// Reads `row` of the store in `schema`.
+    pub(crate) fn new(row: &'r tokio_postgres::Row, schema: &'r str) -> Self {
+        Self { row, schema }
+    }
+
+    /// Cell `i`, decoded as `T`.
+    pub(crate) fn get<T: tokio_postgres::types::FromSql<'r>>(
+        &self,
+        i: usize,
+    ) -> Result<T, PostgresError> {
+        self.row.try_get(i).in_schema(self.schema)
+    }
+}
+
+/// Statements on the store in `schema` through one pooled connection or transaction,
+/// prepared once per connection (cached), their errors classified by [`query_error`].
+pub(crate) struct On<'a, C> {
+    /// The connection or transaction.
+    pub(crate) c: &'a C,
+    /// The store's schema, for the errors.
+    pub(crate) schema: &'a str,
+}
+
+impl<C: deadpool_postgres::GenericClient + Sync> On<'_, C> {
+    /// The rows of `sql` with `params`.
+    pub(crate) async fn rows(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>, PostgresError> {
+        let stmt = self.c.prepare_cached(sql).await.in_schema(self.schema)?;
+        self.c.query(&stmt, params).await.in_schema(self.schema)
+    }
+
+    /// The one row of `sql` with `params` (an error if there is none or more).
+    pub(crate) async fn one(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<tokio_postgres::Row, PostgresError> {
+        let stmt = self.c.prepare_cached(sql).await.in_schema(self.schema)?;
+        self.c.query_one(&stmt, params).await.in_schema(self.schema)
+    }
+
+    /// The row of `sql` with `params`, if there is one.
+    pub(crate) async fn opt(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Option<tokio_postgres::Row>, PostgresError> {
+        let stmt = self.c.prepare_cached(sql).await.in_schema(self.schema)?;
+        self.c.query_opt(&stmt, params).await.in_schema(self.schema)
+    }
+
+    /// Runs `sql` with `params`; how many rows it changed.
+    pub(crate) async fn execute(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<u64, PostgresError> {
+        let stmt = self.c.prepare_cached(sql).await.in_schema(self.schema)?;
+        self.c.execute(&stmt, params).await.in_schema(self.schema)
+    }
+}
+
 /// Classifies an error from a query on `schema`.
 pub(crate) fn query_error(schema: &str, source: tokio_postgres::Error) -> PostgresError {
     if source.code() == Some(&tokio_postgres::error::SqlState::QUERY_CANCELED) {

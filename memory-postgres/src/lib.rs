@@ -44,7 +44,7 @@ use tokio_postgres::config::Host;
 
 pub use error::PostgresError;
 
-use crate::error::{InSchema, connect_error};
+use crate::error::{InSchema, On, connect_error};
 use crate::index::Indexes;
 use crate::schema::{HNSW_MAX_DIMS, Opened, Target, quote_ident, valid_schema_name};
 use crate::sql::Passages;
@@ -458,6 +458,14 @@ impl PostgresBackend {
     /// Closes the pool: later calls fail with a clear error.
     pub fn close(&self) {
         self.pool.close();
+    }
+
+    /// Statements on this store through `c`, a pooled connection or a transaction.
+    pub(crate) fn on<'a, C>(&'a self, c: &'a C) -> On<'a, C> {
+        On {
+            c,
+            schema: &self.schema,
+        }
     }
 
     /// A pooled connection, with connection failures named clearly.

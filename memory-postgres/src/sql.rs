@@ -10,7 +10,7 @@ use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
-use crate::error::{InSchema, PostgresError};
+use crate::error::{Cells, PostgresError};
 
 /// The columns every entry is read from (`m` is memories, `sc` is scopes, and `a` the
 /// memory's row in `memory_access`, if any): recalls are counted in that narrow table so
@@ -155,6 +155,7 @@ pub(crate) fn tsquery(text: &str) -> Option<String> {
 
 /// Maps a row of [`entry_cols`] to `(pk, entry)`.
 pub(crate) fn entry(row: &Row, schema: &str) -> Result<(i64, MemoryEntry), PostgresError> {
+    let row = Cells::new(row, schema);
     let inv = |what: String| PostgresError::InvalidData {
         schema: schema.to_owned(),
         what,
@@ -163,22 +164,22 @@ pub(crate) fn entry(row: &Row, schema: &str) -> Result<(i64, MemoryEntry), Postg
     let ts = |ms: i64, what: &str| {
         Timestamp::from_millis(ms).ok_or_else(|| inv(format!("{what} {ms} is out of range")))
     };
-    let pk: i64 = row.try_get(0).in_schema(schema)?;
-    let id: Uuid = row.try_get(1).in_schema(schema)?;
-    let tenant: String = row.try_get(2).in_schema(schema)?;
-    let user: String = row.try_get(3).in_schema(schema)?;
-    let chat: Option<String> = row.try_get(4).in_schema(schema)?;
-    let thread: Option<String> = row.try_get(5).in_schema(schema)?;
-    let kind: String = row.try_get(6).in_schema(schema)?;
-    let role: Option<String> = row.try_get(9).in_schema(schema)?;
-    let tags: Vec<String> = row.try_get(11).in_schema(schema)?;
-    let importance: f32 = row.try_get(12).in_schema(schema)?;
-    let created_at: i64 = row.try_get(14).in_schema(schema)?;
-    let accessed_at: i64 = row.try_get(15).in_schema(schema)?;
-    let access_count: i64 = row.try_get(16).in_schema(schema)?;
-    let valid_from: Option<i64> = row.try_get(17).in_schema(schema)?;
-    let valid_until: Option<i64> = row.try_get(18).in_schema(schema)?;
-    let superseded_by: Option<Uuid> = row.try_get(19).in_schema(schema)?;
+    let pk: i64 = row.get(0)?;
+    let id: Uuid = row.get(1)?;
+    let tenant: String = row.get(2)?;
+    let user: String = row.get(3)?;
+    let chat: Option<String> = row.get(4)?;
+    let thread: Option<String> = row.get(5)?;
+    let kind: String = row.get(6)?;
+    let role: Option<String> = row.get(9)?;
+    let tags: Vec<String> = row.get(11)?;
+    let importance: f32 = row.get(12)?;
+    let created_at: i64 = row.get(14)?;
+    let accessed_at: i64 = row.get(15)?;
+    let access_count: i64 = row.get(16)?;
+    let valid_from: Option<i64> = row.get(17)?;
+    let valid_until: Option<i64> = row.get(18)?;
+    let superseded_by: Option<Uuid> = row.get(19)?;
 
     let mut scope = Scope::for_user(user)
         .and_then(|s| s.in_tenant(tenant))
@@ -198,20 +199,20 @@ pub(crate) fn entry(row: &Row, schema: &str) -> Result<(i64, MemoryEntry), Postg
         id: MemoryId::from_uuid(id),
         scope,
         kind: MemoryKind::parse(&kind).map_err(core)?,
-        content: row.try_get(7).in_schema(schema)?,
-        context: row.try_get(8).in_schema(schema)?,
+        content: row.get(7)?,
+        context: row.get(8)?,
         tags,
         role: role.as_deref().map(Role::parse).transpose().map_err(core)?,
-        source: row.try_get(10).in_schema(schema)?,
+        source: row.get(10)?,
         importance: Importance::new(importance).map_err(core)?,
-        pinned: row.try_get(13).in_schema(schema)?,
+        pinned: row.get(13)?,
         created_at: ts(created_at, "created_at")?,
         accessed_at: ts(accessed_at, "accessed_at")?,
         access_count: u64::try_from(access_count).unwrap_or(0),
         valid_from: valid_from.map(|t| ts(t, "valid_from")).transpose()?,
         valid_until: valid_until.map(|t| ts(t, "valid_until")).transpose()?,
         superseded_by: superseded_by.map(MemoryId::from_uuid),
-        embedded: row.try_get(20).in_schema(schema)?,
+        embedded: row.get(20)?,
     };
     Ok((pk, entry))
 }
@@ -235,7 +236,7 @@ pub(crate) fn scored_entries(
     rows.iter()
         .map(|r| {
             let (pk, e) = entry(r, schema)?;
-            let score: f64 = r.try_get(SCORE_COL).in_schema(schema)?;
+            let score: f64 = Cells::new(r, schema).get(SCORE_COL)?;
             Ok((pk, e, score as f32))
         })
         .collect()
@@ -248,9 +249,8 @@ pub(crate) fn scored(
 ) -> Result<Vec<(i64, MemoryId, f32)>, PostgresError> {
     rows.iter()
         .map(|r| {
-            let pk: i64 = r.try_get(0).in_schema(schema)?;
-            let id: Uuid = r.try_get(1).in_schema(schema)?;
-            let score: f64 = r.try_get(2).in_schema(schema)?;
+            let r = Cells::new(r, schema);
+            let (pk, id, score): (i64, Uuid, f64) = (r.get(0)?, r.get(1)?, r.get(2)?);
             Ok((pk, MemoryId::from_uuid(id), score as f32))
         })
         .collect()
