@@ -42,9 +42,7 @@ pub struct HydrationConfig {
     pub tool_timeout: Duration,
     /// The kinds of context wanted. Default: temporal, knowledge, semantic.
     pub kinds: BTreeSet<SourceKind>,
-    /// Sources set explicitly; they win over providers.
-    pub sources: BTreeMap<SourceKind, Arc<dyn ContextSource>>,
-    /// Providers, in precedence order (earlier ones win).
+    /// Providers, in precedence order (earlier ones win); every family comes through one.
     pub providers: Vec<SourceProvider>,
     /// Bot/app state options, per provider name (below request and runtime options).
     pub app_options: BTreeMap<String, ProviderOptions>,
@@ -120,7 +118,6 @@ impl HydrationConfig {
             tool_handlers: BTreeMap::new(),
             tool_timeout: Duration::from_secs(30),
             kinds: SourceKind::MEMORY.into_iter().collect(),
-            sources: BTreeMap::new(),
             providers: Vec::new(),
             app_options: BTreeMap::new(),
             reranker: Arc::new(NoopReranker),
@@ -149,10 +146,15 @@ impl HydrationConfig {
         self
     }
 
-    /// Sets the source of `kind` explicitly (and wants the kind).
+    /// Sets the source of `kind` explicitly (and wants the kind): it is served by a
+    /// provider ([`SourceProvider::serving`]) put before every other, so it wins, in place
+    /// of a source set this way before.
     pub fn with_source(mut self, kind: SourceKind, source: Arc<dyn ContextSource>) -> Self {
         self.kinds.insert(kind);
-        self.sources.insert(kind, source);
+        self.providers
+            .retain(|p| !(p.is_serving() && p.supports(kind)));
+        self.providers
+            .insert(0, SourceProvider::serving(kind, source));
         self
     }
 
@@ -228,7 +230,6 @@ impl fmt::Debug for HydrationConfig {
             )
             .field("tool_timeout", &self.tool_timeout)
             .field("kinds", &self.kinds)
-            .field("sources", &self.sources)
             .field("providers", &self.providers)
             .field("app_options", &self.app_options)
             .field("reranker", &self.reranker)

@@ -15,7 +15,7 @@ use memory_core::{ErrorChain, MemoryError, MemoryId};
 use crate::config::{HydrateInput, HydrationConfig};
 use crate::cues::QueryCues;
 use crate::error::Error;
-use crate::provider::{KindLimits, ResolvedOptions, SourceChoice, SourceProvider, plan_sources};
+use crate::provider::{KindLimits, ResolvedOptions, SourceProvider, plan_sources};
 use crate::render;
 use crate::report::{SourceReport, SourceStatus};
 use crate::scoring::score_item;
@@ -187,63 +187,54 @@ impl Gathered {
         };
 
         let mut runnables = Vec::new();
-        for (kind, choice) in plan_sources(&wanted, &config.sources, &config.providers) {
+        for (kind, first) in plan_sources(&wanted, &config.providers) {
             let mut report = SourceReport::new(kind, SourceStatus::Complete);
-            let mut fallbacks = Vec::new();
-            let mut limits = KindLimits::NONE;
-            let source = match choice {
-                SourceChoice::Missing => {
-                    report.status = SourceStatus::Missing;
-                    self.reports.push(report);
-                    self.degrade(
-                        kind,
-                        DegradationKind::MissingProvider,
-                        format!("no source or provider supplies {kind} context; branch skipped"),
-                    );
-                    continue;
-                }
-                SourceChoice::Explicit(source) => Arc::clone(source),
-                SourceChoice::Provider(first) => {
-                    // Routing: every provider of the kind, in precedence order. One whose
-                    // identity does not admit the scope is passed over; one that cannot build
-                    // its source is recorded and the next is tried; the first that builds
-                    // serves, and the rest stand by should it fail.
-                    let mut chain = Vec::new();
-                    let mut passed_over = Vec::new();
-                    for provider in config.providers.iter().filter(|p| p.supports(kind)) {
-                        let mut built = SourceReport::new(kind, SourceStatus::Complete);
-                        match build_from_provider(provider, kind, config, input, &mut built) {
-                            Ok(source) => {
-                                if chain.is_empty() {
-                                    report.provider = Some(provider.name().to_owned());
-                                    report.options = built.options;
-                                }
-                                chain.push((
-                                    provider.name().to_owned(),
-                                    source,
-                                    provider.capabilities().limits_for(kind),
-                                ));
-                            }
-                            Err(d) if d.kind == DegradationKind::IdentityMismatch => {
-                                passed_over.push(d);
-                            }
-                            Err(d) => self.degradations.push(d.for_source(kind)),
-                        }
-                    }
-                    if chain.is_empty() {
-                        report.provider = Some(first.name().to_owned());
-                        report.status = SourceStatus::Failed;
-                        self.reports.push(report);
-                        self.degradations
-                            .extend(passed_over.into_iter().map(|d| d.for_source(kind)));
-                        continue;
-                    }
-                    let (_, source, first_limits) = chain.remove(0);
-                    limits = first_limits;
-                    fallbacks = chain;
-                    source
-                }
+            let Some(first) = first else {
+                report.status = SourceStatus::Missing;
+                self.reports.push(report);
+                self.degrade(
+                    kind,
+                    DegradationKind::MissingProvider,
+                    format!("no provider supplies {kind} context; branch skipped"),
+                );
+                continue;
             };
+            // Routing: every provider of the kind, in precedence order. One whose identity
+            // does not admit the scope is passed over; one that cannot build its source is
+            // recorded and the next is tried; the first that builds serves, and the rest
+            // stand by should it fail.
+            let mut chain = Vec::new();
+            let mut passed_over = Vec::new();
+            for provider in config.providers.iter().filter(|p| p.supports(kind)) {
+                let mut built = SourceReport::new(kind, SourceStatus::Complete);
+                match build_from_provider(provider, kind, config, input, &mut built) {
+                    Ok(source) => {
+                        if chain.is_empty() {
+                            report.provider = Some(provider.name().to_owned());
+                            report.options = built.options;
+                        }
+                        chain.push((
+                            provider.name().to_owned(),
+                            source,
+                            provider.capabilities().limits_for(kind),
+                        ));
+                    }
+                    Err(d) if d.kind == DegradationKind::IdentityMismatch => {
+                        passed_over.push(d);
+                    }
+                    Err(d) => self.degradations.push(d.for_source(kind)),
+                }
+            }
+            if chain.is_empty() {
+                report.provider = Some(first.name().to_owned());
+                report.status = SourceStatus::Failed;
+                self.reports.push(report);
+                self.degradations
+                    .extend(passed_over.into_iter().map(|d| d.for_source(kind)));
+                continue;
+            }
+            let (_, source, limits) = chain.remove(0);
+            let fallbacks = chain;
             report.source = Some(source.name().to_owned());
             // The serving provider's own limits narrow what is asked and kept.
             let params = limits.narrow(params_for(kind));

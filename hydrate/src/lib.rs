@@ -156,7 +156,7 @@ pub use passages::{PASSAGE_BYTES, passages, score_passages};
 pub use provider::{
     Auth, BuildContext, KindLimits, NoopReranker, OptionOrigin, ProviderCapabilities,
     ProviderConfig, ProviderIdentity, ProviderOptions, Reranker, ResolvedOption, ResolvedOptions,
-    Secret, SourceBuilder, SourceChoice, SourceProvider, plan_sources, resolve_options,
+    Secret, SourceBuilder, SourceProvider, plan_sources, resolve_options,
 };
 pub use render::{DATA_TAG, DEFAULT_CONSTRAINTS, day_header, escape_data, memory_block, preview};
 pub use report::{

@@ -102,7 +102,7 @@ impl Ops {
         let mut config = (*self.config).clone();
         // A user's documents (the vector family) are theirs alone too.
         config.kinds.remove(&SourceKind::Vector);
-        config.sources.remove(&SourceKind::Vector);
+        config.providers.retain(|p| !p.supports(SourceKind::Vector));
         self.config = Arc::new(with_runtime_option(config, OPT_USER_KNOWLEDGE, false));
         self.shared = true;
         self

@@ -101,12 +101,14 @@ mod tests {
         let config = config(store, None).unwrap();
         assert_eq!(config.system_prompt, SYSTEM_PROMPT);
         assert_eq!(config.tokenizer.name(), "o200k_base");
-        assert_eq!(config.providers.len(), 1);
+        // The memory provider, and the graph where the build has it (it ships, so it is
+        // measured).
+        let graph = config
+            .providers
+            .iter()
+            .any(|p| p.supports(SourceKind::Graph));
+        assert_eq!(graph, crate::graph_available().is_ok());
+        assert_eq!(config.providers.len(), 1 + usize::from(graph));
         assert!(config.memory_tools);
-        // The graph ships where the build has it, and so is measured.
-        assert_eq!(
-            config.sources.contains_key(&SourceKind::Graph),
-            crate::graph_available().is_ok()
-        );
     }
 }

@@ -1,12 +1,15 @@
 //! Source providers: one per backend, with a builder per source kind it supplies, a
 //! [`ProviderConfig`] (identity, options, auth), option precedence, the rule that picks a
 //! source for each kind ([`plan_sources`]), and the reranker family (no-op by default).
+//! Every family reaches hydrate through a provider; a source already built is served by
+//! [`SourceProvider::serving`].
 //!
 //! # Precedence
 //!
-//! - **Which source serves a kind:** a source set explicitly in the hydration config wins;
-//!   otherwise the first provider (in config order) that [supports](SourceProvider::supports)
-//!   the kind; otherwise the kind is *missing*, its branch is skipped and the explain report
+//! - **Which source serves a kind:** the first provider (in config order) that
+//!   [supports](SourceProvider::supports) the kind (a source set with
+//!   [`HydrationConfig::with_source`](crate::HydrationConfig::with_source) goes first, so it
+//!   wins); otherwise the kind is *missing*, its branch is skipped and the explain report
 //!   says so.
 //! - **A provider's options** ([`resolve_options`]): explicit runtime options (the provider's
 //!   [`ProviderConfig::options`]) > the request's options for that provider > bot/app state
@@ -391,6 +394,8 @@ pub struct SourceProvider {
     config: ProviderConfig,
     defaults: ProviderOptions,
     builders: BTreeMap<SourceKind, Arc<dyn SourceBuilder>>,
+    /// Made by [`SourceProvider::serving`].
+    serving: bool,
 }
 
 impl SourceProvider {
@@ -402,7 +407,24 @@ impl SourceProvider {
             config: ProviderConfig::default(),
             defaults: ProviderOptions::default(),
             builders: BTreeMap::new(),
+            serving: false,
         }
+    }
+
+    /// A provider of one kind whose source is already built (documents, the graph, a web
+    /// search, a test's source): named after the source, honouring what it honours. It
+    /// routes like any other provider: identity, limits and fallback apply to it too.
+    pub fn serving(kind: SourceKind, source: Arc<dyn ContextSource>) -> Self {
+        let caps = ProviderCapabilities::new([kind]).with_honours(source.honours());
+        let mut provider =
+            Self::new(source.name(), caps).with_builder(kind, Arc::new(Built(source)));
+        provider.serving = true;
+        provider
+    }
+
+    /// Whether it serves a source already built ([`SourceProvider::serving`]).
+    pub(crate) fn is_serving(&self) -> bool {
+        self.serving
     }
 
     /// Adds the builder for `kind`.
@@ -486,37 +508,26 @@ impl SourceProvider {
     }
 }
 
-/// Who serves one kind of context for a request.
-#[derive(Clone, Debug)]
-pub enum SourceChoice<'a> {
-    /// A source set explicitly in the hydration config.
-    Explicit(&'a Arc<dyn ContextSource>),
-    /// The first provider that supports the kind.
-    Provider(&'a SourceProvider),
-    /// Nobody: the branch is skipped and reported.
-    Missing,
-}
-
-/// Picks who serves each wanted kind: explicit sources win; among providers, earlier ones
-/// win; a kind nobody supplies is [`SourceChoice::Missing`].
+/// Picks who serves each wanted kind: the first provider (in config order) that supports
+/// it, `None` when nobody does.
 pub fn plan_sources<'a>(
     kinds: &BTreeSet<SourceKind>,
-    explicit: &'a BTreeMap<SourceKind, Arc<dyn ContextSource>>,
     providers: &'a [SourceProvider],
-) -> BTreeMap<SourceKind, SourceChoice<'a>> {
+) -> BTreeMap<SourceKind, Option<&'a SourceProvider>> {
     kinds
         .iter()
-        .map(|&kind| {
-            let choice = match explicit.get(&kind) {
-                Some(source) => SourceChoice::Explicit(source),
-                None => providers
-                    .iter()
-                    .find(|p| p.supports(kind))
-                    .map_or(SourceChoice::Missing, SourceChoice::Provider),
-            };
-            (kind, choice)
-        })
+        .map(|&kind| (kind, providers.iter().find(|p| p.supports(kind))))
         .collect()
+}
+
+/// The builder of [`SourceProvider::serving`]: hands out the source it was given.
+#[derive(Debug)]
+struct Built(Arc<dyn ContextSource>);
+
+impl SourceBuilder for Built {
+    fn build(&self, _ctx: &BuildContext<'_>) -> Result<Arc<dyn ContextSource>> {
+        Ok(Arc::clone(&self.0))
+    }
 }
 
 /// Reorders (and may rescore or filter) a source's items after scoring.

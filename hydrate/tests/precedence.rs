@@ -19,8 +19,8 @@ use common::{OBSERVATION, chat_scope, config, embedder, input, request, seed_ali
 use hydrate::{
     Auth, BuildContext, ContextSource, DegradationKind, KindLimits, OptionOrigin,
     ProviderCapabilities, ProviderConfig, ProviderIdentity, ProviderOptions, Secret, SourceBuilder,
-    SourceChoice, SourceItem, SourceKind, SourceOutput, SourceProvider, SourceQuery, SourceStatus,
-    hydrate, memory_provider, plan_sources, resolve_options,
+    SourceItem, SourceKind, SourceOutput, SourceProvider, SourceQuery, SourceStatus, hydrate,
+    memory_provider, plan_sources, resolve_options,
 };
 use memory_core::MemoryBackend;
 use memory_inmem::InMemoryBackend;
@@ -58,12 +58,8 @@ fn provider(name: &'static str, declared: &[SourceKind], built: &[SourceKind]) -
     )
 }
 
-fn chosen(choice: &SourceChoice<'_>) -> String {
-    match choice {
-        SourceChoice::Explicit(s) => format!("explicit:{}", s.name()),
-        SourceChoice::Provider(p) => format!("provider:{}", p.name()),
-        SourceChoice::Missing => "missing".into(),
-    }
+fn chosen(choice: Option<&SourceProvider>) -> String {
+    choice.map_or("missing".into(), |p| format!("provider:{}", p.name()))
 }
 
 #[test]
@@ -88,9 +84,13 @@ fn explicit_sources_win_then_earlier_providers() {
     let kinds: BTreeSet<_> = [Temporal, Knowledge, Semantic, Graph, Web]
         .into_iter()
         .collect();
-    let mut explicit: BTreeMap<SourceKind, Arc<dyn ContextSource>> = BTreeMap::new();
-    explicit.insert(Knowledge, Arc::new(Named("mine".into())));
+    // A source set explicitly is served by a provider put before the others.
+    let explicit = hydrate::HydrationConfig::new("", common::tokenizer())
+        .with_provider(provider("first", &[Temporal], &[Temporal]))
+        .with_source(Knowledge, Arc::new(Named("mine".into())));
+    assert_eq!(explicit.providers[0].name(), "mine");
     let providers = vec![
+        explicit.providers[0].clone(),
         provider(
             "first",
             &[Temporal, Knowledge, Graph],
@@ -103,13 +103,13 @@ fn explicit_sources_win_then_earlier_providers() {
         ),
         provider("third", &[Semantic, Web], &[Semantic]),
     ];
-    let plan: BTreeMap<SourceKind, String> = plan_sources(&kinds, &explicit, &providers)
-        .iter()
-        .map(|(k, c)| (*k, chosen(c)))
+    let plan: BTreeMap<SourceKind, String> = plan_sources(&kinds, &providers)
+        .into_iter()
+        .map(|(k, c)| (k, chosen(c)))
         .collect();
     assert_eq!(plan[&Temporal], "provider:first", "earlier provider wins");
     assert_eq!(
-        plan[&Knowledge], "explicit:mine",
+        plan[&Knowledge], "provider:mine",
         "explicit source beats every provider"
     );
     assert_eq!(plan[&Semantic], "provider:second");
