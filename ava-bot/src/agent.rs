@@ -12,7 +12,7 @@ use hydrate::preview;
 use hydrate::product::{chat_turn, in_reply_to};
 use hydrate::{
     ChatModel, CompiledPrompt, Exchange, ExplainReport, FactExtractor, HydrateInput,
-    HydrationConfig, Inference, OPT_RECORD_ACCESS, Ops, ProviderOptions, SessionState, product,
+    HydrationConfig, Inference, OPT_RECORD_ACCESS, Ops, SessionState, product,
 };
 use memory_core::{
     ConsolidationReport, EmbeddingProvider, Filter, MemoryBackend, MemoryError, MemoryId,
@@ -296,10 +296,7 @@ impl Agent {
         let mut config =
             product::config(Arc::clone(&store), embedder).context("load the tokenizer")?;
         if !record_access {
-            config.providers = std::mem::take(&mut config.providers)
-                .into_iter()
-                .map(|p| p.with_options(ProviderOptions::new().with(OPT_RECORD_ACCESS, false)))
-                .collect();
+            config = config.with_runtime_option(OPT_RECORD_ACCESS, false);
         }
         Ok(Self {
             store,

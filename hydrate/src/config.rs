@@ -146,6 +146,21 @@ impl HydrationConfig {
         self
     }
 
+    /// Sets `key` to `value` in every provider's runtime options: the layer no request can
+    /// override (a provider ignores keys it does not know).
+    pub fn with_runtime_option(mut self, key: &str, value: impl Into<serde_json::Value>) -> Self {
+        let value = value.into();
+        self.providers = std::mem::take(&mut self.providers)
+            .into_iter()
+            .map(|p| {
+                let mut options = p.config().options.clone();
+                options.set(key, value.clone());
+                p.with_options(options)
+            })
+            .collect();
+        self
+    }
+
     /// Sets the source of `kind` explicitly (and wants the kind): it is served by a
     /// provider ([`SourceProvider::serving`]) put before every other, so it wins, in place
     /// of a source set this way before.

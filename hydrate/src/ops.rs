@@ -103,7 +103,7 @@ impl Ops {
         // A user's documents (the vector family) are theirs alone too.
         config.kinds.remove(&SourceKind::Vector);
         config.providers.retain(|p| !p.supports(SourceKind::Vector));
-        self.config = Arc::new(with_runtime_option(config, OPT_USER_KNOWLEDGE, false));
+        self.config = Arc::new(config.with_runtime_option(OPT_USER_KNOWLEDGE, false));
         self.shared = true;
         self
     }
@@ -116,7 +116,7 @@ impl Ops {
     pub fn sharing_facts_of(mut self, user: &str) -> Self {
         if self.shared {
             let config = (*self.config).clone();
-            self.config = Arc::new(with_runtime_option(config, OPT_SHARED_FACTS_OF, user));
+            self.config = Arc::new(config.with_runtime_option(OPT_SHARED_FACTS_OF, user));
         }
         self
     }
@@ -438,24 +438,6 @@ impl Ops {
         }
         Ok(())
     }
-}
-
-/// `config` with `key` set to `value` in every provider's runtime options: the layer no
-/// request can override.
-fn with_runtime_option(
-    mut config: HydrationConfig,
-    key: &str,
-    value: impl Into<Value> + Clone,
-) -> HydrationConfig {
-    config.providers = std::mem::take(&mut config.providers)
-        .into_iter()
-        .map(|p| {
-            let mut options = p.config().options.clone();
-            options.set(key, value.clone());
-            p.with_options(options)
-        })
-        .collect();
-    config
 }
 
 /// Recall results as a delimited data block, with ids so the model can `forget` one.
