@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use hydrate::{
-    Block, CompiledPrompt, HydrateInput, HydrationConfig, OPT_NEIGHBOURS, OPT_RECORD_ACCESS,
-    OPT_SEMANTIC_WEIGHT, ProviderOptions, SourceKind, day_header, escape_data, prepare, product,
+    CompiledPrompt, HydrateInput, HydrationConfig, OPT_NEIGHBOURS, OPT_RECORD_ACCESS,
+    OPT_SEMANTIC_WEIGHT, ProviderOptions, SourceKind, prepare, product,
 };
 use memory_core::{
     Embedding, EmbeddingProvider, Filter, HashingEmbedder, MemoryBackend, MemoryId, MemoryKind,
@@ -28,9 +28,14 @@ use memory_core::{
 use prompt_ir::{Action, ContextRequest, ContextStrategy, TokenBudget};
 use serde_json::{Value, json};
 
+mod evidence;
+mod tally;
+
 use super::Embedder;
 use super::cache::CachedEmbedder;
 use super::locomo::{CATEGORIES, Question, Sample, Turn, store_turns, vector_cache_dir};
+use evidence::{Part, in_prompt, parts_coverage, report_action};
+use tally::{ByCategory, Lost, Tally, mean, per_question, percentile};
 
 /// What to measure (from `cargo xtask eval locomo` arguments).
 pub(super) struct Options {
@@ -318,292 +323,6 @@ impl Conversation {
     }
 }
 
-/// A message as the prompt shows it: its text, who said it, when.
-trait Said {
-    fn text(&self) -> &str;
-    fn role(&self) -> memory_core::Role;
-    fn said_at(&self) -> Timestamp;
-}
-
-impl Said for Turn {
-    fn text(&self) -> &str {
-        &self.text
-    }
-    fn role(&self) -> memory_core::Role {
-        self.role
-    }
-    fn said_at(&self) -> Timestamp {
-        self.chat_at
-    }
-}
-
-/// One stored memory of a turn: the whole turn, or one of the linked parts of a turn
-/// longer than the store takes in one memory.
-struct Part {
-    id: MemoryId,
-    text: String,
-    role: memory_core::Role,
-    at: Timestamp,
-}
-
-impl Said for Part {
-    fn text(&self) -> &str {
-        &self.text
-    }
-    fn role(&self) -> memory_core::Role {
-        self.role
-    }
-    fn said_at(&self) -> Timestamp {
-        self.at
-    }
-}
-
-/// How `compile` writes a chat turn into a `<recalled-memory>` block: the header of its day
-/// (`[2023-05-08 Mon]`) and, under it, the line `- role: escaped text` after a line break
-/// (a block's items always are), with the time of day after the dash (`- 13:56 role: ...`)
-/// in the recent conversation. Returns the header and both forms of the line's start.
-fn turn_line(turn: &impl Said) -> (String, [String; 2]) {
-    let text = escape_data(turn.text());
-    let role = turn.role().as_str();
-    (
-        day_header(turn.said_at()),
-        [
-            format!("\n- {role}: {text}"),
-            format!(
-                "\n- {} {role}: {text}",
-                turn.said_at().to_datetime().format("%H:%M")
-            ),
-        ],
-    )
-}
-
-/// Whether one of `texts` holds `turn`'s whole line under the header of its day: the text
-/// ends the line, or a note in parentheses follows it (`(mentions Porto)`). A truncated
-/// line does not count; the date keeps equal texts apart.
-fn line_in<'a>(texts: impl IntoIterator<Item = &'a str>, turn: &impl Said) -> bool {
-    let (day, lines) = turn_line(turn);
-    texts.into_iter().any(|t| {
-        lines.iter().any(|line| {
-            t.match_indices(line.as_str()).any(|(at, _)| {
-                let after = &t[at + line.len()..];
-                if !(after.starts_with('\n') || after.starts_with(" (")) {
-                    return false;
-                }
-                // The nearest header above the line: headers are the only lines starting `[`.
-                let above = &t[..=at];
-                above.rfind("\n[").is_some_and(|h| {
-                    above[h + 1..]
-                        .split('\n')
-                        .next()
-                        .is_some_and(|header| header == day)
-                })
-            })
-        })
-    })
-}
-
-/// Whether `turn` is in one of `prompt`'s data messages (never the observation).
-fn in_prompt(prompt: &CompiledPrompt, turn: &impl Said) -> bool {
-    line_in(data_texts(prompt), turn)
-}
-
-/// The data messages of `prompt` (never the observation).
-fn data_texts(prompt: &CompiledPrompt) -> impl Iterator<Item = &str> {
-    prompt
-        .messages
-        .iter()
-        .zip(&prompt.layout)
-        .filter(|(_, b)| matches!(b, Block::Data(_)))
-        .map(|(m, _)| m.content.as_str())
-}
-
-/// The share of `turn`'s text (its passages' characters, whitespace between them left out)
-/// that is in `prompt`: 1 for the whole line; for an excerpt the passages the explain report
-/// names (`excerpt`), each counted only if its escaped text is in a data message; otherwise
-/// the longest head of the line that is there (`- role: ` and the start of the text). The
-/// second value is whether the report named a passage that is not in the prompt.
-fn coverage(prompt: &CompiledPrompt, turn: &impl Said, id: MemoryId) -> (f64, bool) {
-    if in_prompt(prompt, turn) {
-        return (1.0, false);
-    }
-    let text = turn.text();
-    let total = text_chars(text);
-    if total == 0 {
-        return (0.0, false);
-    }
-    let data: Vec<&str> = data_texts(prompt).collect();
-    let excerpt = prompt
-        .report
-        .sections
-        .iter()
-        .find(|s| s.memory_id == Some(id))
-        .and_then(|s| s.excerpt.as_ref());
-    if let Some(kept) = excerpt {
-        let chars: Vec<char> = text.chars().collect();
-        let (mut found, mut missing) = (0usize, false);
-        for &(a, b) in kept {
-            let piece: String = chars.get(a..b).unwrap_or_default().iter().collect();
-            if data.iter().any(|d| d.contains(&escape_data(&piece))) {
-                found += b - a;
-            } else {
-                missing = true;
-            }
-        }
-        return ((found as f64 / total as f64).min(1.0), missing);
-    }
-    // A head: the longest prefix of the line (by characters) found in a data message.
-    let role = turn.role().as_str();
-    let present = |n: usize| {
-        let head: String = text.chars().take(n).collect();
-        let line = format!("\n- {role}: {}", escape_data(&head));
-        data.iter().any(|d| d.contains(&line))
-    };
-    let (mut lo, mut hi) = (0usize, text.chars().count());
-    while lo < hi {
-        let mid = lo + (hi - lo).div_ceil(2);
-        if present(mid) {
-            lo = mid;
-        } else {
-            hi = mid - 1;
-        }
-    }
-    // A head of a few characters is a coincidence (`- user: I`), not the message.
-    let head = if lo >= 20 { lo } else { 0 };
-    ((head as f64 / total as f64).min(1.0), false)
-}
-
-/// The characters of `text`'s passages (the whitespace between them left out).
-fn text_chars(text: &str) -> usize {
-    hydrate::passages(text)
-        .iter()
-        .map(|r| text[r.clone()].chars().count())
-        .sum()
-}
-
-/// [`coverage`] of a turn stored in `parts`: each part's share weighed by its length.
-fn parts_coverage(prompt: &CompiledPrompt, parts: &[Part]) -> (f64, bool) {
-    let total: usize = parts.iter().map(|p| text_chars(&p.text)).sum();
-    let (mut covered, mut missing) = (0.0, false);
-    for p in parts {
-        let (share, m) = coverage(prompt, p, p.id);
-        covered += share * text_chars(&p.text) as f64;
-        missing |= m;
-    }
-    ((covered / total.max(1) as f64).min(1.0), missing)
-}
-
-/// What the explain report says of one memory: kept whole, or why not.
-fn report_action(prompt: &CompiledPrompt, id: MemoryId) -> Option<(&str, Action, f64, &str)> {
-    prompt
-        .report
-        .sections
-        .iter()
-        .find(|s| s.memory_id == Some(id))
-        .map(|s| {
-            let score = s.scores.as_ref().map_or(0.0, |x| x.score);
-            (s.block.as_str(), s.action, score, s.reason.as_str())
-        })
-}
-
-/// Where a missed evidence turn was lost.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Lost {
-    /// A source returned it; compile dropped it to fit the budget.
-    DroppedByCompile,
-    /// A source returned it; compile cut it short.
-    TruncatedByCompile,
-    /// The search ranks it within the semantic source's item limit, but under the strategy's
-    /// similarity threshold.
-    BelowThresholdWithinLimit,
-    /// Under the threshold, and ranked past the item limit among the candidates the semantic
-    /// source fetches.
-    BelowThresholdPastLimit,
-    /// Above the threshold, but past the source's item or token limits.
-    OverSourceLimits,
-    /// Not among the candidates the semantic source fetches at all.
-    NotRetrieved,
-}
-
-impl Lost {
-    fn name(self) -> &'static str {
-        match self {
-            Lost::DroppedByCompile => "dropped_by_compile",
-            Lost::TruncatedByCompile => "truncated_by_compile",
-            Lost::BelowThresholdWithinLimit => "below_threshold_within_limit",
-            Lost::BelowThresholdPastLimit => "below_threshold_past_limit",
-            Lost::OverSourceLimits => "over_source_limits",
-            Lost::NotRetrieved => "not_retrieved",
-        }
-    }
-}
-
-/// Per-category and overall averages of a per-question share.
-#[derive(Default, Clone)]
-struct Tally {
-    questions: usize,
-    sum: f64,
-}
-
-impl Tally {
-    fn add(&mut self, x: f64) {
-        self.questions += 1;
-        self.sum += x;
-    }
-    fn mean(&self) -> f64 {
-        if self.questions == 0 {
-            0.0
-        } else {
-            self.sum / self.questions as f64
-        }
-    }
-}
-
-#[derive(Default)]
-struct ByCategory {
-    overall: Tally,
-    categories: BTreeMap<u64, Tally>,
-    /// By BEAM's own category, for files that have one.
-    beam: BTreeMap<String, Tally>,
-}
-
-impl ByCategory {
-    fn add(&mut self, q: &Question, x: f64) {
-        self.overall.add(x);
-        self.categories.entry(q.category).or_default().add(x);
-        if let Some(b) = &q.beam_category {
-            self.beam.entry(b.clone()).or_default().add(x);
-        }
-    }
-    fn json(&self) -> Value {
-        let tallies = |m: Vec<(String, &Tally)>| -> serde_json::Map<String, Value> {
-            m.into_iter()
-                .map(|(c, t)| (c, json!({"questions": t.questions, "mean": t.mean()})))
-                .collect()
-        };
-        let cats = tallies(
-            self.categories
-                .iter()
-                .map(|(c, t)| (c.to_string(), t))
-                .collect(),
-        );
-        let beam = tallies(self.beam.iter().map(|(c, t)| (c.clone(), t)).collect());
-        json!({"overall": self.overall.mean(), "questions": self.overall.questions,
-               "categories": cats, "beam_categories": beam})
-    }
-
-    /// The table cells of each category's mean, in [`CATEGORIES`] order (`-` when empty).
-    fn cells(&self) -> String {
-        CATEGORIES
-            .iter()
-            .map(|(c, _)| {
-                self.categories
-                    .get(c)
-                    .map_or_else(|| format!("{:>12}", "-"), |t| format!("{:>12.3}", t.mean()))
-            })
-            .collect()
-    }
-}
-
 /// Everything measured at one budget.
 #[derive(Default)]
 struct BudgetResult {
@@ -745,33 +464,6 @@ fn example(
         turn.role,
         why.name()
     )
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> f64 {
-    let i = ((sorted.len() as f64 * p) as usize).min(sorted.len().saturating_sub(1));
-    sorted.get(i).map_or(0.0, |d| d.as_secs_f64() * 1e3)
-}
-
-/// Counts per key, divided by the number of questions.
-fn per_question<K: ToString>(counts: &BTreeMap<K, usize>, questions: usize) -> Value {
-    counts
-        .iter()
-        .map(|(k, n)| {
-            (
-                k.to_string(),
-                Value::from(*n as f64 / questions.max(1) as f64),
-            )
-        })
-        .collect::<serde_json::Map<String, Value>>()
-        .into()
-}
-
-fn mean(xs: &[u32]) -> f64 {
-    if xs.is_empty() {
-        0.0
-    } else {
-        xs.iter().map(|&x| f64::from(x)).sum::<f64>() / xs.len() as f64
-    }
 }
 
 /// The embedder of the evaluation stores, and the vector cache when it is the local model.
@@ -1233,6 +925,7 @@ pub(super) async fn evaluate(options: &Options, samples: &[Sample]) -> anyhow::R
 
 #[cfg(test)]
 mod tests {
+    use super::evidence::{line_in, turn_line};
     use super::*;
     use crate::locomo::parse_samples;
 
