@@ -5,6 +5,7 @@ mod bot;
 mod commands;
 mod config;
 mod erase;
+mod inspect;
 mod llm;
 mod mcp;
 mod proxy;

@@ -104,6 +104,7 @@ pub(crate) async fn run(settings: &Settings, args: &Args) -> anyhow::Result<()> 
                 token_file: args.tokens.clone(),
                 extra_hosts: args.allow_hosts.clone(),
                 proxy: None,
+                inspector: None,
             };
             http::serve(listener, memory, config, shutdown_signal()).await?;
             Ended::Signal

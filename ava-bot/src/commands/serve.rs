@@ -1,6 +1,7 @@
 //! `ava serve`: one long-running server for apps, on one address: MCP at `/mcp` (as `ava mcp
-//! --http`) and the OpenAI-compatible proxy under `/v1/` in front of an upstream
-//! ([`crate::proxy`]), for the identities of a bearer-token file, until Ctrl-C or SIGTERM.
+//! --http`), the OpenAI-compatible proxy under `/v1/` in front of an upstream
+//! ([`crate::proxy`]) and the web inspector at `/inspect` ([`crate::inspect`]), for the
+//! identities of a bearer-token file, until Ctrl-C or SIGTERM.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -9,9 +10,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::agent::DEFAULT_BUDGET;
+use crate::agent::{Agent, DEFAULT_BUDGET};
 use crate::commands::mcp::shutdown_signal;
 use crate::config::{Settings, secret_from_env};
+use crate::inspect::Inspector;
 use crate::mcp::Memory;
 use crate::mcp::http::{self, HttpConfig};
 use crate::mcp::tokens::TokenTable;
@@ -81,6 +83,32 @@ pub(crate) async fn run(settings: &Settings, args: &Args) -> anyhow::Result<()> 
     let upstream_url = upstream.base().to_owned();
     // One agent for the server: MCP's `context` builds its prompts too (with its own budget).
     let memory = Arc::new(Memory::new(agent.clone(), opened.embedder_note.clone())?);
+    // The inspector explains prompts as `ava context` does: nothing it looks at counts as
+    // recalled.
+    let inspector = Arc::new(Inspector::new(
+        Arc::clone(&opened.store),
+        settings.equip(
+            Agent::dry_run(
+                Arc::clone(&opened.store),
+                opened.embedder.clone(),
+                args.budget,
+            )?,
+            &opened,
+        )?,
+        serde_json::json!({
+            "location": opened.store.info().location,
+            "embedder": opened.embedder_note,
+            "budget": args.budget,
+            "upstream": upstream_url,
+            "upstream_timeout_s": args.upstream_timeout,
+            "history": format!("{:?}", args.history).to_lowercase(),
+            "facts": match (&args.facts_model, args.no_facts) {
+                (_, true) => "off".to_owned(),
+                (Some(model), false) => format!("learned with {model}"),
+                (None, false) => "learned with each request's model".to_owned(),
+            },
+        }),
+    ));
     let proxy = Arc::new(Proxy::new(agent, upstream, args.history, learning));
     let listener = http::bind(args.addr).await?;
     let local = listener
@@ -95,7 +123,8 @@ pub(crate) async fn run(settings: &Settings, args: &Args) -> anyhow::Result<()> 
     // On its own line and not through the log filter: clients and scripts read it.
     eprintln!(
         "ava serve: listening on http://{local} for {} token(s): MCP at {}, the \
-         OpenAI-compatible proxy at /v1 (upstream {upstream_url}, history {}); {}",
+         OpenAI-compatible proxy at /v1 (upstream {upstream_url}, history {}), the inspector \
+         at /inspect; {}",
         tokens.len(),
         http::PATH,
         clap::ValueEnum::to_possible_value(&args.history)
@@ -107,6 +136,7 @@ pub(crate) async fn run(settings: &Settings, args: &Args) -> anyhow::Result<()> 
         token_file: Some(args.tokens.clone()),
         extra_hosts: args.allow_hosts.clone(),
         proxy: Some(Arc::clone(&proxy)),
+        inspector: Some(inspector),
     };
     http::serve(listener, memory, config, shutdown_signal()).await?;
     // Facts still being learned are learned before the store closes.

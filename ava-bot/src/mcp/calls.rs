@@ -31,6 +31,7 @@ fn reply<T: Serialize>(text: String, data: &T) -> anyhow::Result<CallToolResult>
 impl AvaMcp {
     pub(super) async fn remember(&self, args: JsonObject) -> anyhow::Result<CallToolResult> {
         let a: RememberArgs = parse("remember", args)?;
+        self.may_write("remember")?;
         let tags = a
             .tags
             .iter()
@@ -159,6 +160,7 @@ impl AvaMcp {
 
     pub(super) async fn forget(&self, args: JsonObject) -> anyhow::Result<CallToolResult> {
         let a: ForgetArgs = parse("forget", args)?;
+        self.may_write("forget")?;
         let id: MemoryId = a.id.trim().parse().map_err(|_| {
             anyhow!(
                 "`id` is not a memory id; use an id (a UUID) that remember, recall or recent gave"

@@ -38,6 +38,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::tokens::TokenTable;
 use super::{AvaMcp, Memory};
+use crate::inspect::{self, Inspector};
 use crate::proxy::Proxy;
 
 /// The path MCP is served at.
@@ -136,6 +137,8 @@ struct Gate {
     cross_origin: Refusals,
     /// The OpenAI-compatible proxy under `/v1/` (`ava serve`), if there is one.
     proxy: Option<Arc<Proxy>>,
+    /// The web inspector under `/inspect` (`ava serve`), if there is one.
+    inspector: Option<Arc<Inspector>>,
 }
 
 /// The token of an `Authorization: Bearer <token>` header.
@@ -242,9 +245,10 @@ impl Gate {
         tokens: TokenTable,
     ) -> Arc<Table> {
         let services = tokens
-            .scopes()
-            .map(|scope| {
-                let handler = AvaMcp::new(Arc::clone(memory), scope.clone());
+            .grants()
+            .map(|grant| {
+                let handler =
+                    AvaMcp::new(Arc::clone(memory), grant.scope.clone()).read_only(grant.read_only);
                 StreamableHttpService::new(
                     move || Ok(handler.clone()),
                     Arc::new(NeverSessionManager::default()),
@@ -300,6 +304,16 @@ impl Gate {
                 "requests from web pages of other sites are refused (Origin)\n",
             );
         }
+        let path = request.uri().path();
+        if inspect::is_page(path) {
+            return match &self.inspector {
+                Some(_) => inspect::page(&request),
+                None => plain(
+                    StatusCode::NOT_FOUND,
+                    "not found; the inspector is in `ava serve`\n",
+                ),
+            };
+        }
         let table = self.current(false);
         let Some(i) = bearer(&request).and_then(|t| table.tokens.identify(t)) else {
             self.unauthenticated.note(peer);
@@ -313,8 +327,25 @@ impl Gate {
             );
             return response;
         };
+        if inspect::is_api(request.uri().path()) {
+            return match (&self.inspector, table.tokens.grant(i)) {
+                (Some(inspector), Some(grant)) => inspector.api(request, grant).await,
+                (None, _) => plain(
+                    StatusCode::NOT_FOUND,
+                    "not found; the inspector is in `ava serve`\n",
+                ),
+                (_, None) => plain(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "no grant for this token\n",
+                ),
+            };
+        }
         if request.uri().path().starts_with(crate::proxy::PREFIX) {
             return match (&self.proxy, table.tokens.grant(i)) {
+                (Some(_), Some(grant)) if grant.read_only => plain(
+                    StatusCode::FORBIDDEN,
+                    "this token is read-only, and the proxy stores every exchange\n",
+                ),
                 (Some(proxy), Some(grant)) => proxy.handle(request, grant).await,
                 (None, _) => plain(
                     StatusCode::NOT_FOUND,
@@ -355,6 +386,8 @@ pub(crate) struct HttpConfig {
     pub(crate) extra_hosts: Vec<String>,
     /// The OpenAI-compatible proxy served beside MCP (`ava serve`), if any.
     pub(crate) proxy: Option<Arc<Proxy>>,
+    /// The web inspector (`ava serve`), if any.
+    pub(crate) inspector: Option<Arc<Inspector>>,
 }
 
 /// Serves MCP on `listener` until `shutdown` resolves, then lets the requests in flight
@@ -385,6 +418,7 @@ pub(crate) async fn serve(
         unauthenticated: Refusals::new("no known bearer token"),
         cross_origin: Refusals::new("a web page's Origin names a host not allowed"),
         proxy: config.proxy,
+        inspector: config.inspector,
     });
     let mut hangups = hangups()?;
 

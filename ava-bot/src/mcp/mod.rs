@@ -85,12 +85,32 @@ impl Memory {
 pub(crate) struct AvaMcp {
     memory: Arc<Memory>,
     scope: Scope,
+    /// Whether `remember` and `forget` are refused (a read-only token).
+    read_only: bool,
 }
 
 impl AvaMcp {
     /// A handler acting for `scope`, fixed for its lifetime.
     pub(crate) fn new(memory: Arc<Memory>, scope: Scope) -> Self {
-        Self { memory, scope }
+        Self {
+            memory,
+            scope,
+            read_only: false,
+        }
+    }
+
+    /// The same handler refusing every change (for a read-only token).
+    pub(crate) fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
+        self
+    }
+
+    /// An error when this handler may not change anything.
+    fn may_write(&self, tool: &str) -> anyhow::Result<()> {
+        if self.read_only {
+            anyhow::bail!("`{tool}` changes memory, and this token is read-only");
+        }
+        Ok(())
     }
 
     fn store(&self) -> &dyn MemoryBackend {

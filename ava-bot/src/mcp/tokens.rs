@@ -16,6 +16,10 @@
 //! OpenAI-compatible proxy of `ava serve` it may name the person each request is for, and
 //! each such person is kept apart like any user, in the tenant `app:<user>` of the token.
 //!
+//! A token with `"read_only": true` may read and never change anything: MCP's `remember`
+//! and `forget` refuse it, and so does the proxy (which stores every exchange). A token with
+//! `"operator": true` may browse every identity of its tenant in `ava serve`'s inspector.
+//!
 //! Tokens are kept only as SHA-256 digests and compared in constant time; no message here
 //! ever contains one (a malformed file is described by position and field name, never by the
 //! values in it).
@@ -46,6 +50,10 @@ pub(crate) struct Grant {
     pub(crate) scope: Scope,
     /// Whether requests may name the end user they are for (`ava serve`'s proxy).
     pub(crate) end_users: bool,
+    /// Whether it may only read.
+    pub(crate) read_only: bool,
+    /// Whether the inspector shows it every identity of its tenant.
+    pub(crate) operator: bool,
 }
 
 impl Grant {
@@ -148,9 +156,9 @@ impl TokenTable {
         self.entries.len()
     }
 
-    /// The identities, in file order (index = what [`TokenTable::identify`] returns).
-    pub(crate) fn scopes(&self) -> impl Iterator<Item = &Scope> {
-        self.entries.iter().map(|(_, g)| &g.scope)
+    /// What each token may do, in file order (index = what [`TokenTable::identify`] returns).
+    pub(crate) fn grants(&self) -> impl Iterator<Item = &Grant> {
+        self.entries.iter().map(|(_, g)| g)
     }
 
     /// What the token of entry `i` ([`TokenTable::identify`]) may do.
@@ -244,17 +252,26 @@ impl<'de> serde::de::Visitor<'de> for StrictVisitor {
 }
 
 fn entry(item: &Map<String, Value>) -> anyhow::Result<(&str, Grant)> {
-    if let Some(key) = item
-        .keys()
-        .find(|k| !matches!(k.as_str(), "token" | "user" | "chat" | "end_users"))
-    {
-        bail!("unknown key `{key}`; expected `token`, `user`, `chat` and maybe `end_users`");
+    if let Some(key) = item.keys().find(|k| {
+        !matches!(
+            k.as_str(),
+            "token" | "user" | "chat" | "end_users" | "read_only" | "operator"
+        )
+    }) {
+        bail!(
+            "unknown key `{key}`; expected `token`, `user`, `chat` and maybe `end_users`, \
+             `read_only`, `operator`"
+        );
     }
-    let end_users = match item.get("end_users") {
-        None => false,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => bail!("`end_users` must be true or false"),
+    let flag = |key: &str| -> anyhow::Result<bool> {
+        match item.get(key) {
+            None => Ok(false),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(_) => bail!("`{key}` must be true or false"),
+        }
     };
+    let (end_users, read_only, operator) =
+        (flag("end_users")?, flag("read_only")?, flag("operator")?);
     let text = |key: &str| -> anyhow::Result<&str> {
         match item.get(key) {
             Some(Value::String(s)) => Ok(s.as_str()),
@@ -275,7 +292,15 @@ fn entry(item: &Map<String, Value>) -> anyhow::Result<(&str, Grant)> {
         bail!("the token must be printable ASCII without spaces");
     }
     let scope = Scope::for_user(text("user")?)?.in_chat(text("chat")?)?;
-    Ok((token, Grant { scope, end_users }))
+    Ok((
+        token,
+        Grant {
+            scope,
+            end_users,
+            read_only,
+            operator,
+        },
+    ))
 }
 
 #[cfg(unix)]
@@ -317,7 +342,16 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(t.len(), 2);
-        let scopes: Vec<&Scope> = t.scopes().collect();
+        let scopes: Vec<&Scope> = t.grants().map(|g| &g.scope).collect();
+        // May write and sees only itself unless the file says otherwise.
+        assert!(t.grants().all(|g| !g.read_only && !g.operator));
+        let flagged = TokenTable::parse(&format!(
+            r#"{{"tokens": [{{"token": "{A}", "user": "ops", "chat": "c",
+                             "read_only": true, "operator": true}}]}}"#
+        ))
+        .unwrap();
+        let g = flagged.grant(0).unwrap();
+        assert!(g.read_only && g.operator && !g.end_users);
         assert_eq!(t.identify(A), Some(0));
         assert_eq!(scopes[0].user(), "alice");
         assert_eq!(t.identify(B), Some(1));
@@ -403,6 +437,12 @@ mod tests {
             (
                 &format!(r#"{{"tokens": [], "tokens": [{{"token": "{A}"}}]}}"#),
                 "the key `tokens` appears twice",
+            ),
+            (
+                &format!(
+                    r#"{{"tokens": [{{"token": "{A}", "user": "u", "chat": "c", "read_only": "yes"}}]}}"#
+                ),
+                "`read_only` must be true or false",
             ),
         ] {
             let e = err(text);

@@ -1,0 +1,627 @@
+//! `ava serve`'s web inspector: its API by raw HTTP (tokens, scopes, headers), and the page in
+//! a real headless Chromium driven over WebDriver (`chromedriver`, whose path comes from
+//! `AVA_CHROMEDRIVER`): log in with a token, search, open a fact's history, explain a
+//! prompt; memory text that looks like HTML stays text and runs nothing; another identity's
+//! memories never appear; a read-only token changes nothing. With `AVA_SCREENSHOTS=DIR` the
+//! browser test saves the three views there (how `docs/inspector-*.png` were made).
+
+#![allow(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "a test fails loudly on an unexpected error"
+)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use common::{ava, command, listening, listening_url, ok};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+const ALICE: &str = "alice-0123456789abcdef0123456789abcdef";
+const ALICE_READ_ONLY: &str = "alice-ro-0123456789abcdef0123456789abcd";
+const BOB: &str = "bob-0123456789abcdef0123456789abcdef00";
+const OPERATOR: &str = "ops-0123456789abcdef0123456789abcdef00";
+
+/// Memory text written by someone hoping the page runs it.
+const XSS_IMG: &str = "<img src=x onerror=alert(1)>";
+const XSS_SCRIPT: &str = "</script><script>window.pwned = 1</script>";
+
+/// Long enough for a debug build on a busy two-core machine; never reached when all is well.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+fn token_file(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("tokens.json");
+    std::fs::write(
+        &path,
+        json!({"tokens": [
+            {"token": ALICE, "user": "alice", "chat": "desk"},
+            {"token": ALICE_READ_ONLY, "user": "alice", "chat": "desk", "read_only": true},
+            {"token": BOB, "user": "bob", "chat": "desk"},
+            {"token": OPERATOR, "user": "ops", "chat": "console", "operator": true,
+             "read_only": true},
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path
+}
+
+/// A running `ava serve` over a store holding alice's and bob's memories.
+struct Serve {
+    _child: tokio::process::Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+async fn serve() -> Serve {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ava.db");
+    let old = ok(ava(
+        &db,
+        &["remember", "--user", "alice", "My door code is 4321"],
+    ));
+    ok(ava(
+        &db,
+        &[
+            "remember",
+            "--user",
+            "alice",
+            "--replaces",
+            old.trim(),
+            "My door code is 9876",
+        ],
+    ));
+    for text in ["My cat Pixel likes the window seat", XSS_IMG, XSS_SCRIPT] {
+        ok(ava(
+            &db,
+            &["remember", "--user", "alice", "--chat", "desk", text],
+        ));
+    }
+    ok(ava(
+        &db,
+        &[
+            "remember",
+            "--user",
+            "bob",
+            "My secret is the blue lighthouse",
+        ],
+    ));
+    let tokens = token_file(dir.path());
+    let mut cmd = command(&db);
+    // The upstream is never called here.
+    cmd.args(["serve", "--addr", "127.0.0.1:0", "--tokens"])
+        .arg(&tokens)
+        .args(["--upstream", "http://127.0.0.1:9/v1", "--no-facts"]);
+    let (child, line, _) = listening(cmd, PATIENCE).await;
+    assert!(line.contains("the inspector at /inspect"), "{line}");
+    Serve {
+        _child: child,
+        url: listening_url(&line),
+        _dir: dir,
+    }
+}
+
+async fn get(url: &str, token: Option<&str>) -> reqwest::Response {
+    let mut request = reqwest::Client::new().get(url);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    request.send().await.unwrap()
+}
+
+async fn get_json(url: &str, token: &str) -> (u16, Value) {
+    let response = get(url, Some(token)).await;
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap())
+}
+
+fn texts(memories: &Value) -> Vec<String> {
+    memories["memories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_answers_each_token_for_what_it_may_read() {
+    let s = serve().await;
+
+    // The page needs no token and forbids everything but its own script, style and JSON.
+    let page = get(&format!("{}/inspect", s.url), None).await;
+    assert_eq!(page.status(), 200);
+    let csp = page.headers()["content-security-policy"].to_str().unwrap();
+    assert!(
+        csp.contains("default-src 'none'") && csp.contains("script-src 'self'"),
+        "{csp}"
+    );
+    assert_eq!(page.headers()["x-content-type-options"], "nosniff");
+    assert!(page.text().await.unwrap().contains("Ava inspector"));
+
+    // The API needs a token of the file.
+    let none = get(&format!("{}/inspect/api/me", s.url), None).await;
+    assert_eq!(none.status(), 401);
+    let wrong = get(
+        &format!("{}/inspect/api/me", s.url),
+        Some("not-a-token-0123456789abcdef0123456789"),
+    )
+    .await;
+    assert_eq!(wrong.status(), 401);
+
+    // Alice reads her chat and her own facts, nothing of bob's.
+    let (status, me) = get_json(&format!("{}/inspect/api/me", s.url), ALICE).await;
+    assert_eq!(status, 200, "{me}");
+    let keys: Vec<&str> = me["scopes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys.len(), 2, "{me}");
+    assert!(keys.iter().all(|k| k.contains("u=alice")), "{keys:?}");
+    let facts_key = keys[1].to_owned();
+    let (_, found) = get_json(
+        &format!(
+            "{}/inspect/api/memories?scope={}&q=secret%20lighthouse",
+            s.url,
+            urlencode(&facts_key)
+        ),
+        ALICE,
+    )
+    .await;
+    assert!(
+        !texts(&found).iter().any(|t| t.contains("lighthouse")),
+        "{found}"
+    );
+    // Bob's scope is refused by name, not searched.
+    let (_, bob_me) = get_json(&format!("{}/inspect/api/me", s.url), BOB).await;
+    let bob_facts = bob_me["scopes"][1]["key"].as_str().unwrap().to_owned();
+    let (status, refused) = get_json(
+        &format!(
+            "{}/inspect/api/memories?scope={}",
+            s.url,
+            urlencode(&bob_facts)
+        ),
+        ALICE,
+    )
+    .await;
+    assert_eq!(status, 403, "{refused}");
+
+    // A search says how each hit scored; the replaced code only when asked for.
+    let (_, found) = get_json(
+        &format!(
+            "{}/inspect/api/memories?scope={}&q=door%20code",
+            s.url,
+            urlencode(&facts_key)
+        ),
+        ALICE,
+    )
+    .await;
+    assert_eq!(texts(&found), ["My door code is 9876"], "{found}");
+    let hit = &found["memories"][0];
+    assert!(hit["search"]["score"].as_f64().unwrap() > 0.0, "{hit}");
+    assert!(hit["search"]["breakdown"]["keyword"].is_number(), "{hit}");
+    let (_, both) = get_json(
+        &format!(
+            "{}/inspect/api/memories?scope={}&q=door%20code&replaced=1",
+            s.url,
+            urlencode(&facts_key)
+        ),
+        ALICE,
+    )
+    .await;
+    assert_eq!(texts(&both).len(), 2, "{both}");
+
+    // The operator of the tenant sees every identity, bob's too.
+    let (_, ops) = get_json(&format!("{}/inspect/api/store", s.url), OPERATOR).await;
+    let labels = ops["scopes"].to_string();
+    assert!(
+        labels.contains("user alice") && labels.contains("user bob"),
+        "{ops}"
+    );
+    assert!(!ops["settings"].to_string().contains(ALICE), "{ops}");
+
+    // Bad input is said, not guessed at.
+    let (status, bad) = get_json(&format!("{}/inspect/api/history?id=nope", s.url), ALICE).await;
+    assert_eq!(status, 400, "{bad}");
+    assert!(bad["error"].as_str().unwrap().contains("id"), "{bad}");
+    let explain = reqwest::Client::new()
+        .post(format!("{}/inspect/api/explain", s.url))
+        .bearer_auth(ALICE)
+        .body("{\"scope\": 1")
+        .header("content-type", "application/json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(explain.status(), 400);
+
+    // A read-only token changes nothing: MCP's remember and the proxy refuse it.
+    let mcp = reqwest::Client::new()
+        .post(format!("{}/mcp", s.url))
+        .bearer_auth(ALICE_READ_ONLY)
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                      "params": {"name": "remember", "arguments": {"content": "I now live in Oslo"}}}))
+        .send()
+        .await
+        .unwrap();
+    let answer = mcp.text().await.unwrap();
+    assert!(answer.contains("read-only"), "{answer}");
+    let proxy = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", s.url))
+        .bearer_auth(ALICE_READ_ONLY)
+        .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(proxy.status(), 403);
+    let (_, after) = get_json(
+        &format!(
+            "{}/inspect/api/memories?scope={}&q=Oslo",
+            s.url,
+            urlencode(&facts_key)
+        ),
+        ALICE,
+    )
+    .await;
+    assert!(texts(&after).is_empty(), "{after}");
+}
+
+fn urlencode(text: &str) -> String {
+    url::form_urlencoded::byte_serialize(text.as_bytes()).collect()
+}
+
+// ---- a headless Chromium over WebDriver ----
+
+/// `chromedriver` running on a free port, and one browser session.
+struct Browser {
+    _driver: tokio::process::Child,
+    http: reqwest::Client,
+    session: String,
+    _profile: tempfile::TempDir,
+}
+
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+
+impl Browser {
+    /// A headless Chromium, or `None` (with a line saying so) when `AVA_CHROMEDRIVER` is not
+    /// set; a failure when `AVA_REQUIRE_SERVICES=1` asks for every service.
+    async fn start() -> Option<Self> {
+        let driver = match std::env::var("AVA_CHROMEDRIVER") {
+            Ok(p) if !p.is_empty() => p,
+            _ if std::env::var("AVA_REQUIRE_SERVICES").is_ok_and(|v| v == "1") => {
+                panic!("AVA_CHROMEDRIVER is not set but AVA_REQUIRE_SERVICES=1 requires it")
+            }
+            _ => {
+                eprintln!(
+                    "SKIPPED: set AVA_CHROMEDRIVER to a chromedriver (Debian: apt install \
+                     chromium chromium-driver; AVA_CHROMEDRIVER=/usr/bin/chromedriver) to run \
+                     the browser test"
+                );
+                return None;
+            }
+        };
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut child = tokio::process::Command::new(&driver)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {driver}: {e}"));
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let started = tokio::time::timeout(PATIENCE, async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                if line.contains("started successfully") {
+                    return true;
+                }
+            }
+            false
+        })
+        .await;
+        assert!(matches!(started, Ok(true)), "{driver} did not start");
+        let profile = tempfile::tempdir().unwrap();
+        let http = reqwest::Client::new();
+        let base = format!("http://127.0.0.1:{port}");
+        let binary = std::env::var("AVA_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+        let created: Value = http
+            .post(format!("{base}/session"))
+            .json(&json!({"capabilities": {"alwaysMatch": {
+                "browserName": "chrome",
+                "goog:chromeOptions": {
+                    "binary": binary,
+                    "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                             "--disable-dev-shm-usage", "--window-size=1280,1000",
+                             format!("--user-data-dir={}", profile.path().display())],
+                },
+            }}}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let session = created["value"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no browser session: {created}"))
+            .to_owned();
+        Some(Self {
+            _driver: child,
+            http,
+            session: format!("{base}/session/{session}"),
+            _profile: profile,
+        })
+    }
+
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+        let mut request = self.http.request(method, format!("{}{path}", self.session));
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let answer: Value = request.send().await.unwrap().json().await.unwrap();
+        assert!(
+            answer["value"].get("error").is_none(),
+            "WebDriver {path}: {answer}"
+        );
+        answer["value"].clone()
+    }
+
+    async fn go(&self, url: &str) {
+        self.call(reqwest::Method::POST, "/url", Some(json!({ "url": url })))
+            .await;
+    }
+
+    async fn find(&self, css: &str) -> String {
+        let found = self
+            .call(
+                reqwest::Method::POST,
+                "/element",
+                Some(json!({"using": "css selector", "value": css})),
+            )
+            .await;
+        found[ELEMENT].as_str().unwrap().to_owned()
+    }
+
+    async fn type_in(&self, css: &str, text: &str) {
+        let id = self.find(css).await;
+        self.call(
+            reqwest::Method::POST,
+            &format!("/element/{id}/clear"),
+            Some(json!({})),
+        )
+        .await;
+        self.call(
+            reqwest::Method::POST,
+            &format!("/element/{id}/value"),
+            Some(json!({ "text": text })),
+        )
+        .await;
+    }
+
+    async fn click(&self, css: &str) {
+        let id = self.find(css).await;
+        self.call(
+            reqwest::Method::POST,
+            &format!("/element/{id}/click"),
+            Some(json!({})),
+        )
+        .await;
+    }
+
+    async fn js(&self, script: &str) -> Value {
+        self.call(
+            reqwest::Method::POST,
+            "/execute/sync",
+            Some(json!({"script": script, "args": []})),
+        )
+        .await
+    }
+
+    /// Waits until `script` returns something truthy, and returns it.
+    async fn wait(&self, script: &str) -> Value {
+        let start = Instant::now();
+        loop {
+            let value = self.js(script).await;
+            if !matches!(value, Value::Null | Value::Bool(false)) && value != json!("") {
+                return value;
+            }
+            assert!(
+                start.elapsed() < PATIENCE,
+                "timed out waiting for {script}; page: {}",
+                self.js("return document.body.innerText").await
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// No alert is open (a script that ran would have opened one).
+    async fn no_alert(&self) {
+        let answer: Value = self
+            .http
+            .get(format!("{}/alert/text", self.session))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(answer["value"]["error"], "no such alert", "{answer}");
+    }
+
+    /// Saves a screenshot as `name` in `AVA_SCREENSHOTS`, if that is set.
+    async fn screenshot(&self, name: &str) {
+        let Ok(dir) = std::env::var("AVA_SCREENSHOTS") else {
+            return;
+        };
+        let png = self.call(reqwest::Method::GET, "/screenshot", None).await;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(png.as_str().unwrap())
+            .unwrap();
+        std::fs::write(Path::new(&dir).join(name), bytes).unwrap();
+    }
+
+    async fn quit(self) {
+        let _ = self.http.delete(&self.session).send().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_inspects_their_memories_and_a_prompt_in_a_real_browser() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let s = serve().await;
+    browser.go(&format!("{}/inspect", s.url)).await;
+
+    // A wrong token is refused on the page.
+    browser
+        .type_in("#token", "not-a-token-0123456789abcdef0123456789")
+        .await;
+    browser.click("#login-go").await;
+    let said = browser
+        .wait("return document.getElementById('login-error').textContent")
+        .await;
+    assert!(said.as_str().unwrap().contains("Not logged in"), "{said}");
+
+    // Log in: the newest memories of alice's chat, the HTML-looking ones as text.
+    browser.type_in("#token", ALICE).await;
+    browser.click("#login-go").await;
+    browser
+        .wait("return document.querySelectorAll('#memories a.memory').length >= 3")
+        .await;
+    let shown = browser
+        .js("return [...document.querySelectorAll('#memories a.memory')].map(a => a.textContent)")
+        .await;
+    let shown: Vec<&str> = shown
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(
+        shown.contains(&XSS_IMG) && shown.contains(&XSS_SCRIPT),
+        "{shown:?}"
+    );
+    assert_eq!(
+        browser
+            .js("return document.querySelectorAll('img, #memories script').length")
+            .await,
+        0
+    );
+    assert_eq!(browser.js("return typeof window.pwned").await, "undefined");
+    browser.no_alert().await;
+    let options = browser
+        .js("return [...document.querySelectorAll('#scope option')].map(o => o.textContent).join('|')")
+        .await;
+    assert!(!options.as_str().unwrap().contains("bob"), "{options}");
+
+    // Her own facts: search, then the history of the door code.
+    browser
+        .js("const s = document.getElementById('scope'); s.selectedIndex = 1; s.dispatchEvent(new Event('change'))")
+        .await;
+    browser.type_in("#q", "door code").await;
+    browser.click("#search").await;
+    browser
+        .wait("return [...document.querySelectorAll('#memories a.memory')].some(a => a.textContent === 'My door code is 9876')")
+        .await;
+    let cells = browser
+        .js("return document.querySelector('#memories tbody tr').innerText")
+        .await;
+    assert!(cells.as_str().unwrap().contains("0."), "a score: {cells}");
+    browser.screenshot("inspector-memories.png").await;
+    browser.click("#memories a.memory").await;
+    let versions = browser
+        .wait("return document.getElementById('history').hidden ? '' : document.getElementById('versions').innerText")
+        .await;
+    let versions = versions.as_str().unwrap();
+    assert!(
+        versions.contains("My door code is 4321") && versions.contains("My door code is 9876"),
+        "{versions}"
+    );
+    assert!(versions.contains("replaced by"), "{versions}");
+    let old_first = versions.find("4321").unwrap() < versions.find("9876").unwrap();
+    assert!(old_first, "oldest first: {versions}");
+    // Bob's secret is nowhere, whatever is searched.
+    browser.type_in("#q", "secret lighthouse").await;
+    browser.click("#search").await;
+    browser
+        .wait("return (document.getElementById('memories').dataset.shown || '').endsWith(' secret lighthouse')")
+        .await;
+    let page = browser.js("return document.body.innerText").await;
+    assert!(!page.as_str().unwrap().contains("lighthouse"), "{page}");
+
+    // A prompt, explained: the budget bar, every candidate's fate, the prompt itself.
+    browser
+        .js("const s = document.getElementById('scope'); s.selectedIndex = 0; s.dispatchEvent(new Event('change'))")
+        .await;
+    browser.click("button[data-view=prompt]").await;
+    browser
+        .type_in(
+            "#message",
+            "What is my door code, and what does Pixel like?",
+        )
+        .await;
+    browser.click("#explain").await;
+    browser
+        .wait("return !document.getElementById('explained').hidden")
+        .await;
+    let summary = browser
+        .js("return document.getElementById('summary').textContent")
+        .await;
+    assert!(summary.as_str().unwrap().contains("tokens"), "{summary}");
+    let parts = browser
+        .js("return document.querySelectorAll('#budget .part').length")
+        .await;
+    assert!(parts.as_u64().unwrap() >= 2, "{parts}");
+    let fates = browser
+        .js("return document.querySelector('#sections tbody').innerText")
+        .await;
+    let fates = fates.as_str().unwrap();
+    assert!(fates.contains("kept"), "{fates}");
+    // Each candidate is shown by its text, HTML-looking text as text.
+    assert!(
+        fates.contains("My door code is 9876") && fates.contains(XSS_IMG),
+        "{fates}"
+    );
+    let prompt = browser
+        .js("return document.getElementById('messages').innerText")
+        .await;
+    let prompt = prompt.as_str().unwrap();
+    assert!(
+        prompt.contains("9876") && !prompt.contains("lighthouse"),
+        "{prompt}"
+    );
+    assert_eq!(browser.js("return typeof window.pwned").await, "undefined");
+    browser.no_alert().await;
+    browser.screenshot("inspector-prompt.png").await;
+
+    // The store: counts of what this token may read, the settings in force.
+    browser.click("button[data-view=store]").await;
+    let store = browser
+        .wait("return document.querySelector('#settings tbody').innerText")
+        .await;
+    assert!(store.as_str().unwrap().contains("budget"), "{store}");
+    browser.screenshot("inspector-store.png").await;
+
+    // A read-only token sees the same and says so.
+    browser.click("#logout").await;
+    browser.type_in("#token", ALICE_READ_ONLY).await;
+    browser.click("#login-go").await;
+    let who = browser
+        .wait("return document.getElementById('who').textContent")
+        .await;
+    assert!(who.as_str().unwrap().contains("read-only"), "{who}");
+    browser.quit().await;
+}
