@@ -140,7 +140,21 @@ struct Explained {
     id: String,
     owner: Scope,
     scope: Scope,
+    /// When the prompt was built.
+    at: memory_core::Timestamp,
     report: ExplainReport,
+}
+
+/// A prompt the proxy built, as the inspector lists it.
+pub(crate) struct BuiltPrompt {
+    /// Its explain report's id (`x-ava-explain-id`).
+    pub(crate) id: String,
+    /// The scope whose memory it read.
+    pub(crate) scope: Scope,
+    /// When it was built.
+    pub(crate) at: memory_core::Timestamp,
+    /// Its explain report.
+    pub(crate) report: ExplainReport,
 }
 
 /// The proxy: an agent (store, hydration config, upkeep) and the upstream.
@@ -339,6 +353,23 @@ impl Proxy {
         }
     }
 
+    /// The prompts it built (of the newest [`EXPLAINS_KEPT`]) that read one of `scopes`,
+    /// newest first.
+    pub(crate) fn built_in(&self, scopes: &[Scope]) -> Vec<BuiltPrompt> {
+        let explains = self.explains.lock().unwrap_or_else(PoisonError::into_inner);
+        explains
+            .iter()
+            .rev()
+            .filter(|e| scopes.contains(&e.scope))
+            .map(|e| BuiltPrompt {
+                id: e.id.clone(),
+                scope: e.scope.clone(),
+                at: e.at,
+                report: e.report.clone(),
+            })
+            .collect()
+    }
+
     fn explain(&self, id: &str, grant: &Grant) -> Response<Body> {
         let explains = self.explains.lock().unwrap_or_else(PoisonError::into_inner);
         match explains
@@ -495,6 +526,7 @@ impl Proxy {
             id: id.clone(),
             owner: owner.clone(),
             scope: call.scope.clone(),
+            at: memory_core::Timestamp::now(),
             report: prompt.report,
         });
         Ok(Some(id))

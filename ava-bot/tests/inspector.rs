@@ -60,7 +60,39 @@ struct Serve {
     _dir: tempfile::TempDir,
 }
 
-async fn serve() -> Serve {
+/// A loopback upstream that answers every chat completion with "All noted."
+async fn upstream() -> wiremock::MockServer {
+    let server = wiremock::MockServer::start().await;
+    wiremock::Mock::given(wiremock::matchers::method("POST"))
+        .and(wiremock::matchers::path("/v1/chat/completions"))
+        .respond_with(wiremock::ResponseTemplate::new(200).set_body_json(json!({
+            "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": "All noted."}}],
+        })))
+        .mount(&server)
+        .await;
+    server
+}
+
+/// Alice asks through the proxy; the id of the explain report of the prompt it built.
+async fn ask_through_the_proxy(s: &Serve) -> String {
+    let answer = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", s.url))
+        .bearer_auth(ALICE)
+        .json(&json!({"model": "m", "messages": [
+            {"role": "user", "content": "Where does Pixel like to sit?"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    answer.headers()["x-ava-explain-id"]
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+async fn serve(upstream: &str) -> Serve {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("ava.db");
     let old = ok(ava(
@@ -95,10 +127,9 @@ async fn serve() -> Serve {
     ));
     let tokens = token_file(dir.path());
     let mut cmd = command(&db);
-    // The upstream is never called here.
     cmd.args(["serve", "--addr", "127.0.0.1:0", "--tokens"])
         .arg(&tokens)
-        .args(["--upstream", "http://127.0.0.1:9/v1", "--no-facts"]);
+        .args(["--upstream", upstream, "--no-facts"]);
     let (child, line, _) = listening(cmd, PATIENCE).await;
     assert!(line.contains("the inspector at /inspect"), "{line}");
     Serve {
@@ -133,7 +164,8 @@ fn texts(memories: &Value) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_answers_each_token_for_what_it_may_read() {
-    let s = serve().await;
+    let upstream = upstream().await;
+    let s = serve(&format!("{}/v1", upstream.uri())).await;
 
     // The page needs no token and forbids everything but its own script, style and JSON.
     let page = get(&format!("{}/inspect", s.url), None).await;
@@ -228,6 +260,11 @@ async fn the_api_answers_each_token_for_what_it_may_read() {
         "{ops}"
     );
     assert!(!ops["settings"].to_string().contains(ALICE), "{ops}");
+    // The whole store's totals are the operator's to see, not a person's.
+    assert_eq!(ops["totals"]["users"], 2, "{ops}");
+    assert!(ops["totals"]["file_bytes"].as_u64().unwrap() > 0, "{ops}");
+    let (_, mine) = get_json(&format!("{}/inspect/api/store", s.url), ALICE).await;
+    assert!(mine["totals"].is_null(), "{mine}");
 
     // Bad input is said, not guessed at.
     let (status, bad) = get_json(&format!("{}/inspect/api/history?id=nope", s.url), ALICE).await;
@@ -273,6 +310,60 @@ async fn the_api_answers_each_token_for_what_it_may_read() {
     )
     .await;
     assert!(texts(&after).is_empty(), "{after}");
+
+    // Nor through the inspector: its changing calls refuse a read-only token.
+    let (_, lifecycle) = get_json(
+        &format!(
+            "{}/inspect/api/lifecycle?scope={}",
+            s.url,
+            urlencode(&facts_key)
+        ),
+        ALICE_READ_ONLY,
+    )
+    .await;
+    assert_eq!(lifecycle["may_write"], false, "{lifecycle}");
+    let replaced = lifecycle["facts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["state"] == "replaced")
+        .unwrap_or_else(|| panic!("the old door code: {lifecycle}"));
+    let restore = |token: &'static str| {
+        reqwest::Client::new()
+            .post(format!("{}/inspect/api/restore", s.url))
+            .bearer_auth(token)
+            .json(&json!({"scope": facts_key, "id": replaced["id"]}))
+            .send()
+    };
+    assert_eq!(restore(ALICE_READ_ONLY).await.unwrap().status(), 403);
+    let (_, still) = get_json(
+        &format!(
+            "{}/inspect/api/memories?scope={}&q=door%20code",
+            s.url,
+            urlencode(&facts_key)
+        ),
+        ALICE,
+    )
+    .await;
+    assert_eq!(texts(&still), ["My door code is 9876"], "{still}");
+    // Bob may not change alice's facts either (her scope is not his to name).
+    assert_eq!(restore(BOB).await.unwrap().status(), 403);
+
+    // The prompts the proxy built, listed for the identity they read, for nobody else.
+    let id = ask_through_the_proxy(&s).await;
+    let chat_key = keys[0].to_owned();
+    let (_, built) = get_json(
+        &format!(
+            "{}/inspect/api/prompts?scope={}",
+            s.url,
+            urlencode(&chat_key)
+        ),
+        ALICE,
+    )
+    .await;
+    assert_eq!(built["prompts"][0]["id"], id.as_str(), "{built}");
+    let (_, bobs) = get_json(&format!("{}/inspect/api/prompts", s.url), BOB).await;
+    assert_eq!(bobs["prompts"], json!([]), "{bobs}");
 }
 
 fn urlencode(text: &str) -> String {
@@ -482,7 +573,9 @@ async fn a_person_inspects_their_memories_and_a_prompt_in_a_real_browser() {
     let Some(browser) = Browser::start().await else {
         return;
     };
-    let s = serve().await;
+    let upstream = upstream().await;
+    let s = serve(&format!("{}/v1", upstream.uri())).await;
+    ask_through_the_proxy(&s).await;
     browser.go(&format!("{}/inspect", s.url)).await;
 
     // A wrong token is refused on the page.
@@ -534,7 +627,7 @@ async fn a_person_inspects_their_memories_and_a_prompt_in_a_real_browser() {
     browser.type_in("#q", "door code").await;
     browser.click("#search").await;
     browser
-        .wait("return [...document.querySelectorAll('#memories a.memory')].some(a => a.textContent === 'My door code is 9876')")
+        .wait("return (document.getElementById('memories').dataset.shown || '').endsWith(' door code')")
         .await;
     let cells = browser
         .js("return document.querySelector('#memories tbody tr').innerText")
@@ -606,6 +699,38 @@ async fn a_person_inspects_their_memories_and_a_prompt_in_a_real_browser() {
     assert_eq!(browser.js("return typeof window.pwned").await, "undefined");
     browser.no_alert().await;
     browser.screenshot("inspector-prompt.png").await;
+    // The prompt the proxy built for her, from the list of the last ones.
+    browser.click("#recent a.built").await;
+    let summary = browser
+        .wait("const t = document.getElementById('summary').textContent; return t.includes('built by the proxy') ? t : ''")
+        .await;
+    assert!(summary.as_str().unwrap().contains("tokens"), "{summary}");
+
+    // Lifecycle: her facts and what became of each; the replaced door code restored.
+    browser
+        .js("const s = document.getElementById('scope'); s.selectedIndex = 1; s.dispatchEvent(new Event('change'))")
+        .await;
+    browser.click("button[data-view=lifecycle]").await;
+    browser
+        .wait(
+            "return (document.getElementById('view-lifecycle').dataset.shown || '').includes('c/')",
+        )
+        .await;
+    let facts = browser
+        .wait("return document.querySelector('#facts tbody').innerText")
+        .await;
+    assert!(facts.as_str().unwrap().contains("replaced by"), "{facts}");
+    browser.screenshot("inspector-lifecycle.png").await;
+    browser
+        .click("#facts tr.state-replaced button[data-what=restore]")
+        .await;
+    let said = browser
+        .wait("return document.getElementById('changed').textContent")
+        .await;
+    assert_eq!(said, "Restored: My door code is 4321");
+    browser
+        .wait("return document.querySelectorAll('#facts tr.state-replaced').length === 0")
+        .await;
 
     // The store: counts of what this token may read, the settings in force.
     browser.click("button[data-view=store]").await;
@@ -617,11 +742,25 @@ async fn a_person_inspects_their_memories_and_a_prompt_in_a_real_browser() {
 
     // A read-only token sees the same and says so.
     browser.click("#logout").await;
+    browser
+        .wait("return !document.getElementById('login').hidden && document.getElementById('app').hidden && document.querySelectorAll('#facts tbody tr').length === 0")
+        .await;
     browser.type_in("#token", ALICE_READ_ONLY).await;
     browser.click("#login-go").await;
     let who = browser
         .wait("return document.getElementById('who').textContent")
         .await;
     assert!(who.as_str().unwrap().contains("read-only"), "{who}");
+    browser.click("button[data-view=lifecycle]").await;
+    browser
+        .wait("return document.querySelectorAll('#facts tbody tr').length > 0")
+        .await;
+    assert_eq!(
+        browser
+            .js("return document.querySelectorAll('#facts button, #view-lifecycle .write:not([hidden])').length")
+            .await,
+        0,
+        "a read-only token gets no buttons"
+    );
     browser.quit().await;
 }

@@ -83,33 +83,38 @@ pub(crate) async fn run(settings: &Settings, args: &Args) -> anyhow::Result<()> 
     let upstream_url = upstream.base().to_owned();
     // One agent for the server: MCP's `context` builds its prompts too (with its own budget).
     let memory = Arc::new(Memory::new(agent.clone(), opened.embedder_note.clone())?);
+    let proxy = Arc::new(Proxy::new(agent.clone(), upstream, args.history, learning));
     // The inspector explains prompts as `ava context` does: nothing it looks at counts as
     // recalled.
-    let inspector = Arc::new(Inspector::new(
-        Arc::clone(&opened.store),
-        settings.equip(
-            Agent::dry_run(
-                Arc::clone(&opened.store),
-                opened.embedder.clone(),
-                args.budget,
+    let inspector = Arc::new(
+        Inspector::new(
+            Arc::clone(&opened.store),
+            settings.equip(
+                Agent::dry_run(
+                    Arc::clone(&opened.store),
+                    opened.embedder.clone(),
+                    args.budget,
+                )?,
+                &opened,
             )?,
-            &opened,
-        )?,
-        serde_json::json!({
-            "location": opened.store.info().location,
-            "embedder": opened.embedder_note,
-            "budget": args.budget,
-            "upstream": upstream_url,
-            "upstream_timeout_s": args.upstream_timeout,
-            "history": format!("{:?}", args.history).to_lowercase(),
-            "facts": match (&args.facts_model, args.no_facts) {
-                (_, true) => "off".to_owned(),
-                (Some(model), false) => format!("learned with {model}"),
-                (None, false) => "learned with each request's model".to_owned(),
-            },
-        }),
-    ));
-    let proxy = Arc::new(Proxy::new(agent, upstream, args.history, learning));
+            agent.clone(),
+            serde_json::json!({
+                "location": opened.store.info().location,
+                "embedder": opened.embedder_note,
+                "budget": args.budget,
+                "upstream": upstream_url,
+                "upstream_timeout_s": args.upstream_timeout,
+                "history": format!("{:?}", args.history).to_lowercase(),
+                "facts": match (&args.facts_model, args.no_facts) {
+                    (_, true) => "off".to_owned(),
+                    (Some(model), false) => format!("learned with {model}"),
+                    (None, false) => "learned with each request's model".to_owned(),
+                },
+            }),
+        )
+        .with_proxy(Arc::clone(&proxy))
+        .with_sqlite(opened.sqlite.clone()),
+    );
     let listener = http::bind(args.addr).await?;
     let local = listener
         .local_addr()

@@ -94,13 +94,9 @@ async function login() {
 }
 
 function logout() {
+  // A fresh page: nothing of the last identity stays in it.
   sessionStorage.removeItem("ava-token");
-  state.token = "";
-  state.me = null;
-  $("app").hidden = true;
-  $("logout").hidden = true;
-  $("login").hidden = false;
-  $("who").textContent = "";
+  location.reload();
 }
 
 function show(view) {
@@ -111,6 +107,8 @@ function show(view) {
   showError("error", "");
   if (view === "memories") memories();
   if (view === "store") store();
+  if (view === "lifecycle") lifecycle();
+  if (view === "prompt") prompts();
 }
 
 async function memories() {
@@ -203,11 +201,17 @@ async function explain() {
     return;
   }
   showError("error", "");
+  render(data, "built in " + data.ms.toFixed(1) + " ms");
+}
+
+// Shows one prompt's explain report (`data.report`, the candidates' texts in
+// `data.memories`, the messages in `data.messages` when there are some).
+function render(data, when) {
   const report = data.report;
   $("summary").textContent =
     report.estimated_prompt_tokens + " of " + report.budget.total + " tokens (" +
     report.budget.available + " for what is recalled); " +
-    (report.fits ? "fits" : "does not fit") + "; built in " + data.ms.toFixed(1) + " ms";
+    (report.fits ? "fits" : "does not fit") + "; " + when;
 
   // The budget as a bar: one part per block, in tokens kept.
   const used = new Map();
@@ -260,13 +264,107 @@ async function explain() {
 
   const messages = $("messages");
   messages.replaceChildren();
-  for (const m of data.messages) {
+  $("messages-title").hidden = !data.messages;
+  for (const m of data.messages || []) {
     const box = el("div", null, { class: "message" });
     box.appendChild(el("div", m.role + " · " + m.block, { class: "role" }));
     box.appendChild(el("pre", m.content));
     messages.appendChild(box);
   }
   $("explained").hidden = false;
+}
+
+async function prompts() {
+  let data;
+  try {
+    data = await api("prompts?" + new URLSearchParams({ scope: scope() }).toString());
+  } catch (e) {
+    showError("error", e.message);
+    return;
+  }
+  const list = $("recent");
+  list.replaceChildren();
+  for (const p of data.prompts) {
+    const r = p.report;
+    const link = el("a", p.at.slice(0, 19).replace("T", " ") + ": " + r.estimated_prompt_tokens +
+      " of " + r.budget.total + " tokens, " + r.sections.filter((s) => s.action === "dropped").length +
+      " dropped", { href: "#", class: "built" });
+    link.addEventListener("click", (event) => {
+      event.preventDefault();
+      render(p, "built by the proxy at " + p.at.slice(0, 19).replace("T", " "));
+    });
+    const item = el("li");
+    item.appendChild(link);
+    list.appendChild(item);
+  }
+  if (data.prompts.length === 0) list.appendChild(el("li", "none yet for this identity"));
+}
+
+async function lifecycle() {
+  let data;
+  try {
+    data = await api("lifecycle?" + new URLSearchParams({ scope: scope() }).toString());
+  } catch (e) {
+    showError("error", e.message);
+    return;
+  }
+  // A read-only token gets no buttons (and the server refuses its changes anyway).
+  for (const b of document.querySelectorAll("#view-lifecycle .write")) b.hidden = !data.may_write;
+  const merges = $("merges");
+  merges.replaceChildren();
+  for (const m of data.would_merge) {
+    const item = el("li", null);
+    item.appendChild(el("span", "keep: " + m.kept.content));
+    for (const d of m.merged) item.appendChild(el("div", "fold in: " + d.content, { class: "when" }));
+    item.appendChild(el("div", m.why, { class: "when" }));
+    merges.appendChild(item);
+  }
+  if (data.would_merge.length === 0) merges.appendChild(el("li", "nothing to merge"));
+  $("consolidate").disabled = data.would_merge.length === 0;
+  const body = $("facts").querySelector("tbody");
+  body.replaceChildren();
+  const byId = new Map(data.facts.map((f) => [f.id, f]));
+  for (const f of data.facts) {
+    let now = f.state;
+    if (f.state === "replaced") {
+      const by = byId.get(f.superseded_by);
+      now += " by " + (by ? "\u201c" + by.content + "\u201d" : f.superseded_by);
+    }
+    if (f.state === "ended" && f.valid_until) now += " " + f.valid_until.slice(0, 16).replace("T", " ");
+    let action = el("span");
+    if (data.may_write) {
+      const restore = f.state !== "current";
+      action = el("button", restore ? "Restore" : "End", {
+        type: "button",
+        class: "change",
+        "data-id": f.id,
+        "data-what": restore ? "restore" : "end",
+      });
+      action.addEventListener("click", () => change(action.dataset.what, f.id));
+    }
+    const tr = row([f.created_at.slice(0, 16).replace("T", " "), f.content, now, action]);
+    tr.classList.add("state-" + f.state);
+    body.appendChild(tr);
+  }
+  $("view-lifecycle").dataset.shown = data.scope;
+}
+
+async function change(what, id) {
+  const body = { scope: scope() };
+  if (id) body.id = id;
+  let data;
+  try {
+    data = await api(what, { method: "POST", body: JSON.stringify(body) });
+  } catch (e) {
+    showError("error", e.message);
+    return;
+  }
+  let said = what === "restore" ? "Restored: " + data.restored.content
+    : what === "end" ? "Ended: " + data.ended.content
+    : what === "undo" ? (data.undone ? data.undone.join("; ") : "Learning changed nothing here since the server started.")
+    : "Merged.";
+  $("changed").textContent = said;
+  lifecycle();
 }
 
 async function store() {
@@ -283,6 +381,14 @@ async function store() {
   const settings = $("settings").querySelector("tbody");
   settings.replaceChildren();
   settings.appendChild(row(["store", data.store + (data.durable ? "" : " (not durable)")]));
+  settings.appendChild(row(["embedding space", data.embedding_space || "none (keyword search only)"]));
+  if (data.totals) {
+    const t = data.totals;
+    settings.appendChild(row(["whole store", (t.file_bytes / 1048576).toFixed(1) + " MiB, " +
+      t.memories + " memories (" + t.facts + " facts) of " + t.users + " people in " + t.scopes + " scopes"]));
+    settings.appendChild(row(["without a vector", String(t.without_vectors) +
+      (t.without_vectors > 0 ? " (embedded when their chat is next searched, or by ava reembed --missing)" : "")]));
+  }
   for (const [k, v] of Object.entries(data.settings)) {
     settings.appendChild(row([k, typeof v === "string" ? v : JSON.stringify(v)]));
   }
@@ -302,12 +408,15 @@ document.addEventListener("DOMContentLoaded", () => {
   }
   $("scope").addEventListener("change", () => {
     $("history").hidden = true;
-    memories();
+    const active = document.querySelector(".tab.active");
+    show(active ? active.dataset.view : "memories");
   });
   $("search").addEventListener("click", memories);
   $("q").addEventListener("keydown", (e) => {
     if (e.key === "Enter") memories();
   });
   $("explain").addEventListener("click", explain);
+  $("consolidate").addEventListener("click", () => change("consolidate"));
+  $("undo").addEventListener("click", () => change("undo"));
   if (state.token) login();
 });

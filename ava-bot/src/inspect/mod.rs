@@ -22,14 +22,15 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use memory_core::{
-    ErrorChain, Filter, MemoryBackend, MemoryEntry, MemoryError, MemoryId, MemoryKind, Scope,
-    SearchRequest, Tag, TagQuery,
+    Consolidation, ErrorChain, Filter, MemoryBackend, MemoryEntry, MemoryError, MemoryId,
+    MemoryKind, Scope, SearchRequest, Tag, TagQuery,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::agent::{Agent, find_memory};
+use crate::agent::{Agent, Audience, find_memory};
 use crate::mcp::tokens::Grant;
+use crate::proxy::Proxy;
 
 /// Most memories one listing or search returns.
 const MAX_LIMIT: usize = 200;
@@ -56,9 +57,16 @@ type Body = BoxBody<Bytes, Infallible>;
 /// recalls, and the settings in force.
 pub(crate) struct Inspector {
     store: Arc<dyn MemoryBackend>,
+    /// Builds the prompts it explains; counts no recall.
     agent: Agent,
+    /// The agent that serves the apps (its last learning is what "undo" reverts).
+    live: Agent,
     /// The settings in force, secrets left out.
     settings: Value,
+    /// The proxy whose last prompts it lists, if there is one.
+    proxy: Option<Arc<Proxy>>,
+    /// The SQLite store itself, for its totals (operators only: they count everyone).
+    sqlite: Option<Arc<memory_sqlite::SqliteBackend>>,
 }
 
 /// A page of the inspector that needs no token: the page itself, its script, its style.
@@ -155,6 +163,20 @@ struct ExplainArgs {
     message: String,
 }
 
+/// What the changing calls take: the scope, and the memory for `restore` and `end`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ChangeArgs {
+    /// The scope key (one of `/me`'s).
+    scope: String,
+    /// The memory (`restore`, `end`).
+    #[serde(default)]
+    id: Option<String>,
+}
+
+/// How many facts the lifecycle view lists.
+const RECENT_FACTS: usize = 50;
+
 impl std::fmt::Debug for Inspector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Inspector")
@@ -165,13 +187,34 @@ impl std::fmt::Debug for Inspector {
 
 impl Inspector {
     /// An inspector over `store`, explaining prompts with `agent` (which should not count
-    /// recalls: [`Agent::dry_run`]) and showing `settings`.
-    pub(crate) fn new(store: Arc<dyn MemoryBackend>, agent: Agent, settings: Value) -> Self {
+    /// recalls: [`Agent::dry_run`]), undoing what `live` (the server's agent) learned last,
+    /// and showing `settings`.
+    pub(crate) fn new(
+        store: Arc<dyn MemoryBackend>,
+        agent: Agent,
+        live: Agent,
+        settings: Value,
+    ) -> Self {
         Self {
             store,
             agent,
+            live,
             settings,
+            proxy: None,
+            sqlite: None,
         }
+    }
+
+    /// The same inspector, showing operators the totals of this SQLite store.
+    pub(crate) fn with_sqlite(mut self, sqlite: Option<Arc<memory_sqlite::SqliteBackend>>) -> Self {
+        self.sqlite = sqlite;
+        self
+    }
+
+    /// The same inspector, listing the last prompts `proxy` built.
+    pub(crate) fn with_proxy(mut self, proxy: Arc<Proxy>) -> Self {
+        self.proxy = Some(proxy);
+        self
     }
 
     /// Answers an API request of the token whose grant is `grant`.
@@ -187,7 +230,25 @@ impl Inspector {
                 Ok(args) => self.explain(grant, args).await,
                 Err(response) => return response,
             },
-            (_, "me" | "memories" | "history" | "store" | "explain") => {
+            (Method::GET, "lifecycle") => self.lifecycle(grant, &query(&request)).await,
+            (Method::GET, "prompts") => self.prompts(grant, &query(&request)).await,
+            (Method::POST, "restore" | "end" | "consolidate" | "undo") => {
+                if grant.read_only {
+                    return refused(
+                        StatusCode::FORBIDDEN,
+                        "this token is read-only; it may not change anything",
+                    );
+                }
+                match json_body::<ChangeArgs>(request).await {
+                    Ok(args) => self.change(grant, route, args).await,
+                    Err(response) => return response,
+                }
+            }
+            (
+                _,
+                "me" | "memories" | "history" | "store" | "explain" | "lifecycle" | "prompts"
+                | "restore" | "end" | "consolidate" | "undo",
+            ) => {
                 return refused(StatusCode::METHOD_NOT_ALLOWED, "wrong method for this path");
             }
             _ => return refused(StatusCode::NOT_FOUND, format!("no such API: {path}")),
@@ -361,22 +422,169 @@ impl Inspector {
             })
             .collect();
         let ms = started.elapsed().as_secs_f64() * 1e3;
-        // Each candidate memory's text, so that what was cut or dropped can be read too
-        // (the prompt holds only what was kept). The prompt read these same scopes.
-        let scopes = scope.private_context();
-        let mut memories = serde_json::Map::new();
-        for id in prompt.report.sections.iter().filter_map(|s| s.memory_id) {
-            if let Some(e) = find_memory(self.store.as_ref(), &scopes, id).await {
-                memories.insert(id.to_string(), row(&e, None));
-            }
-        }
         Ok(json!({
             "scope": scope.key(),
             "ms": ms,
             "messages": messages,
+            "memories": self.candidates(&scope, &prompt.report).await,
             "report": prompt.report,
-            "memories": memories,
         }))
+    }
+
+    /// Each candidate memory's text, so that what was cut or dropped can be read too (the
+    /// prompt holds only what was kept), looked up where the prompt read.
+    async fn candidates(&self, scope: &Scope, report: &hydrate::ExplainReport) -> Value {
+        let scopes = scope.private_context();
+        let mut memories = serde_json::Map::new();
+        for id in report.sections.iter().filter_map(|s| s.memory_id) {
+            if let Some(e) = find_memory(self.store.as_ref(), &scopes, id).await {
+                memories.insert(id.to_string(), row(&e, None));
+            }
+        }
+        Value::Object(memories)
+    }
+
+    /// `GET /inspect/api/prompts?scope=`: the last prompts the proxy built for the scope
+    /// (newest first, of the newest it keeps), each with its explain report.
+    async fn prompts(
+        &self,
+        grant: &Grant,
+        args: &BTreeMap<String, String>,
+    ) -> Result<Value, Refusal> {
+        let scope = self.scope(grant, args.get("scope")).await?;
+        let mut out = Vec::new();
+        let built = self
+            .proxy
+            .as_ref()
+            .map(|p| p.built_in(std::slice::from_ref(&scope)))
+            .unwrap_or_default();
+        for p in built {
+            out.push(json!({
+                "id": p.id,
+                "at": p.at.to_string(),
+                "memories": self.candidates(&p.scope, &p.report).await,
+                "report": p.report,
+            }));
+        }
+        Ok(json!({ "scope": scope.key(), "prompts": out }))
+    }
+
+    /// `GET /inspect/api/lifecycle?scope=`: what consolidating the scope would merge (a dry
+    /// run), and its facts newest first with what became of each (current, replaced,
+    /// ended), so that a token that may write can restore or end one.
+    async fn lifecycle(
+        &self,
+        grant: &Grant,
+        args: &BTreeMap<String, String>,
+    ) -> Result<Value, Refusal> {
+        let scope = self.scope(grant, args.get("scope")).await?;
+        let dry_run = Consolidation {
+            dry_run: true,
+            ..Consolidation::new()
+        };
+        let report = memory_core::consolidate(self.store.as_ref(), &scope, &dry_run)
+            .await
+            .map_err(Refusal::store)?;
+        let mut merges = Vec::new();
+        for m in &report.merged {
+            let mut merged = Vec::new();
+            for &id in &m.merged {
+                merged
+                    .push(json!({ "id": id.to_string(), "content": self.text(&scope, id).await }));
+            }
+            merges.push(json!({
+                "kept": { "id": m.kept.to_string(), "content": self.text(&scope, m.kept).await },
+                "merged": merged,
+                "why": m.why,
+            }));
+        }
+        let filter = Filter {
+            kinds: vec![MemoryKind::Fact],
+            include_superseded: true,
+            ..Filter::default()
+        };
+        let now = memory_core::Timestamp::now();
+        let facts: Vec<Value> = self
+            .store
+            .recent(&scope, RECENT_FACTS, &filter)
+            .await
+            .map_err(Refusal::store)?
+            .iter()
+            .map(|e| {
+                let mut r = row(e, None);
+                r["state"] = json!(if e.superseded_by.is_some() {
+                    "replaced"
+                } else if !e.is_valid_at(now) {
+                    "ended"
+                } else {
+                    "current"
+                });
+                r
+            })
+            .collect();
+        Ok(json!({
+            "scope": scope.key(),
+            "may_write": !grant.read_only,
+            "would_merge": merges,
+            "failed": report.failed,
+            "facts": facts,
+        }))
+    }
+
+    /// The text of memory `id` of `scope` (empty if it is gone).
+    async fn text(&self, scope: &Scope, id: MemoryId) -> String {
+        self.store
+            .get(scope, id)
+            .await
+            .map(|e| e.content)
+            .unwrap_or_default()
+    }
+
+    /// The changing calls (never for a read-only token): `restore` makes a replaced or ended
+    /// memory current again, `end` ends a current one now, `consolidate` merges what the
+    /// dry run showed, `undo` reverts the last change fact learning made in the scope.
+    async fn change(&self, grant: &Grant, what: &str, args: ChangeArgs) -> Result<Value, Refusal> {
+        let scope = self.scope(grant, Some(&args.scope)).await?;
+        let id = || {
+            args.id
+                .as_deref()
+                .and_then(|id| id.parse::<MemoryId>().ok())
+                .ok_or_else(|| Refusal::bad("id: expected a memory id"))
+        };
+        let store = self.store.as_ref();
+        let done = match what {
+            "restore" => {
+                let e = memory_core::restore(store, &scope, id()?)
+                    .await
+                    .map_err(Refusal::store)?;
+                json!({ "restored": row(&e, None) })
+            }
+            "end" => {
+                let now = memory_core::Timestamp::now();
+                let e = memory_core::invalidate(store, &scope, id()?, now)
+                    .await
+                    .map_err(Refusal::store)?;
+                json!({ "ended": row(&e, None) })
+            }
+            "consolidate" => {
+                let report = memory_core::consolidate(store, &scope, &Consolidation::new())
+                    .await
+                    .map_err(Refusal::store)?;
+                json!({ "report": report })
+            }
+            _ => {
+                let lines = self
+                    .live
+                    .undo_learning(&scope, Audience::Private)
+                    .await
+                    .map_err(|e| {
+                        Refusal(StatusCode::INTERNAL_SERVER_ERROR, crate::error_chain(&e))
+                    })?;
+                json!({ "undone": lines })
+            }
+        };
+        tracing::info!(scope = %scope, what, "the inspector changed memory");
+        Ok(done)
     }
 
     /// `GET /inspect/api/store`: counts per readable scope, the store and embedder, and the
@@ -388,11 +596,28 @@ impl Inspector {
             counts.push(json!({ "key": scope.key(), "label": label(&scope), "memories": n }));
         }
         let info = self.store.info();
+        // The whole store's totals count every identity's memories: an operator's to see.
+        let totals = match (&self.sqlite, grant.operator) {
+            (Some(sqlite), true) => {
+                let t = sqlite.stats().await.map_err(Refusal::store)?;
+                json!({
+                    "file_bytes": t.file_bytes,
+                    "memories": t.memories,
+                    "facts": t.facts,
+                    "with_vectors": t.embedded,
+                    "without_vectors": t.memories - t.embedded.min(t.memories),
+                    "scopes": t.scopes,
+                    "users": t.users,
+                })
+            }
+            _ => Value::Null,
+        };
         Ok(json!({
             "store": info.name,
             "durable": info.durable,
-            "capabilities": format!("{:?}", self.store.capabilities()),
+            "embedding_space": info.embedding_space.as_ref().map(|s| s.to_string()),
             "scopes": counts,
+            "totals": totals,
             "settings": self.settings,
         }))
     }
