@@ -270,6 +270,19 @@ async fn the_api_answers_each_token_for_what_it_may_read() {
     let (status, bad) = get_json(&format!("{}/inspect/api/history?id=nope", s.url), ALICE).await;
     assert_eq!(status, 400, "{bad}");
     assert!(bad["error"].as_str().unwrap().contains("id"), "{bad}");
+    let (status, bad) = get_json(
+        &format!("{}/inspect/api/memories?q={}", s.url, "x".repeat(20_000)),
+        ALICE,
+    )
+    .await;
+    assert_eq!(status, 400, "{bad}");
+    assert!(bad["error"].as_str().unwrap().contains("at most"), "{bad}");
+    let (status, bad) = get_json(
+        &format!("{}/inspect/api/memories?limit=100000", s.url),
+        ALICE,
+    )
+    .await;
+    assert_eq!(status, 400, "{bad}");
     let explain = reqwest::Client::new()
         .post(format!("{}/inspect/api/explain", s.url))
         .bearer_auth(ALICE)

@@ -341,6 +341,12 @@ impl Inspector {
         }
         filter.include_superseded = args.get("replaced").is_some_and(|r| r == "1");
         let q = args.get("q").map(|q| q.trim()).unwrap_or_default();
+        if q.len() > MAX_MESSAGE_BYTES {
+            return Err(Refusal::bad(format!(
+                "q: {} bytes; at most {MAX_MESSAGE_BYTES}",
+                q.len()
+            )));
+        }
         let rows: Vec<Value> = if q.is_empty() {
             self.store
                 .recent(&scope, limit, &filter)
