@@ -251,6 +251,40 @@ async fn the_api_answers_each_token_for_what_it_may_read() {
     )
     .await;
     assert_eq!(texts(&both).len(), 2, "{both}");
+    // As they stood just before the old code was replaced: the old one, and it alone.
+    let old = both["memories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["content"] == "My door code is 4321")
+        .unwrap();
+    let just_before = memory_core::Timestamp::parse_rfc3339(old["valid_until"].as_str().unwrap())
+        .unwrap()
+        .minus(Duration::from_millis(1))
+        .to_string();
+    let (status, then) = get_json(
+        &format!(
+            "{}/inspect/api/memories?scope={}&q=door%20code&as_of={}",
+            s.url,
+            urlencode(&facts_key),
+            urlencode(&just_before)
+        ),
+        ALICE,
+    )
+    .await;
+    assert_eq!(status, 200, "{then}");
+    assert_eq!(
+        texts(&then),
+        ["My door code is 4321"],
+        "{then} at {just_before}"
+    );
+    let (status, bad) = get_json(
+        &format!("{}/inspect/api/memories?as_of=yesterday", s.url),
+        ALICE,
+    )
+    .await;
+    assert_eq!(status, 400, "{bad}");
+    assert!(bad["error"].as_str().unwrap().contains("as_of"), "{bad}");
 
     // The operator of the tenant sees every identity, bob's too.
     let (_, ops) = get_json(&format!("{}/inspect/api/store", s.url), OPERATOR).await;

@@ -118,6 +118,9 @@ async function memories() {
     kind: $("kind").value,
     tag: $("tag").value,
     replaced: $("replaced").checked ? "1" : "0",
+    after: $("after").value,
+    before: $("before").value,
+    as_of: $("as-of").value,
   });
   const mine = ++state.listing;
   let data;

@@ -23,7 +23,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use memory_core::{
     Consolidation, ErrorChain, Filter, MemoryBackend, MemoryEntry, MemoryError, MemoryId,
-    MemoryKind, Scope, SearchRequest, Tag, TagQuery,
+    MemoryKind, Scope, SearchRequest, Tag, TagQuery, Timestamp,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -340,6 +340,27 @@ impl Inspector {
             filter.tags = Some(TagQuery::any([tag]));
         }
         filter.include_superseded = args.get("replaced").is_some_and(|r| r == "1");
+        // Time: created from `after`, before `before`; or everything as it stood at `as_of`
+        // (created by then and valid then, replaced since or not).
+        let time = |key: &str| -> Result<Option<Timestamp>, Refusal> {
+            args.get(key)
+                .map(|t| t.trim())
+                .filter(|t| !t.is_empty())
+                .map(|t| instant(t).map_err(|e| Refusal::bad(format!("{key}: {e}"))))
+                .transpose()
+        };
+        if let Some(at) = time("as_of")? {
+            let as_of = Filter::as_of(at);
+            filter.created_before = as_of.created_before;
+            filter.valid_at = as_of.valid_at;
+            filter.include_superseded = true;
+        }
+        if let Some(after) = time("after")? {
+            filter.created_after = Some(after);
+        }
+        if let Some(before) = time("before")? {
+            filter.created_before = Some(filter.created_before.map_or(before, |b| b.min(before)));
+        }
         let q = args.get("q").map(|q| q.trim()).unwrap_or_default();
         if q.len() > MAX_MESSAGE_BYTES {
             return Err(Refusal::bad(format!(
@@ -509,7 +530,7 @@ impl Inspector {
             include_superseded: true,
             ..Filter::default()
         };
-        let now = memory_core::Timestamp::now();
+        let now = Timestamp::now();
         let facts: Vec<Value> = self
             .store
             .recent(&scope, RECENT_FACTS, &filter)
@@ -566,7 +587,7 @@ impl Inspector {
                 json!({ "restored": row(&e, None) })
             }
             "end" => {
-                let now = memory_core::Timestamp::now();
+                let now = Timestamp::now();
                 let e = memory_core::invalidate(store, &scope, id()?, now)
                     .await
                     .map_err(Refusal::store)?;
@@ -627,6 +648,21 @@ impl Inspector {
             "settings": self.settings,
         }))
     }
+}
+
+/// An instant as the page sends it: RFC 3339 (`2026-11-26T15:00:00Z`), or a date and
+/// maybe a time of day in UTC (`2026-11-26`, `2026-11-26T15:00`).
+fn instant(text: &str) -> Result<Timestamp, String> {
+    let full = match text.len() {
+        10 => format!("{text}T00:00:00Z"),
+        16 => format!("{text}:00Z"),
+        _ => text.to_owned(),
+    };
+    Timestamp::parse_rfc3339(&full).map_err(|_| {
+        format!(
+            "`{text}` is not a time; expected e.g. 2026-11-26, 2026-11-26T15:00 (UTC) or RFC 3339"
+        )
+    })
 }
 
 /// A scope as people read it.
