@@ -261,11 +261,14 @@ impl Harness {
             tokio::time::sleep(Duration::from_millis(20)).await;
             sent = self.sent().await;
         }
-        // Shutting down waits for in-flight handlers.
+        // Shutting down waits for in-flight handlers; a dispatcher that never stops is a
+        // failure that says so, not a test that hangs (seen once in CI, webhook mode).
         loop {
             match shutdown.shutdown() {
                 Ok(done) => {
-                    done.await;
+                    tokio::time::timeout(PATIENCE, done)
+                        .await
+                        .expect("the dispatcher did not stop within PATIENCE of its shutdown");
                     break;
                 }
                 // Still starting up: try again shortly.
@@ -275,7 +278,11 @@ impl Harness {
                 Err(e) => panic!("could not stop the dispatcher: {e:?}"),
             }
         }
-        running.await.unwrap().unwrap();
+        tokio::time::timeout(PATIENCE, running)
+            .await
+            .expect("the dispatcher's task did not end after it stopped")
+            .unwrap()
+            .unwrap();
         let sent = self.sent().await;
         assert!(
             sent.len() >= replies,
@@ -1307,7 +1314,11 @@ async fn by_webhook_the_bot_answers_only_what_carries_the_secret() {
     let shutdown = dispatcher.shutdown_token();
     let running = tokio::spawn(async move { serve_from(&mut dispatcher, listener).await });
 
-    let client = reqwest::Client::new();
+    // A request that is never answered fails the test rather than hanging it.
+    let client = reqwest::Client::builder()
+        .timeout(PATIENCE)
+        .build()
+        .unwrap();
     let post = |at: &str, given: Option<&str>, update: Value| {
         let mut request = client.post(format!("http://{addr}{at}")).json(&update);
         if let Some(s) = given {
