@@ -153,6 +153,19 @@ async fn get_json(url: &str, token: &str) -> (u16, Value) {
     (status, response.json().await.unwrap())
 }
 
+/// `/inspect/api/memories` of `scope` for `token`, with `extra` query parameters.
+async fn memories(s: &Serve, token: &str, scope: &str, extra: &str) -> (u16, Value) {
+    get_json(
+        &format!(
+            "{}/inspect/api/memories?scope={}{extra}",
+            s.url,
+            urlencode(scope)
+        ),
+        token,
+    )
+    .await
+}
+
 fn texts(memories: &Value) -> Vec<String> {
     memories["memories"]
         .as_array()
@@ -200,15 +213,7 @@ async fn the_api_answers_each_token_for_what_it_may_read() {
     assert_eq!(keys.len(), 2, "{me}");
     assert!(keys.iter().all(|k| k.contains("u=alice")), "{keys:?}");
     let facts_key = keys[1].to_owned();
-    let (_, found) = get_json(
-        &format!(
-            "{}/inspect/api/memories?scope={}&q=secret%20lighthouse",
-            s.url,
-            urlencode(&facts_key)
-        ),
-        ALICE,
-    )
-    .await;
+    let (_, found) = memories(&s, ALICE, &facts_key, "&q=secret%20lighthouse").await;
     assert!(
         !texts(&found).iter().any(|t| t.contains("lighthouse")),
         "{found}"
@@ -216,40 +221,16 @@ async fn the_api_answers_each_token_for_what_it_may_read() {
     // Bob's scope is refused by name, not searched.
     let (_, bob_me) = get_json(&format!("{}/inspect/api/me", s.url), BOB).await;
     let bob_facts = bob_me["scopes"][1]["key"].as_str().unwrap().to_owned();
-    let (status, refused) = get_json(
-        &format!(
-            "{}/inspect/api/memories?scope={}",
-            s.url,
-            urlencode(&bob_facts)
-        ),
-        ALICE,
-    )
-    .await;
+    let (status, refused) = memories(&s, ALICE, &bob_facts, "").await;
     assert_eq!(status, 403, "{refused}");
 
     // A search says how each hit scored; the replaced code only when asked for.
-    let (_, found) = get_json(
-        &format!(
-            "{}/inspect/api/memories?scope={}&q=door%20code",
-            s.url,
-            urlencode(&facts_key)
-        ),
-        ALICE,
-    )
-    .await;
+    let (_, found) = memories(&s, ALICE, &facts_key, "&q=door%20code").await;
     assert_eq!(texts(&found), ["My door code is 9876"], "{found}");
     let hit = &found["memories"][0];
     assert!(hit["search"]["score"].as_f64().unwrap() > 0.0, "{hit}");
     assert!(hit["search"]["breakdown"]["keyword"].is_number(), "{hit}");
-    let (_, both) = get_json(
-        &format!(
-            "{}/inspect/api/memories?scope={}&q=door%20code&replaced=1",
-            s.url,
-            urlencode(&facts_key)
-        ),
-        ALICE,
-    )
-    .await;
+    let (_, both) = memories(&s, ALICE, &facts_key, "&q=door%20code&replaced=1").await;
     assert_eq!(texts(&both).len(), 2, "{both}");
     // As they stood just before the old code was replaced: the old one, and it alone.
     let old = both["memories"]
@@ -262,14 +243,11 @@ async fn the_api_answers_each_token_for_what_it_may_read() {
         .unwrap()
         .minus(Duration::from_millis(1))
         .to_string();
-    let (status, then) = get_json(
-        &format!(
-            "{}/inspect/api/memories?scope={}&q=door%20code&as_of={}",
-            s.url,
-            urlencode(&facts_key),
-            urlencode(&just_before)
-        ),
+    let (status, then) = memories(
+        &s,
         ALICE,
+        &facts_key,
+        &format!("&q=door%20code&as_of={}", urlencode(&just_before)),
     )
     .await;
     assert_eq!(status, 200, "{then}");
@@ -347,15 +325,7 @@ async fn the_api_answers_each_token_for_what_it_may_read() {
         .await
         .unwrap();
     assert_eq!(proxy.status(), 403);
-    let (_, after) = get_json(
-        &format!(
-            "{}/inspect/api/memories?scope={}&q=Oslo",
-            s.url,
-            urlencode(&facts_key)
-        ),
-        ALICE,
-    )
-    .await;
+    let (_, after) = memories(&s, ALICE, &facts_key, "&q=Oslo").await;
     assert!(texts(&after).is_empty(), "{after}");
 
     // Nor through the inspector: its changing calls refuse a read-only token.
@@ -383,15 +353,7 @@ async fn the_api_answers_each_token_for_what_it_may_read() {
             .send()
     };
     assert_eq!(restore(ALICE_READ_ONLY).await.unwrap().status(), 403);
-    let (_, still) = get_json(
-        &format!(
-            "{}/inspect/api/memories?scope={}&q=door%20code",
-            s.url,
-            urlencode(&facts_key)
-        ),
-        ALICE,
-    )
-    .await;
+    let (_, still) = memories(&s, ALICE, &facts_key, "&q=door%20code").await;
     assert_eq!(texts(&still), ["My door code is 9876"], "{still}");
     // Bob may not change alice's facts either (her scope is not his to name).
     assert_eq!(restore(BOB).await.unwrap().status(), 403);
