@@ -256,11 +256,13 @@ async fn ingest(
     let mut newest = product;
     newest.kinds = [SourceKind::Temporal].into_iter().collect();
     newest.source_token_share = 1.0;
+    // The memory provider, by what it serves (the graph's provider may come first).
     let provider = config
         .providers
-        .first()
+        .iter()
+        .find(|p| p.supports(SourceKind::Semantic))
         .map(|p| p.name().to_owned())
-        .context("the product's config has no provider")?;
+        .context("the product's config has no memory provider")?;
     Ok(Conversation {
         scope,
         store,
