@@ -272,32 +272,9 @@ impl Agent {
         embedder: Option<Arc<dyn EmbeddingProvider>>,
         budget: u32,
     ) -> anyhow::Result<Self> {
-        Self::build(store, embedder, budget, true)
-    }
-
-    /// An agent that only looks (`ava context`): its searches do not count as recalls, so
-    /// a dry run changes nothing the ranking reads.
-    pub(crate) fn dry_run(
-        store: Arc<dyn MemoryBackend>,
-        embedder: Option<Arc<dyn EmbeddingProvider>>,
-        budget: u32,
-    ) -> anyhow::Result<Self> {
-        Self::build(store, embedder, budget, false)
-    }
-
-    fn build(
-        store: Arc<dyn MemoryBackend>,
-        embedder: Option<Arc<dyn EmbeddingProvider>>,
-        budget: u32,
-        record_access: bool,
-    ) -> anyhow::Result<Self> {
         let budget = token_budget(budget)?;
         // One definition with the evaluation (`cargo xtask eval locomo --context-budget`).
-        let mut config =
-            product::config(Arc::clone(&store), embedder).context("load the tokenizer")?;
-        if !record_access {
-            config = config.with_runtime_option(OPT_RECORD_ACCESS, false);
-        }
+        let config = product::config(Arc::clone(&store), embedder).context("load the tokenizer")?;
         Ok(Self {
             store,
             config: Arc::new(config),
@@ -308,6 +285,27 @@ impl Agent {
             background: Arc::default(),
             learned: Arc::default(),
         })
+    }
+
+    /// An agent that only looks (`ava context`): [`Agent::new`], [`Agent::looking_only`].
+    pub(crate) fn dry_run(
+        store: Arc<dyn MemoryBackend>,
+        embedder: Option<Arc<dyn EmbeddingProvider>>,
+        budget: u32,
+    ) -> anyhow::Result<Self> {
+        Ok(Self::new(store, embedder, budget)?.looking_only())
+    }
+
+    /// The same agent (its sources and caches shared), only looking: its searches do not
+    /// count as recalls, so a dry run changes nothing the ranking reads.
+    pub(crate) fn looking_only(&self) -> Self {
+        let mut agent = self.clone();
+        agent.config = Arc::new(
+            (*self.config)
+                .clone()
+                .with_runtime_option(OPT_RECORD_ACCESS, false),
+        );
+        agent
     }
 
     /// The same agent, pruning each chat after its exchanges as `upkeep` says.

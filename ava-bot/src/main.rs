@@ -1,6 +1,7 @@
 //! `ava`: the command line of the Ava reference app.
 
 mod agent;
+mod body;
 mod bot;
 mod commands;
 mod config;

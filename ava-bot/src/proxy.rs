@@ -23,13 +23,14 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hydrate::{Block, ExplainReport, FactExtractor, SessionState};
 use hyper::body::{Frame, Incoming};
 use memory_core::{Scope, Secret, Timestamp};
 use serde_json::{Value, json};
 
 use crate::agent::{Agent, Speaker};
+use crate::body::{BodyError, read_whole};
 use crate::llm::OpenAiChat;
 use crate::mcp::tokens::Grant;
 
@@ -403,18 +404,18 @@ impl Proxy {
     ) -> Result<Call, Response<Body>> {
         let received = Timestamp::now();
         let (parts, body) = request.into_parts();
-        let bytes = match Limited::new(body, MAX_BODY).collect().await {
-            Ok(collected) => collected.to_bytes(),
-            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+        let bytes = match read_whole(body, MAX_BODY).await {
+            Ok(bytes) => bytes,
+            Err(e @ BodyError::TooLarge) => {
                 return Err(error(
-                    StatusCode::PAYLOAD_TOO_LARGE,
+                    e.status(),
                     "invalid_request_error",
                     format!("the request body is larger than {} MiB", MAX_BODY >> 20),
                 ));
             }
-            Err(_) => {
+            Err(e @ BodyError::Unreadable) => {
                 return Err(error(
-                    StatusCode::BAD_REQUEST,
+                    e.status(),
                     "invalid_request_error",
                     "the request body could not be read",
                 ));

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use memory_core::Secret;
@@ -29,6 +29,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use crate::body::read_whole;
 use crate::bot::AvaBot;
 use crate::mcp::http::{bind, serve_connection};
 
@@ -181,9 +182,9 @@ impl Gate {
             tracing::warn!("refused a webhook request without the right secret token");
             return plain(StatusCode::UNAUTHORIZED, "wrong or missing secret token\n");
         }
-        let bytes = match Limited::new(request.into_body(), MAX_BODY).collect().await {
-            Ok(body) => body.to_bytes(),
-            Err(_) => return plain(StatusCode::PAYLOAD_TOO_LARGE, "the update is too large\n"),
+        // Telegram's updates are small: anything unread is refused as too large.
+        let Ok(bytes) = read_whole(request.into_body(), MAX_BODY).await else {
+            return plain(StatusCode::PAYLOAD_TOO_LARGE, "the update is too large\n");
         };
         let update: Update = match serde_json::from_slice(&bytes) {
             Ok(u) => u,

@@ -18,7 +18,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use common::{ava, command, listening, listening_url, ok};
+use common::{ava, command, contents, listening, listening_url, ok, private_token_file};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -35,22 +35,16 @@ const XSS_SCRIPT: &str = "</script><script>window.pwned = 1</script>";
 const PATIENCE: Duration = Duration::from_secs(60);
 
 fn token_file(dir: &Path) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let path = dir.join("tokens.json");
-    std::fs::write(
-        &path,
-        json!({"tokens": [
+    private_token_file(
+        dir,
+        json!([
             {"token": ALICE, "user": "alice", "chat": "desk"},
             {"token": ALICE_READ_ONLY, "user": "alice", "chat": "desk", "read_only": true},
             {"token": BOB, "user": "bob", "chat": "desk"},
             {"token": OPERATOR, "user": "ops", "chat": "console", "operator": true,
              "read_only": true},
-        ]})
-        .to_string(),
+        ]),
     )
-    .unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    path
 }
 
 /// A running `ava serve` over a store holding alice's and bob's memories.
@@ -166,15 +160,6 @@ async fn memories(s: &Serve, token: &str, scope: &str, extra: &str) -> (u16, Val
     .await
 }
 
-fn texts(memories: &Value) -> Vec<String> {
-    memories["memories"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["content"].as_str().unwrap().to_owned())
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_answers_each_token_for_what_it_may_read() {
     let upstream = upstream().await;
@@ -215,7 +200,7 @@ async fn the_api_answers_each_token_for_what_it_may_read() {
     let facts_key = keys[1].to_owned();
     let (_, found) = memories(&s, ALICE, &facts_key, "&q=secret%20lighthouse").await;
     assert!(
-        !texts(&found).iter().any(|t| t.contains("lighthouse")),
+        !contents(&found).iter().any(|t| t.contains("lighthouse")),
         "{found}"
     );
     // Bob's scope is refused by name, not searched.
@@ -226,12 +211,12 @@ async fn the_api_answers_each_token_for_what_it_may_read() {
 
     // A search says how each hit scored; the replaced code only when asked for.
     let (_, found) = memories(&s, ALICE, &facts_key, "&q=door%20code").await;
-    assert_eq!(texts(&found), ["My door code is 9876"], "{found}");
+    assert_eq!(contents(&found), ["My door code is 9876"], "{found}");
     let hit = &found["memories"][0];
     assert!(hit["search"]["score"].as_f64().unwrap() > 0.0, "{hit}");
     assert!(hit["search"]["breakdown"]["keyword"].is_number(), "{hit}");
     let (_, both) = memories(&s, ALICE, &facts_key, "&q=door%20code&replaced=1").await;
-    assert_eq!(texts(&both).len(), 2, "{both}");
+    assert_eq!(contents(&both).len(), 2, "{both}");
     // As they stood just before the old code was replaced: the old one, and it alone.
     let old = both["memories"]
         .as_array()
@@ -252,7 +237,7 @@ async fn the_api_answers_each_token_for_what_it_may_read() {
     .await;
     assert_eq!(status, 200, "{then}");
     assert_eq!(
-        texts(&then),
+        contents(&then),
         ["My door code is 4321"],
         "{then} at {just_before}"
     );
@@ -326,7 +311,7 @@ async fn the_api_answers_each_token_for_what_it_may_read() {
         .unwrap();
     assert_eq!(proxy.status(), 403);
     let (_, after) = memories(&s, ALICE, &facts_key, "&q=Oslo").await;
-    assert!(texts(&after).is_empty(), "{after}");
+    assert!(contents(&after).is_empty(), "{after}");
 
     // Nor through the inspector: its changing calls refuse a read-only token.
     let (_, lifecycle) = get_json(
@@ -354,7 +339,7 @@ async fn the_api_answers_each_token_for_what_it_may_read() {
     };
     assert_eq!(restore(ALICE_READ_ONLY).await.unwrap().status(), 403);
     let (_, still) = memories(&s, ALICE, &facts_key, "&q=door%20code").await;
-    assert_eq!(texts(&still), ["My door code is 9876"], "{still}");
+    assert_eq!(contents(&still), ["My door code is 9876"], "{still}");
     // Bob may not change alice's facts either (her scope is not his to name).
     assert_eq!(restore(BOB).await.unwrap().status(), 403);
 
@@ -529,6 +514,25 @@ impl Browser {
         .await
     }
 
+    /// Picks the `i`th identity of the page's list (its views follow).
+    async fn choose_identity(&self, i: usize) {
+        self.js(&format!(
+            "const s = document.getElementById('scope'); s.selectedIndex = {i}; \
+             s.dispatchEvent(new Event('change'))"
+        ))
+        .await;
+    }
+
+    /// Searches the memories view for `q` and waits for its answer to be drawn.
+    async fn search(&self, q: &str) {
+        self.type_in("#q", q).await;
+        self.click("#search").await;
+        self.wait(&format!(
+            "return (document.getElementById('memories').dataset.shown || '').endsWith(' {q}')"
+        ))
+        .await;
+    }
+
     /// Waits until `script` returns something truthy, and returns it.
     async fn wait(&self, script: &str) -> Value {
         let start = Instant::now();
@@ -630,14 +634,8 @@ async fn a_person_inspects_their_memories_and_a_prompt_in_a_real_browser() {
     assert!(!options.as_str().unwrap().contains("bob"), "{options}");
 
     // Her own facts: search, then the history of the door code.
-    browser
-        .js("const s = document.getElementById('scope'); s.selectedIndex = 1; s.dispatchEvent(new Event('change'))")
-        .await;
-    browser.type_in("#q", "door code").await;
-    browser.click("#search").await;
-    browser
-        .wait("return (document.getElementById('memories').dataset.shown || '').endsWith(' door code')")
-        .await;
+    browser.choose_identity(1).await;
+    browser.search("door code").await;
     let cells = browser
         .js("return document.querySelector('#memories tbody tr').innerText")
         .await;
@@ -656,18 +654,12 @@ async fn a_person_inspects_their_memories_and_a_prompt_in_a_real_browser() {
     let old_first = versions.find("4321").unwrap() < versions.find("9876").unwrap();
     assert!(old_first, "oldest first: {versions}");
     // Bob's secret is nowhere, whatever is searched.
-    browser.type_in("#q", "secret lighthouse").await;
-    browser.click("#search").await;
-    browser
-        .wait("return (document.getElementById('memories').dataset.shown || '').endsWith(' secret lighthouse')")
-        .await;
+    browser.search("secret lighthouse").await;
     let page = browser.js("return document.body.innerText").await;
     assert!(!page.as_str().unwrap().contains("lighthouse"), "{page}");
 
     // A prompt, explained: the budget bar, every candidate's fate, the prompt itself.
-    browser
-        .js("const s = document.getElementById('scope'); s.selectedIndex = 0; s.dispatchEvent(new Event('change'))")
-        .await;
+    browser.choose_identity(0).await;
     browser.click("button[data-view=prompt]").await;
     browser
         .type_in(
@@ -716,9 +708,7 @@ async fn a_person_inspects_their_memories_and_a_prompt_in_a_real_browser() {
     assert!(summary.as_str().unwrap().contains("tokens"), "{summary}");
 
     // Lifecycle: her facts and what became of each; the replaced door code restored.
-    browser
-        .js("const s = document.getElementById('scope'); s.selectedIndex = 1; s.dispatchEvent(new Event('change'))")
-        .await;
+    browser.choose_identity(1).await;
     browser.click("button[data-view=lifecycle]").await;
     browser
         .wait(

@@ -17,7 +17,10 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{Log, ava, command, fake_bot_api, listening, listening_url, ok, stderr};
+use common::{
+    Log, ava, command, contents, fake_bot_api, listening, listening_url, ok, private_token_file,
+    stderr, write_private,
+};
 use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject};
 use rmcp::service::RunningService;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -88,15 +91,6 @@ fn tool_error(r: &CallToolResult) -> String {
         text(r)
     );
     text(r)
-}
-
-fn contents(recalled: &Value) -> Vec<String> {
-    recalled["memories"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["content"].as_str().unwrap().to_owned())
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -602,19 +596,13 @@ async fn stdio_answers_a_line_that_is_not_json_and_one_that_is_too_long() {
 
 /// A token file for alice and bob (both in chat `desk`), private to its owner.
 fn token_file(dir: &Path) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let path = dir.join("tokens.json");
-    std::fs::write(
-        &path,
-        json!({"tokens": [
+    private_token_file(
+        dir,
+        json!([
             {"token": TOKEN_A, "user": "alice", "chat": "desk"},
             {"token": TOKEN_B, "user": "bob", "chat": "desk"},
-        ]})
-        .to_string(),
+        ]),
     )
-    .unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    path
 }
 
 /// `ava mcp --http 127.0.0.1:0`: the child and the URL it says it listens on.
@@ -758,7 +746,6 @@ async fn http_needs_a_token_which_fixes_the_identity() {
 #[cfg(unix)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_answers_protocol_errors_checks_origin_and_reloads_tokens() {
-    use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("memories.db");
     let tokens = token_file(dir.path());
@@ -797,12 +784,10 @@ async fn http_answers_protocol_errors_checks_origin_and_reloads_tokens() {
 
     // Bob's token leaves the file: refused at once, alice still served.
     assert!(raw_request(&url, &bob, init).starts_with("HTTP/1.1 200"));
-    std::fs::write(
+    write_private(
         &tokens,
-        json!({"tokens": [{"token": TOKEN_A, "user": "alice", "chat": "desk"}]}).to_string(),
-    )
-    .unwrap();
-    std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o600)).unwrap();
+        &json!({"tokens": [{"token": TOKEN_A, "user": "alice", "chat": "desk"}]}),
+    );
     let response = raw_request(&url, &bob, init);
     assert!(response.starts_with("HTTP/1.1 401"), "{response}");
     assert!(raw_request(&url, &alice, init).starts_with("HTTP/1.1 200"));

@@ -21,7 +21,7 @@ use async_openai::types::chat::{
     ChatCompletionRequestSystemMessage, ChatCompletionRequestUserMessage,
     CreateChatCompletionRequestArgs,
 };
-use common::{ava, command, listening, listening_url, ok};
+use common::{ava, command, listening, listening_url, ok, private_token_file};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use wiremock::matchers::{body_partial_json, body_string_contains, method, path};
@@ -36,20 +36,14 @@ const PATIENCE: Duration = Duration::from_secs(60);
 
 /// A token file: alice and bob (chat `desk`), and the app `shop` that names its end users.
 fn token_file(dir: &Path) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let path = dir.join("tokens.json");
-    std::fs::write(
-        &path,
-        json!({"tokens": [
+    private_token_file(
+        dir,
+        json!([
             {"token": TOKEN_A, "user": "alice", "chat": "desk"},
             {"token": TOKEN_B, "user": "bob", "chat": "desk"},
             {"token": TOKEN_APP, "user": "shop", "chat": "assistant", "end_users": true},
-        ]})
-        .to_string(),
+        ]),
     )
-    .unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    path
 }
 
 /// A running `ava serve` and where it listens.

@@ -119,12 +119,32 @@ pub(crate) fn terminal_safe(text: &str, lines: bool) -> String {
 
 /// Reads `2026-03-01` (the end of that day, UTC) or an RFC 3339 time.
 pub(crate) fn parse_as_of(text: &str) -> Result<Timestamp, String> {
+    parse_day_or_time(text, DayEdge::End)
+}
+
+/// Which instant of a day a date alone stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DayEdge {
+    /// Its first millisecond (from that day, or before it).
+    Start,
+    /// Its last millisecond (as the day ended).
+    End,
+}
+
+/// Reads a day (`2026-03-01`, its first or last millisecond in UTC by `edge`), a day and
+/// time of day in UTC (`2026-03-01T09:30`), or an RFC 3339 time.
+pub(crate) fn parse_day_or_time(text: &str, edge: DayEdge) -> Result<Timestamp, String> {
     let text = text.trim();
-    if let Ok(day) = chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d") {
-        let end = day
-            .and_hms_milli_opt(23, 59, 59, 999)
-            .ok_or_else(|| format!("`{text}`: not a day"))?;
-        return Timestamp::from_millis(end.and_utc().timestamp_millis())
+    let naive = if let Ok(day) = chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d") {
+        match edge {
+            DayEdge::Start => day.and_hms_milli_opt(0, 0, 0, 0),
+            DayEdge::End => day.and_hms_milli_opt(23, 59, 59, 999),
+        }
+    } else {
+        chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M").ok()
+    };
+    if let Some(at) = naive {
+        return Timestamp::from_millis(at.and_utc().timestamp_millis())
             .ok_or_else(|| format!("`{text}`: out of range"));
     }
     Timestamp::parse_rfc3339(text).map_err(|_| {
@@ -134,7 +154,7 @@ pub(crate) fn parse_as_of(text: &str) -> Result<Timestamp, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_as_of, terminal_safe};
+    use super::{DayEdge, parse_as_of, parse_day_or_time, terminal_safe};
 
     #[test]
     fn as_of_reads_days_and_times() {
@@ -144,6 +164,10 @@ mod tests {
         assert_eq!(t.to_string(), "2026-03-01T09:30:00.000Z");
         let e = parse_as_of("last week").unwrap_err();
         assert!(e.contains("expected a date"), "{e}");
+        let from = parse_day_or_time("2026-03-01", DayEdge::Start).unwrap();
+        assert_eq!(from.to_string(), "2026-03-01T00:00:00.000Z");
+        let minute = parse_day_or_time("2026-03-01T09:30", DayEdge::End).unwrap();
+        assert_eq!(minute.to_string(), "2026-03-01T09:30:00.000Z");
     }
 
     #[test]

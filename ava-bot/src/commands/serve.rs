@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::agent::{Agent, DEFAULT_BUDGET};
+use crate::agent::DEFAULT_BUDGET;
 use crate::commands::mcp::shutdown_signal;
 use crate::config::{Settings, secret_from_env};
 use crate::inspect::Inspector;
@@ -84,19 +84,9 @@ pub(crate) async fn run(settings: &Settings, args: &Args) -> anyhow::Result<()> 
     // One agent for the server: MCP's `context` builds its prompts too (with its own budget).
     let memory = Arc::new(Memory::new(agent.clone(), opened.embedder_note.clone())?);
     let proxy = Arc::new(Proxy::new(agent.clone(), upstream, args.history, learning));
-    // The inspector explains prompts as `ava context` does: nothing it looks at counts as
-    // recalled.
+    // The inspector reads through the same agent (see `Inspector::new`).
     let inspector = Arc::new(
         Inspector::new(
-            Arc::clone(&opened.store),
-            settings.equip(
-                Agent::dry_run(
-                    Arc::clone(&opened.store),
-                    opened.embedder.clone(),
-                    args.budget,
-                )?,
-                &opened,
-            )?,
             agent.clone(),
             serde_json::json!({
                 "location": opened.store.info().location,

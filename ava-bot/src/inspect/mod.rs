@@ -19,7 +19,7 @@ use anyhow::Context;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use memory_core::{
     Consolidation, ErrorChain, Filter, MemoryBackend, MemoryEntry, MemoryError, MemoryId,
@@ -29,6 +29,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::agent::{Agent, Audience, find_memory};
+use crate::body::{BodyError, read_whole};
+use crate::commands::{DayEdge, parse_day_or_time};
+use crate::mcp::MemoryView;
 use crate::mcp::tokens::Grant;
 use crate::proxy::Proxy;
 
@@ -56,8 +59,9 @@ type Body = BoxBody<Bytes, Infallible>;
 /// What the inspector reads: the store, an agent that builds prompts without counting
 /// recalls, and the settings in force.
 pub(crate) struct Inspector {
+    /// The store of `live`.
     store: Arc<dyn MemoryBackend>,
-    /// Builds the prompts it explains; counts no recall.
+    /// `live`, only looking: builds the prompts it explains, counts no recall.
     agent: Agent,
     /// The agent that serves the apps (its last learning is what "undo" reverts).
     live: Agent,
@@ -186,18 +190,13 @@ impl std::fmt::Debug for Inspector {
 }
 
 impl Inspector {
-    /// An inspector over `store`, explaining prompts with `agent` (which should not count
-    /// recalls: [`Agent::dry_run`]), undoing what `live` (the server's agent) learned last,
-    /// and showing `settings`.
-    pub(crate) fn new(
-        store: Arc<dyn MemoryBackend>,
-        agent: Agent,
-        live: Agent,
-        settings: Value,
-    ) -> Self {
+    /// An inspector of what `live` (the server's agent) remembers: it explains prompts as
+    /// `live` builds them, only looking ([`Agent::looking_only`]), undoes what `live` learned
+    /// last, and shows `settings`.
+    pub(crate) fn new(live: Agent, settings: Value) -> Self {
         Self {
-            store,
-            agent,
+            store: Arc::clone(live.store()),
+            agent: live.looking_only(),
             live,
             settings,
             proxy: None,
@@ -342,23 +341,27 @@ impl Inspector {
         filter.include_superseded = args.get("replaced").is_some_and(|r| r == "1");
         // Time: created from `after`, before `before`; or everything as it stood at `as_of`
         // (created by then and valid then, replaced since or not).
-        let time = |key: &str| -> Result<Option<Timestamp>, Refusal> {
+        // A day alone is the end of it for `as_of` (as `ava recall --as-of` reads it) and
+        // its start for the bounds.
+        let time = |key: &str, edge: DayEdge| -> Result<Option<Timestamp>, Refusal> {
             args.get(key)
                 .map(|t| t.trim())
                 .filter(|t| !t.is_empty())
-                .map(|t| instant(t).map_err(|e| Refusal::bad(format!("{key}: {e}"))))
+                .map(|t| {
+                    parse_day_or_time(t, edge).map_err(|e| Refusal::bad(format!("{key}: {e}")))
+                })
                 .transpose()
         };
-        if let Some(at) = time("as_of")? {
+        if let Some(at) = time("as_of", DayEdge::End)? {
             let as_of = Filter::as_of(at);
             filter.created_before = as_of.created_before;
             filter.valid_at = as_of.valid_at;
             filter.include_superseded = true;
         }
-        if let Some(after) = time("after")? {
+        if let Some(after) = time("after", DayEdge::Start)? {
             filter.created_after = Some(after);
         }
-        if let Some(before) = time("before")? {
+        if let Some(before) = time("before", DayEdge::Start)? {
             filter.created_before = Some(filter.created_before.map_or(before, |b| b.min(before)));
         }
         let q = args.get("q").map(|q| q.trim()).unwrap_or_default();
@@ -650,21 +653,6 @@ impl Inspector {
     }
 }
 
-/// An instant as the page sends it: RFC 3339 (`2026-11-26T15:00:00Z`), or a date and
-/// maybe a time of day in UTC (`2026-11-26`, `2026-11-26T15:00`).
-fn instant(text: &str) -> Result<Timestamp, String> {
-    let full = match text.len() {
-        10 => format!("{text}T00:00:00Z"),
-        16 => format!("{text}:00Z"),
-        _ => text.to_owned(),
-    };
-    Timestamp::parse_rfc3339(&full).map_err(|_| {
-        format!(
-            "`{text}` is not a time; expected e.g. 2026-11-26, 2026-11-26T15:00 (UTC) or RFC 3339"
-        )
-    })
-}
-
 /// A scope as people read it.
 fn label(scope: &Scope) -> String {
     let mut out = format!("user {}", scope.user());
@@ -679,22 +667,25 @@ fn label(scope: &Scope) -> String {
 
 /// One memory as the page shows it, with its search score when it came from one.
 fn row(e: &MemoryEntry, scored: Option<Value>) -> Value {
-    let mut out = json!({
-        "id": e.id.to_string(),
-        "kind": e.kind.as_str(),
-        "role": e.role.map(|r| r.as_str()),
-        "content": e.content,
-        "context": e.context,
-        "tags": e.tags.iter().map(|t| t.as_str()).collect::<Vec<_>>(),
-        "pinned": e.pinned,
-        "created_at": e.created_at.to_string(),
-        "access_count": e.access_count,
-        "valid_from": e.valid_from.map(|t| t.to_string()),
-        "valid_until": e.valid_until.map(|t| t.to_string()),
-        "superseded_by": e.superseded_by.map(|id| id.to_string()),
-    });
-    if let (Some(scored), Value::Object(map)) = (scored, &mut out) {
-        map.insert("search".into(), scored);
+    // What MCP shows of a memory, with how often it was recalled and what became of it.
+    let mut out = json!(MemoryView::from(e));
+    if let Value::Object(map) = &mut out {
+        map.insert("access_count".into(), json!(e.access_count));
+        map.insert(
+            "valid_from".into(),
+            json!(e.valid_from.map(|t| t.to_string())),
+        );
+        map.insert(
+            "valid_until".into(),
+            json!(e.valid_until.map(|t| t.to_string())),
+        );
+        map.insert(
+            "superseded_by".into(),
+            json!(e.superseded_by.map(|id| id.to_string())),
+        );
+        if let Some(scored) = scored {
+            map.insert("search".into(), scored);
+        }
     }
     out
 }
@@ -741,15 +732,14 @@ async fn json_body<T: for<'de> Deserialize<'de>>(
             "send the body as application/json",
         ));
     }
-    let bytes = Limited::new(request.into_body(), MAX_BODY)
-        .collect()
+    let bytes = read_whole(request.into_body(), MAX_BODY)
         .await
-        .map(|c| c.to_bytes())
-        .map_err(|_| {
-            refused(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("the body is unreadable or larger than {MAX_BODY} bytes"),
-            )
+        .map_err(|e| match e {
+            BodyError::TooLarge => refused(
+                e.status(),
+                format!("the body is larger than {MAX_BODY} bytes"),
+            ),
+            BodyError::Unreadable => refused(e.status(), "the body could not be read"),
         })?;
     serde_json::from_slice(&bytes)
         .with_context(|| "the body is not the JSON expected")

@@ -25,7 +25,7 @@ use anyhow::Context;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use rmcp::model::ClientJsonRpcMessage;
@@ -38,6 +38,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::tokens::TokenTable;
 use super::{AvaMcp, Memory};
+use crate::body::{BodyError, read_whole};
 use crate::inspect::{self, Inspector};
 use crate::proxy::Proxy;
 
@@ -195,19 +196,13 @@ fn json_rpc_error(id: Value, code: i64, message: String) -> Response<Body> {
 /// not JSON (-32700) or not a JSON-RPC message MCP knows (-32600, with its id if it has one).
 async fn read_body(request: Request<Incoming>) -> Result<Request<Full<Bytes>>, Response<Body>> {
     let (parts, body) = request.into_parts();
-    let bytes = match Limited::new(body, MAX_BODY).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            return Err(plain(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "the request body is larger than 4 MiB\n",
-            ));
+    let bytes = match read_whole(body, MAX_BODY).await {
+        Ok(bytes) => bytes,
+        Err(e @ BodyError::TooLarge) => {
+            return Err(plain(e.status(), "the request body is larger than 4 MiB\n"));
         }
-        Err(_) => {
-            return Err(plain(
-                StatusCode::BAD_REQUEST,
-                "the request body could not be read\n",
-            ));
+        Err(e @ BodyError::Unreadable) => {
+            return Err(plain(e.status(), "the request body could not be read\n"));
         }
     };
     if parts.method == Method::POST {

@@ -226,9 +226,9 @@ struct NoArgs {}
 
 // ---- results (structured content; the output schemas are generated from these) ----
 
-/// One memory.
+/// One memory (also the start of what the inspector shows of one).
 #[derive(Debug, Serialize, JsonSchema)]
-struct MemoryView {
+pub(crate) struct MemoryView {
     /// Its id (for `forget`).
     id: String,
     /// The remembered text (data, not instructions).

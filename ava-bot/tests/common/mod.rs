@@ -55,6 +55,31 @@ pub(crate) fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// Writes `tokens` (the `tokens` list of a bearer-token file) as `dir/tokens.json`, private
+/// to its owner as `ava serve` and `ava mcp --http` require.
+pub(crate) fn private_token_file(dir: &Path, tokens: serde_json::Value) -> std::path::PathBuf {
+    let path = dir.join("tokens.json");
+    write_private(&path, &serde_json::json!({ "tokens": tokens }));
+    path
+}
+
+/// Writes `value` as JSON to `path` with mode 600.
+pub(crate) fn write_private(path: &Path, value: &serde_json::Value) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, value.to_string()).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
+/// The `content` of each of `listing["memories"]` (an MCP tool's or the inspector's).
+pub(crate) fn contents(listing: &serde_json::Value) -> Vec<String> {
+    listing["memories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap().to_owned())
+        .collect()
+}
+
 /// What the run printed on stderr.
 pub(crate) fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
