@@ -17,6 +17,7 @@ use teloxide::types::{Me, ReactionType};
 use teloxide::update_listeners;
 use teloxide::utils::command::BotCommands;
 use teloxide::{ApiError, RequestError};
+use tokio_util::sync::CancellationToken;
 
 use crate::agent::{
     Agent, Audience, Blame, GROUP_USER, MAX_STATE_CHARS, Member, Speaker, state_line,
@@ -320,7 +321,8 @@ pub(crate) fn schema() -> UpdateHandler<anyhow::Error> {
     dptree::entry().branch(messages)
 }
 
-/// Builds the dispatcher (with the Ctrl-C handler: in-flight updates finish first).
+/// Builds the dispatcher. It has no signal handler of its own: [`run`] stops it through
+/// its listener (see [`dispatch`]).
 pub(crate) fn dispatcher(
     bot: AvaBot,
     state: Arc<BotState>,
@@ -333,12 +335,12 @@ pub(crate) fn dispatcher(
         .error_handler(LoggingErrorHandler::with_custom_text(
             "an update handler failed",
         ))
-        .enable_ctrlc_handler()
         .build()
 }
 
-/// Long-polls until Ctrl-C (or the shutdown token), or with `listener` takes what it
-/// receives (the webhook); fails only if the bot cannot start (a bad token, no API).
+/// Long-polls, or with `listener` takes what it receives (the webhook), until Ctrl-C or
+/// SIGTERM; updates already taken are answered first. Fails only if the bot cannot start
+/// (a bad token, no API).
 pub(crate) async fn run(
     bot: AvaBot,
     state: Arc<BotState>,
@@ -347,40 +349,72 @@ pub(crate) async fn run(
     >,
 ) -> anyhow::Result<()> {
     let mut dispatcher = dispatcher(bot.clone(), state);
-    match listener {
-        None => serve(&mut dispatcher, bot).await,
-        Some(listener) => serve_from(&mut dispatcher, listener).await,
-    }
+    let stop = CancellationToken::new();
+    let signal = crate::commands::mcp::shutdown_signal();
+    let stopping = stop.clone();
+    let watch = tokio::spawn(async move {
+        signal.await;
+        tracing::info!("stopping: updates already taken are answered first");
+        stopping.cancel();
+    });
+    let result = match listener {
+        None => serve(&mut dispatcher, bot, stop).await,
+        Some(listener) => serve_from(&mut dispatcher, listener, stop).await,
+    };
+    watch.abort();
+    result
 }
 
-/// Dispatches what `listener` receives until the dispatcher is shut down.
+/// Dispatches what `listener` receives until `stop` is cancelled.
 pub(crate) async fn serve_from(
     dispatcher: &mut Dispatcher<AvaBot, anyhow::Error, teloxide::dispatching::DefaultKey>,
     listener: impl teloxide::update_listeners::UpdateListener<Err = std::convert::Infallible> + Send,
+    stop: CancellationToken,
 ) -> anyhow::Result<()> {
-    dispatcher
-        .dispatch_with_listener(
-            listener,
-            LoggingErrorHandler::with_custom_text("the webhook failed"),
-        )
-        .await;
-    Ok(())
+    dispatch(dispatcher, listener, stop, "the webhook failed")
+        .await
+        .context("start the bot by webhook (getMe failed: is TELOXIDE_TOKEN right?)")
 }
 
-/// Long-polls for `dispatcher` until it is shut down.
+/// Long-polls for `dispatcher` until `stop` is cancelled.
 pub(crate) async fn serve(
     dispatcher: &mut Dispatcher<AvaBot, anyhow::Error, teloxide::dispatching::DefaultKey>,
     bot: AvaBot,
+    stop: CancellationToken,
 ) -> anyhow::Result<()> {
     let listener = update_listeners::polling_default(bot).await;
-    dispatcher
-        .try_dispatch_with_listener(
-            listener,
-            LoggingErrorHandler::with_custom_text("polling Telegram failed"),
-        )
+    dispatch(dispatcher, listener, stop, "polling Telegram failed")
         .await
-        .map_err(|e| anyhow::anyhow!("{e}"))
         .context("start the bot (getMe failed: is TELOXIDE_TOKEN right?)")
+}
+
+/// Dispatches until `stop` is cancelled, then until the updates already taken are handled.
+///
+/// It stops the listener itself rather than through the dispatcher's shutdown token:
+/// teloxide 0.17 wakes its loop with `Notify::notify_waiters`, which keeps no permit, so a
+/// shutdown asked while the loop is handing an update to a worker is lost and the
+/// dispatcher runs on (seen in CI as a bot that never stopped). A listener whose stream
+/// ends stops the dispatcher whatever it was doing.
+async fn dispatch<L>(
+    dispatcher: &mut Dispatcher<AvaBot, anyhow::Error, teloxide::dispatching::DefaultKey>,
+    mut listener: L,
+    stop: CancellationToken,
+    failed: &'static str,
+) -> anyhow::Result<()>
+where
+    L: teloxide::update_listeners::UpdateListener + Send,
+    L::Err: std::fmt::Debug,
+{
+    let token = listener.stop_token();
+    let watch = tokio::spawn(async move {
+        stop.cancelled().await;
+        token.stop();
+    });
+    let result = dispatcher
+        .try_dispatch_with_listener(listener, LoggingErrorHandler::with_custom_text(failed))
+        .await;
+    watch.abort();
+    result.map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 fn allowed(msg: &Message, state: &BotState) -> bool {

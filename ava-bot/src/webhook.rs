@@ -43,6 +43,9 @@ const MAX_BODY: usize = 1 << 20;
 /// try again later (503), and it does.
 const QUEUE: usize = 1024;
 
+/// How long connections still open at a stop may take to finish their request.
+const DRAIN: Duration = Duration::from_secs(10);
+
 /// Where Telegram sends updates, and the secret it proves itself with.
 #[derive(Clone, Debug)]
 pub(crate) struct Webhook {
@@ -101,7 +104,8 @@ fn stop_token(state: &mut Queue) -> StopToken {
 
 /// Registers `hook` with Telegram, listens on its address, and returns the listener the
 /// dispatcher reads updates from, with the address bound. The server stops when the
-/// listener is stopped (the dispatcher's shutdown).
+/// listener is stopped; updates it already accepted (Telegram was told 200) stay queued and
+/// are handled before the dispatcher ends.
 pub(crate) async fn listen(
     bot: &AvaBot,
     hook: &Webhook,
@@ -145,7 +149,20 @@ pub(crate) async fn listen(
         }
         drop(tcp);
         stop.cancel();
-        while connections.join_next().await.is_some() {}
+        // A request being read when the bot stops may finish (its update is then still
+        // handled); a client that never finishes one is cut off after DRAIN, so the queue
+        // closes and the dispatcher can stop.
+        let drained = tokio::time::timeout(DRAIN, async {
+            while connections.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!(
+                open = connections.len(),
+                "webhook connections still open {DRAIN:?} after the stop; closed"
+            );
+            connections.shutdown().await;
+        }
     });
     let listener = StatefulListener::new((rx, token), updates, stop_token);
     Ok((listener, bound))

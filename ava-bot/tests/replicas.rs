@@ -314,8 +314,26 @@ async fn two_replicas_serve_as_one(db: &str) {
         .expect("the first new name was replaced by the second")];
     assert_eq!(last["id"], current[0]["id"], "{facts:#?}");
 
-    for child in [&mut a, &mut b] {
-        child.kill().await.unwrap();
+    // SIGTERM (what an orchestrator sends a replica it retires) stops each cleanly.
+    for (child, log) in [(&mut a, &log_a), (&mut b, &log_b)] {
+        let pid = child.id().unwrap().to_string();
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let status = tokio::time::timeout(PATIENCE, child.wait())
+            .await
+            .expect("a replica stops within PATIENCE of SIGTERM")
+            .unwrap();
+        assert!(status.success(), "{status:?}: {:#?}", log.lock().unwrap());
+        let said = async || {
+            log.lock()
+                .unwrap()
+                .iter()
+                .any(|l| l.contains("stopping: updates already taken are answered first"))
+        };
+        assert!(until(said).await, "{:#?}", log.lock().unwrap());
     }
 }
 
