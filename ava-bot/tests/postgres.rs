@@ -15,9 +15,19 @@ use common::{ava, exported, fresh_schema, ok};
 
 #[test]
 fn remember_then_recall_on_postgres() {
-    let Some((db, schema, _guard)) = fresh_schema("cli_test") else {
-        return;
-    };
+    for partitions in [0, 2] {
+        let Some((db, schema, _guard)) = fresh_schema(&format!("cli_test{partitions}")) else {
+            return;
+        };
+        let db = format!("{db}&tenant_partitions={partitions}");
+        remember_then_recall(&db, &schema, partitions);
+    }
+}
+
+/// `remember` and `recall` in the store at `db`, made with `partitions` hash partitions of
+/// the tenant.
+fn remember_then_recall(db: &str, schema: &str, partitions: u16) {
+    let db = db.to_owned();
 
     let id = ok(ava(
         &db,
@@ -54,20 +64,25 @@ fn remember_then_recall_on_postgres() {
 
     // The store landed in the chosen schema, not in the default one.
     let stats = ok(ava(&db, &["stats", "--user", "42"]));
+    let layout = match partitions {
+        0 => String::new(),
+        n => format!(", {n} tenant partitions"),
+    };
     assert!(
-        stats.contains(&format!("schema {schema} (server, durable)")),
+        stats.contains(&format!("schema {schema}{layout} (server, durable)")),
         "{stats}"
     );
     assert!(stats.contains("not supported on postgres yet"), "{stats}");
 }
 
-/// SQLite -> Postgres -> SQLite with `ava migrate`: both copies export the same memories,
-/// field for field, as the original.
+/// SQLite -> Postgres (a store partitioned by tenant) -> SQLite with `ava migrate`: both
+/// copies export the same memories, field for field, as the original.
 #[test]
 fn migrate_round_trips_sqlite_postgres_sqlite() {
     let Some((pg, _, _guard)) = fresh_schema("migrate_test") else {
         return;
     };
+    let pg = format!("{pg}&tenant_partitions=3");
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = (dir.path().join("a.db"), dir.path().join("b.db"));
     let old = ok(ava(

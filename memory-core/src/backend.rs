@@ -68,7 +68,9 @@ pub trait MemoryBackend: Send + Sync + fmt::Debug {
     fn capabilities(&self) -> Capabilities;
 
     /// Stores several memories atomically: all of them or, on error, none. Returns the
-    /// stored entries in input order.
+    /// stored entries in input order. An id given (`NewMemory::with_id`) that a memory of
+    /// the scope's tenant holds is a `Conflict` (a store may also refuse ids of other
+    /// tenants; one sharded by tenant cannot see them).
     async fn store_batch(
         &self,
         scope: &Scope,

@@ -51,25 +51,33 @@ impl PostgresBackend {
         }
     }
 
-    /// `(SELECT id FROM scopes WHERE key = $n)`, binding the scope's key.
-    fn scope_id_of(&self, q: &mut Query, scope: &Scope) -> String {
-        let p = q.bind(scope.key());
-        format!("(SELECT id FROM {} WHERE key = {p})", self.names.scopes)
+    /// `m.tenant = $t AND m.scope_id = (SELECT id FROM scopes WHERE tenant = $t AND key =
+    /// $k)`: the rows of `scope` in `memories m`, the tenant first (as every key leads with
+    /// it), binding the scope's tenant and key.
+    /// Returns the condition and the tenant's placeholder.
+    fn in_scope(&self, q: &mut Query, scope: &Scope) -> (String, String) {
+        let t = q.bind(scope.tenant().to_owned());
+        let k = q.bind(scope.key());
+        let condition = format!(
+            "m.tenant = {t} AND m.scope_id = (SELECT id FROM {} WHERE tenant = {t} AND key = {k})",
+            self.names.scopes
+        );
+        (condition, t)
     }
 
-    /// The statement's last part over the ranked candidates `t` (pk, id, score): with
-    /// `entries`, `SELECT <entry columns>, t.score[, extra] FROM t JOIN memories m ...`;
-    /// without, `SELECT t.pk, t.id, t.score[, extra] FROM t`. Best first.
-    fn candidate_rows(&self, entries: bool, extra: &str) -> String {
+    /// The statement's last part over the ranked candidates `t` (pk, id, score) of the
+    /// tenant bound at `tenant`: with `entries`, `SELECT <entry columns>, t.score[, extra]
+    /// FROM t JOIN memories m ...`; without, `SELECT t.pk, t.id, t.score[, extra] FROM t`.
+    /// Best first.
+    fn candidate_rows(&self, entries: bool, extra: &str, tenant: &str) -> String {
         if entries {
             format!(
-                "SELECT {}, t.score::float8{extra} FROM t JOIN {} m ON m.pk = t.pk \
-                 JOIN {} sc ON sc.id = m.scope_id LEFT JOIN {} a ON a.pk = m.pk \
+                "SELECT {}, t.score::float8{extra} FROM t \
+                 JOIN {} m ON m.tenant = {tenant} AND m.pk = t.pk {} \
                  ORDER BY t.score DESC, t.id",
                 entry_cols("a"),
                 self.names.memories,
-                self.names.scopes,
-                self.names.access
+                self.joins()
             )
         } else {
             format!("SELECT t.pk, t.id, t.score::float8{extra} FROM t ORDER BY t.score DESC, t.id")
@@ -128,6 +136,7 @@ impl PostgresBackend {
         let mut query = Query::default();
         let qv = query.bind(Vector::from(q.to_vec()));
         let lim = query.bind(i64::try_from(limit).unwrap_or(i64::MAX));
+        let t = query.bind(scope.tenant().to_owned());
         let sid = match indexed {
             Some(id) => {
                 query.push("WITH ");
@@ -139,7 +148,7 @@ impl PostgresBackend {
                 let schema = query.bind(self.schema.clone());
                 query.push(&format!(
                     "WITH s AS MATERIALIZED (SELECT sc.id, {} AS ready FROM {} sc \
-                     WHERE sc.key = {key}), ",
+                     WHERE sc.tenant = {t} AND sc.key = {key}), ",
                     Indexes::ready_sql("sc.id", &schema),
                     self.names.scopes
                 ));
@@ -149,7 +158,7 @@ impl PostgresBackend {
         let heads = if indexed.is_some() { "h" } else { "c" };
         query.push(&format!(
             "{heads} AS MATERIALIZED (SELECT m.pk, m.id, m.embedding {op} {qv} AS d FROM {m} m \
-             WHERE m.scope_id = {sid} AND m.embedding IS NOT NULL AND m.embedded"
+             WHERE m.tenant = {t} AND m.scope_id = {sid} AND m.embedding IS NOT NULL AND m.embedded"
         ));
         push_filter(&mut query, filter);
         if indexed.is_some() {
@@ -161,8 +170,8 @@ impl PostgresBackend {
         }
         query.push(&format!(
             "v AS (SELECT m.pk, m.id, p.embedding {op} {qv} AS d FROM {} p \
-             JOIN {m} m ON m.pk = p.memory \
-             WHERE p.scope_id = {sid} AND m.scope_id = {sid} AND m.embedded",
+             JOIN {m} m ON m.tenant = p.tenant AND m.pk = p.memory \
+             WHERE p.tenant = {t} AND p.scope_id = {sid} AND m.scope_id = {sid} AND m.embedded",
             self.names.passages
         ));
         push_filter(&mut query, filter);
@@ -172,10 +181,13 @@ impl PostgresBackend {
              GROUP BY pk, id ORDER BY min(d), id LIMIT {lim}) "
         ));
         if indexed.is_some() {
-            query.push(&self.candidate_rows(entries, ""));
+            query.push(&self.candidate_rows(entries, "", &t));
         } else {
-            query
-                .push(&self.candidate_rows(entries, ", (SELECT id FROM s), (SELECT ready FROM s)"));
+            query.push(&self.candidate_rows(
+                entries,
+                ", (SELECT id FROM s), (SELECT ready FROM s)",
+                &t,
+            ));
         }
         let rows = self.rows(c, &query).await?;
         if indexed.is_none()
@@ -204,7 +216,7 @@ impl PostgresBackend {
             return Ok(Found::default());
         };
         let mut query = Query::default();
-        let sid = self.scope_id_of(&mut query, scope);
+        let (in_scope, t) = self.in_scope(&mut query, scope);
         let tq = query.bind(tsq);
         // Weights {D, C, B, A}: content is A, context B at 0.3 of it (as memory-sqlite's
         // bm25 column weights); normalization 1 divides by 1 + log(document length).
@@ -212,13 +224,13 @@ impl PostgresBackend {
             "WITH t AS (SELECT m.pk, m.id, \
              ts_rank('{{0, 0, 0.3, 1}}'::float4[], m.fts, q.q, 1) AS score \
              FROM {m} m, to_tsquery('english', {tq}) AS q(q) \
-             WHERE m.scope_id = {sid} AND m.fts @@ q.q",
+             WHERE {in_scope} AND m.fts @@ q.q",
             m = self.names.memories
         ));
         push_filter(&mut query, filter);
         let lim = query.bind(i64::try_from(limit).unwrap_or(i64::MAX));
         query.push(&format!(" ORDER BY score DESC, m.id LIMIT {lim}) "));
-        query.push(&self.candidate_rows(entries, ""));
+        query.push(&self.candidate_rows(entries, "", &t));
         let rows = self.rows(c, &query).await?;
         self.found(&rows, entries)
     }
@@ -238,7 +250,7 @@ impl PostgresBackend {
     async fn load(
         &self,
         c: &Object,
-        key: &str,
+        scope: &Scope,
         pks: Vec<i64>,
         bump: bool,
     ) -> std::result::Result<HashMap<i64, MemoryEntry>, PostgresError> {
@@ -246,37 +258,46 @@ impl PostgresBackend {
             return Ok(HashMap::new());
         }
         let (m, s, acc) = (&self.names.memories, &self.names.scopes, &self.names.access);
+        let (key, tenant) = (scope.key(), scope.tenant());
         let rows = if bump {
             let sql = format!(
-                "WITH b AS (INSERT INTO {acc} AS x (pk, accessed_at, access_count) \
-                 SELECT m.pk, $3, 1 FROM {m} m \
-                 WHERE m.scope_id = (SELECT id FROM {s} WHERE key = $1) AND m.pk = ANY($2) \
-                 ON CONFLICT (pk) DO UPDATE SET access_count = x.access_count + 1, \
+                "WITH b AS (INSERT INTO {acc} AS x (tenant, pk, accessed_at, access_count) \
+                 SELECT m.tenant, m.pk, $4, 1 FROM {m} m \
+                 WHERE m.tenant = $1 AND m.scope_id = (SELECT id FROM {s} WHERE tenant = $1 AND key = $2) \
+                 AND m.pk = ANY($3) \
+                 ON CONFLICT (tenant, pk) DO UPDATE SET access_count = x.access_count + 1, \
                  accessed_at = GREATEST(x.accessed_at, excluded.accessed_at) \
                  RETURNING pk, accessed_at, access_count) \
-                 SELECT {} FROM {m} m JOIN {s} sc ON sc.id = m.scope_id JOIN b ON b.pk = m.pk \
-                 WHERE sc.key = $1",
+                 SELECT {} FROM {m} m JOIN {s} sc ON sc.tenant = m.tenant AND sc.id = m.scope_id \
+                 JOIN b ON b.pk = m.pk WHERE m.tenant = $1 AND sc.key = $2",
                 entry_cols("b")
             );
             let now = Timestamp::now().as_millis();
-            self.on(c).rows(&sql, &[&key, &pks, &now]).await?
+            self.on(c).rows(&sql, &[&tenant, &key, &pks, &now]).await?
         } else {
-            let sql = self.select_entries("WHERE sc.key = $1 AND m.pk = ANY($2)");
-            self.on(c).rows(&sql, &[&key, &pks]).await?
+            let sql = self.select_entries("WHERE m.tenant = $1 AND sc.key = $2 AND m.pk = ANY($3)");
+            self.on(c).rows(&sql, &[&tenant, &key, &pks]).await?
         };
         Ok(entries(&rows, &self.schema)?.into_iter().collect())
     }
 
     /// `SELECT <entry columns> FROM memories m JOIN scopes sc ... LEFT JOIN memory_access a`
-    /// followed by `tail`.
+    /// followed by `tail`, which names the tenant (`m.tenant = ...`).
     fn select_entries(&self, tail: &str) -> String {
         format!(
-            "SELECT {} FROM {} m JOIN {} sc ON sc.id = m.scope_id \
-             LEFT JOIN {} a ON a.pk = m.pk {tail}",
+            "SELECT {} FROM {} m {} {tail}",
             entry_cols("a"),
             self.names.memories,
-            self.names.scopes,
-            self.names.access
+            self.joins()
+        )
+    }
+
+    /// A memory row `m`'s scope `sc` and recall counts `a`, joined within its tenant.
+    fn joins(&self) -> String {
+        format!(
+            "JOIN {} sc ON sc.tenant = m.tenant AND sc.id = m.scope_id \
+             LEFT JOIN {} a ON a.tenant = m.tenant AND a.pk = m.pk",
+            self.names.scopes, self.names.access
         )
     }
 
@@ -296,7 +317,7 @@ impl PostgresBackend {
     ) -> Result<Remembered> {
         let now = Timestamp::now();
         let sql = self.select_entries(
-            "WHERE sc.key = $1 AND m.kind = $2 AND m.superseded_by IS NULL \
+            "WHERE m.tenant = $4 AND sc.key = $1 AND m.kind = $2 AND m.superseded_by IS NULL \
              AND (m.fts @@ plainto_tsquery('english', $3) \
              OR numnode(plainto_tsquery('english', $3)) = 0) \
              ORDER BY m.created_at, m.id LIMIT 200",
@@ -304,7 +325,12 @@ impl PostgresBackend {
         let rows = client
             .query(
                 &sql,
-                &[&scope.key(), &told.kind.as_str(), &told.content.as_str()],
+                &[
+                    &scope.key(),
+                    &told.kind.as_str(),
+                    &told.content.as_str(),
+                    &scope.tenant(),
+                ],
             )
             .await
             .in_schema(&self.schema)?;
@@ -324,10 +350,16 @@ impl PostgresBackend {
                     .execute(
                         &format!(
                             "UPDATE {} SET tags = $1::text[], importance = $2, pinned = $3 \
-                             WHERE pk = $4",
+                             WHERE tenant = $5 AND pk = $4",
                             self.names.memories
                         ),
-                        &[&tags, &existing.importance.get(), &existing.pinned, &pk],
+                        &[
+                            &tags,
+                            &existing.importance.get(),
+                            &existing.pinned,
+                            &pk,
+                            &scope.tenant(),
+                        ],
                     )
                     .await
                     .in_schema(&self.schema)?;
@@ -346,7 +378,8 @@ impl PostgresBackend {
             Ok((scope_id, stored)) => {
                 let key = scope.key();
                 if self.indexes.wants(&key, stored) {
-                    self.indexes.spawn_build(key, scope_id);
+                    self.indexes
+                        .spawn_build(key, scope.tenant().to_owned(), scope_id);
                 }
             }
             Err(id) => return Err(MemoryError::Conflict { id }),
@@ -370,7 +403,7 @@ impl PostgresBackend {
         let sql = format!(
             "INSERT INTO {} AS x (key, tenant, user_id, chat, thread, stored) \
              VALUES ($1, $2, $3, $4, $5, $6) \
-             ON CONFLICT (key) DO UPDATE SET stored = x.stored + excluded.stored \
+             ON CONFLICT (tenant, key) DO UPDATE SET stored = x.stored + excluded.stored \
              RETURNING id, stored",
             self.names.scopes
         );
@@ -412,17 +445,18 @@ impl PostgresBackend {
             more.extend(id, vectors);
         }
         let tx = client.transaction().await.in_schema(&self.schema)?;
-        if let Some(id) = self.first_taken(&tx, &ids).await? {
+        let tenant = scope.tenant();
+        if let Some(id) = self.first_taken(&tx, tenant, &ids).await? {
             return Ok(Err(id));
         }
         let (scope_id, stored) = self.count_into_scope(&tx, scope, entries.len()).await?;
-        let insert = self.insert_statement(scope_id, ids.clone(), entries, heads);
+        let insert = self.insert_statement(tenant, scope_id, ids.clone(), entries, heads);
         match tx.execute(&insert.sql, &insert.params()).await {
             Ok(_) => {}
             Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
                 // Another process took one of the ids after the check above.
                 drop(tx);
-                return match self.collided(client, &ids, &e).await? {
+                return match self.collided(client, tenant, &ids, &e).await? {
                     Some(id) => Ok(Err(id)),
                     None => Err(query_error(&self.schema, e)),
                 };
@@ -431,33 +465,36 @@ impl PostgresBackend {
         }
         if !more.is_empty() {
             let sql = format!(
-                "INSERT INTO {} (memory, scope_id, k, embedding) \
-                 SELECT m.pk, m.scope_id, u.k, u.v \
+                "INSERT INTO {} (tenant, memory, scope_id, k, embedding) \
+                 SELECT m.tenant, m.pk, m.scope_id, u.k, u.v \
                  FROM unnest($1::uuid[], $2::int4[], $3::{}[]) AS u(id, k, v) \
-                 JOIN {} m ON m.id = u.id WHERE m.scope_id = $4",
+                 JOIN {} m ON m.tenant = $5 AND m.id = u.id WHERE m.scope_id = $4",
                 self.names.passages, self.names.vector, self.names.memories
             );
-            tx.execute(&sql, &[&more.owners, &more.ks, &more.vectors, &scope_id])
-                .await
-                .in_schema(&self.schema)?;
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
+                [&more.owners, &more.ks, &more.vectors, &scope_id, &tenant];
+            tx.execute(&sql, &params).await.in_schema(&self.schema)?;
         }
         tx.commit().await.in_schema(&self.schema)?;
         Ok(Ok((scope_id, stored)))
     }
 
-    /// The first of `ids`, in their order, that a stored memory holds.
+    /// The first of `ids`, in their order, that a stored memory of `tenant` holds (ids are
+    /// unique per tenant).
     async fn first_taken(
         &self,
         c: &tokio_postgres::Transaction<'_>,
+        tenant: &str,
         ids: &[Uuid],
     ) -> std::result::Result<Option<MemoryId>, PostgresError> {
         let row = c
             .query_opt(
                 &format!(
-                    "SELECT id FROM {} WHERE id = ANY($1) ORDER BY array_position($1, id) LIMIT 1",
+                    "SELECT id FROM {} WHERE tenant = $2 AND id = ANY($1) \
+                     ORDER BY array_position($1, id) LIMIT 1",
                     self.names.memories
                 ),
-                &[&ids],
+                &[&ids, &tenant],
             )
             .await
             .in_schema(&self.schema)?;
@@ -472,6 +509,7 @@ impl PostgresBackend {
     async fn collided(
         &self,
         client: &mut Object,
+        tenant: &str,
         ids: &[Uuid],
         violation: &tokio_postgres::Error,
     ) -> std::result::Result<Option<MemoryId>, PostgresError> {
@@ -483,13 +521,14 @@ impl PostgresBackend {
             return Ok(Some(MemoryId::from_uuid(*id)));
         }
         let tx = client.transaction().await.in_schema(&self.schema)?;
-        self.first_taken(&tx, ids).await
+        self.first_taken(&tx, tenant, ids).await
     }
 
     /// The one `INSERT ... SELECT FROM unnest(...)` that writes the whole batch: one array
     /// parameter per column.
     fn insert_statement(
         &self,
+        tenant: &str,
         scope_id: i64,
         ids: Vec<Uuid>,
         entries: &[MemoryEntry],
@@ -497,6 +536,7 @@ impl PostgresBackend {
     ) -> Query {
         let mut q = Query::default();
         let sid = q.bind(scope_id);
+        let t = q.bind(tenant.to_owned());
         let embedded = q.bind(vectors.iter().map(Option::is_some).collect::<Vec<_>>());
         let [
             id,
@@ -528,10 +568,10 @@ impl PostgresBackend {
             String::new()
         };
         q.push(&format!(
-            "INSERT INTO {m} (id, scope_id, kind, content, context, role, source, tags, importance, \
+            "INSERT INTO {m} (tenant, id, scope_id, kind, content, context, role, source, tags, importance, \
              pinned, created_at, accessed_at, access_count, valid_from, valid_until, superseded_by, \
              embedded{e}) \
-             SELECT u.id, {sid}, u.kind, u.content, u.context, u.role, u.source, \
+             SELECT {t}, u.id, {sid}, u.kind, u.content, u.context, u.role, u.source, \
              string_to_array(u.tags, ' '), u.importance, u.pinned, u.created_at, u.accessed_at, \
              u.access_count, u.valid_from, u.valid_until, u.superseded_by, u.embedded{ev} \
              FROM unnest({id}::uuid[], {kind}::text[], {content}::text[], {context}::text[], \
@@ -588,7 +628,13 @@ impl MemoryBackend for PostgresBackend {
     fn info(&self) -> BackendInfo {
         BackendInfo {
             name: BACKEND.to_owned(),
-            location: Some(format!("postgres {} schema {}", self.server, self.schema)),
+            location: Some(match self.partitions {
+                0 => format!("postgres {} schema {}", self.server, self.schema),
+                n => format!(
+                    "postgres {} schema {}, {n} tenant partitions",
+                    self.server, self.schema
+                ),
+            }),
             topology: memory_core::Topology::Server,
             durable: true,
             embedding_space: self.embedder.as_ref().and(self.space.clone()),
@@ -649,7 +695,8 @@ impl MemoryBackend for PostgresBackend {
                 // This write took the scope past exact scans: index it in the background.
                 let key = scope.key();
                 if self.indexes.wants(&key, stored) {
-                    self.indexes.spawn_build(key, scope_id);
+                    self.indexes
+                        .spawn_build(key, scope.tenant().to_owned(), scope_id);
                 }
                 Ok(entries)
             }
@@ -698,10 +745,10 @@ impl MemoryBackend for PostgresBackend {
 
     async fn get(&self, scope: &Scope, id: MemoryId) -> Result<MemoryEntry> {
         let c = self.client().await?;
-        let sql = self.select_entries("WHERE m.id = $1 AND sc.key = $2");
+        let sql = self.select_entries("WHERE m.tenant = $3 AND m.id = $1 AND sc.key = $2");
         let row = self
             .on(&c)
-            .opt(&sql, &[id.as_uuid(), &scope.key()])
+            .opt(&sql, &[id.as_uuid(), &scope.key(), &scope.tenant()])
             .await?
             .ok_or(MemoryError::NotFound { id })?;
         let (_, entry) = entry(&row, &self.schema)?;
@@ -752,7 +799,7 @@ impl MemoryBackend for PostgresBackend {
         let ranked = rank(request, &sem.ranked, &kw.ranked);
         let mut found = if load_after {
             let pks = ranked.iter().map(|(pk, _, _)| *pk).collect();
-            self.load(&c, &key, pks, request.record_access).await?
+            self.load(&c, scope, pks, request.record_access).await?
         } else {
             let mut all = sem.entries;
             all.extend(kw.entries);
@@ -783,7 +830,8 @@ impl MemoryBackend for PostgresBackend {
         filter.validate(&self.caps(), BACKEND)?;
         let mut q = Query::default();
         let key = q.bind(scope.key());
-        q.push(&self.select_entries(&format!("WHERE sc.key = {key}")));
+        let t = q.bind(scope.tenant().to_owned());
+        q.push(&self.select_entries(&format!("WHERE m.tenant = {t} AND sc.key = {key}")));
         push_filter(&mut q, filter);
         let lim = q.bind(i64::try_from(limit).unwrap_or(i64::MAX));
         q.push(&format!(
@@ -812,9 +860,10 @@ impl MemoryBackend for PostgresBackend {
         let content_changed = patch.content.is_some();
         let mut client = self.client().await?;
         let tx = client.transaction().await.in_schema(&self.schema)?;
-        let sql = self.select_entries("WHERE m.id = $1 AND sc.key = $2 FOR UPDATE OF m");
+        let sql = self
+            .select_entries("WHERE m.tenant = $3 AND m.id = $1 AND sc.key = $2 FOR UPDATE OF m");
         let row = tx
-            .query_opt(&sql, &[id.as_uuid(), &scope.key()])
+            .query_opt(&sql, &[id.as_uuid(), &scope.key(), &scope.tenant()])
             .await
             .in_schema(&self.schema)?
             .ok_or(MemoryError::NotFound { id })?;
@@ -860,8 +909,9 @@ impl MemoryBackend for PostgresBackend {
             set.push_str(&format!(", embedding = {p}::{}", self.names.vector));
         }
         let pkp = q.bind(pk);
+        let t = q.bind(scope.tenant().to_owned());
         q.push(&format!(
-            "UPDATE {} SET {set} WHERE pk = {pkp}",
+            "UPDATE {} SET {set} WHERE tenant = {t} AND pk = {pkp}",
             self.names.memories
         ));
         tx.execute(&q.sql, &q.params())
@@ -870,22 +920,25 @@ impl MemoryBackend for PostgresBackend {
         if new_vectors {
             // The old text's passages go; the new text's come.
             let p = &self.names.passages;
-            tx.execute(&format!("DELETE FROM {p} WHERE memory = $1"), &[&pk])
-                .await
-                .in_schema(&self.schema)?;
+            tx.execute(
+                &format!("DELETE FROM {p} WHERE tenant = $2 AND memory = $1"),
+                &[&pk, &scope.tenant()],
+            )
+            .await
+            .in_schema(&self.schema)?;
             let mut more = Passages::default();
             more.extend(pk, vectors);
             if !more.is_empty() {
                 let sql = format!(
-                    "INSERT INTO {p} (memory, scope_id, k, embedding) \
-                     SELECT u.memory, m.scope_id, u.k, u.v \
+                    "INSERT INTO {p} (tenant, memory, scope_id, k, embedding) \
+                     SELECT m.tenant, u.memory, m.scope_id, u.k, u.v \
                      FROM unnest($1::int8[], $2::int4[], $3::{}[]) AS u(memory, k, v) \
-                     JOIN {} m ON m.pk = u.memory",
+                     JOIN {} m ON m.tenant = $4 AND m.pk = u.memory",
                     self.names.vector, self.names.memories
                 );
-                tx.execute(&sql, &[&more.owners, &more.ks, &more.vectors])
-                    .await
-                    .in_schema(&self.schema)?;
+                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+                    [&more.owners, &more.ks, &more.vectors, &scope.tenant()];
+                tx.execute(&sql, &params).await.in_schema(&self.schema)?;
             }
         }
         tx.commit().await.in_schema(&self.schema)?;
@@ -895,9 +948,9 @@ impl MemoryBackend for PostgresBackend {
     async fn delete(&self, scope: &Scope, id: MemoryId) -> Result<()> {
         let mut q = Query::default();
         let idp = q.bind(*id.as_uuid());
-        let sid = self.scope_id_of(&mut q, scope);
+        let (in_scope, _) = self.in_scope(&mut q, scope);
         q.push(&format!(
-            "DELETE FROM {} m WHERE m.id = {idp} AND m.scope_id = {sid}",
+            "DELETE FROM {} m WHERE {in_scope} AND m.id = {idp}",
             self.names.memories
         ));
         let c = self.client().await?;
@@ -913,9 +966,9 @@ impl MemoryBackend for PostgresBackend {
 
     async fn delete_scope(&self, scope: &Scope) -> Result<u64> {
         let mut q = Query::default();
-        let sid = self.scope_id_of(&mut q, scope);
+        let (in_scope, _) = self.in_scope(&mut q, scope);
         q.push(&format!(
-            "DELETE FROM {} m WHERE m.scope_id = {sid}",
+            "DELETE FROM {} m WHERE {in_scope}",
             self.names.memories
         ));
         let c = self.client().await?;
@@ -930,9 +983,9 @@ impl MemoryBackend for PostgresBackend {
         policy.validate(&self.caps(), BACKEND)?;
         let mut client = self.client().await?;
         let tx = client.transaction().await.in_schema(&self.schema)?;
-        let sql = self.select_entries("WHERE sc.key = $1 FOR UPDATE OF m");
+        let sql = self.select_entries("WHERE m.tenant = $2 AND sc.key = $1 FOR UPDATE OF m");
         let rows = tx
-            .query(&sql, &[&scope.key()])
+            .query(&sql, &[&scope.key(), &scope.tenant()])
             .await
             .in_schema(&self.schema)?;
         let all = entries(&rows, &self.schema)?;
@@ -947,9 +1000,9 @@ impl MemoryBackend for PostgresBackend {
         if !pks.is_empty() && !report.dry_run {
             let mut q = Query::default();
             let p = q.bind(pks);
-            let sid = self.scope_id_of(&mut q, scope);
+            let (in_scope, _) = self.in_scope(&mut q, scope);
             q.push(&format!(
-                "DELETE FROM {} m WHERE m.pk = ANY({p}) AND m.scope_id = {sid}",
+                "DELETE FROM {} m WHERE {in_scope} AND m.pk = ANY({p})",
                 self.names.memories
             ));
             tx.execute(&q.sql, &q.params())
@@ -963,10 +1016,14 @@ impl MemoryBackend for PostgresBackend {
     async fn count(&self, scope: &Scope) -> Result<u64> {
         let c = self.client().await?;
         let sql = format!(
-            "SELECT count(*) FROM {} m WHERE m.scope_id = (SELECT id FROM {} WHERE key = $1)",
+            "SELECT count(*) FROM {} m WHERE m.tenant = $2 \
+             AND m.scope_id = (SELECT id FROM {} WHERE tenant = $2 AND key = $1)",
             self.names.memories, self.names.scopes
         );
-        let row = self.on(&c).one(&sql, &[&scope.key()]).await?;
+        let row = self
+            .on(&c)
+            .one(&sql, &[&scope.key(), &scope.tenant()])
+            .await?;
         let n: i64 = Cells::new(&row, &self.schema).get(0)?;
         Ok(u64::try_from(n).unwrap_or(0))
     }
@@ -976,7 +1033,7 @@ impl MemoryBackend for PostgresBackend {
         let sql = format!(
             "SELECT tenant, user_id, chat, thread FROM {s} sc \
              WHERE ($1::text IS NULL OR tenant = $1) AND ($2::text IS NULL OR user_id = $2) \
-             AND EXISTS (SELECT 1 FROM {m} m WHERE m.scope_id = sc.id)",
+             AND EXISTS (SELECT 1 FROM {m} m WHERE m.tenant = sc.tenant AND m.scope_id = sc.id)",
             s = self.names.scopes,
             m = self.names.memories
         );
@@ -1053,18 +1110,30 @@ mod tests {
         // The insert without the check before it, as when another process got in between.
         let tx = client.transaction().await.unwrap();
         let (scope_id, _) = store.count_into_scope(&tx, &scope, 3).await.unwrap();
-        let insert = store.insert_statement(scope_id, ids.clone(), &entries, vec![None; 3]);
+        let insert = store.insert_statement(
+            scope.tenant(),
+            scope_id,
+            ids.clone(),
+            &entries,
+            vec![None; 3],
+        );
         let violation = tx
             .execute(&insert.sql, &insert.params())
             .await
             .expect_err("the third id is taken");
         assert_eq!(violation.code(), Some(&SqlState::UNIQUE_VIOLATION));
         drop(tx);
-        let got = store.collided(&mut client, &ids, &violation).await.unwrap();
+        let got = store
+            .collided(&mut client, scope.tenant(), &ids, &violation)
+            .await
+            .unwrap();
         assert_eq!(got, Some(taken));
         // Without the server's detail, the lookup finds it too.
         let tx = client.transaction().await.unwrap();
-        assert_eq!(store.first_taken(&tx, &ids).await.unwrap(), Some(taken));
+        assert_eq!(
+            store.first_taken(&tx, scope.tenant(), &ids).await.unwrap(),
+            Some(taken)
+        );
         drop(tx);
         drop(client);
         let client = store.client().await.unwrap();

@@ -1,6 +1,7 @@
 //! Per-scope HNSW indexes. A scope that outgrows exact scans (`exact_scan_max` memories) gets
 //! its own partial HNSW index (`memories_hnsw_<scope id>`, `WHERE scope_id = <id>`), built
-//! with `CREATE INDEX CONCURRENTLY` in the background. Writes into every other scope pay for
+//! with `CREATE INDEX CONCURRENTLY` in the background on the table that holds the scope's rows
+//! (`memories`, or in a partitioned store the tenant's partition). Writes into every other scope pay for
 //! no graph upkeep, and searches learn which scopes have a ready index.
 //!
 //! Builds are serialised across processes by an advisory lock per scope. A build cut short
@@ -137,8 +138,12 @@ impl Indexes {
         Ok(())
     }
 
-    /// The scopes that hold more memories than the threshold and have no ready index.
-    pub(crate) async fn wanting(&self, c: &Object) -> Result<Vec<(String, i64)>, PostgresError> {
+    /// The scopes that hold more memories than the threshold and have no ready index: key,
+    /// tenant and id of each.
+    pub(crate) async fn wanting(
+        &self,
+        c: &Object,
+    ) -> Result<Vec<(String, String, i64)>, PostgresError> {
         if !self.enabled {
             return Ok(Vec::new());
         }
@@ -146,7 +151,8 @@ impl Indexes {
         let rows = c
             .query(
                 &format!(
-                    "SELECT sc.key, sc.id FROM {} sc WHERE sc.stored > $2 AND NOT {} ORDER BY sc.id",
+                    "SELECT sc.key, sc.tenant, sc.id FROM {} sc WHERE sc.stored > $2 AND NOT {} \
+                     ORDER BY sc.tenant, sc.id",
                     self.names.scopes,
                     Self::ready_sql("sc.id", "$1")
                 ),
@@ -159,6 +165,7 @@ impl Indexes {
                 Ok((
                     r.try_get(0).in_schema(&self.schema)?,
                     r.try_get(1).in_schema(&self.schema)?,
+                    r.try_get(2).in_schema(&self.schema)?,
                 ))
             })
             .collect()
@@ -167,7 +174,7 @@ impl Indexes {
     /// Starts building the scope's index in the background, unless this process is already
     /// building it or there is no runtime to build on. Failures are logged; searches stay
     /// exact until an index is ready.
-    pub(crate) fn spawn_build(self: &Arc<Self>, key: String, scope_id: i64) {
+    pub(crate) fn spawn_build(self: &Arc<Self>, key: String, tenant: String, scope_id: i64) {
         if !self.enabled || !self.state().building.insert(scope_id) {
             return;
         }
@@ -178,7 +185,7 @@ impl Indexes {
         let this = Arc::clone(self);
         runtime.spawn(async move {
             let turn = this.background.acquire().await;
-            if let Err(e) = this.build(&key, scope_id, false).await {
+            if let Err(e) = this.build(&key, &tenant, scope_id, false).await {
                 tracing::warn!(
                     schema = %this.schema,
                     scope_id,
@@ -197,13 +204,14 @@ impl Indexes {
     pub(crate) async fn build(
         &self,
         key: &str,
+        tenant: &str,
         scope_id: i64,
         wait: bool,
     ) -> Result<bool, PostgresError> {
         let c = pooled(&self.pool, &self.server, &self.config).await?;
         let lock_key = format!("{}/{}", self.schema, index_name(scope_id));
         let built = self
-            .lock_and_build(&c, &lock_key, key, scope_id, wait)
+            .lock_and_build(&c, &lock_key, (key, tenant, scope_id), wait)
             .await;
         // Settings and the lock belong to the session: undo them before the connection goes
         // back to the pool, or close it. (Unlocking a lock not held only warns.)
@@ -234,8 +242,7 @@ impl Indexes {
         &self,
         c: &Object,
         lock_key: &str,
-        key: &str,
-        scope_id: i64,
+        scope: (&str, &str, i64),
         wait: bool,
     ) -> Result<bool, PostgresError> {
         // Waiting means trying again: a statement blocked on the lock would be a
@@ -250,7 +257,7 @@ impl Indexes {
                 .and_then(|r| r.try_get(0))
                 .in_schema(&self.schema)?;
             if locked {
-                return self.build_locked(c, key, scope_id).await;
+                return self.build_locked(c, scope).await;
             }
             if !wait {
                 return Ok(false);
@@ -259,11 +266,11 @@ impl Indexes {
         }
     }
 
+    /// Builds the index of the scope `(key, tenant, id)`, this session holding its lock.
     async fn build_locked(
         &self,
         c: &Object,
-        key: &str,
-        scope_id: i64,
+        (key, tenant, scope_id): (&str, &str, i64),
     ) -> Result<bool, PostgresError> {
         // `stored` counts memories ever stored: check what the scope holds now.
         let cap = i64::try_from(self.config.exact_scan_max)
@@ -272,11 +279,11 @@ impl Indexes {
         let n: i64 = c
             .query_one(
                 &format!(
-                    "SELECT count(*) FROM (SELECT 1 FROM {} m WHERE m.scope_id = $1 \
-                     AND m.embedding IS NOT NULL LIMIT $2) x",
+                    "SELECT count(*) FROM (SELECT 1 FROM {} m WHERE m.tenant = $3 \
+                     AND m.scope_id = $1 AND m.embedding IS NOT NULL LIMIT $2) x",
                     self.names.memories
                 ),
-                &[&scope_id, &cap],
+                &[&scope_id, &cap, &tenant],
             )
             .await
             .and_then(|r| r.try_get(0))
@@ -284,10 +291,10 @@ impl Indexes {
         if n < cap {
             c.execute(
                 &format!(
-                    "UPDATE {} SET stored = LEAST(stored, $2) WHERE id = $1",
+                    "UPDATE {} SET stored = LEAST(stored, $2) WHERE tenant = $3 AND id = $1",
                     self.names.scopes
                 ),
-                &[&scope_id, &n],
+                &[&scope_id, &n, &tenant],
             )
             .await
             .in_schema(&self.schema)?;
@@ -314,7 +321,21 @@ impl Indexes {
                 .in_schema(&self.schema)?,
             None => {}
         }
-        tracing::info!(schema = %self.schema, scope = key, scope_id, "building the scope's HNSW index");
+        // The table holding the scope's rows: `memories`, or the tenant's partition of it
+        // (an index cannot be built concurrently on a partitioned table as a whole; a search
+        // pruned to the partition uses the partition's index).
+        let table: String = c
+            .query_one(
+                &format!(
+                    "SELECT tableoid::regclass::text FROM {} WHERE tenant = $1 AND scope_id = $2 LIMIT 1",
+                    self.names.memories
+                ),
+                &[&tenant, &scope_id],
+            )
+            .await
+            .and_then(|r| r.try_get(0))
+            .in_schema(&self.schema)?;
+        tracing::info!(schema = %self.schema, scope = key, scope_id, table, "building the scope's HNSW index");
         // Not bound by the statement timeout; a graph that fits in maintenance_work_mem
         // builds many times faster. CONCURRENTLY: writes go on meanwhile.
         // (CONCURRENTLY must be a statement of its own: several in one string are one
@@ -326,9 +347,9 @@ impl Indexes {
         .await
         .in_schema(&self.schema)?;
         c.batch_execute(&format!(
-            "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {} \
+            "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {table} \
              USING hnsw (embedding {}) WHERE scope_id = {scope_id}",
-            self.names.memories, self.ops
+            self.ops
         ))
         .await
         .in_schema(&self.schema)?;

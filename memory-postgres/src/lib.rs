@@ -25,7 +25,9 @@
 //! ```
 //!
 //! The store lives in one Postgres schema (`PostgresConfig::schema`, default `ava`, or the
-//! URL's `schema` query parameter), so one database can hold several stores. Connections
+//! URL's `schema` query parameter), so one database can hold several stores. The tenant leads
+//! every key and index, and a new store can be split into hash partitions of the tenant
+//! (`PostgresConfig::tenant_partitions`, or the URL's `tenant_partitions`). Connections
 //! are plain TCP or Unix sockets: TLS is not supported yet.
 
 mod backend;
@@ -48,6 +50,9 @@ use crate::error::{InSchema, On, connect_error};
 use crate::index::Indexes;
 use crate::schema::{HNSW_MAX_DIMS, Opened, Target, quote_ident, valid_schema_name};
 use crate::sql::Passages;
+
+/// The most hash partitions of the tenant a store may be made with.
+pub const MAX_TENANT_PARTITIONS: u16 = 1024;
 
 /// How a store is reached and searched. The defaults suit a few bot processes sharing one
 /// server.
@@ -85,6 +90,13 @@ pub struct PostgresConfig {
     /// `maintenance_work_mem` (MiB) for building a scope's index: a graph that fits builds
     /// many times faster.
     pub hnsw_build_mib: u32,
+    /// A new store's memories, recall counts and passages are split into this many hash
+    /// partitions of the tenant (0, the default: one table each). It applies when the store
+    /// is created; a store keeps the layout it was made with (`ava migrate` moves one into
+    /// a new store of another layout). Every key and index leads with the tenant either
+    /// way, so a tenant's searches read one partition. Partitioned stores need PostgreSQL 17
+    /// or newer (identity columns on partitioned tables).
+    pub tenant_partitions: u16,
 }
 
 impl Default for PostgresConfig {
@@ -101,6 +113,7 @@ impl Default for PostgresConfig {
             hnsw_ef_search: 100,
             hnsw_index: true,
             hnsw_build_mib: 512,
+            tenant_partitions: 0,
         }
     }
 }
@@ -108,8 +121,8 @@ impl Default for PostgresConfig {
 impl PostgresConfig {
     /// Checks the settings without contacting a server: a schema name Postgres accepts
     /// unquoted, a pool of at least one connection, timeouts above zero, usable limits, and
-    /// an `hnsw_ef_search` pgvector accepts (1 to 1000). [`PostgresBackend::connect`] calls
-    /// it first.
+    /// an `hnsw_ef_search` pgvector accepts (1 to 1000), and at most
+    /// [`MAX_TENANT_PARTITIONS`] partitions. [`PostgresBackend::connect`] calls it first.
     pub fn validate(&self) -> Result<()> {
         if !valid_schema_name(&self.schema) {
             return Err(PostgresError::BadSchemaName {
@@ -145,35 +158,58 @@ impl PostgresConfig {
         if self.hnsw_build_mib == 0 {
             return Err(invalid("hnsw_build_mib", "must be at least 1 MiB"));
         }
+        if self.tenant_partitions > MAX_TENANT_PARTITIONS {
+            return Err(invalid(
+                "tenant_partitions",
+                &format!(
+                    "is {}; at most {MAX_TENANT_PARTITIONS} (each is three tables)",
+                    self.tenant_partitions
+                ),
+            ));
+        }
         Ok(())
     }
 }
 
-/// Splits Ava's `schema` query parameter off a `postgres://` URL: returns the URL without
-/// it (what the driver understands) and the schema, if given. Other connection strings
-/// are returned unchanged.
-pub fn split_schema_param(url: &str) -> (String, Option<String>) {
+/// Ava's own query parameters of a `postgres://` URL, which the driver does not know.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UrlParams {
+    /// `schema`: the Postgres schema holding the store ([`PostgresConfig::schema`]).
+    pub schema: Option<String>,
+    /// `tenant_partitions`: hash partitions of a new store
+    /// ([`PostgresConfig::tenant_partitions`]).
+    pub tenant_partitions: Option<u16>,
+}
+
+/// Splits Ava's own query parameters ([`UrlParams`]) off a `postgres://` URL: returns the URL
+/// without them (what the driver understands) and their values. Other connection strings
+/// are returned unchanged. A `tenant_partitions` that is not a number from 0 to 65535 is a
+/// [`PostgresError::BadUrl`].
+pub fn split_params(url: &str) -> Result<(String, UrlParams), PostgresError> {
     let is_url = url.starts_with("postgres://") || url.starts_with("postgresql://");
+    let mut params = UrlParams::default();
     let Some((base, query)) = url.split_once('?').filter(|_| is_url) else {
-        return (url.to_owned(), None);
+        return Ok((url.to_owned(), params));
     };
-    let mut schema = None;
-    let kept: Vec<&str> = query
-        .split('&')
-        .filter(|kv| match kv.strip_prefix("schema=") {
-            Some(v) => {
-                schema = Some(v.to_owned());
-                false
-            }
-            None => !kv.is_empty(),
-        })
-        .collect();
+    let mut kept = Vec::new();
+    for kv in query.split('&').filter(|kv| !kv.is_empty()) {
+        if let Some(v) = kv.strip_prefix("schema=") {
+            params.schema = Some(v.to_owned());
+        } else if let Some(v) = kv.strip_prefix("tenant_partitions=") {
+            let n = v.parse().map_err(|_| PostgresError::BadUrl {
+                reason: format!("tenant_partitions is `{v}`; give a number from 0 to 65535"),
+            })?;
+            params.tenant_partitions = Some(n);
+        } else {
+            kept.push(kv);
+        }
+    }
     let url = if kept.is_empty() {
         base.to_owned()
     } else {
         format!("{base}?{}", kept.join("&"))
     };
-    (url, schema)
+    Ok((url, params))
 }
 
 /// `host:port/database` of a connection config, for messages (never the password).
@@ -244,6 +280,8 @@ pub struct PostgresBackend {
     config: PostgresConfig,
     /// The per-scope HNSW indexes.
     indexes: Arc<Indexes>,
+    /// The hash partitions of the tenant the store was made with (0: none).
+    partitions: u16,
 }
 
 /// The driver config with Ava's session settings: the connect timeout, and statement
@@ -332,7 +370,8 @@ impl Names {
 impl PostgresBackend {
     /// Connects to the server at `url` (a `postgres://` URL or a `key=value` connection
     /// string) and opens (or creates) the store in `config.schema`, or in the schema named
-    /// by the URL's `schema` query parameter.
+    /// by the URL's `schema` query parameter (its `tenant_partitions` likewise overrides the
+    /// config's; see [`split_params`]).
     ///
     /// A schema that holds something other than an Ava store, or a store from a newer Ava,
     /// is refused with a clear error and left unmodified. pgvector's `vector` extension is
@@ -348,9 +387,12 @@ impl PostgresBackend {
         embedder: Option<Arc<dyn EmbeddingProvider>>,
         mut config: PostgresConfig,
     ) -> Result<Self, PostgresError> {
-        let (url, schema) = split_schema_param(url);
-        if let Some(schema) = schema {
+        let (url, params) = split_params(url)?;
+        if let Some(schema) = params.schema {
             config.schema = schema;
+        }
+        if let Some(n) = params.tenant_partitions {
+            config.tenant_partitions = n;
         }
         let pg: tokio_postgres::Config =
             url.parse()
@@ -382,7 +424,8 @@ impl PostgresBackend {
                 server: &server,
                 schema: &config.schema,
             };
-            let opened: Opened = schema::open(&mut tx, &target, given.as_deref()).await?;
+            let opened: Opened =
+                schema::open(&mut tx, &target, given.as_deref(), config.tenant_partitions).await?;
             tx.commit().await.in_schema(&config.schema)?;
             opened
         };
@@ -410,6 +453,7 @@ impl PostgresBackend {
             space,
             config,
             indexes,
+            partitions: opened.partitions,
         };
         if backend.embedder.is_some() {
             backend.backfill_vectors().await?;
@@ -418,8 +462,8 @@ impl PostgresBackend {
             let c = backend.client().await?;
             backend.indexes.load(&c).await?;
             // Scopes that outgrew exact scans while no process was indexing them.
-            for (key, id) in backend.indexes.wanting(&c).await? {
-                backend.indexes.spawn_build(key, id);
+            for (key, tenant, id) in backend.indexes.wanting(&c).await? {
+                backend.indexes.spawn_build(key, tenant, id);
             }
         }
         Ok(backend)
@@ -437,8 +481,8 @@ impl PostgresBackend {
         let wanting = self.indexes.wanting(&c).await?;
         drop(c);
         let mut ready = 0;
-        for (key, id) in wanting {
-            if self.indexes.build(&key, id, true).await? {
+        for (key, tenant, id) in wanting {
+            if self.indexes.build(&key, &tenant, id, true).await? {
                 ready += 1;
             }
         }
@@ -483,39 +527,46 @@ impl PostgresBackend {
             return Ok(());
         };
         let (m, vector) = (&self.names.memories, &self.names.vector);
+        // In key order, (tenant, pk), so each batch starts where the last ended.
         let select = format!(
-            "SELECT pk, content FROM {m} WHERE NOT embedded AND pk > $1 ORDER BY pk LIMIT 256"
+            "SELECT tenant, pk, content FROM {m} WHERE NOT embedded AND (tenant, pk) > ($1, $2) \
+             ORDER BY tenant, pk LIMIT 256"
         );
         // Heads into the memory rows (those still unembedded with the text embedded), then
         // the further passages of the rows written.
         let update = format!(
             "WITH w AS (UPDATE {m} SET embedding = u.v, embedded = u.v IS NOT NULL \
-             FROM unnest($1::bigint[], $2::text[], $3::{vector}[]) AS u(pk, content, v) \
-             WHERE {m}.pk = u.pk AND NOT {m}.embedded AND {m}.content = u.content \
-             RETURNING {m}.pk, {m}.scope_id) \
-             INSERT INTO {} (memory, scope_id, k, embedding) \
-             SELECT w.pk, w.scope_id, x.k, x.v FROM w \
-             JOIN unnest($4::bigint[], $5::int4[], $6::{vector}[]) AS x(pk, k, v) ON x.pk = w.pk",
+             FROM unnest($1::text[], $2::bigint[], $3::text[], $4::{vector}[]) AS u(tenant, pk, content, v) \
+             WHERE {m}.tenant = u.tenant AND {m}.pk = u.pk AND NOT {m}.embedded AND {m}.content = u.content \
+             RETURNING {m}.tenant, {m}.pk, {m}.scope_id) \
+             INSERT INTO {} (tenant, memory, scope_id, k, embedding) \
+             SELECT w.tenant, w.pk, w.scope_id, x.k, x.v FROM w \
+             JOIN unnest($5::bigint[], $6::int4[], $7::{vector}[]) AS x(pk, k, v) ON x.pk = w.pk",
             self.names.passages
         );
-        let mut after = 0i64;
+        let mut after = (String::new(), 0i64);
         loop {
             let client = self.client().await?;
             let rows = client
-                .query(&select, &[&after])
+                .query(&select, &[&after.0, &after.1])
                 .await
                 .in_schema(&self.schema)?;
-            if rows.is_empty() {
+            let Some(last) = rows.last() else {
                 return Ok(());
-            }
+            };
+            // Rows that stay unembedded are not read again.
+            after = (
+                last.try_get(0).in_schema(&self.schema)?,
+                last.try_get(1).in_schema(&self.schema)?,
+            );
+            let mut tenants = Vec::with_capacity(rows.len());
             let mut pks = Vec::with_capacity(rows.len());
             let mut texts = Vec::with_capacity(rows.len());
             for r in &rows {
-                pks.push(r.try_get::<_, i64>(0).in_schema(&self.schema)?);
-                texts.push(r.try_get::<_, String>(1).in_schema(&self.schema)?);
+                tenants.push(r.try_get::<_, String>(0).in_schema(&self.schema)?);
+                pks.push(r.try_get::<_, i64>(1).in_schema(&self.schema)?);
+                texts.push(r.try_get::<_, String>(2).in_schema(&self.schema)?);
             }
-            // Ordered by pk: rows that stay unembedded are not read again.
-            after = pks.iter().copied().max().unwrap_or(after);
             let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
             let embedded = embed_passages(embedder.as_ref(), &refs)
                 .await
@@ -530,7 +581,15 @@ impl PostgresBackend {
             client
                 .execute(
                     &update,
-                    &[&pks, &texts, &heads, &more.owners, &more.ks, &more.vectors],
+                    &[
+                        &tenants,
+                        &pks,
+                        &texts,
+                        &heads,
+                        &more.owners,
+                        &more.ks,
+                        &more.vectors,
+                    ],
                 )
                 .await
                 .in_schema(&self.schema)?;

@@ -2,6 +2,11 @@
 //! extension, schema creation and migrations (the `meta` table's `schema_version`), and the
 //! recorded embedding space. All of it runs in one transaction under an advisory lock, so
 //! two processes opening the same store at once do not race.
+//!
+//! The tenant leads every key and index of a person's data (scopes, memories, recall counts,
+//! passages), so a store can be split by tenant: into hash partitions here
+//! (`PostgresConfig::tenant_partitions`), or into shards by an engine that distributes tables
+//! by a column (ARCHITECTURE.md, "Sharding by tenant").
 
 use memory_core::EmbeddingSpace;
 use tokio_postgres::Transaction;
@@ -9,7 +14,7 @@ use tokio_postgres::Transaction;
 use crate::error::{InSchema, PostgresError};
 
 /// The schema version this build writes and understands.
-pub(crate) const SCHEMA_VERSION: i64 = 4;
+pub(crate) const SCHEMA_VERSION: i64 = 5;
 
 /// `meta.format` of Ava stores.
 pub(crate) const FORMAT: &str = "ava-memory-store";
@@ -21,9 +26,12 @@ const SETUP_LOCK: i64 = 0x4156_414d_454d_5047;
 enum Migration {
     /// Statements; `{s}` stands for the quoted schema name.
     Sql(&'static str),
-    /// The passages table ([`create_passages`]), in a store that has vectors; a store
-    /// without gets it when it adopts a space ([`adopt_space`]).
+    /// The passages table as version 3 made it ([`create_passages_v3`]), in a store that
+    /// has vectors; a store without gets it when it adopts a space ([`adopt_space`]).
     Passages,
+    /// The tenant into every key and index ([`TENANT_FIRST`]; the passages' part only where
+    /// the table exists).
+    TenantFirst,
 }
 
 /// Migrations: entry `i` upgrades a store from version `i + 1` to `i + 2`. A new store is
@@ -53,7 +61,47 @@ const MIGRATIONS: &[Migration] = &[
              until_ms bigint NOT NULL
          );",
     ),
+    // 5: the tenant leads every key and index (memory ids are unique per tenant), so a
+    // store can be partitioned or sharded by tenant. Rewrites the tables once.
+    Migration::TenantFirst,
 ];
+
+/// Migration 5 on the memories, recall counts and scopes. Constraint names are Postgres's
+/// defaults of versions 1-4.
+const TENANT_FIRST: &str = "
+ALTER TABLE {s}.memories ADD COLUMN tenant text;
+UPDATE {s}.memories m SET tenant = sc.tenant FROM {s}.scopes sc WHERE sc.id = m.scope_id;
+ALTER TABLE {s}.memories ALTER COLUMN tenant SET NOT NULL;
+ALTER TABLE {s}.memory_access ADD COLUMN tenant text;
+UPDATE {s}.memory_access a SET tenant = m.tenant FROM {s}.memories m WHERE m.pk = a.pk;
+ALTER TABLE {s}.memory_access ALTER COLUMN tenant SET NOT NULL;
+ALTER TABLE {s}.memory_access DROP CONSTRAINT memory_access_pk_fkey;
+ALTER TABLE {s}.memories DROP CONSTRAINT memories_scope_id_fkey;
+ALTER TABLE {s}.scopes DROP CONSTRAINT scopes_pkey, DROP CONSTRAINT scopes_key_key,
+    ADD PRIMARY KEY (tenant, id), ADD UNIQUE (tenant, key);
+ALTER TABLE {s}.memories DROP CONSTRAINT memories_pkey, DROP CONSTRAINT memories_id_key,
+    ADD PRIMARY KEY (tenant, pk), ADD UNIQUE (tenant, id),
+    ADD FOREIGN KEY (tenant, scope_id) REFERENCES {s}.scopes (tenant, id);
+ALTER TABLE {s}.memory_access DROP CONSTRAINT memory_access_pkey, ADD PRIMARY KEY (tenant, pk),
+    ADD FOREIGN KEY (tenant, pk) REFERENCES {s}.memories (tenant, pk) ON DELETE CASCADE;
+DROP INDEX {s}.memories_by_scope_time;
+CREATE INDEX memories_by_scope_time ON {s}.memories (tenant, scope_id, created_at DESC, id DESC);
+DROP INDEX IF EXISTS {s}.memories_embedded_by_scope;
+";
+
+/// Migration 5 on the passages table (a store with vectors; its old keys dropped before
+/// [`TENANT_FIRST`]) and the index of embedded rows.
+const TENANT_FIRST_VECTORS: &str = "
+ALTER TABLE {s}.memory_passages ADD COLUMN tenant text;
+UPDATE {s}.memory_passages p SET tenant = m.tenant FROM {s}.memories m WHERE m.pk = p.memory;
+ALTER TABLE {s}.memory_passages ALTER COLUMN tenant SET NOT NULL;
+ALTER TABLE {s}.memory_passages ADD PRIMARY KEY (tenant, memory, k),
+    ADD FOREIGN KEY (tenant, memory) REFERENCES {s}.memories (tenant, pk) ON DELETE CASCADE,
+    ADD FOREIGN KEY (tenant, scope_id) REFERENCES {s}.scopes (tenant, id);
+DROP INDEX {s}.memory_passages_by_scope;
+CREATE INDEX memory_passages_by_scope ON {s}.memory_passages (tenant, scope_id);
+CREATE INDEX memories_embedded_by_scope ON {s}.memories (tenant, scope_id) WHERE embedding IS NOT NULL;
+";
 
 /// pgvector's HNSW index handles `vector` columns of at most this many dimensions.
 pub(crate) const HNSW_MAX_DIMS: usize = 2000;
@@ -118,6 +166,96 @@ CREATE TABLE {s}.memory_access (
     )
 }
 
+/// A new store's tables in their current layout, in schema `s` (quoted), the memories and
+/// their recall counts in `partitions` hash partitions of the tenant. A store made
+/// unpartitioned is instead created at version 1 and migrated, so every migration runs on
+/// every such store; a test checks that both ways end in the same layout.
+fn schema_partitioned(s: &str, partitions: u16) -> String {
+    format!(
+        "CREATE SCHEMA IF NOT EXISTS {s};
+
+CREATE TABLE {s}.meta (
+    key   text PRIMARY KEY,
+    value text NOT NULL
+);
+
+CREATE TABLE {s}.scopes (
+    id      bigint GENERATED ALWAYS AS IDENTITY,
+    key     text NOT NULL,
+    tenant  text NOT NULL,
+    user_id text NOT NULL,
+    chat    text,
+    thread  text,
+    stored  bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant, id),
+    UNIQUE (tenant, key)
+);
+CREATE INDEX scopes_by_user ON {s}.scopes (tenant, user_id);
+
+CREATE TABLE {s}.memories (
+    pk            bigint GENERATED ALWAYS AS IDENTITY,
+    id            uuid NOT NULL,
+    scope_id      bigint NOT NULL,
+    kind          text NOT NULL,
+    content       text NOT NULL,
+    context       text,
+    role          text,
+    source        text,
+    tags          text[] NOT NULL DEFAULT '{{}}',
+    importance    real NOT NULL,
+    pinned        boolean NOT NULL,
+    created_at    bigint NOT NULL,
+    accessed_at   bigint NOT NULL,
+    access_count  bigint NOT NULL,
+    valid_from    bigint,
+    valid_until   bigint,
+    superseded_by uuid,
+    embedded      boolean NOT NULL,
+    fts tsvector GENERATED ALWAYS AS (
+        setweight(to_tsvector('english', content), 'A') ||
+        setweight(to_tsvector('english', coalesce(context, '')), 'B')
+    ) STORED,
+    tenant        text NOT NULL,
+    PRIMARY KEY (tenant, pk),
+    UNIQUE (tenant, id),
+    FOREIGN KEY (tenant, scope_id) REFERENCES {s}.scopes (tenant, id)
+) PARTITION BY HASH (tenant);
+{memories}
+CREATE INDEX memories_by_scope_time ON {s}.memories (tenant, scope_id, created_at DESC, id DESC);
+CREATE INDEX memories_fts ON {s}.memories USING gin (fts);
+
+CREATE TABLE {s}.memory_access (
+    pk           bigint NOT NULL,
+    accessed_at  bigint NOT NULL,
+    access_count bigint NOT NULL,
+    tenant       text NOT NULL,
+    PRIMARY KEY (tenant, pk),
+    FOREIGN KEY (tenant, pk) REFERENCES {s}.memories (tenant, pk) ON DELETE CASCADE
+) PARTITION BY HASH (tenant);
+{access}
+CREATE TABLE {s}.leases (
+    name     text PRIMARY KEY,
+    holder   text NOT NULL,
+    until_ms bigint NOT NULL
+);
+",
+        memories = hash_partitions(s, "memories", partitions),
+        access = hash_partitions(s, "memory_access", partitions),
+    )
+}
+
+/// `CREATE TABLE <table>_p<i> PARTITION OF <table> ...` for each of `n` hash partitions.
+fn hash_partitions(s: &str, table: &str, n: u16) -> String {
+    (0..n)
+        .map(|i| {
+            format!(
+                "CREATE TABLE {s}.{table}_p{i} PARTITION OF {s}.{table} \
+                 FOR VALUES WITH (MODULUS {n}, REMAINDER {i});\n"
+            )
+        })
+        .collect()
+}
+
 /// Quotes an identifier for SQL.
 pub(crate) fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
@@ -137,6 +275,8 @@ pub(crate) struct Opened {
     pub(crate) ext_schema: String,
     /// The store's embedding space after opening (recorded, or adopted now).
     pub(crate) space: Option<EmbeddingSpace>,
+    /// The hash partitions of the tenant the store's memory tables have (0: none).
+    pub(crate) partitions: u16,
 }
 
 /// What a look at the schema found.
@@ -159,6 +299,7 @@ pub(crate) async fn open(
     tx: &mut Transaction<'_>,
     t: &Target<'_>,
     given: Option<&EmbeddingSpace>,
+    partitions: u16,
 ) -> Result<Opened, PostgresError> {
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SETUP_LOCK])
         .await
@@ -168,16 +309,21 @@ pub(crate) async fn open(
     let existing = inspect(tx, t, &s).await?;
     let ext_schema = ensure_vector_extension(tx, t).await?;
     match existing {
-        Existing::Fresh => {
-            tx.batch_execute(&schema_v1(&s)).await.in_schema(t.schema)?;
-            for (k, v) in [("format", FORMAT), ("schema_version", "1")] {
-                tx.execute(
-                    &format!("INSERT INTO {s}.meta (key, value) VALUES ($1, $2)"),
-                    &[&k, &v],
-                )
+        Existing::Fresh if partitions > 0 => {
+            tx.batch_execute(&schema_partitioned(&s, partitions))
                 .await
                 .in_schema(t.schema)?;
-            }
+            let (version, n) = (SCHEMA_VERSION.to_string(), partitions.to_string());
+            let meta = [
+                ("format", FORMAT),
+                ("schema_version", version.as_str()),
+                (PARTITIONS_KEY, n.as_str()),
+            ];
+            record_meta(tx, t, &s, &meta).await?;
+        }
+        Existing::Fresh => {
+            tx.batch_execute(&schema_v1(&s)).await.in_schema(t.schema)?;
+            record_meta(tx, t, &s, &[("format", FORMAT), ("schema_version", "1")]).await?;
             migrate(tx, t, &s, &ext_schema, 1).await?;
         }
         Existing::Store { version } => migrate(tx, t, &s, &ext_schema, version).await?,
@@ -199,7 +345,53 @@ pub(crate) async fn open(
         }
         (None, None) => None,
     };
-    Ok(Opened { ext_schema, space })
+    let partitions = partitions_of(tx, t, &s).await?;
+    Ok(Opened {
+        ext_schema,
+        space,
+        partitions,
+    })
+}
+
+/// `meta.key` of the number of hash partitions a partitioned store was made with.
+const PARTITIONS_KEY: &str = "tenant_partitions";
+
+async fn record_meta(
+    tx: &mut Transaction<'_>,
+    t: &Target<'_>,
+    s: &str,
+    pairs: &[(&str, &str)],
+) -> Result<(), PostgresError> {
+    for (k, v) in pairs {
+        tx.execute(
+            &format!("INSERT INTO {s}.meta (key, value) VALUES ($1, $2)"),
+            &[k, v],
+        )
+        .await
+        .in_schema(t.schema)?;
+    }
+    Ok(())
+}
+
+/// How many hash partitions of the tenant the store's tables have (0: none).
+async fn partitions_of(
+    tx: &mut Transaction<'_>,
+    t: &Target<'_>,
+    s: &str,
+) -> Result<u16, PostgresError> {
+    let row = tx
+        .query_opt(
+            &format!("SELECT value FROM {s}.meta WHERE key = $1"),
+            &[&PARTITIONS_KEY],
+        )
+        .await
+        .in_schema(t.schema)?;
+    let Some(row) = row else { return Ok(0) };
+    let value: String = row.try_get(0).in_schema(t.schema)?;
+    value.parse().map_err(|_| PostgresError::InvalidData {
+        schema: t.schema.to_owned(),
+        what: format!("{PARTITIONS_KEY} is `{value}`, not a number of partitions"),
+    })
 }
 
 async fn inspect(
@@ -329,9 +521,24 @@ async fn migrate(
         let sql = match MIGRATIONS.get(idx) {
             Some(Migration::Sql(sql)) => sql.replace("{s}", s),
             Some(Migration::Passages) => match stored_space(tx, t, s).await? {
-                Some(space) => create_passages(s, ext, space.dims),
+                Some(space) => create_passages_v3(s, ext, space.dims),
                 None => String::new(),
             },
+            Some(Migration::TenantFirst) => {
+                if stored_space(tx, t, s).await?.is_some() {
+                    // The passages' keys go first: they hang on the keys replaced.
+                    format!(
+                        "ALTER TABLE {s}.memory_passages DROP CONSTRAINT memory_passages_pkey,
+                             DROP CONSTRAINT memory_passages_memory_fkey,
+                             DROP CONSTRAINT memory_passages_scope_id_fkey;
+                         {}{}",
+                        TENANT_FIRST.replace("{s}", s),
+                        TENANT_FIRST_VECTORS.replace("{s}", s)
+                    )
+                } else {
+                    TENANT_FIRST.replace("{s}", s)
+                }
+            }
             None => {
                 return Err(PostgresError::InvalidData {
                     schema: t.schema.to_owned(),
@@ -389,11 +596,8 @@ async fn stored_space(
         .map_err(|e| invalid(e.to_string()))
 }
 
-/// The table of long memories' further passages in schema `s`, pgvector living in `ext`
-/// (both quoted): passage `k` (from 1; the first is `memories.embedding`) of memory
-/// `memory`. Semantic search scans a scope's passages through its index on `scope_id`;
-/// they go with their memory.
-fn create_passages(s: &str, ext: &str, dims: usize) -> String {
+/// The passages table as migration 3 made it (migration 5 puts the tenant in its keys).
+fn create_passages_v3(s: &str, ext: &str, dims: usize) -> String {
     format!(
         "CREATE TABLE {s}.memory_passages (
              memory    bigint NOT NULL REFERENCES {s}.memories (pk) ON DELETE CASCADE,
@@ -403,6 +607,35 @@ fn create_passages(s: &str, ext: &str, dims: usize) -> String {
              PRIMARY KEY (memory, k)
          );
          CREATE INDEX memory_passages_by_scope ON {s}.memory_passages (scope_id);"
+    )
+}
+
+/// The table of long memories' further passages in schema `s`, pgvector living in `ext`
+/// (both quoted), in `partitions` hash partitions of the tenant if any: passage `k` (from
+/// 1; the first is `memories.embedding`) of memory `memory`. Semantic search scans a
+/// scope's passages through its index on `(tenant, scope_id)`; they go with their memory.
+fn create_passages(s: &str, ext: &str, dims: usize, partitions: u16) -> String {
+    let (by, parts) = if partitions > 0 {
+        (
+            " PARTITION BY HASH (tenant)",
+            hash_partitions(s, "memory_passages", partitions),
+        )
+    } else {
+        ("", String::new())
+    };
+    format!(
+        "CREATE TABLE {s}.memory_passages (
+             memory    bigint NOT NULL,
+             scope_id  bigint NOT NULL,
+             k         integer NOT NULL CHECK (k >= 1),
+             embedding {ext}.vector({dims}) NOT NULL,
+             tenant    text NOT NULL,
+             PRIMARY KEY (tenant, memory, k),
+             FOREIGN KEY (tenant, memory) REFERENCES {s}.memories (tenant, pk) ON DELETE CASCADE,
+             FOREIGN KEY (tenant, scope_id) REFERENCES {s}.scopes (tenant, id)
+         ){by};
+         {parts}
+         CREATE INDEX memory_passages_by_scope ON {s}.memory_passages (tenant, scope_id);"
     )
 }
 
@@ -416,11 +649,12 @@ async fn adopt_space(
     space: &EmbeddingSpace,
 ) -> Result<(), PostgresError> {
     let dims = space.dims;
+    let partitions = partitions_of(tx, t, s).await?;
     tx.batch_execute(&format!(
         "ALTER TABLE {s}.memories ADD COLUMN embedding {ext}.vector({dims});
-         CREATE INDEX memories_embedded_by_scope ON {s}.memories (scope_id) WHERE embedding IS NOT NULL;
+         CREATE INDEX memories_embedded_by_scope ON {s}.memories (tenant, scope_id) WHERE embedding IS NOT NULL;
          {}",
-        create_passages(s, ext, dims)
+        create_passages(s, ext, dims, partitions)
     ))
     .await
     .in_schema(t.schema)?;

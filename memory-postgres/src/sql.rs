@@ -1,6 +1,7 @@
 //! The SQL behind the backend: statement text for one store (schema-qualified names),
 //! parameter lists built alongside, filters, and row mapping. Every statement that reads
-//! memories names the scope (`scope_id` or the scope key) in its WHERE clause.
+//! memories names the scope (`scope_id` or the scope key) in its WHERE clause, and its tenant
+//! first.
 
 use memory_core::{
     Filter, Importance, MemoryEntry, MemoryId, MemoryKind, Role, Scope, Tag, TagMatch, TagSet,

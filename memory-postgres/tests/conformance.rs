@@ -1,5 +1,6 @@
 //! Runs the shared backend conformance suite against `PostgresBackend`, each scenario in a
-//! fresh Postgres schema that is dropped afterwards. Needs `MEMORY_PG_URL`; without it every
+//! fresh Postgres schema that is dropped afterwards, on an unpartitioned store and again on
+//! one partitioned by tenant. Needs `MEMORY_PG_URL`; without it every
 //! scenario is skipped with one line on stderr.
 
 #![allow(
@@ -12,12 +13,15 @@ mod common;
 use memory_core::testing::{Setup, TestBackend};
 use memory_postgres::{PostgresBackend, PostgresConfig};
 
-async fn make(setup: Setup) -> TestBackend {
+/// A fresh store whose memory tables are split into `partitions` hash partitions of the
+/// tenant (0: none).
+async fn open(setup: Setup, partitions: u16) -> TestBackend {
     let url = std::env::var(common::URL_VAR).expect("the suite checks MEMORY_PG_URL first");
     let (schema, guard) = common::DropSchema::fresh(&url);
     let config = PostgresConfig {
         schema,
         pool_size: 4,
+        tenant_partitions: partitions,
         ..PostgresConfig::default()
     };
     let store = PostgresBackend::connect(&url, setup.embedder, config)
@@ -26,8 +30,28 @@ async fn make(setup: Setup) -> TestBackend {
     TestBackend::new(std::sync::Arc::new(store)).with_guard(guard)
 }
 
+async fn make(setup: Setup) -> TestBackend {
+    open(setup, 0).await
+}
+
 memory_core::backend_conformance!(
     make,
     requires_env = "MEMORY_PG_URL",
     set_to = "a Postgres URL whose server has pgvector (e.g. start one with .ci/postgres.sh start)"
 );
+
+/// The whole suite again on stores whose tables are split into hash partitions of the tenant.
+mod partitioned {
+    use super::*;
+
+    async fn make(setup: Setup) -> TestBackend {
+        open(setup, 4).await
+    }
+
+    memory_core::backend_conformance!(
+        make,
+        requires_env = "MEMORY_PG_URL",
+        set_to =
+            "a Postgres URL whose server has pgvector (e.g. start one with .ci/postgres.sh start)"
+    );
+}

@@ -18,7 +18,7 @@ use memory_core::{
     EmbeddingProvider, ErrorChain, HashingEmbedder, MemoryBackend, MemoryError, MemoryId,
     NewMemory, Scope, SearchRequest, repeated_cause,
 };
-use memory_postgres::{PostgresBackend, PostgresConfig, PostgresError, split_schema_param};
+use memory_postgres::{PostgresBackend, PostgresConfig, PostgresError, UrlParams, split_params};
 
 fn embedder(dims: usize) -> Option<Arc<dyn EmbeddingProvider>> {
     Some(Arc::new(HashingEmbedder::new(dims).unwrap()))
@@ -97,28 +97,50 @@ async fn bad_connection_strings_and_schema_names_are_clear_errors() {
             "`{bad}`: {err:?}"
         );
     }
+    let err = PostgresBackend::connect(
+        "postgres://127.0.0.1:1/db?tenant_partitions=5000",
+        None,
+        PostgresConfig::default(),
+    )
+    .await
+    .expect_err("too many partitions");
+    let msg = chain(&err);
+    assert!(
+        matches!(&err, PostgresError::InvalidConfig(_)) && msg.contains("at most 1024"),
+        "{msg}"
+    );
 }
 
 #[test]
-fn schema_query_parameter_is_split_off() {
+fn avas_query_parameters_are_split_off() {
+    let params = |schema: Option<&str>, tenant_partitions| UrlParams {
+        schema: schema.map(str::to_owned),
+        tenant_partitions,
+    };
     assert_eq!(
-        split_schema_param("postgres://u@h:5/db?schema=bot&application_name=x"),
+        split_params("postgres://u@h:5/db?schema=bot&application_name=x").unwrap(),
         (
             "postgres://u@h:5/db?application_name=x".to_owned(),
-            Some("bot".to_owned())
+            params(Some("bot"), None)
         )
     );
     assert_eq!(
-        split_schema_param("postgresql://h/db?schema=s1"),
-        ("postgresql://h/db".to_owned(), Some("s1".to_owned()))
+        split_params("postgresql://h/db?schema=s1&tenant_partitions=8").unwrap(),
+        ("postgresql://h/db".to_owned(), params(Some("s1"), Some(8)))
     );
     assert_eq!(
-        split_schema_param("host=h dbname=db"),
-        ("host=h dbname=db".to_owned(), None)
+        split_params("host=h dbname=db").unwrap(),
+        ("host=h dbname=db".to_owned(), params(None, None))
     );
     assert_eq!(
-        split_schema_param("postgres://h/db"),
-        ("postgres://h/db".to_owned(), None)
+        split_params("postgres://h/db").unwrap(),
+        ("postgres://h/db".to_owned(), params(None, None))
+    );
+    let err = split_params("postgres://u:secret@h/db?tenant_partitions=many").unwrap_err();
+    let msg = chain(&err);
+    assert!(
+        msg.contains("tenant_partitions is `many`") && !msg.contains("secret"),
+        "{msg}"
     );
 }
 
@@ -193,7 +215,7 @@ async fn newer_schema_is_refused_and_left_untouched() {
                 &err,
                 PostgresError::NewerSchema {
                     found: 99,
-                    supported: 4,
+                    supported: 5,
                     ..
                 }
             ),
@@ -611,11 +633,12 @@ async fn a_version_1_store_is_migrated_and_its_large_scopes_indexed() {
     common::run_sql(
         &url,
         &format!(
-            "UPDATE \"{schema}\".meta SET value = '1' WHERE key = 'schema_version';
-             DROP TABLE \"{schema}\".memory_passages;
+            "{}
+             UPDATE \"{schema}\".meta SET value = '1' WHERE key = 'schema_version';
              DROP TABLE \"{schema}\".leases;
              ALTER TABLE \"{schema}\".scopes DROP COLUMN stored;
-             CREATE INDEX memories_embedding_hnsw ON \"{schema}\".memories USING hnsw (embedding vector_cosine_ops);"
+             CREATE INDEX memories_embedding_hnsw ON \"{schema}\".memories USING hnsw (embedding vector_cosine_ops);",
+            common::undo_tenant_first(&schema)
         ),
     )
     .unwrap();
@@ -640,7 +663,7 @@ async fn a_version_1_store_is_migrated_and_its_large_scopes_indexed() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(version, "4");
+    assert_eq!(version, "5");
     assert!(has_passages(&client, &schema).await);
     assert!(
         store
@@ -845,9 +868,10 @@ async fn stores_from_before_passages_embed_long_memories_as_passages() {
         common::run_sql(
             &url,
             &format!(
-                "UPDATE \"{schema}\".meta SET value = '2' WHERE key = 'schema_version';
-                 DROP TABLE IF EXISTS \"{schema}\".memory_passages;
-                 DROP TABLE \"{schema}\".leases;"
+                "{}
+                 UPDATE \"{schema}\".meta SET value = '2' WHERE key = 'schema_version';
+                 DROP TABLE \"{schema}\".leases;",
+                common::undo_tenant_first(&schema)
             ),
         )
         .unwrap();
@@ -1049,4 +1073,211 @@ async fn long_memories_rank_by_their_best_passage_through_a_scopes_index() {
     assert_eq!(left, 0);
     indexed.close();
     exact.close();
+}
+
+/// The tables that hold a tenant's data.
+const TENANT_TABLES: [&str; 4] = ["scopes", "memories", "memory_access", "memory_passages"];
+
+/// A store's layout as the catalog tells it (columns, constraints, indexes of its tables, not
+/// of their partitions nor the keys Postgres derives for them), with the schema's name taken
+/// out, sorted.
+async fn layout(client: &tokio_postgres::Client, schema: &str) -> Vec<String> {
+    let tables = [
+        "meta",
+        "scopes",
+        "memories",
+        "memory_access",
+        "memory_passages",
+        "leases",
+    ];
+    let mut out = Vec::new();
+    let text = |r: &tokio_postgres::Row| -> String {
+        (0..r.len())
+            .map(|i| r.get::<_, Option<String>>(i).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    for sql in [
+        "SELECT table_name::text, column_name::text, data_type::text, is_nullable::text, \
+         generation_expression::text FROM information_schema.columns \
+         WHERE table_schema = $1 AND table_name = ANY($2)",
+        "SELECT r.relname::text, pg_get_constraintdef(c.oid) FROM pg_constraint c \
+         JOIN pg_class r ON r.oid = c.conrelid JOIN pg_namespace n ON n.oid = r.relnamespace \
+         WHERE n.nspname = $1 AND r.relname = ANY($2) AND c.conparentid = 0",
+        "SELECT tablename::text, indexname::text, indexdef FROM pg_indexes \
+         WHERE schemaname = $1 AND tablename = ANY($2)",
+    ] {
+        for r in client.query(sql, &[&schema, &&tables[..]]).await.unwrap() {
+            out.push(
+                text(&r)
+                    .replace(&format!("\"{schema}\"."), "")
+                    .replace(&format!("{schema}."), "")
+                    .replace(" ON ONLY ", " ON "),
+            );
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The first column of every key (primary, unique, foreign) and every b-tree index of the
+/// tables holding a tenant's data, by name; and the other indexes, with their method.
+async fn leading_columns(
+    client: &tokio_postgres::Client,
+    schema: &str,
+) -> (Vec<(String, String)>, Vec<(String, String)>) {
+    let keys = client
+        .query(
+            "SELECT c.conname::text, a.attname::text FROM pg_constraint c \
+             JOIN pg_class r ON r.oid = c.conrelid JOIN pg_namespace n ON n.oid = r.relnamespace \
+             JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1] \
+             WHERE n.nspname = $1 AND r.relname = ANY($2) AND c.contype IN ('p', 'u', 'f')",
+            &[&schema, &&TENANT_TABLES[..]],
+        )
+        .await
+        .unwrap();
+    let indexes = client
+        .query(
+            "SELECT ic.relname::text, am.amname::text, a.attname::text FROM pg_index i \
+             JOIN pg_class r ON r.oid = i.indrelid JOIN pg_namespace n ON n.oid = r.relnamespace \
+             JOIN pg_class ic ON ic.oid = i.indexrelid JOIN pg_am am ON am.oid = ic.relam \
+             LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] \
+             WHERE n.nspname = $1 AND r.relname = ANY($2)",
+            &[&schema, &&TENANT_TABLES[..]],
+        )
+        .await
+        .unwrap();
+    let mut leading: Vec<(String, String)> = keys.iter().map(|r| (r.get(0), r.get(1))).collect();
+    let mut others = Vec::new();
+    for r in &indexes {
+        let (name, method): (String, String) = (r.get(0), r.get(1));
+        if method == "btree" {
+            leading.push((name, r.get::<_, Option<String>>(2).unwrap_or_default()));
+        } else {
+            others.push((name, method));
+        }
+    }
+    leading.sort();
+    others.sort();
+    (leading, others)
+}
+
+/// The tenant leads every key and b-tree index of the tables holding a person's data, in a
+/// store migrated from version 1 (every unpartitioned store is) and in one made partitioned
+/// by tenant; both have the same layout, but for the partitions.
+#[tokio::test]
+async fn the_tenant_leads_every_key_and_a_partitioned_store_has_the_same_layout() {
+    let Some(url) = common::pg_url() else { return };
+    let client = sql_client(&url).await;
+    let (plain, _g1) = common::DropSchema::fresh(&url);
+    let (parted, _g2) = common::DropSchema::fresh(&url);
+    let scope = Scope::for_user("u").unwrap();
+    for (schema, partitions) in [(&plain, 0), (&parted, 4)] {
+        let store = PostgresBackend::connect(
+            &url,
+            embedder(16),
+            PostgresConfig {
+                tenant_partitions: partitions,
+                ..config(schema)
+            },
+        )
+        .await
+        .unwrap();
+        store
+            .store(&scope, NewMemory::new("a memory to hold"))
+            .await
+            .unwrap();
+        store.close();
+    }
+    let want = layout(&client, &plain).await;
+    assert!(want.len() > 40, "{want:#?}");
+    assert_eq!(layout(&client, &parted).await, want);
+    for schema in [&plain, &parted] {
+        let (leading, others) = leading_columns(&client, schema).await;
+        assert!(leading.len() >= 14, "{leading:?}");
+        let astray: Vec<_> = leading.iter().filter(|(_, col)| col != "tenant").collect();
+        assert!(astray.is_empty(), "keys not led by the tenant: {astray:?}");
+        // Full-text search's GIN index cannot take a text column first without the
+        // btree_gin extension; in a partitioned store it is one per partition.
+        assert_eq!(others, [("memories_fts".to_owned(), "gin".to_owned())]);
+    }
+    let partitions = |table: &'static str| {
+        let schema = parted.clone();
+        let client = &client;
+        async move {
+            let n: i64 = client
+                .query_one(
+                    "SELECT count(*) FROM pg_inherits WHERE inhparent = to_regclass($1)",
+                    &[&format!("\"{schema}\".{table}")],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            n
+        }
+    };
+    for table in ["memories", "memory_access", "memory_passages"] {
+        assert_eq!(partitions(table).await, 4, "{table}");
+    }
+}
+
+/// In a store partitioned by tenant, a large scope's HNSW index is built on its tenant's
+/// partition, its searches use it, and a scope of the same user and chat in another tenant
+/// sees none of its memories.
+#[tokio::test]
+async fn a_partitioned_store_indexes_a_large_scope_in_its_partition() {
+    let Some(url) = common::pg_url() else { return };
+    let (schema, _guard) = common::DropSchema::fresh(&url);
+    let store = PostgresBackend::connect(
+        &preferring_ordered_indexes(&url),
+        embedder(16),
+        PostgresConfig {
+            tenant_partitions: 3,
+            exact_scan_max: 20,
+            ..config(&schema)
+        },
+    )
+    .await
+    .unwrap();
+    let acme = Scope::for_user("u").unwrap().in_tenant("acme").unwrap();
+    let globex = Scope::for_user("u").unwrap().in_tenant("globex").unwrap();
+    let many = (0..25)
+        .map(|i| NewMemory::new(format!("acme fact number {i}")))
+        .collect();
+    store.store_batch(&acme, many).await.unwrap();
+    store
+        .store(&globex, NewMemory::new("globex fact number 12"))
+        .await
+        .unwrap();
+    assert_eq!(store.index_large_scopes().await.unwrap(), 1);
+    let client = sql_client(&url).await;
+    let id = scope_id(&client, &schema, &acme).await;
+    let name = format!("memories_hnsw_{id}");
+    let (def, valid) = index_state(&client, &schema, &name)
+        .await
+        .expect("the large scope is indexed");
+    assert!(valid, "{def}");
+    assert!(def.contains(".memories_p"), "on a partition: {def}");
+    for _ in 0..2 {
+        let hits = store
+            .search(
+                &acme,
+                &SearchRequest::semantic("acme fact number 12").limit(3),
+            )
+            .await
+            .unwrap();
+        assert_eq!(hits[0].entry.content, "acme fact number 12");
+        assert!(hits.iter().all(|h| h.entry.content.starts_with("acme")));
+    }
+    assert!(index_scans(&client, &schema, &name, 2).await >= 2);
+    let theirs = store
+        .search(
+            &globex,
+            &SearchRequest::hybrid("acme fact number 12").limit(30),
+        )
+        .await
+        .unwrap();
+    assert_eq!(theirs.len(), 1, "{theirs:#?}");
+    assert_eq!(theirs[0].entry.content, "globex fact number 12");
+    store.close();
 }

@@ -82,10 +82,41 @@ impl DropSchema {
 }
 
 impl Drop for DropSchema {
+    /// Gives up after 10 s of waiting for locks: a test that panicked may still hold some
+    /// in a session its stopped runtime cannot end until this returns (the schema is then
+    /// left behind, and the test's own failure is what is reported).
     fn drop(&mut self) {
         let _ = run_sql(
             &self.url,
-            &format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.schema),
+            &format!(
+                "SET lock_timeout = '10s'; DROP SCHEMA IF EXISTS \"{}\" CASCADE",
+                self.schema
+            ),
         );
     }
+}
+
+/// SQL that takes the store in `schema` (quoted as given) back to version 4's keys (before
+/// the tenant led them), for tests that make older stores out of a new one. The passages'
+/// table, which the older versions these tests make lack, is dropped.
+pub fn undo_tenant_first(schema: &str) -> String {
+    format!(
+        "DROP TABLE IF EXISTS \"{schema}\".memory_passages;
+         ALTER TABLE \"{schema}\".memory_access DROP COLUMN tenant;
+         ALTER TABLE \"{schema}\".memories DROP COLUMN tenant;
+         ALTER TABLE \"{schema}\".scopes DROP CONSTRAINT scopes_pkey,
+             DROP CONSTRAINT scopes_tenant_key_key, ADD PRIMARY KEY (id), ADD UNIQUE (key);
+         ALTER TABLE \"{schema}\".memories ADD PRIMARY KEY (pk), ADD UNIQUE (id),
+             ADD FOREIGN KEY (scope_id) REFERENCES \"{schema}\".scopes (id);
+         ALTER TABLE \"{schema}\".memory_access ADD PRIMARY KEY (pk),
+             ADD FOREIGN KEY (pk) REFERENCES \"{schema}\".memories (pk) ON DELETE CASCADE;
+         CREATE INDEX memories_by_scope_time ON \"{schema}\".memories (scope_id, created_at DESC, id DESC);
+         DO $$ BEGIN
+             IF EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = '{schema}'
+                        AND table_name = 'memories' AND column_name = 'embedding') THEN
+                 CREATE INDEX memories_embedded_by_scope ON \"{schema}\".memories (scope_id)
+                     WHERE embedding IS NOT NULL;
+             END IF;
+         END $$;"
+    )
 }
