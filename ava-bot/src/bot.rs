@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
 use hydrate::{ChatModel, ExplainReport};
@@ -150,10 +150,6 @@ pub(crate) struct BotState {
     allow: Option<BTreeSet<u64>>,
     /// The explain report of the last prompt per (user, chat).
     reports: Mutex<PerChat<ExplainReport>>,
-    /// Wipes waiting for confirmation, per (user, chat).
-    wipes: Mutex<PerChat<Instant>>,
-    /// Erasures of a person waiting for confirmation, per (user, chat).
-    erasures: Mutex<PerChat<Instant>>,
     /// The facts the last `/facts` listed, in its numbering, per (user, chat).
     listings: Mutex<PerChat<Vec<MemoryId>>>,
     /// The reaction put on a message that taught Ava something; `None` puts none.
@@ -171,8 +167,6 @@ impl BotState {
             model,
             allow,
             reports: Mutex::default(),
-            wipes: Mutex::default(),
-            erasures: Mutex::default(),
             listings: Mutex::default(),
             learned_reaction: None,
         }
@@ -873,8 +867,7 @@ async fn erase(arg: &str, who: &Who, state: &BotState) -> anyhow::Result<String>
     let store = state.agent.store().as_ref();
     let tenant = who.scope.tenant();
     if arg.eq_ignore_ascii_case("yes") {
-        let pending = lock(&state.erasures).remove(&who.key);
-        if pending.is_none_or(|at| at.elapsed() > WIPE_WINDOW) {
+        if !confirmed(store, "erase", who).await? {
             return Ok("Nothing to confirm: send /erase first.".into());
         }
         let erased = crate::erase::erase_person(store, tenant, &user, true).await?;
@@ -892,7 +885,7 @@ async fn erase(arg: &str, who: &Who, state: &BotState) -> anyhow::Result<String>
         ));
     }
     let erased = crate::erase::erase_person(store, tenant, &user, false).await?;
-    lock(&state.erasures).insert(who.key, Instant::now());
+    ask_confirmation(store, "erase", who).await?;
     Ok(format!(
         "This erases everything I keep of you: {} memories in {} chats and groups, your facts \
          and documents included. It cannot be undone. Send /erase yes within {} minutes to \
@@ -903,6 +896,63 @@ async fn erase(arg: &str, who: &Who, state: &BotState) -> anyhow::Result<String>
     ))
 }
 
+/// Who holds a confirmation asked for and not yet given.
+const PENDING: &str = "asked";
+
+/// The lease that stands for `who`'s pending `what` (`wipe`, `erase`).
+fn confirmation(what: &str, who: &Who) -> String {
+    format!(
+        "confirm:{what}:{}:{}:{}",
+        who.scope.tenant(),
+        who.key.0,
+        who.key.1
+    )
+}
+
+/// Records that `who` was asked to confirm `what`, for [`WIPE_WINDOW`]. It is kept in the
+/// store (a lease), not in this process: behind a load balancer the `yes` may reach
+/// another replica.
+async fn ask_confirmation(
+    store: &dyn memory_core::MemoryBackend,
+    what: &str,
+    who: &Who,
+) -> anyhow::Result<()> {
+    // Taken again by its holder, a pending confirmation's window starts over.
+    store
+        .try_lease(&confirmation(what, who), PENDING, WIPE_WINDOW)
+        .await
+        .context("remember that a confirmation is pending")?;
+    Ok(())
+}
+
+/// Whether `who` has a pending `what` to confirm (asked within [`WIPE_WINDOW`], by any
+/// replica); takes it if so, so that one `yes` confirms one request.
+async fn confirmed(
+    store: &dyn memory_core::MemoryBackend,
+    what: &str,
+    who: &Who,
+) -> anyhow::Result<bool> {
+    let name = confirmation(what, who);
+    // A probe of our own takes the lease only if nothing is pending: then it gives it back.
+    let probe = format!("probe:{}", MemoryId::new());
+    let free = store
+        .try_lease(&name, &probe, Duration::from_millis(1))
+        .await
+        .context("look for a pending confirmation")?;
+    if free {
+        store
+            .release_lease(&name, &probe)
+            .await
+            .context("look for a pending confirmation")?;
+        return Ok(false);
+    }
+    store
+        .release_lease(&name, PENDING)
+        .await
+        .context("take the pending confirmation")?;
+    Ok(true)
+}
+
 async fn wipe(arg: &str, who: &Who, state: &BotState) -> anyhow::Result<String> {
     let store = state.agent.store();
     let what = match who.audience {
@@ -910,8 +960,7 @@ async fn wipe(arg: &str, who: &Who, state: &BotState) -> anyhow::Result<String> 
         Audience::Group => "in this group (your messages and my answers to them)",
     };
     if arg.eq_ignore_ascii_case("yes") {
-        let pending = lock(&state.wipes).remove(&who.key);
-        if pending.is_none_or(|at| at.elapsed() > WIPE_WINDOW) {
+        if !confirmed(store.as_ref(), "wipe", who).await? {
             return Ok("Nothing to confirm: send /wipe first.".into());
         }
         let mut n = 0;
@@ -973,7 +1022,7 @@ async fn wipe(arg: &str, who: &Who, state: &BotState) -> anyhow::Result<String> 
             }
         }
     };
-    lock(&state.wipes).insert(who.key, Instant::now());
+    ask_confirmation(store.as_ref(), "wipe", who).await?;
     Ok(format!(
         "This deletes all {n} of your memories {what} (other people's stay). Send /wipe yes \
          within {} minutes to confirm.",

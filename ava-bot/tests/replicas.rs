@@ -314,6 +314,55 @@ async fn two_replicas_serve_as_one(db: &str) {
         .expect("the first new name was replaced by the second")];
     assert_eq!(last["id"], current[0]["id"], "{facts:#?}");
 
+    // A confirmation asked by one replica is taken by the other: Bob's /wipe reaches a,
+    // his /wipe yes reaches b, and his memories go (Alice's stay).
+    deliver(&client, &hook_a, update(20, BOB, "/wipe")).await;
+    assert!(
+        until(async || replies(&telegram).await.get(&BOB) == Some(&7)).await,
+        "/wipe answered: {:?}",
+        replies(&telegram).await
+    );
+    assert!(!memories_of(db, BOB).is_empty());
+    deliver(&client, &hook_b, update(21, BOB, "/wipe yes")).await;
+    assert!(
+        until(async || replies(&telegram).await.get(&BOB) == Some(&8)).await,
+        "/wipe yes answered: {:?}",
+        replies(&telegram).await
+    );
+    let said: Vec<String> = calls(&telegram, "SendMessage")
+        .await
+        .iter()
+        .filter(|b| b["chat_id"].as_i64() == Some(BOB))
+        .map(|b| b["text"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        said.last().unwrap().starts_with("Done: I deleted"),
+        "{said:#?}\n{}",
+        logs()
+    );
+    assert!(
+        memories_of(db, BOB).is_empty(),
+        "{:#?}",
+        memories_of(db, BOB)
+    );
+    assert!(!memories_of(db, ALICE).is_empty());
+    // One yes confirms one request: a second one, to either replica, finds nothing.
+    deliver(&client, &hook_a, update(22, BOB, "/wipe yes")).await;
+    assert!(until(async || replies(&telegram).await.get(&BOB) == Some(&9)).await);
+    let last = calls(&telegram, "SendMessage").await;
+    let last = last
+        .iter()
+        .rev()
+        .find(|b| b["chat_id"].as_i64() == Some(BOB))
+        .unwrap();
+    assert!(
+        last["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("Nothing to confirm"),
+        "{last}"
+    );
+
     // SIGTERM (what an orchestrator sends a replica it retires) stops each cleanly.
     for (child, log) in [(&mut a, &log_a), (&mut b, &log_b)] {
         let pid = child.id().unwrap().to_string();
