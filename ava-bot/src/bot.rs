@@ -17,7 +17,6 @@ use teloxide::types::{Me, ReactionType};
 use teloxide::update_listeners;
 use teloxide::utils::command::BotCommands;
 use teloxide::{ApiError, RequestError};
-use tokio_util::sync::CancellationToken;
 
 use crate::agent::{
     Agent, Audience, Blame, GROUP_USER, MAX_STATE_CHARS, Member, Speaker, state_line,
@@ -343,38 +342,33 @@ pub(crate) async fn run(
     >,
 ) -> anyhow::Result<()> {
     let mut dispatcher = dispatcher(bot.clone(), state);
-    let stop = CancellationToken::new();
     let signal = crate::commands::mcp::shutdown_signal();
-    let stopping = stop.clone();
-    let watch = tokio::spawn(async move {
+    let stop = async move {
         signal.await;
         tracing::info!("stopping: updates already taken are answered first");
-        stopping.cancel();
-    });
-    let result = match listener {
+    };
+    match listener {
         None => serve(&mut dispatcher, bot, stop).await,
         Some(listener) => serve_from(&mut dispatcher, listener, stop).await,
-    };
-    watch.abort();
-    result
+    }
 }
 
-/// Dispatches what `listener` receives until `stop` is cancelled.
+/// Dispatches what `listener` receives until `stop` resolves.
 pub(crate) async fn serve_from(
     dispatcher: &mut Dispatcher<AvaBot, anyhow::Error, teloxide::dispatching::DefaultKey>,
     listener: impl teloxide::update_listeners::UpdateListener<Err = std::convert::Infallible> + Send,
-    stop: CancellationToken,
+    stop: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     dispatch(dispatcher, listener, stop, "the webhook failed")
         .await
         .context("start the bot by webhook (getMe failed: is TELOXIDE_TOKEN right?)")
 }
 
-/// Long-polls for `dispatcher` until `stop` is cancelled.
+/// Long-polls for `dispatcher` until `stop` resolves.
 pub(crate) async fn serve(
     dispatcher: &mut Dispatcher<AvaBot, anyhow::Error, teloxide::dispatching::DefaultKey>,
     bot: AvaBot,
-    stop: CancellationToken,
+    stop: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let listener = update_listeners::polling_default(bot).await;
     dispatch(dispatcher, listener, stop, "polling Telegram failed")
@@ -382,7 +376,7 @@ pub(crate) async fn serve(
         .context("start the bot (getMe failed: is TELOXIDE_TOKEN right?)")
 }
 
-/// Dispatches until `stop` is cancelled, then until the updates already taken are handled.
+/// Dispatches until `stop` resolves, then until the updates already taken are handled.
 ///
 /// It stops the listener itself rather than through the dispatcher's shutdown token:
 /// teloxide 0.17 wakes its loop with `Notify::notify_waiters`, which keeps no permit, so a
@@ -392,7 +386,7 @@ pub(crate) async fn serve(
 async fn dispatch<L>(
     dispatcher: &mut Dispatcher<AvaBot, anyhow::Error, teloxide::dispatching::DefaultKey>,
     mut listener: L,
-    stop: CancellationToken,
+    stop: impl Future<Output = ()> + Send + 'static,
     failed: &'static str,
 ) -> anyhow::Result<()>
 where
@@ -401,7 +395,7 @@ where
 {
     let token = listener.stop_token();
     let watch = tokio::spawn(async move {
-        stop.cancelled().await;
+        stop.await;
         token.stop();
     });
     let result = dispatcher

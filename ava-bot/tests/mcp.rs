@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use common::{
     Log, ava, command, contents, fake_bot_api, listening, listening_url, ok, private_token_file,
-    stderr, write_private,
+    signal, stderr, write_private,
 };
 use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject};
 use rmcp::service::RunningService;
@@ -451,15 +451,6 @@ async fn exit_of(mut child: tokio::process::Child) -> (std::process::ExitStatus,
     (status, text)
 }
 
-fn interrupt(child: &tokio::process::Child) {
-    let pid = child.id().unwrap().to_string();
-    let status = std::process::Command::new("kill")
-        .args(["-INT", &pid])
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
 fn recall_cli(db: &Path, query: &str) -> String {
     ok(ava(db, &["recall", "--user", "1", "--chat", "1", query]))
 }
@@ -486,7 +477,7 @@ async fn stdio_server_ends_cleanly_on_eof_and_on_ctrl_c() {
     let (stdin, stdout) = (child.stdin.take().unwrap(), child.stdout.take().unwrap());
     let client = ().serve((stdout, stdin)).await.unwrap();
     data(&call(&client, "remember", json!({"content": "the car is red"})).await);
-    interrupt(&child);
+    signal(&child, "INT");
     let (status, err) = exit_of(child).await;
     assert!(status.success(), "{status}: {err}");
     assert!(!wal.exists(), "the store was closed (its log folded in)");
@@ -724,7 +715,7 @@ async fn http_needs_a_token_which_fixes_the_identity() {
     // Ctrl-C: the server stops cleanly with the memory kept.
     alice.cancel().await.unwrap();
     bob.cancel().await.unwrap();
-    interrupt(&child);
+    signal(&child, "INT");
     let mut child = child;
     let status = tokio::time::timeout(PATIENCE, child.wait())
         .await
@@ -804,7 +795,7 @@ async fn http_answers_protocol_errors_checks_origin_and_reloads_tokens() {
     for _ in 0..50 {
         assert!(raw_post(&url, None).starts_with("HTTP/1.1 401"));
     }
-    interrupt(&child);
+    signal(&child, "INT");
     let mut child = child;
     let status = tokio::time::timeout(PATIENCE, child.wait())
         .await
@@ -1134,8 +1125,8 @@ async fn run_property(seed: u64, steps: usize) {
             client.cancel().await.unwrap();
         }
     }
-    interrupt(&bot);
-    interrupt(&http_server);
+    signal(&bot, "INT");
+    signal(&http_server, "INT");
     for mut child in [bot, http_server] {
         let status = tokio::time::timeout(PATIENCE, child.wait())
             .await

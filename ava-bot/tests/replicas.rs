@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::fake_bot_api::{TOKEN, calls};
-use common::{Log, ava, command, exported, fake_bot_api, listening, listening_url, ok};
+use common::{Log, ava, command, exported, fake_bot_api, listening, listening_url, ok, signal};
 use serde_json::{Value, json};
 use wiremock::matchers::{body_string_contains, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -158,6 +158,16 @@ async fn replies(telegram: &MockServer) -> BTreeMap<i64, usize> {
             .or_default() += 1;
     }
     per_chat
+}
+
+/// The texts sent to `chat`, oldest first.
+async fn said_to(telegram: &MockServer, chat: i64) -> Vec<String> {
+    calls(telegram, "SendMessage")
+        .await
+        .iter()
+        .filter(|b| b["chat_id"].as_i64() == Some(chat))
+        .map(|b| b["text"].as_str().unwrap().to_owned())
+        .collect()
 }
 
 /// The messages that got the learned reaction (learning changed a fact from them).
@@ -329,12 +339,7 @@ async fn two_replicas_serve_as_one(db: &str) {
         "/wipe yes answered: {:?}",
         replies(&telegram).await
     );
-    let said: Vec<String> = calls(&telegram, "SendMessage")
-        .await
-        .iter()
-        .filter(|b| b["chat_id"].as_i64() == Some(BOB))
-        .map(|b| b["text"].as_str().unwrap().to_owned())
-        .collect();
+    let said = said_to(&telegram, BOB).await;
     assert!(
         said.last().unwrap().starts_with("Done: I deleted"),
         "{said:#?}\n{}",
@@ -349,28 +354,15 @@ async fn two_replicas_serve_as_one(db: &str) {
     // One yes confirms one request: a second one, to either replica, finds nothing.
     deliver(&client, &hook_a, update(22, BOB, "/wipe yes")).await;
     assert!(until(async || replies(&telegram).await.get(&BOB) == Some(&9)).await);
-    let last = calls(&telegram, "SendMessage").await;
-    let last = last
-        .iter()
-        .rev()
-        .find(|b| b["chat_id"].as_i64() == Some(BOB))
-        .unwrap();
+    let said = said_to(&telegram, BOB).await;
     assert!(
-        last["text"]
-            .as_str()
-            .unwrap()
-            .starts_with("Nothing to confirm"),
-        "{last}"
+        said.last().unwrap().starts_with("Nothing to confirm"),
+        "{said:#?}"
     );
 
     // SIGTERM (what an orchestrator sends a replica it retires) stops each cleanly.
     for (child, log) in [(&mut a, &log_a), (&mut b, &log_b)] {
-        let pid = child.id().unwrap().to_string();
-        let sent = std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap();
-        assert!(sent.success());
+        signal(child, "TERM");
         let status = tokio::time::timeout(PATIENCE, child.wait())
             .await
             .expect("a replica stops within PATIENCE of SIGTERM")

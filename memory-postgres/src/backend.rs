@@ -53,8 +53,8 @@ impl PostgresBackend {
 
     /// `m.tenant = $t AND m.scope_id = (SELECT id FROM scopes WHERE tenant = $t AND key =
     /// $k)`: the rows of `scope` in `memories m`, the tenant first (as every key leads with
-    /// it), binding the scope's tenant and key.
-    /// Returns the condition and the tenant's placeholder.
+    /// it), binding the scope's tenant and key. Returns the condition and the tenant's
+    /// placeholder.
     fn in_scope(&self, q: &mut Query, scope: &Scope) -> (String, String) {
         let t = q.bind(scope.tenant().to_owned());
         let k = q.bind(scope.key());

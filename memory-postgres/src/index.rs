@@ -1,8 +1,8 @@
 //! Per-scope HNSW indexes. A scope that outgrows exact scans (`exact_scan_max` memories) gets
 //! its own partial HNSW index (`memories_hnsw_<scope id>`, `WHERE scope_id = <id>`), built
-//! with `CREATE INDEX CONCURRENTLY` in the background on the table that holds the scope's rows
-//! (`memories`, or in a partitioned store the tenant's partition). Writes into every other scope pay for
-//! no graph upkeep, and searches learn which scopes have a ready index.
+//! with `CREATE INDEX CONCURRENTLY` in the background on the table that holds the scope's
+//! rows (`memories`, or in a partitioned store the tenant's partition). Writes into every
+//! other scope pay for no graph upkeep, and searches learn which scopes have a ready index.
 //!
 //! Builds are serialised across processes by an advisory lock per scope. A build cut short
 //! leaves an invalid index, which the next build drops and starts over.

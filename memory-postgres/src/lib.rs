@@ -183,8 +183,9 @@ pub struct UrlParams {
 
 /// Splits Ava's own query parameters ([`UrlParams`]) off a `postgres://` URL: returns the URL
 /// without them (what the driver understands) and their values. Other connection strings
-/// are returned unchanged. A `tenant_partitions` that is not a number from 0 to 65535 is a
-/// [`PostgresError::BadUrl`].
+/// are returned unchanged. A `tenant_partitions` that is not a number is a
+/// [`PostgresError::BadUrl`] (one above [`MAX_TENANT_PARTITIONS`] is refused by
+/// [`PostgresConfig::validate`]).
 pub fn split_params(url: &str) -> Result<(String, UrlParams), PostgresError> {
     let is_url = url.starts_with("postgres://") || url.starts_with("postgresql://");
     let mut params = UrlParams::default();
@@ -197,7 +198,10 @@ pub fn split_params(url: &str) -> Result<(String, UrlParams), PostgresError> {
             params.schema = Some(v.to_owned());
         } else if let Some(v) = kv.strip_prefix("tenant_partitions=") {
             let n = v.parse().map_err(|_| PostgresError::BadUrl {
-                reason: format!("tenant_partitions is `{v}`; give a number from 0 to 65535"),
+                reason: format!(
+                    "tenant_partitions is `{v}`; give a number of partitions, 0 to \
+                     {MAX_TENANT_PARTITIONS}"
+                ),
             })?;
             params.tenant_partitions = Some(n);
         } else {

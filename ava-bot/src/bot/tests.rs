@@ -239,7 +239,7 @@ impl Harness {
         let bot = make_bot(TOKEN, Some(&self.telegram.uri()), limits).unwrap();
         let mut dispatcher = dispatcher(bot.clone(), state);
         let stop = CancellationToken::new();
-        let stopping = stop.clone();
+        let stopping = stop.clone().cancelled_owned();
         let running = tokio::spawn(async move { serve(&mut dispatcher, bot, stopping).await });
         self.until_replied(replies, stop, running).await
     }
@@ -1275,8 +1275,8 @@ async fn erase_takes_everything_of_a_person_and_nothing_of_anyone_else() {
     assert!(!left.iter().any(|m| m.contains("Hello team")), "{left:?}");
 }
 
-/// A bot taking updates by webhook from the fake Telegram of `h`, answering with `answer`:
-/// its address, its stop, and its task.
+/// A bot taking updates by webhook from the fake Telegram of `h`, its model `llm`, and
+/// `secret`: its address, its stop, and its task.
 async fn webhook_bot(
     h: &Harness,
     llm: &MockServer,
@@ -1304,10 +1304,30 @@ async fn webhook_bot(
     let (listener, addr) = crate::webhook::listen(&bot, &hook).await.unwrap();
     let mut dispatcher = dispatcher(bot.clone(), state);
     let stop = CancellationToken::new();
-    let stopping = stop.clone();
+    let stopping = stop.clone().cancelled_owned();
     let running =
         tokio::spawn(async move { serve_from(&mut dispatcher, listener, stopping).await });
     (addr, stop, running)
+}
+
+/// Posts `update` to the webhook bot at `addr`, path `at`, with the secret header if
+/// `given`, as Telegram would; the status. A request never answered fails the test
+/// rather than hanging it.
+async fn post_update(
+    addr: std::net::SocketAddr,
+    at: &str,
+    given: Option<&str>,
+    update: Value,
+) -> u16 {
+    let client = reqwest::Client::builder()
+        .timeout(PATIENCE)
+        .build()
+        .unwrap();
+    let mut request = client.post(format!("http://{addr}{at}")).json(&update);
+    if let Some(s) = given {
+        request = request.header("X-Telegram-Bot-Api-Secret-Token", s);
+    }
+    request.send().await.unwrap().status().as_u16()
 }
 
 /// Webhook mode: the bot registers its address and secret with Telegram (setWebhook), answers
@@ -1322,18 +1342,7 @@ async fn by_webhook_the_bot_answers_only_what_carries_the_secret() {
     let secret = "s3cret_TOKEN-1";
     let (addr, stop, running) = webhook_bot(&h, &llm, secret).await;
 
-    // A request that is never answered fails the test rather than hanging it.
-    let client = reqwest::Client::builder()
-        .timeout(PATIENCE)
-        .build()
-        .unwrap();
-    let post = |at: &str, given: Option<&str>, update: Value| {
-        let mut request = client.post(format!("http://{addr}{at}")).json(&update);
-        if let Some(s) = given {
-            request = request.header("X-Telegram-Bot-Api-Secret-Token", s);
-        }
-        async move { request.send().await.unwrap().status().as_u16() }
-    };
+    let post = |at, given, update| post_update(addr, at, given, update);
     let hook_path = "/telegram/hook";
     let sneaky = |id| text_update(id, 666, 666, "I am not Telegram");
     assert_eq!(post(hook_path, None, sneaky(1)).await, 401);
@@ -1378,20 +1387,12 @@ async fn a_stop_right_after_a_webhook_update_still_answers_it_and_ends() {
     let h = Harness::new(fake_telegram(vec![]).await).await;
     let secret = "stop_test";
     let (addr, stop, running) = webhook_bot(&h, &llm, secret).await;
-    let client = reqwest::Client::builder()
-        .timeout(PATIENCE)
-        .build()
-        .unwrap();
     for (id, user) in [(1, 111), (2, 222)] {
-        let status = client
-            .post(format!("http://{addr}/telegram/hook"))
-            .header("X-Telegram-Bot-Api-Secret-Token", secret)
-            .json(&text_update(id, user, user as i64, "Are you still there?"))
-            .send()
-            .await
-            .unwrap()
-            .status();
-        assert_eq!(status.as_u16(), 200);
+        let update = text_update(id, user, user as i64, "Are you still there?");
+        assert_eq!(
+            post_update(addr, "/telegram/hook", Some(secret), update).await,
+            200
+        );
     }
     stopped(stop, running).await;
     let sent = h.sent().await;

@@ -224,6 +224,16 @@ impl Drop for SchemaGuard {
     }
 }
 
+/// Sends `child` the signal `name` (`INT`, `TERM`) with `kill`.
+pub(crate) fn signal(child: &tokio::process::Child, name: &str) {
+    let pid = child.id().expect("the child is running").to_string();
+    let status = Command::new("kill")
+        .args([&format!("-{name}"), &pid])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{name} {pid}");
+}
+
 /// A store URL in a fresh schema named after `tag` and this process, with the guard that
 /// drops it; `None` (after one skip line) when `MEMORY_PG_URL` is not set.
 pub(crate) fn fresh_schema(tag: &str) -> Option<(String, String, SchemaGuard)> {
