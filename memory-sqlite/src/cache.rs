@@ -14,7 +14,7 @@ use std::collections::{HashMap, HashSet};
 
 use rusqlite::{CachedStatement, Connection, OptionalExtension};
 
-use crate::vector_rows::{VECTOR_COUNT_SQL, memory_pk, vector_rowids};
+use crate::vector_rows::{memory_pk, vector_rowids};
 
 /// One scope's vectors.
 #[derive(Debug)]
@@ -42,7 +42,9 @@ enum Vectors {
 
 #[derive(Debug, Default)]
 struct Quantized {
-    codes: Vec<i8>,
+    /// `dims` codes per vector, each an `i8` in [-127, 127] held as its byte (two's
+    /// complement), as vec0's `code` column stores them.
+    codes: Vec<u8>,
     steps: Vec<f32>,
     /// The largest step: what bounds the scan's error.
     max_step: f32,
@@ -51,21 +53,55 @@ struct Quantized {
 impl Quantized {
     /// Appends `unit` (a unit-length vector) as codes and its step.
     fn push(&mut self, unit: &[f32]) {
-        let m = unit.iter().fold(0f32, |a, x| a.max(x.abs()));
-        if m > 0.0 && m.is_finite() {
-            let step = m / 127.0;
-            let inv = 1.0 / step;
-            self.codes.extend(unit.iter().map(|x| {
-                // In [-127, 127] since |x| <= m; the cast cannot truncate.
-                (x * inv).round().clamp(-127.0, 127.0) as i8
-            }));
-            self.steps.push(step);
-            self.max_step = self.max_step.max(step);
-        } else {
-            self.codes.extend(std::iter::repeat_n(0, unit.len()));
-            self.steps.push(0.0);
-        }
+        let step = quantize(&mut self.codes, unit);
+        self.push_step(step);
     }
+
+    fn push_step(&mut self, step: f32) {
+        self.steps.push(step);
+        self.max_step = self.max_step.max(step);
+    }
+}
+
+/// Appends the codes of `unit` (a unit-length vector) to `out` and returns their step:
+/// component ≈ code × step, the largest component coded ±127 (a zero or non-finite vector
+/// gets zero codes and step 0).
+fn quantize(out: &mut Vec<u8>, unit: &[f32]) -> f32 {
+    let m = unit.iter().fold(0f32, |a, x| a.max(x.abs()));
+    if m > 0.0 && m.is_finite() {
+        let step = m / 127.0;
+        let inv = 1.0 / step;
+        out.extend(unit.iter().map(|x| {
+            // In [-127, 127] since |x| <= m; the cast cannot truncate, and the byte is
+            // the code's two's complement.
+            (x * inv).round().clamp(-127.0, 127.0) as i8 as u8
+        }));
+        step
+    } else {
+        out.extend(std::iter::repeat_n(0, unit.len()));
+        0.0
+    }
+}
+
+/// Bytes of a vector's entry in vec0's `code` column (schema 7): its `dims` codes, then
+/// its step as a little-endian `f32` (to vec0, four more int8 values it never searches).
+pub(crate) fn code_width(dims: usize) -> usize {
+    dims + 4
+}
+
+/// Appends `v`'s entry of vec0's `code` column ([`code_width`] bytes): the codes and step
+/// of `v` scaled to unit length, exactly what a quantized block holds for it.
+pub(crate) fn encode_code(out: &mut Vec<u8>, v: &[f32]) {
+    let step = quantize(out, &unit(v));
+    out.extend(step.to_le_bytes());
+}
+
+/// The codes and step of a `code` entry ([`encode_code`]); `None` unless it is
+/// [`code_width`] bytes with a finite, non-negative step.
+fn decode_code(entry: &[u8], dims: usize) -> Option<(&[u8], f32)> {
+    let (codes, step) = entry.split_at_checked(dims)?;
+    let step = f32::from_le_bytes(<[u8; 4]>::try_from(step).ok()?);
+    (step.is_finite() && step >= 0.0).then_some((codes, step))
 }
 
 impl Block {
@@ -216,9 +252,9 @@ fn dot_fn() -> fn(&[f32], &[f32]) -> f32 {
 }
 
 /// Integer dot product of a vector's codes with the quantized query (the portable path).
-fn dot_codes_portable(codes: &[i8], q: &[i16]) -> i32 {
+fn dot_codes_portable(codes: &[u8], q: &[i16]) -> i32 {
     codes.iter().zip(q).fold(0i32, |acc, (&c, &x)| {
-        acc.wrapping_add(i32::from(c) * i32::from(x))
+        acc.wrapping_add(i32::from(c as i8) * i32::from(x))
     })
 }
 
@@ -229,7 +265,7 @@ fn dot_codes_portable(codes: &[i8], q: &[i16]) -> i32 {
     reason = "AVX2 intrinsics; callers check the CPU has them"
 )]
 #[target_feature(enable = "avx2")]
-fn dot_codes_avx2(codes: &[i8], q: &[i16]) -> i32 {
+fn dot_codes_avx2(codes: &[u8], q: &[i16]) -> i32 {
     use std::arch::x86_64::{
         __m128i, __m256i, _mm_loadu_si128, _mm256_add_epi32, _mm256_cvtepi8_epi16,
         _mm256_loadu_si256, _mm256_madd_epi16, _mm256_setzero_si256, _mm256_storeu_si256,
@@ -267,7 +303,7 @@ fn dot_codes_avx2(codes: &[i8], q: &[i16]) -> i32 {
 }
 
 /// Which integer dot product this CPU runs, decided once per scan.
-fn dot_codes_fn() -> fn(&[i8], &[i16]) -> i32 {
+fn dot_codes_fn() -> fn(&[u8], &[i16]) -> i32 {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         #[expect(
@@ -319,6 +355,13 @@ impl QueryCodes {
         }
     }
 
+    /// The approximate similarity of the vector with `codes` and `step`.
+    fn similarity(&self, dot_codes: fn(&[u8], &[i16]) -> i32, codes: &[u8], step: f32) -> f32 {
+        // The integer sum is exact; as f32 it is off by at most one part in 2^24.
+        let sum = dot_codes(codes, &self.values) as f32;
+        sum * step * self.step
+    }
+
     /// How far an approximate similarity can be from the exact one, for vectors quantized
     /// with steps up to `max_step`: each code is off by at most half its step, each query
     /// value by half the query's, and a small allowance covers f32 rounding of both sums.
@@ -350,6 +393,71 @@ fn decode_f32s(out: &mut [f32], bytes: &[u8]) {
     }
 }
 
+/// A partition's chunks: slot count, validity bits, rowids and the vectors.
+const CHUNKS_SQL: &str = "SELECT c.size, c.validity, c.rowids, v.vectors FROM memory_vec_chunks c \
+     JOIN memory_vec_vector_chunks00 v ON v.rowid = c.chunk_id WHERE c.partition00 = ?1";
+
+/// A partition's chunks as [`CHUNKS_SQL`], with the vectors' codes instead of the vectors.
+const CODE_CHUNKS_SQL: &str = "SELECT c.size, c.validity, c.rowids, v.vectors FROM memory_vec_chunks c \
+     JOIN memory_vec_vector_chunks01 v ON v.rowid = c.chunk_id WHERE c.partition00 = ?1";
+
+/// The rowids a chunk read has seen, to refuse one seen twice. A big scope's rowids are
+/// mostly its memories' pks, dense small integers: those go to a bitmap (a 100k scope's
+/// check took a fifth of a cold search in a hash set); rowids far beyond the scope's size
+/// (further passages, or pks left sparse by deletions) to a hash set.
+#[derive(Debug)]
+struct RowidSet {
+    bits: Vec<u64>,
+    /// Rowids below this go to `bits` (so it holds at most `cap / 64` words).
+    cap: usize,
+    others: HashSet<i64>,
+    len: usize,
+}
+
+impl RowidSet {
+    /// A set for a scope of `expected` vectors: a bitmap for rowids below 16 × `expected`
+    /// + 65,536 (200 KB for 100k vectors).
+    fn new(expected: usize) -> Self {
+        Self {
+            bits: Vec::new(),
+            cap: expected.saturating_mul(16).saturating_add(1 << 16),
+            others: HashSet::new(),
+            len: 0,
+        }
+    }
+
+    /// Adds `id`; `false` when it was there already.
+    fn insert(&mut self, id: i64) -> bool {
+        let fresh = match usize::try_from(id) {
+            Ok(i) if i < self.cap => {
+                let (word, bit) = (i / 64, 1u64 << (i % 64));
+                if word >= self.bits.len() {
+                    self.bits.resize(word + 1, 0);
+                }
+                match self.bits.get_mut(word) {
+                    Some(w) if *w & bit == 0 => {
+                        *w |= bit;
+                        true
+                    }
+                    _ => false,
+                }
+            }
+            _ => self.others.insert(id),
+        };
+        self.len += usize::from(fresh);
+        fresh
+    }
+}
+
+/// Which of vec0's vector columns a chunk read takes.
+#[derive(Clone, Copy, Debug)]
+enum Column {
+    /// `embedding`: the vectors, `dims` little-endian `f32`s.
+    Embedding,
+    /// `code`: their codes ([`encode_code`]).
+    Code,
+}
+
 /// vec0 serves rowid lookups directly; a partition filter alone would scan the table.
 const VECTOR_BY_ROWID: &str = "SELECT embedding FROM memory_vec WHERE rowid = ?1";
 
@@ -370,15 +478,77 @@ fn stored_vector(
     })
 }
 
-/// How many vectors the scope holds ([`VECTOR_COUNT_SQL`]: one per embedded
-/// memory and the further passages of long ones, counted from indexes).
-fn embedded_count(conn: &Connection, scope_id: i64) -> Option<usize> {
-    let n: i64 = conn
-        .prepare_cached(VECTOR_COUNT_SQL)
-        .ok()?
-        .query_row([scope_id], |r| r.get(0))
-        .ok()?;
-    usize::try_from(n).ok()
+/// Reads stored vectors by rowid for [`rescore`]: from vec0's shadow tables directly (its
+/// rowid map, then the vector's bytes in its chunk through one blob handle moved from row
+/// to row), a fraction of the cost of vec0's own point query, which opens a new blob
+/// handle (a compiled statement) per call; through vec0 ([`VECTOR_BY_ROWID`]) whenever
+/// the shadow tables do not look as expected.
+struct VectorReader<'c> {
+    conn: &'c Connection,
+    /// `memory_vec_rowids`: a rowid's chunk and slot (`None`: not readable here).
+    locate: Option<CachedStatement<'c>>,
+    /// The handle on `memory_vec_vector_chunks00` and the chunk it is on.
+    chunk: Option<(i64, rusqlite::blob::Blob<'c>)>,
+    by_rowid: CachedStatement<'c>,
+    bytes: Vec<u8>,
+}
+
+impl<'c> VectorReader<'c> {
+    fn new(conn: &'c Connection) -> rusqlite::Result<Self> {
+        Ok(Self {
+            conn,
+            locate: conn
+                .prepare_cached(
+                    "SELECT chunk_id, chunk_offset FROM memory_vec_rowids WHERE rowid = ?1",
+                )
+                .ok(),
+            chunk: None,
+            by_rowid: conn.prepare_cached(VECTOR_BY_ROWID)?,
+            bytes: Vec::new(),
+        })
+    }
+
+    /// Reads the vector of `rowid` into `out`; `false` when it has none of `out.len()`
+    /// dimensions.
+    fn read(&mut self, rowid: i64, out: &mut [f32]) -> rusqlite::Result<bool> {
+        if self.read_direct(rowid, out).is_some() {
+            return Ok(true);
+        }
+        stored_vector(&mut self.by_rowid, rowid, out)
+    }
+
+    /// [`Self::read`] from the shadow tables; `None` when that cannot answer.
+    fn read_direct(&mut self, rowid: i64, out: &mut [f32]) -> Option<()> {
+        let (chunk, slot): (i64, i64) = self
+            .locate
+            .as_mut()?
+            .query_row([rowid], |r| Ok((r.get(0)?, r.get(1)?)))
+            .ok()?;
+        let width = out.len() * 4;
+        let start = usize::try_from(slot).ok()?.checked_mul(width)?;
+        let blob = match &mut self.chunk {
+            Some((on, blob)) if *on == chunk => blob,
+            Some((on, blob)) => {
+                blob.reopen(chunk).ok()?;
+                *on = chunk;
+                blob
+            }
+            None => {
+                let blob = self
+                    .conn
+                    .blob_open("main", "memory_vec_vector_chunks00", "vectors", chunk, true)
+                    .ok()?;
+                &mut self.chunk.insert((chunk, blob)).1
+            }
+        };
+        if blob.len() < start.checked_add(width)? {
+            return None;
+        }
+        self.bytes.resize(width, 0);
+        blob.read_at_exact(&mut self.bytes, start).ok()?;
+        decode_f32s(out, &self.bytes);
+        Some(())
+    }
 }
 
 /// At most this many candidates of a quantized scan are scored again exactly.
@@ -407,11 +577,7 @@ fn approximate<K: Copy>(
     let all = keys
         .zip(block.codes.chunks_exact(dims))
         .zip(&block.steps)
-        .map(|((key, codes), step)| {
-            // The integer sum is exact; as f32 it is off by at most one part in 2^24.
-            let sum = dot_codes(codes, &query.values) as f32;
-            (key, sum * step * query.step)
-        })
+        .map(|((key, codes), step)| (key, query.similarity(dot_codes, codes, *step)))
         .collect();
     (all, query.error_bound(dims, block.max_step))
 }
@@ -475,12 +641,12 @@ pub(crate) fn rescore(
     exact: usize,
     bound: f32,
 ) -> rusqlite::Result<()> {
-    let mut stmt = conn.prepare_cached(VECTOR_BY_ROWID)?;
+    let mut reader = VectorReader::new(conn)?;
     let dot = dot_fn();
     let mut scratch = Vec::with_capacity(dims);
     let mut raw = vec![0f32; dims];
     refine(items, exact, bound, memory_pk, |pk| {
-        if !stored_vector(&mut stmt, pk, &mut raw)? {
+        if !reader.read(pk, &mut raw)? {
             return Ok(None);
         }
         scratch.clear();
@@ -654,11 +820,13 @@ impl VectorCache {
     /// `exact` (at most [`MAX_RESCORED`] of them).
     ///
     /// A scope of at least [`STREAM_FIRST`] vectors is not loaded on its first search in
-    /// this process: that search streams over vec0's chunks without keeping them (a
-    /// one-shot `ava recall` then pays no allocation for a block it never reuses); the
-    /// second search loads the block. A scope too big for the budget even quantized is
-    /// always streamed. Streaming and the whole block compute the same similarities, to the
-    /// bit.
+    /// this process: that search streams over the codes stored beside the vectors (a
+    /// quarter of their bytes) without keeping them and scores its best candidates again as
+    /// a quantized block does (a one-shot `ava recall` then pays neither for a block it
+    /// never reuses nor for reading the vectors); the second search loads the block from
+    /// the same codes. A scope too big for the budget even quantized is always streamed.
+    /// Where the codes cannot be read, the stream reads the vectors instead and computes
+    /// what a whole block would, to the bit.
     pub(crate) fn scan(
         &mut self,
         conn: &Connection,
@@ -685,22 +853,31 @@ impl VectorCache {
             && (need > self.budget
                 || (vector_count >= STREAM_FIRST && self.streamed.insert(scope_id)))
         {
-            return Ok(self.stream_chunks(conn, scope_id, &q).map(|all| Scanned {
-                all,
-                approximate: None,
-            }));
+            if let Some((mut all, bound)) = self.stream_codes(conn, scope_id, vector_count, &q) {
+                rescore(conn, self.dims, &q, &mut all, exact, bound)?;
+                return Ok(Some(Scanned {
+                    all,
+                    approximate: Some(bound),
+                }));
+            }
+            return Ok(self
+                .stream_chunks(conn, scope_id, vector_count, &q)
+                .map(|all| Scanned {
+                    all,
+                    approximate: None,
+                }));
         }
         self.clock += 1;
         let clock = self.clock;
         if !loaded {
             self.evict_to(self.budget.saturating_sub(need));
             let block = if quantize {
-                match self.load_quantized(conn, scope_id, clock) {
+                match self.load_quantized(conn, scope_id, vector_count, clock) {
                     Some(b) => b,
                     None => return Ok(None),
                 }
             } else {
-                let mut block = self.load(conn, scope_id, clock)?;
+                let mut block = self.load(conn, scope_id, vector_count, clock)?;
                 if vector_count >= self.dual_from
                     && let Vectors::Full(vecs) = &mut block.vectors
                 {
@@ -744,11 +921,11 @@ impl VectorCache {
         &self,
         conn: &Connection,
         scope_id: i64,
+        expected: usize,
         unit_query: &[f32],
     ) -> Option<Vec<(i64, f32)>> {
         let dot = dot_fn();
         let mut scratch = Vec::with_capacity(self.dims);
-        let expected = embedded_count(conn, scope_id)?;
         let mut hits = Vec::with_capacity(expected);
         self.read_chunks(conn, scope_id, expected, |id, v| {
             scratch.clear();
@@ -761,8 +938,14 @@ impl VectorCache {
     /// The scope's vectors: read from vec0's chunk tables in bulk (a 100k-vector scope in
     /// one pass over ~1,600 blobs), or, should those not look as this build of sqlite-vec
     /// lays them out, one rowid lookup per vector.
-    fn load(&self, conn: &Connection, scope_id: i64, clock: u64) -> rusqlite::Result<Block> {
-        if let Some(block) = self.load_chunks(conn, scope_id, clock) {
+    fn load(
+        &self,
+        conn: &Connection,
+        scope_id: i64,
+        expected: usize,
+        clock: u64,
+    ) -> rusqlite::Result<Block> {
+        if let Some(block) = self.load_chunks(conn, scope_id, expected, clock) {
             return Ok(block);
         }
         let mut pks_stmt = conn.prepare_cached(
@@ -780,9 +963,14 @@ impl VectorCache {
     }
 
     /// The scope's block from vec0's chunks (see [`Self::read_chunks`]).
-    fn load_chunks(&self, conn: &Connection, scope_id: i64, clock: u64) -> Option<Block> {
+    fn load_chunks(
+        &self,
+        conn: &Connection,
+        scope_id: i64,
+        expected: usize,
+        clock: u64,
+    ) -> Option<Block> {
         let dot = dot_fn();
-        let expected = embedded_count(conn, scope_id)?;
         let mut pks = Vec::with_capacity(expected);
         let mut vecs = Vec::with_capacity(expected * self.dims);
         self.read_chunks(conn, scope_id, expected, |id, v| {
@@ -796,11 +984,20 @@ impl VectorCache {
         })
     }
 
-    /// The scope's block quantized, from vec0's chunks (see [`Self::read_chunks`]); `None`
-    /// when they cannot be read directly.
-    fn load_quantized(&self, conn: &Connection, scope_id: i64, clock: u64) -> Option<Block> {
+    /// The scope's block quantized: its stored codes ([`Self::load_codes`]), or, should
+    /// those not be readable, its vectors quantized again from vec0's chunks (see
+    /// [`Self::read_chunks`]); `None` when neither can be read directly.
+    fn load_quantized(
+        &self,
+        conn: &Connection,
+        scope_id: i64,
+        expected: usize,
+        clock: u64,
+    ) -> Option<Block> {
+        if let Some(block) = self.load_codes(conn, scope_id, expected, clock) {
+            return Some(block);
+        }
         let dot = dot_fn();
-        let expected = embedded_count(conn, scope_id)?;
         let mut pks = Vec::with_capacity(expected);
         let mut q = Quantized {
             codes: Vec::with_capacity(expected * self.dims),
@@ -821,12 +1018,8 @@ impl VectorCache {
         })
     }
 
-    /// Reads the partition's chunks of vec0's shadow tables directly (`memory_vec_chunks`:
-    /// slot validity bits and rowids; `memory_vec_vector_chunks00`: the vectors) and hands
-    /// each stored vector to `each`; `expected` is [`embedded_count`]. `None` when anything is not as expected (another
-    /// sqlite-vec layout, a rowid twice, fewer or more vectors than the scope has embedded
-    /// memories): the caller then falls back to vec0's own queries, so what it gets is
-    /// every embedded memory of the scope, or nothing.
+    /// Reads the partition's chunks of vec0's shadow tables directly and hands each stored
+    /// vector to `each` (see [`Self::read_slots`]).
     fn read_chunks(
         &self,
         conn: &Connection,
@@ -834,23 +1027,42 @@ impl VectorCache {
         expected: usize,
         mut each: impl FnMut(i64, &[f32]),
     ) -> Option<()> {
-        let mut stmt = conn
-            .prepare_cached(
-                "SELECT c.size, c.validity, c.rowids, v.vectors FROM memory_vec_chunks c \
-                 JOIN memory_vec_vector_chunks00 v ON v.rowid = c.chunk_id \
-                 WHERE c.partition00 = ?1",
-            )
-            .ok()?;
-        let mut rows = stmt.query([scope_id]).ok()?;
-        let width = self.dims * 4;
-        let mut seen = HashSet::with_capacity(expected);
         let mut v = vec![0f32; self.dims];
+        self.read_slots(conn, scope_id, expected, Column::Embedding, |id, raw| {
+            decode_f32s(&mut v, raw);
+            each(id, &v);
+        })
+    }
+
+    /// Reads the partition's chunks of vec0's shadow tables directly (`memory_vec_chunks`:
+    /// slot validity bits and rowids; `memory_vec_vector_chunks00` and `01`: the vectors
+    /// and their codes) and hands each stored entry of `column` to `each`, with its rowid;
+    /// `expected` is how many vectors the scope holds ([`VECTOR_COUNT_SQL`], counted by
+    /// the caller). `None` when anything is not as expected (another
+    /// sqlite-vec layout, a rowid twice, fewer or more vectors than the scope has embedded
+    /// memories): the caller then falls back to vec0's own queries, so what it gets is
+    /// every embedded memory of the scope, or nothing.
+    fn read_slots(
+        &self,
+        conn: &Connection,
+        scope_id: i64,
+        expected: usize,
+        column: Column,
+        mut each: impl FnMut(i64, &[u8]),
+    ) -> Option<()> {
+        let (sql, width) = match column {
+            Column::Embedding => (CHUNKS_SQL, self.dims * 4),
+            Column::Code => (CODE_CHUNKS_SQL, code_width(self.dims)),
+        };
+        let mut stmt = conn.prepare_cached(sql).ok()?;
+        let mut rows = stmt.query([scope_id]).ok()?;
+        let mut seen = RowidSet::new(expected);
         while let Some(row) = rows.next().ok()? {
             let size = usize::try_from(row.get::<_, i64>(0).ok()?).ok()?;
             let validity = row.get_ref(1).ok()?.as_blob().ok()?;
             let rowids = row.get_ref(2).ok()?.as_blob().ok()?;
-            let vectors = row.get_ref(3).ok()?.as_blob().ok()?;
-            if validity.len() * 8 < size || rowids.len() < size * 8 || vectors.len() < size * width
+            let entries = row.get_ref(3).ok()?.as_blob().ok()?;
+            if validity.len() * 8 < size || rowids.len() < size * 8 || entries.len() < size * width
             {
                 return None;
             }
@@ -859,15 +1071,80 @@ impl VectorCache {
                     continue;
                 }
                 let id = i64::from_le_bytes(rowids[slot * 8..slot * 8 + 8].try_into().ok()?);
-                if !seen.insert(id) || seen.len() > expected {
+                if !seen.insert(id) || seen.len > expected {
                     return None;
                 }
-                let raw = &vectors[slot * width..(slot + 1) * width];
-                decode_f32s(&mut v, raw);
-                each(id, &v);
+                each(id, &entries[slot * width..(slot + 1) * width]);
             }
         }
-        (seen.len() == expected).then_some(())
+        (seen.len == expected).then_some(())
+    }
+
+    /// The integer scan of the scope's stored codes without keeping them: every vector's
+    /// approximate similarity to `unit_query` and the bound of the approximation; `None`
+    /// as for [`Self::read_slots`], or when a code is not one [`encode_code`] writes.
+    fn stream_codes(
+        &self,
+        conn: &Connection,
+        scope_id: i64,
+        expected: usize,
+        unit_query: &[f32],
+    ) -> Option<(Vec<(i64, f32)>, f32)> {
+        let query = QueryCodes::new(unit_query);
+        let dot_codes = dot_codes_fn();
+        let mut hits = Vec::with_capacity(expected);
+        let mut max_step = 0f32;
+        let mut sane = true;
+        self.read_slots(
+            conn,
+            scope_id,
+            expected,
+            Column::Code,
+            |id, entry| match decode_code(entry, self.dims) {
+                Some((codes, step)) => {
+                    max_step = max_step.max(step);
+                    hits.push((id, query.similarity(dot_codes, codes, step)));
+                }
+                None => sane = false,
+            },
+        )?;
+        sane.then(|| (hits, query.error_bound(self.dims, max_step)))
+    }
+
+    /// The scope's block quantized, from the stored codes (see [`Self::read_slots`]).
+    fn load_codes(
+        &self,
+        conn: &Connection,
+        scope_id: i64,
+        expected: usize,
+        clock: u64,
+    ) -> Option<Block> {
+        let mut pks = Vec::with_capacity(expected);
+        let mut q = Quantized {
+            codes: Vec::with_capacity(expected * self.dims),
+            steps: Vec::with_capacity(expected),
+            max_step: 0.0,
+        };
+        let mut sane = true;
+        self.read_slots(
+            conn,
+            scope_id,
+            expected,
+            Column::Code,
+            |id, entry| match decode_code(entry, self.dims) {
+                Some((codes, step)) => {
+                    q.codes.extend_from_slice(codes);
+                    q.push_step(step);
+                    pks.push(id);
+                }
+                None => sane = false,
+            },
+        )?;
+        sane.then_some(Block {
+            pks,
+            vectors: Vectors::Quantized(q),
+            last_used: clock,
+        })
     }
 
     fn load_by_rowid(
@@ -898,6 +1175,7 @@ impl VectorCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::vector_rows::VECTOR_COUNT_SQL;
 
     #[test]
     fn dot_matches_the_naive_sum() {
@@ -925,15 +1203,56 @@ mod tests {
         conn
     }
 
+    /// How many vectors the scope holds ([`VECTOR_COUNT_SQL`]: one per embedded
+    /// memory and the further passages of long ones, counted from indexes).
+    fn embedded_count(conn: &Connection, scope_id: i64) -> usize {
+        let n: i64 = conn
+            .query_row(VECTOR_COUNT_SQL, [scope_id], |r| r.get(0))
+            .unwrap();
+        usize::try_from(n).unwrap()
+    }
+
+    /// Writes `v` and its code under `rowid` in `scope`, as the store does.
+    fn put_vector(conn: &Connection, rowid: i64, scope: i64, v: &[f32]) {
+        let mut code = Vec::new();
+        encode_code(&mut code, v);
+        let blob: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        conn.execute(
+            crate::schema::INSERT_VECTOR,
+            rusqlite::params![rowid, scope, blob, code],
+        )
+        .unwrap();
+    }
+
+    /// The rowid set refuses a repeat wherever the rowid lies: in the bitmap, beyond it
+    /// (a passage's rowid, a sparse pk) or below zero.
+    #[test]
+    fn the_rowid_set_refuses_repeats() {
+        let mut set = RowidSet::new(100);
+        let passage = 7 + (1_i64 << crate::vector_rows::PASSAGE_SHIFT);
+        let ids = [0, 1, 63, 64, 65, 1_000, 65_000, 1 << 20, passage, -5];
+        for id in ids {
+            assert!(set.insert(id), "{id} is new");
+        }
+        for id in ids {
+            assert!(!set.insert(id), "{id} is a repeat");
+        }
+        assert_eq!(set.len, ids.len());
+        assert!(
+            set.bits.len() * 64 <= set.cap + 64,
+            "the bitmap stays bounded"
+        );
+    }
+
     #[test]
     fn integer_dot_matches_the_naive_sum() {
         for n in [0, 1, 15, 16, 17, 31, 32, 33, 48, 384, 389] {
-            let c: Vec<i8> = (0..n).map(|i| ((i * 37) % 255) as i8).collect();
+            let c: Vec<u8> = (0..n).map(|i| ((i * 37) % 255) as u8).collect();
             let q: Vec<i16> = (0..n).map(|i| ((i * 7919) % 65_535) as i16).collect();
             let naive: i64 = c
                 .iter()
                 .zip(&q)
-                .map(|(&a, &b)| i64::from(a) * i64::from(b))
+                .map(|(&a, &b)| i64::from(a as i8) * i64::from(b))
                 .sum();
             assert_eq!(i64::from(dot_codes_fn()(&c, &q)), naive, "n={n}");
             assert_eq!(i64::from(dot_codes_portable(&c, &q)), naive, "n={n}");
@@ -961,14 +1280,9 @@ mod tests {
             } else {
                 (0..dims).map(|_| next()).collect()
             };
-            let blob: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
             conn.execute("INSERT INTO memories VALUES (?1, 1, 1)", [pk])
                 .unwrap();
-            conn.execute(
-                "INSERT INTO memory_vec (rowid, scope_id, embedding) VALUES (?1, 1, ?2)",
-                rusqlite::params![pk, blob],
-            )
-            .unwrap();
+            put_vector(&conn, pk, 1, &v);
         }
         let count = usize::try_from(n).unwrap();
         let quantized_bytes = count * (dims + 12);
@@ -976,6 +1290,8 @@ mod tests {
         whole.dual_from = usize::MAX;
         let mut dual = VectorCache::new(dims, 1 << 30);
         let mut small = VectorCache::new(dims, quantized_bytes + 1024);
+        // Too small for the block even quantized: every search streams the stored codes.
+        let mut tiny = VectorCache::new(dims, 1024);
         assert!(
             count * (dims * 4 + 8) > small.budget,
             "the whole block must not fit"
@@ -1009,6 +1325,31 @@ mod tests {
                 let got = dual.scan(&conn, 1, q, count, k).unwrap().unwrap();
                 assert!(got.approximate.is_some());
                 assert_eq!(top(got.all, k), expected, "dual, k={k}");
+                let got = tiny.scan(&conn, 1, q, count, k).unwrap().unwrap();
+                assert!(got.approximate.is_some());
+                assert_eq!(top(got.all, k), expected, "streamed codes, k={k}");
+            }
+        }
+        assert_eq!(tiny.used, 0, "a stream keeps nothing");
+        // Vectors replaced under their own rowids (as an update writes them) and new ones
+        // in the freed slots: the codes follow, and streamed searches stay exact.
+        for pk in (10..=600).step_by(10) {
+            conn.execute("DELETE FROM memory_vec WHERE rowid = ?1", [pk])
+                .unwrap();
+            let v: Vec<f32> = if pk % 20 == 0 {
+                (0..dims).map(|_| next()).collect()
+            } else {
+                base.iter().map(|x| x + 0.01 * next()).collect()
+            };
+            put_vector(&conn, pk, 1, &v);
+        }
+        let mut fresh = VectorCache::new(dims, 1 << 30);
+        fresh.dual_from = usize::MAX;
+        for q in &queries {
+            for k in [1, 10, 40] {
+                let expected = top(fresh.scan(&conn, 1, q, count, k).unwrap().unwrap().all, k);
+                let got = tiny.scan(&conn, 1, q, count, k).unwrap().unwrap();
+                assert_eq!(top(got.all, k), expected, "after updates, k={k}");
             }
         }
         assert_eq!(small.used, quantized_bytes, "the block is held quantized");
@@ -1035,17 +1376,12 @@ mod tests {
         // 174 vectors in scope 1 (three chunks of 64), 16 in scope 2, interleaved.
         for pk in 1..=190_i64 {
             let scope = if pk % 5 == 0 && pk > 110 { 2 } else { 1 };
-            let blob: Vec<u8> = vector(pk).iter().flat_map(|x| x.to_le_bytes()).collect();
             conn.execute(
                 "INSERT INTO memories VALUES (?1, ?2, 1)",
                 rusqlite::params![pk, scope],
             )
             .unwrap();
-            conn.execute(
-                "INSERT INTO memory_vec (rowid, scope_id, embedding) VALUES (?1, ?2, ?3)",
-                rusqlite::params![pk, scope, blob],
-            )
-            .unwrap();
+            put_vector(&conn, pk, scope, &vector(pk));
         }
         for pk in [3_i64, 64, 65, 120, 115] {
             conn.execute("DELETE FROM memories WHERE pk = ?1", [pk])
@@ -1064,7 +1400,7 @@ mod tests {
                 .unwrap();
             assert!(pks.len() > 10, "scope {scope}");
             let bulk = cache
-                .load_chunks(&conn, scope, 0)
+                .load_chunks(&conn, scope, embedded_count(&conn, scope), 0)
                 .expect("the chunk layout is understood");
             let one_by_one = cache.load_by_rowid(&conn, pks, 0).unwrap();
             let full = |b: &Block| match &b.vectors {
@@ -1083,10 +1419,24 @@ mod tests {
                 rows
             };
             assert_eq!(sorted(&bulk), sorted(&one_by_one), "scope {scope}");
+            // Rescoring's direct reads find what vec0's point query finds.
+            let mut reader = VectorReader::new(&conn).unwrap();
+            let (mut direct, mut by_vec0) = (vec![0f32; dims], vec![0f32; dims]);
+            let mut stmt = conn.prepare_cached(VECTOR_BY_ROWID).unwrap();
+            for pk in &one_by_one.pks {
+                assert!(reader.read_direct(*pk, &mut direct).is_some(), "{pk}");
+                assert!(stored_vector(&mut stmt, *pk, &mut by_vec0).unwrap());
+                assert_eq!(direct, by_vec0, "{pk}");
+            }
+            assert!(
+                reader.read_direct(3, &mut direct).is_none(),
+                "a deleted vector"
+            );
+            assert!(!reader.read(3, &mut direct).unwrap());
             // Streaming computes what a scan of the loaded block computes, to the bit.
             let q = unit(&vector(11));
             let mut streamed: Vec<(i64, u32)> = cache
-                .stream_chunks(&conn, scope, &q)
+                .stream_chunks(&conn, scope, embedded_count(&conn, scope), &q)
                 .unwrap()
                 .into_iter()
                 .map(|(pk, s)| (pk, s.to_bits()))
@@ -1100,15 +1450,45 @@ mod tests {
             streamed.sort();
             scanned.sort();
             assert_eq!(streamed, scanned, "scope {scope}");
+            // The stored codes are what quantizing the stored vectors gives, to the bit.
+            let stored = cache
+                .load_codes(&conn, scope, embedded_count(&conn, scope), 0)
+                .expect("the codes are readable");
+            let Vectors::Quantized(codes) = &stored.vectors else {
+                panic!("codes load as a quantized block");
+            };
+            let mut computed = Quantized::default();
+            full(&bulk)
+                .chunks_exact(dims)
+                .for_each(|v| computed.push(v));
+            assert_eq!(stored.pks, bulk.pks, "scope {scope}");
+            assert_eq!(codes.codes, computed.codes, "scope {scope}");
+            let bits = |q: &Quantized| q.steps.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(codes), bits(&computed), "scope {scope}");
         }
         // A memory stored without a vector (no embedder in that process) is not missed.
-        let before = cache.load_chunks(&conn, 1, 0).unwrap().pks.len();
+        let before = cache
+            .load_chunks(&conn, 1, embedded_count(&conn, 1), 0)
+            .unwrap()
+            .pks
+            .len();
         conn.execute("INSERT INTO memories VALUES (998, 1, 0)", [])
             .unwrap();
-        assert_eq!(cache.load_chunks(&conn, 1, 0).unwrap().pks.len(), before);
+        assert_eq!(
+            cache
+                .load_chunks(&conn, 1, embedded_count(&conn, 1), 0)
+                .unwrap()
+                .pks
+                .len(),
+            before
+        );
         // A memory whose vector is missing makes the bulk read step aside.
         conn.execute("INSERT INTO memories VALUES (999, 1, 1)", [])
             .unwrap();
-        assert!(cache.load_chunks(&conn, 1, 0).is_none());
+        assert!(
+            cache
+                .load_chunks(&conn, 1, embedded_count(&conn, 1), 0)
+                .is_none()
+        );
     }
 }

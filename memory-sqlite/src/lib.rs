@@ -83,8 +83,10 @@ pub struct SqliteConfig {
     /// semantic search asks vec0). A scope's vectors are held whole (4 bytes a dimension)
     /// when they fit and number under 10,000 (from 256 on with 1-byte codes beside them,
     /// scanned first), else quantized (1 byte a dimension; the best hits are still scored
-    /// exactly): the default 512 holds about 1.3M 384-dimension vectors quantized. A scope that does not fit even quantized is streamed from the file
-    /// on each search.
+    /// exactly): the default 512 holds about 1.3M 384-dimension vectors quantized. A scope
+    /// that does not fit even quantized, and a scope of 10,000 or more on its first search
+    /// in a process, is streamed from the file: its stored codes, then the best hits'
+    /// vectors.
     pub vector_cache_mib: u32,
     /// Hybrid search fuses the top `hybrid_pool_factor × limit` (at least 50) candidates of
     /// each signal.

@@ -38,7 +38,11 @@ pub(crate) const APPLICATION_ID: i32 = 0x4156_4131;
 /// - 6: leases (`leases`), by which processes sharing the file take turns
 ///   (`MemoryBackend::try_lease`). Older builds would not know them; they refuse a version
 ///   6 store as newer.
-pub(crate) const SCHEMA_VERSION: i64 = 6;
+/// - 7: each vector's integer codes beside it (vec0's `code` column, see
+///   `cache::encode_code`), so a new process's first search of a big scope reads a quarter
+///   of the bytes. Every vector write writes its code in the same row; older builds would
+///   not, so they refuse a version 7 store as newer. The upgrade rewrites the vector table.
+pub(crate) const SCHEMA_VERSION: i64 = 7;
 
 /// The leases' table (schema 6): who holds each lease, and until when (Unix milliseconds).
 macro_rules! create_leases {
@@ -81,25 +85,89 @@ macro_rules! create_fts {
     };
 }
 
+/// One schema upgrade: statements, or a step that needs Rust.
+#[derive(Debug)]
+enum Migration {
+    Sql(&'static str),
+    /// 6 -> 7: the vector table rewritten with each vector's code.
+    Codes,
+}
+
 /// Migrations: entry `i` upgrades a store from version `i + 1` to `i + 2`, in one
 /// transaction. The newest version is created directly by [`create_schema`].
-const MIGRATIONS: &[&str] = &[
+const MIGRATIONS: &[Migration] = &[
     // 1 -> 2: rebuild the full-text index as a contentless one.
-    concat!(
+    Migration::Sql(concat!(
         "DROP TABLE memory_fts;",
         create_fts!(),
         "INSERT INTO memory_fts (rowid, scope, content, context) \
          SELECT pk, 's' || scope_id, content, context FROM memories;"
-    ),
+    )),
     // 2 -> 3: find memories without a vector by scope.
-    create_unembedded_index!(),
+    Migration::Sql(create_unembedded_index!()),
     // 3 -> 4: the write sequence.
-    create_write_seq!(),
+    Migration::Sql(create_write_seq!()),
     // 4 -> 5: memories embedded as several passages.
-    create_passages_index!(),
+    Migration::Sql(create_passages_index!()),
     // 5 -> 6: leases.
-    create_leases!(),
+    Migration::Sql(create_leases!()),
+    // 6 -> 7: codes beside the vectors.
+    Migration::Codes,
 ];
+
+/// Rewrites the vector table, if the store has one, with each vector's code beside it
+/// (vec0 tables cannot be altered or renamed): the vectors go to a temporary table, the
+/// new table is created and every vector is written back with its code.
+fn add_codes(tx: &Connection) -> rusqlite::Result<()> {
+    let exists: bool = tx.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'memory_vec')",
+        [],
+        |r| r.get(0),
+    )?;
+    if !exists {
+        return Ok(());
+    }
+    let dims: Option<String> = tx
+        .query_row(
+            "SELECT value FROM meta WHERE key = 'embedding_dims'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?;
+    let Some(dims) = dims.and_then(|d| d.parse::<usize>().ok()) else {
+        return Err(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CORRUPT),
+            Some("the vector table has no recorded dimension count (meta `embedding_dims`)".into()),
+        ));
+    };
+    tx.execute_batch(
+        "CREATE TEMP TABLE vectors_before_codes AS \
+         SELECT rowid AS id, scope_id, embedding FROM memory_vec; \
+         DROP TABLE memory_vec;",
+    )?;
+    create_vec_table(tx, dims)?;
+    {
+        let mut read =
+            tx.prepare("SELECT id, scope_id, embedding FROM temp.vectors_before_codes")?;
+        let mut write = tx.prepare(INSERT_VECTOR)?;
+        let mut rows = read.query([])?;
+        let mut v = Vec::with_capacity(dims);
+        let mut code = Vec::with_capacity(crate::cache::code_width(dims));
+        while let Some(row) = rows.next()? {
+            let (id, scope_id): (i64, i64) = (row.get(0)?, row.get(1)?);
+            let blob = row.get_ref(2)?.as_blob()?;
+            v.clear();
+            v.extend(
+                blob.chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+            );
+            code.clear();
+            crate::cache::encode_code(&mut code, &v);
+            write.execute(params![id, scope_id, blob, code])?;
+        }
+    }
+    tx.execute_batch("DROP TABLE temp.vectors_before_codes;")
+}
 
 /// Every table of the newest schema but the full-text one ([`create_fts`]).
 const SCHEMA: &str = "
@@ -162,15 +230,24 @@ const RO_FLAGS: OpenFlags = OpenFlags::SQLITE_OPEN_READ_ONLY.union(OpenFlags::SQ
 /// search mostly runs on the in-process cache, so vec0's per-chunk overhead rarely shows.
 pub(crate) const VEC_CHUNK_SIZE: usize = 64;
 
-/// Creates the vector table for a space: one vec0 partition per scope, cosine distance.
+/// Creates the vector table for a space: one vec0 partition per scope, cosine distance;
+/// beside each vector its code (schema 7, `cache::encode_code`), read by a new process's
+/// first search of a big scope instead of the vectors.
 pub(crate) fn create_vec_table(conn: &Connection, dims: usize) -> rusqlite::Result<()> {
     conn.execute_batch(&format!(
         "CREATE VIRTUAL TABLE memory_vec USING vec0(\
             scope_id INTEGER PARTITION KEY, \
             embedding float[{dims}] distance_metric=cosine, \
-            chunk_size={VEC_CHUNK_SIZE})"
+            code int8[{}], \
+            chunk_size={VEC_CHUNK_SIZE})",
+        crate::cache::code_width(dims)
     ))
 }
+
+/// Writes one vector (`?3`, little-endian `f32`s) and its code (`?4`,
+/// `cache::encode_code`) under rowid `?1` in scope `?2`: the only way vectors are written.
+pub(crate) const INSERT_VECTOR: &str = "INSERT INTO memory_vec (rowid, scope_id, embedding, code) \
+     VALUES (?1, ?2, ?3, vec_int8(?4))";
 
 /// Registers sqlite-vec with every connection this process opens, once.
 #[expect(
@@ -705,18 +782,19 @@ pub(crate) fn init_schema(
             }
             Existing::Store { version } => {
                 let idx = usize::try_from(version - 1).unwrap_or(usize::MAX);
-                let Some(sql) = MIGRATIONS.get(idx) else {
+                let Some(step) = MIGRATIONS.get(idx) else {
                     return Err(SqliteError::InvalidData {
                         path: path.to_owned(),
                         what: format!("no migration from schema version {version}"),
                     });
                 };
-                tx.execute_batch(sql)
-                    .and_then(|()| {
-                        tx.execute_batch(&format!("PRAGMA user_version = {};", version + 1))
-                    })
-                    .and_then(|()| tx.commit())
-                    .map_err(|e| sql_error(path, e))?;
+                match step {
+                    Migration::Sql(sql) => tx.execute_batch(sql),
+                    Migration::Codes => add_codes(&tx),
+                }
+                .and_then(|()| tx.execute_batch(&format!("PRAGMA user_version = {};", version + 1)))
+                .and_then(|()| tx.commit())
+                .map_err(|e| sql_error(path, e))?;
             }
         }
     }

@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use crate::cache::{self, Scanned, VectorCache};
 use crate::error::{JobError, SqliteError};
+use crate::schema::INSERT_VECTOR;
 use crate::vector_rows::{
     MAX_VECTORS, PASSAGE_SHIFT, PK_MASK, RowVector, VECTOR_COUNT_SQL, best_per_memory,
     has_passages, memory_pk, vector_rowid, vector_rowids,
@@ -100,8 +101,9 @@ pub(crate) struct Inserter<'c> {
     fts: CachedStatement<'c>,
     /// Prepared on the first vector: a store without an embedding space has no vec0 table.
     vec: Option<CachedStatement<'c>>,
-    /// Reused encoding buffer for vectors.
+    /// Reused encoding buffers for vectors and their codes.
     blob: Vec<u8>,
+    code: Vec<u8>,
 }
 
 /// How many of a scope scan's best similarities must be exact for a top-`limit` search:
@@ -130,6 +132,7 @@ impl<'c> Inserter<'c> {
             )?,
             vec: None,
             blob: Vec::new(),
+            code: Vec::new(),
         })
     }
 
@@ -177,15 +180,20 @@ impl<'c> Inserter<'c> {
                 break;
             };
             if self.vec.is_none() {
-                let stmt = self.conn.prepare_cached(
-                    "INSERT INTO memory_vec (rowid, scope_id, embedding) VALUES (?1, ?2, ?3)",
-                )?;
+                let stmt = self.conn.prepare_cached(INSERT_VECTOR)?;
                 self.vec = Some(stmt);
             }
             self.blob.clear();
             self.blob.extend(v.iter().flat_map(|x| x.to_le_bytes()));
+            self.code.clear();
+            cache::encode_code(&mut self.code, &v);
             if let Some(stmt) = &mut self.vec {
-                stmt.execute(params![rowid, self.scope_id, self.blob.as_slice()])?;
+                stmt.execute(params![
+                    rowid,
+                    self.scope_id,
+                    self.blob.as_slice(),
+                    self.code.as_slice()
+                ])?;
             }
             written.push((rowid, v));
         }
@@ -326,15 +334,16 @@ impl Sql<'_> {
     /// Writes a memory's vectors (one per passage, see [`vector_rowid`]) and records how
     /// many it has; its old ones must be gone ([`Sql::delete_vectors`]).
     pub(crate) fn insert_vectors(&self, pk: i64, scope_id: i64, vectors: &[Vec<f32>]) -> R<()> {
-        let mut stmt = self.conn.prepare_cached(
-            "INSERT INTO memory_vec (rowid, scope_id, embedding) VALUES (?1, ?2, ?3)",
-        )?;
+        let mut stmt = self.conn.prepare_cached(INSERT_VECTOR)?;
         let mut n = 0i64;
+        let mut code = Vec::new();
         for (k, v) in vectors.iter().enumerate() {
             let Some(rowid) = vector_rowid(pk, k) else {
                 break;
             };
-            stmt.execute(params![rowid, scope_id, vector_blob(v)])?;
+            code.clear();
+            cache::encode_code(&mut code, v);
+            stmt.execute(params![rowid, scope_id, vector_blob(v), code])?;
             n += 1;
         }
         self.conn

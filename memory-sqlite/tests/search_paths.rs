@@ -1,7 +1,7 @@
 //! The ways a semantic search can run (the in-process block scan, its quantized form when
-//! only that fits the cache, sqlite-vec KNN when the cache is off, a stream over vec0's
-//! chunks when the scope does not fit the cache even quantized or is big and not loaded
-//! yet) return the same hits, and a filter still holds on each path.
+//! only that fits the cache, sqlite-vec KNN when the cache is off, a stream over the codes
+//! stored beside the vectors when the scope does not fit the cache even quantized or is big
+//! and not loaded yet) return the same hits, and a filter still holds on each path.
 
 #![allow(
     clippy::expect_used,
@@ -184,9 +184,9 @@ async fn block_scan_and_both_knn_paths_agree() {
 }
 
 /// A scope of more than `STREAM_FIRST` (10,000) vectors: a new process's first search
-/// streams over vec0's chunks, the next one loads the block (quantized, as every scope of
-/// that size) and scans it; both find what vec0's own KNN finds, and the two in-process
-/// paths agree to the bit.
+/// streams the stored codes, the next one loads the block from them (quantized, as every
+/// scope of that size) and scans it; both find what vec0's own KNN finds, and the two
+/// in-process paths agree to the bit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_big_scope_streams_its_first_search_and_scans_a_block_after() {
     let dir = tempfile::tempdir().unwrap();

@@ -513,7 +513,7 @@ async fn a_schema_1_store_is_migrated_without_losing_a_memory() {
             .unwrap()
             .is_empty()
     );
-    // Vectors were untouched by the migration.
+    // Vectors came through the migration (schema 7 rewrote their table).
     let tea = texts(
         store
             .search(
@@ -559,7 +559,7 @@ async fn a_schema_1_store_is_migrated_without_losing_a_memory() {
     assert!(!store.try_lease("upkeep", "b", ttl).await.unwrap());
     store.close().await;
 
-    assert_eq!(version(&path), 6);
+    assert_eq!(version(&path), 7);
     let c = rusqlite::Connection::open(&path).unwrap();
     let ok: String = c
         .query_row("PRAGMA integrity_check", [], |r| r.get(0))
@@ -569,6 +569,21 @@ async fn a_schema_1_store_is_migrated_without_losing_a_memory() {
         .query_row("SELECT COUNT(*) FROM memory_fts", [], |r| r.get(0))
         .unwrap();
     assert_eq!(fts, 5);
+    // Each of the five vectors has its code beside it: 64 codes and a 4-byte step in
+    // every slot of the code column's chunks (vec0's shadow tables, readable without it).
+    let vectors: i64 = c
+        .query_row("SELECT COUNT(*) FROM memory_vec_rowids", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(vectors, 5);
+    let widths: Vec<i64> = c
+        .prepare("SELECT length(vectors) FROM memory_vec_vector_chunks01")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    assert!(!widths.is_empty());
+    assert!(widths.iter().all(|w| *w == 64 * 68), "{widths:?}");
 }
 
 /// Commits only append to the write-ahead log; the store's checkpointer copies the log into
