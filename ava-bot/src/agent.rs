@@ -713,7 +713,7 @@ async fn learn(
     let queued = std::time::Instant::now();
     let _turn = one_at_a_time.lock().await;
     // Other processes on the store (replicas, a CLI beside a bot) take turns through it.
-    let lease = format!("learn:{}", scope.key());
+    let lease = learning_lease(scope);
     let ttl =
         (extractor.timeout().saturating_mul(2) + LEARNING_MARGIN).min(memory_core::MAX_LEASE_TTL);
     let Some(leased) = take_turn(&*store, &lease, ttl).await else {
@@ -770,6 +770,11 @@ async fn learn(
     }
     // Nobody may be listening (the CLI, a bot that does not react).
     let _ = told.send(changed);
+}
+
+/// The lease under which one process at a time learns the facts of `scope`'s exchanges.
+pub(crate) fn learning_lease(scope: &Scope) -> String {
+    format!("learn:{}", scope.key())
 }
 
 /// What a learning lease allows beyond its two model calls (reading and writing facts).

@@ -895,11 +895,11 @@ const PENDING: &str = "asked";
 
 /// The lease that stands for `who`'s pending `what` (`wipe`, `erase`).
 fn confirmation(what: &str, who: &Who) -> String {
-    format!(
-        "confirm:{what}:{}:{}:{}",
+    crate::erase::confirmation_lease(
+        what,
         who.scope.tenant(),
-        who.key.0,
-        who.key.1
+        &who.key.0.to_string(),
+        &who.key.1.to_string(),
     )
 }
 

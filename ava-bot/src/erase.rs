@@ -51,8 +51,36 @@ impl Erased {
     }
 }
 
+/// The lease that stands for a confirmation of `what` (`wipe`, `erase`) asked of `user` in
+/// `chat` (the bot's `/wipe` and `/erase`).
+pub(crate) fn confirmation_lease(what: &str, tenant: &str, user: &str, chat: &str) -> String {
+    format!("confirm:{what}:{tenant}:{user}:{chat}")
+}
+
+/// Every lease that may name `user` and stand for them: learning and pruning their own
+/// scopes, and their confirmations pending in those chats and in `groups`. Erasing them
+/// ends the leases (a process then holding one loses it to the next taker, as when its time
+/// runs out) and, with them, the last trace of the user's id in the store.
+fn their_leases(tenant: &str, user: &str, own: &[Scope], groups: &[Scope]) -> Vec<String> {
+    let mut names = Vec::new();
+    for scope in own {
+        names.push(crate::agent::learning_lease(scope));
+        names.push(crate::upkeep::pruning_lease(scope));
+    }
+    let chats = own.iter().chain(groups).filter_map(Scope::chat);
+    for chat in chats.chain([user]) {
+        for what in ["wipe", "erase"] {
+            names.push(confirmation_lease(what, tenant, user, chat));
+        }
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
 /// Erases everything of `user` in `tenant` from `store` (with `apply`), or counts it (a dry
-/// run); says what, per scope.
+/// run); says what, per scope. Erasing also ends the leases that name them
+/// ([`their_leases`]).
 pub(crate) async fn erase_person(
     store: &dyn MemoryBackend,
     tenant: &str,
@@ -60,24 +88,24 @@ pub(crate) async fn erase_person(
     apply: bool,
 ) -> anyhow::Result<Erased> {
     let mut erased = Erased::default();
-    for scope in store
+    let own = store
         .user_scopes(tenant, user)
         .await
-        .context("list the user's chats")?
-    {
+        .context("list the user's chats")?;
+    for scope in &own {
         let n = if apply {
             store
-                .delete_scope(&scope)
+                .delete_scope(scope)
                 .await
                 .with_context(|| format!("delete the memories of {scope}"))?
         } else {
             store
-                .count(&scope)
+                .count(scope)
                 .await
                 .with_context(|| format!("count the memories of {scope}"))?
         };
         if n > 0 {
-            erased.own.push((scope, n));
+            erased.own.push((scope.clone(), n));
         }
     }
     if user == GROUP_USER {
@@ -92,22 +120,22 @@ pub(crate) async fn erase_person(
         include_superseded: true,
         ..Filter::default()
     };
-    for group in store
+    let groups = store
         .user_scopes(tenant, GROUP_USER)
         .await
-        .context("list the groups")?
-    {
+        .context("list the groups")?;
+    for group in &groups {
         let mut n = 0;
         if apply {
             loop {
                 // Each round deletes what it read, so the next reads what is left.
                 let part = store
-                    .recent(&group, BATCH, &theirs)
+                    .recent(group, BATCH, &theirs)
                     .await
                     .with_context(|| format!("read the user's part of {group}"))?;
                 let before = n;
                 for m in &part {
-                    match store.delete(&group, m.id).await {
+                    match store.delete(group, m.id).await {
                         Ok(()) => n += 1,
                         Err(MemoryError::NotFound { .. }) => {}
                         Err(e) => return Err(e).context("delete the user's part of a group"),
@@ -121,13 +149,21 @@ pub(crate) async fn erase_person(
         } else {
             let most = store.info().limits.max_results;
             n = store
-                .recent(&group, most, &theirs)
+                .recent(group, most, &theirs)
                 .await
                 .with_context(|| format!("read the user's part of {group}"))?
                 .len() as u64;
         }
         if n > 0 {
-            erased.in_groups.push((group, n));
+            erased.in_groups.push((group.clone(), n));
+        }
+    }
+    if apply {
+        for name in their_leases(tenant, user, &own, &groups) {
+            store
+                .end_lease(&name)
+                .await
+                .context("end the leases that name the user")?;
         }
     }
     Ok(erased)

@@ -177,7 +177,7 @@ impl Upkeep {
         let policy = policy(self.max_age, self.max_count, self.decay, Timestamp::now());
         // Once per `every` for every process sharing the store: whoever takes the chat's
         // lease prunes, and keeps it until the next is due.
-        let lease = format!("prune:{}", scope.key());
+        let lease = pruning_lease(&scope);
         let held_for = self.every.min(memory_core::MAX_LEASE_TTL);
         Some(tokio::spawn(async move {
             match store
@@ -221,6 +221,12 @@ fn log(scope: &Scope, report: &PruneReport) {
         over_count = report.count(PruneReason::OverCount),
         "pruned the chat"
     );
+}
+
+/// The lease under which one process at a time prunes `scope`, held until the next pruning
+/// is due.
+pub(crate) fn pruning_lease(scope: &Scope) -> String {
+    format!("prune:{}", scope.key())
 }
 
 #[cfg(test)]

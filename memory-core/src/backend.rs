@@ -129,6 +129,11 @@ pub trait MemoryBackend: Send + Sync + fmt::Debug {
     /// nobody does.
     async fn release_lease(&self, name: &str, holder: &str) -> Result<()>;
 
+    /// Ends the lease `name` whoever holds it, and forgets it (nothing when there is none).
+    /// For erasing a person, whose leases may name them; taking turns ends a lease with
+    /// [`MemoryBackend::release_lease`].
+    async fn end_lease(&self, name: &str) -> Result<()>;
+
     /// Every scope of one user in one tenant that holds memories (their chats and threads,
     /// and the user-wide scope), sorted: [`MemoryBackend::scopes`] of that tenant and user.
     async fn user_scopes(&self, tenant: &str, user: &str) -> Result<Vec<Scope>> {
@@ -430,6 +435,9 @@ macro_rules! forward_backend {
             }
             async fn release_lease(&self, name: &str, holder: &str) -> Result<()> {
                 (**self).release_lease(name, holder).await
+            }
+            async fn end_lease(&self, name: &str) -> Result<()> {
+                (**self).end_lease(name).await
             }
         }
     )*};

@@ -155,6 +155,11 @@ impl MemoryBackend for InMemoryBackend {
         Ok(())
     }
 
+    async fn end_lease(&self, name: &str) -> Result<()> {
+        self.write().leases.remove(name);
+        Ok(())
+    }
+
     async fn store_batch(
         &self,
         scope: &Scope,

@@ -673,6 +673,13 @@ impl MemoryBackend for PostgresBackend {
         Ok(())
     }
 
+    async fn end_lease(&self, name: &str) -> Result<()> {
+        let c = self.client().await?;
+        let sql = format!("DELETE FROM {} WHERE name = $1", self.names.leases);
+        self.on(&c).execute(&sql, &[&name]).await?;
+        Ok(())
+    }
+
     async fn store_batch(
         &self,
         scope: &Scope,

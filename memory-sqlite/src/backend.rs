@@ -104,6 +104,18 @@ impl MemoryBackend for SqliteBackend {
             .await
     }
 
+    async fn end_lease(&self, name: &str) -> Result<()> {
+        let name = name.to_owned();
+        self.worker
+            .call(move |conn| {
+                conn.write_aside(|tx| {
+                    tx.execute("DELETE FROM leases WHERE name = ?1", [name])
+                        .map(drop)
+                })
+            })
+            .await
+    }
+
     async fn store_batch(
         &self,
         scope: &Scope,

@@ -1233,6 +1233,34 @@ async fn erase_takes_everything_of_a_person_and_nothing_of_anyone_else() {
     };
     let before = (count(alice.to_string()).await, count(bob.to_string()).await);
     assert!(before.0 >= 3 && before.1 >= 1, "{before:?}");
+    // Leases that name them: a learner that died holding Alice's, pruning of her chats and
+    // of Bob's, a /wipe each left unconfirmed in the group.
+    let minute = Duration::from_secs(60);
+    let lease_names = |user: u64| {
+        let store = Arc::clone(&h.store);
+        async move {
+            let mut names = Vec::new();
+            for scope in store
+                .user_scopes("default", &user.to_string())
+                .await
+                .unwrap()
+            {
+                names.push(crate::agent::learning_lease(&scope));
+                names.push(crate::upkeep::pruning_lease(&scope));
+            }
+            names.push(crate::erase::confirmation_lease(
+                "wipe",
+                "default",
+                &user.to_string(),
+                &group.to_string(),
+            ));
+            names
+        }
+    };
+    let (alices, bobs) = (lease_names(alice).await, lease_names(bob).await);
+    for name in alices.iter().chain(&bobs) {
+        assert!(h.store.try_lease(name, "replica-x", minute).await.unwrap());
+    }
 
     let h2 = h
         .again(vec![
@@ -1273,6 +1301,20 @@ async fn erase_takes_everything_of_a_person_and_nothing_of_anyone_else() {
     let left = h.texts(&in_group).await;
     assert!(left.iter().any(|m| m == "user222: Hi Alice"), "{left:?}");
     assert!(!left.iter().any(|m| m.contains("Hello team")), "{left:?}");
+    // Alice's leases were ended (free to anyone, a minute before they would expire); Bob's
+    // are still held.
+    for name in &alices {
+        assert!(
+            h.store.try_lease(name, "after", minute).await.unwrap(),
+            "{name} was ended"
+        );
+    }
+    for name in &bobs {
+        assert!(
+            !h.store.try_lease(name, "after", minute).await.unwrap(),
+            "{name} is still held"
+        );
+    }
 }
 
 /// A bot taking updates by webhook from the fake Telegram of `h`, its model `llm`, and

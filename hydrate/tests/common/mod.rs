@@ -358,4 +358,7 @@ impl MemoryBackend for TroubledStore {
     async fn release_lease(&self, name: &str, holder: &str) -> memory_core::Result<()> {
         self.inner.release_lease(name, holder).await
     }
+    async fn end_lease(&self, name: &str) -> memory_core::Result<()> {
+        self.inner.end_lease(name).await
+    }
 }

@@ -329,8 +329,8 @@ pub async fn user_scopes_lists_only_that_user(cx: Ctx) -> Outcome {
 }
 
 /// A lease is held by one holder at a time: another holder cannot take it until it is
-/// released or expires, its holder can extend it, a stranger's release does nothing, and
-/// of eight concurrent takers of a free lease exactly one wins. Bad names and ttls are
+/// released, ended or expired, its holder can extend it, a stranger's release does nothing,
+/// and of eight concurrent takers of a free lease exactly one wins. Bad names and ttls are
 /// refused. Leases are not memories: taking them adds no scope.
 pub async fn leases_are_held_by_one_holder_at_a_time(cx: Ctx) -> Outcome {
     let b = &*cx.backend;
@@ -362,6 +362,13 @@ pub async fn leases_are_held_by_one_holder_at_a_time(cx: Ctx) -> Outcome {
         b.try_lease(&learn, "replica-b", minute).await.unwrap(),
         "free once released"
     );
+    // Ending a lease frees it whoever holds it (erasing a person ends theirs).
+    b.end_lease(&prune).await.unwrap();
+    assert!(
+        b.try_lease(&prune, "replica-a", minute).await.unwrap(),
+        "free once ended"
+    );
+    b.end_lease(&name("never-taken")).await.unwrap();
 
     let short = name("short");
     assert!(
