@@ -1094,6 +1094,22 @@ impl VectorCache {
         let dot_codes = dot_codes_fn();
         let mut hits = Vec::with_capacity(expected);
         let mut max_step = 0f32;
+        self.read_codes(conn, scope_id, expected, |id, codes, step| {
+            max_step = max_step.max(step);
+            hits.push((id, query.similarity(dot_codes, codes, step)));
+        })?;
+        Some((hits, query.error_bound(self.dims, max_step)))
+    }
+
+    /// Hands each stored code of the scope to `each` (rowid, codes, step); `None` as for
+    /// [`Self::read_slots`], or when a code is not one [`encode_code`] writes.
+    fn read_codes(
+        &self,
+        conn: &Connection,
+        scope_id: i64,
+        expected: usize,
+        mut each: impl FnMut(i64, &[u8], f32),
+    ) -> Option<()> {
         let mut sane = true;
         self.read_slots(
             conn,
@@ -1101,14 +1117,11 @@ impl VectorCache {
             expected,
             Column::Code,
             |id, entry| match decode_code(entry, self.dims) {
-                Some((codes, step)) => {
-                    max_step = max_step.max(step);
-                    hits.push((id, query.similarity(dot_codes, codes, step)));
-                }
+                Some((codes, step)) => each(id, codes, step),
                 None => sane = false,
             },
         )?;
-        sane.then(|| (hits, query.error_bound(self.dims, max_step)))
+        sane.then_some(())
     }
 
     /// The scope's block quantized, from the stored codes (see [`Self::read_slots`]).
@@ -1125,22 +1138,12 @@ impl VectorCache {
             steps: Vec::with_capacity(expected),
             max_step: 0.0,
         };
-        let mut sane = true;
-        self.read_slots(
-            conn,
-            scope_id,
-            expected,
-            Column::Code,
-            |id, entry| match decode_code(entry, self.dims) {
-                Some((codes, step)) => {
-                    q.codes.extend_from_slice(codes);
-                    q.push_step(step);
-                    pks.push(id);
-                }
-                None => sane = false,
-            },
-        )?;
-        sane.then_some(Block {
+        self.read_codes(conn, scope_id, expected, |id, codes, step| {
+            q.codes.extend_from_slice(codes);
+            q.push_step(step);
+            pks.push(id);
+        })?;
+        Some(Block {
             pks,
             vectors: Vectors::Quantized(q),
             last_used: clock,
