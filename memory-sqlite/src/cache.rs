@@ -14,6 +14,7 @@ use std::collections::{HashMap, HashSet};
 
 use rusqlite::{CachedStatement, Connection, OptionalExtension};
 
+use crate::kernels::{code_width, decode_code, dot_fn, extend_unit, quantize, unit};
 use crate::vector_rows::{memory_pk, vector_rowids};
 
 /// One scope's vectors.
@@ -61,47 +62,6 @@ impl Quantized {
         self.steps.push(step);
         self.max_step = self.max_step.max(step);
     }
-}
-
-/// Appends the codes of `unit` (a unit-length vector) to `out` and returns their step:
-/// component ≈ code × step, the largest component coded ±127 (a zero or non-finite vector
-/// gets zero codes and step 0).
-fn quantize(out: &mut Vec<u8>, unit: &[f32]) -> f32 {
-    let m = unit.iter().fold(0f32, |a, x| a.max(x.abs()));
-    if m > 0.0 && m.is_finite() {
-        let step = m / 127.0;
-        let inv = 1.0 / step;
-        out.extend(unit.iter().map(|x| {
-            // In [-127, 127] since |x| <= m; the cast cannot truncate, and the byte is
-            // the code's two's complement.
-            (x * inv).round().clamp(-127.0, 127.0) as i8 as u8
-        }));
-        step
-    } else {
-        out.extend(std::iter::repeat_n(0, unit.len()));
-        0.0
-    }
-}
-
-/// Bytes of a vector's entry in vec0's `code` column (schema 7): its `dims` codes, then
-/// its step as a little-endian `f32` (to vec0, four more int8 values it never searches).
-pub(crate) fn code_width(dims: usize) -> usize {
-    dims + 4
-}
-
-/// Appends `v`'s entry of vec0's `code` column ([`code_width`] bytes): the codes and step
-/// of `v` scaled to unit length, exactly what a quantized block holds for it.
-pub(crate) fn encode_code(out: &mut Vec<u8>, v: &[f32]) {
-    let step = quantize(out, &unit(v));
-    out.extend(step.to_le_bytes());
-}
-
-/// The codes and step of a `code` entry ([`encode_code`]); `None` unless it is
-/// [`code_width`] bytes with a finite, non-negative step.
-fn decode_code(entry: &[u8], dims: usize) -> Option<(&[u8], f32)> {
-    let (codes, step) = entry.split_at_checked(dims)?;
-    let step = f32::from_le_bytes(<[u8; 4]>::try_from(step).ok()?);
-    (step.is_finite() && step >= 0.0).then_some((codes, step))
 }
 
 impl Block {
@@ -172,84 +132,6 @@ pub(crate) const DUAL_FROM: usize = 256;
 
 /// Scopes at least this big are streamed on their first search instead of loaded.
 pub(crate) const STREAM_FIRST: usize = 10_000;
-
-/// Dot product with eight independent accumulators, so the compiler can keep them in SIMD
-/// lanes without reordering a single sum. The portable path (SSE2 on x86_64).
-fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
-}
-
-/// AVX2 + FMA: four 8-lane fused multiply-add accumulators (32 floats per step), which
-/// keeps a scan of a scope's block close to memory bandwidth.
-#[cfg(target_arch = "x86_64")]
-#[expect(
-    unsafe_code,
-    reason = "AVX2 and FMA intrinsics; callers check the CPU has them"
-)]
-#[target_feature(enable = "avx2,fma")]
-fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
-    use std::arch::x86_64::{
-        __m256, _mm256_add_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_setzero_ps,
-        _mm256_storeu_ps,
-    };
-    let n = a.len().min(b.len());
-    let (a, b) = (&a[..n], &b[..n]);
-    let load = |s: &[f32]| -> __m256 {
-        debug_assert!(s.len() >= 8);
-        // SAFETY: every caller passes a slice of at least 8 floats, and AVX is enabled on
-        // this function; `loadu` has no alignment requirement.
-        unsafe { _mm256_loadu_ps(s.as_ptr()) }
-    };
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let mut i = 0;
-    while i + 32 <= n {
-        for (j, lane) in acc.iter_mut().enumerate() {
-            let at = i + 8 * j;
-            *lane = _mm256_fmadd_ps(load(&a[at..at + 8]), load(&b[at..at + 8]), *lane);
-        }
-        i += 32;
-    }
-    while i + 8 <= n {
-        acc[0] = _mm256_fmadd_ps(load(&a[i..i + 8]), load(&b[i..i + 8]), acc[0]);
-        i += 8;
-    }
-    let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
-    let mut lanes = [0.0f32; 8];
-    // SAFETY: `lanes` holds exactly 8 floats; `storeu` has no alignment requirement.
-    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), sum) };
-    let tail: f32 = a[i..].iter().zip(&b[i..]).map(|(x, y)| x * y).sum();
-    lanes.iter().sum::<f32>() + tail
-}
-
-/// Which dot product this CPU runs, decided once per scan.
-fn dot_fn() -> fn(&[f32], &[f32]) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        #[expect(
-            unsafe_code,
-            reason = "calls the SIMD kernel once the CPU is known to have it"
-        )]
-        return |a, b| {
-            // SAFETY: the CPU supports AVX2 and FMA, checked just above before this
-            // function was handed out.
-            unsafe { dot_avx2(a, b) }
-        };
-    }
-    dot_portable
-}
 
 /// Integer dot product of a vector's codes with the quantized query (the portable path).
 fn dot_codes_portable(codes: &[u8], q: &[i16]) -> i32 {
@@ -373,19 +255,6 @@ impl QueryCodes {
     }
 }
 
-/// Appends `v` scaled to unit length (zero stays zero): one SIMD dot and one division.
-fn extend_unit(out: &mut Vec<f32>, v: &[f32], dot: fn(&[f32], &[f32]) -> f32) {
-    let norm = dot(v, v).sqrt();
-    let inv = if norm > 0.0 { 1.0 / norm } else { 0.0 };
-    out.extend(v.iter().map(|x| x * inv));
-}
-
-pub(crate) fn unit(v: &[f32]) -> Vec<f32> {
-    let mut out = Vec::with_capacity(v.len());
-    extend_unit(&mut out, v, dot_fn());
-    out
-}
-
 /// Decodes the little-endian floats of `bytes` into `out` (as many as both hold).
 fn decode_f32s(out: &mut [f32], bytes: &[u8]) {
     for (x, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
@@ -454,7 +323,7 @@ impl RowidSet {
 enum Column {
     /// `embedding`: the vectors, `dims` little-endian `f32`s.
     Embedding,
-    /// `code`: their codes ([`encode_code`]).
+    /// `code`: their codes ([`crate::kernels::encode_code`]).
     Code,
 }
 
@@ -1082,7 +951,7 @@ impl VectorCache {
 
     /// The integer scan of the scope's stored codes without keeping them: every vector's
     /// approximate similarity to `unit_query` and the bound of the approximation; `None`
-    /// as for [`Self::read_slots`], or when a code is not one [`encode_code`] writes.
+    /// as for [`Self::read_slots`], or when a code is not one [`crate::kernels::encode_code`] writes.
     fn stream_codes(
         &self,
         conn: &Connection,
@@ -1102,7 +971,7 @@ impl VectorCache {
     }
 
     /// Hands each stored code of the scope to `each` (rowid, codes, step); `None` as for
-    /// [`Self::read_slots`], or when a code is not one [`encode_code`] writes.
+    /// [`Self::read_slots`], or when a code is not one [`crate::kernels::encode_code`] writes.
     fn read_codes(
         &self,
         conn: &Connection,
@@ -1178,19 +1047,8 @@ impl VectorCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::encode_code;
     use crate::vector_rows::VECTOR_COUNT_SQL;
-
-    #[test]
-    fn dot_matches_the_naive_sum() {
-        // Lengths around the 8- and 32-float steps, so every tail path runs.
-        for n in [0, 1, 7, 8, 9, 31, 32, 33, 64, 384, 389] {
-            let a: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin()).collect();
-            let b: Vec<f32> = (0..n).map(|i| (i as f32 * 0.11).cos()).collect();
-            let naive: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
-            assert!((dot_fn()(&a, &b) - naive).abs() < 1e-3, "n={n}");
-            assert!((dot_portable(&a, &b) - naive).abs() < 1e-3, "n={n}");
-        }
-    }
 
     /// An in-memory database with the store's `memories` columns the cache reads and a
     /// vec0 table of `dims` dimensions.

@@ -25,6 +25,7 @@ mod backend;
 mod cache;
 mod checkpointer;
 mod error;
+mod kernels;
 mod read;
 mod reembed;
 mod schema;

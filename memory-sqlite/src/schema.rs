@@ -39,7 +39,7 @@ pub(crate) const APPLICATION_ID: i32 = 0x4156_4131;
 ///   (`MemoryBackend::try_lease`). Older builds would not know them; they refuse a version
 ///   6 store as newer.
 /// - 7: each vector's integer codes beside it (vec0's `code` column, see
-///   `cache::encode_code`), so a new process's first search of a big scope reads a quarter
+///   `kernels::encode_code`), so a new process's first search of a big scope reads a quarter
 ///   of the bytes. Every vector write writes its code in the same row; older builds would
 ///   not, so they refuse a version 7 store as newer. The upgrade rewrites the vector table.
 pub(crate) const SCHEMA_VERSION: i64 = 7;
@@ -152,7 +152,7 @@ fn add_codes(tx: &Connection) -> rusqlite::Result<()> {
         let mut write = tx.prepare(INSERT_VECTOR)?;
         let mut rows = read.query([])?;
         let mut v = Vec::with_capacity(dims);
-        let mut code = Vec::with_capacity(crate::cache::code_width(dims));
+        let mut code = Vec::with_capacity(crate::kernels::code_width(dims));
         while let Some(row) = rows.next()? {
             let (id, scope_id): (i64, i64) = (row.get(0)?, row.get(1)?);
             let blob = row.get_ref(2)?.as_blob()?;
@@ -162,7 +162,7 @@ fn add_codes(tx: &Connection) -> rusqlite::Result<()> {
                     .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
             );
             code.clear();
-            crate::cache::encode_code(&mut code, &v);
+            crate::kernels::encode_code(&mut code, &v);
             write.execute(params![id, scope_id, blob, code])?;
         }
     }
@@ -231,7 +231,7 @@ const RO_FLAGS: OpenFlags = OpenFlags::SQLITE_OPEN_READ_ONLY.union(OpenFlags::SQ
 pub(crate) const VEC_CHUNK_SIZE: usize = 64;
 
 /// Creates the vector table for a space: one vec0 partition per scope, cosine distance;
-/// beside each vector its code (schema 7, `cache::encode_code`), read by a new process's
+/// beside each vector its code (schema 7, `kernels::encode_code`), read by a new process's
 /// first search of a big scope instead of the vectors.
 pub(crate) fn create_vec_table(conn: &Connection, dims: usize) -> rusqlite::Result<()> {
     conn.execute_batch(&format!(
@@ -240,12 +240,12 @@ pub(crate) fn create_vec_table(conn: &Connection, dims: usize) -> rusqlite::Resu
             embedding float[{dims}] distance_metric=cosine, \
             code int8[{}], \
             chunk_size={VEC_CHUNK_SIZE})",
-        crate::cache::code_width(dims)
+        crate::kernels::code_width(dims)
     ))
 }
 
 /// Writes one vector (`?3`, little-endian `f32`s) and its code (`?4`,
-/// `cache::encode_code`) under rowid `?1` in scope `?2`: the only way vectors are written.
+/// `kernels::encode_code`) under rowid `?1` in scope `?2`: the only way vectors are written.
 pub(crate) const INSERT_VECTOR: &str = "INSERT INTO memory_vec (rowid, scope_id, embedding, code) \
      VALUES (?1, ?2, ?3, vec_int8(?4))";
 

@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use crate::cache::{self, Scanned, VectorCache};
 use crate::error::{JobError, SqliteError};
+use crate::kernels;
 use crate::schema::INSERT_VECTOR;
 use crate::vector_rows::{
     MAX_VECTORS, PASSAGE_SHIFT, PK_MASK, RowVector, VECTOR_COUNT_SQL, best_per_memory,
@@ -186,7 +187,7 @@ impl<'c> Inserter<'c> {
             self.blob.clear();
             self.blob.extend(v.iter().flat_map(|x| x.to_le_bytes()));
             self.code.clear();
-            cache::encode_code(&mut self.code, &v);
+            kernels::encode_code(&mut self.code, &v);
             if let Some(stmt) = &mut self.vec {
                 stmt.execute(params![
                     rowid,
@@ -342,7 +343,7 @@ impl Sql<'_> {
                 break;
             };
             code.clear();
-            cache::encode_code(&mut code, v);
+            kernels::encode_code(&mut code, v);
             stmt.execute(params![rowid, scope_id, vector_blob(v), code])?;
             n += 1;
         }
@@ -678,7 +679,14 @@ impl Sql<'_> {
         let mut all = vectors.unwrap_or(best);
         if let Some(bound) = approximate {
             all.retain(|(rowid, _)| pass.contains_key(&memory_pk(*rowid)));
-            cache::rescore(self.conn, q.len(), &cache::unit(q), &mut all, limit, bound)?;
+            cache::rescore(
+                self.conn,
+                q.len(),
+                &kernels::unit(q),
+                &mut all,
+                limit,
+                bound,
+            )?;
         }
         let mut best = if passages { best_per_memory(all) } else { all };
         best.sort_by(by_score);
