@@ -14,7 +14,7 @@ use std::collections::{HashMap, HashSet};
 
 use rusqlite::{CachedStatement, Connection, OptionalExtension};
 
-use crate::kernels::{code_width, decode_code, dot_fn, extend_unit, quantize, unit};
+use crate::kernels::{code_width, decode_code, decode_f32s, dot_fn, extend_unit, quantize, unit};
 use crate::vector_rows::{memory_pk, vector_rowids};
 
 /// One scope's vectors.
@@ -252,13 +252,6 @@ impl QueryCodes {
         let d = dims as f32;
         let code_l1 = d.sqrt() + d * max_step / 2.0;
         self.l1 * max_step / 2.0 + self.step / 2.0 * code_l1 + 1e-4 + d * 2.5e-7
-    }
-}
-
-/// Decodes the little-endian floats of `bytes` into `out` (as many as both hold).
-fn decode_f32s(out: &mut [f32], bytes: &[u8]) {
-    for (x, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
-        *x = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
     }
 }
 

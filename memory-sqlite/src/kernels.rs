@@ -135,6 +135,13 @@ pub(crate) fn decode_code(entry: &[u8], dims: usize) -> Option<(&[u8], f32)> {
     (step.is_finite() && step >= 0.0).then_some((codes, step))
 }
 
+/// Decodes the little-endian floats of `bytes` into `out` (as many as both hold).
+pub(crate) fn decode_f32s(out: &mut [f32], bytes: &[u8]) {
+    for (x, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+        *x = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

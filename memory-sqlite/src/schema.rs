@@ -156,11 +156,8 @@ fn add_codes(tx: &Connection) -> rusqlite::Result<()> {
         while let Some(row) = rows.next()? {
             let (id, scope_id): (i64, i64) = (row.get(0)?, row.get(1)?);
             let blob = row.get_ref(2)?.as_blob()?;
-            v.clear();
-            v.extend(
-                blob.chunks_exact(4)
-                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
-            );
+            v.resize(blob.len() / 4, 0.0);
+            crate::kernels::decode_f32s(&mut v, blob);
             code.clear();
             crate::kernels::encode_code(&mut code, &v);
             write.execute(params![id, scope_id, blob, code])?;
