@@ -342,7 +342,7 @@ pub(crate) async fn run(
     >,
 ) -> anyhow::Result<()> {
     let mut dispatcher = dispatcher(bot.clone(), state);
-    let signal = crate::commands::mcp::shutdown_signal();
+    let signal = crate::commands::shutdown_signal();
     let stop = async move {
         signal.await;
         tracing::info!("stopping: updates already taken are answered first");

@@ -312,11 +312,6 @@ impl Proxy {
         }
     }
 
-    /// The agent behind the proxy (to finish its background work on the way out).
-    pub(crate) fn agent(&self) -> &Agent {
-        &self.agent
-    }
-
     /// Answers one request under [`PREFIX`] from a holder of `grant`.
     pub(crate) async fn handle(
         self: &Arc<Self>,

@@ -596,7 +596,7 @@ fn token_file(dir: &Path) -> PathBuf {
     )
 }
 
-/// `ava mcp --http 127.0.0.1:0`: the child and the URL it says it listens on.
+/// `ava mcp --http 127.0.0.1:0`: the child and the URL of MCP where it says it listens.
 async fn spawn_http(db: &Path, tokens: &Path) -> (tokio::process::Child, String) {
     let (child, url, _) = spawn_http_logged(db, tokens).await;
     (child, url)
@@ -608,7 +608,7 @@ async fn spawn_http_logged(db: &Path, tokens: &Path) -> (tokio::process::Child, 
     cmd.args(["mcp", "--http", "127.0.0.1:0", "--tokens"])
         .arg(tokens);
     let (child, line, log) = listening(cmd, PATIENCE).await;
-    (child, listening_url(&line), log)
+    (child, format!("{}/mcp", listening_url(&line)), log)
 }
 
 async fn http_client(url: &str, token: &str) -> Result<Client, String> {
@@ -634,12 +634,17 @@ fn raw_post(url: &str, authorization: Option<&str>) -> String {
 
 /// A raw HTTP/1.1 POST of `body` to `url` with extra `headers` (each ending in CRLF).
 fn raw_request(url: &str, headers: &str, body: &str) -> String {
+    raw_to(url, "/mcp", headers, body)
+}
+
+/// [`raw_request`] to `path` of the server at `url`.
+fn raw_to(url: &str, path: &str, headers: &str, body: &str) -> String {
     let authority = url.trim_start_matches("http://").split('/').next().unwrap();
     let mut stream = std::net::TcpStream::connect(authority).unwrap();
     stream.set_read_timeout(Some(PATIENCE)).unwrap();
     write!(
         stream,
-        "POST /mcp HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\n\
+        "POST {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\n\
          Accept: application/json, text/event-stream\r\n{headers}Content-Length: {}\r\n\
          Connection: close\r\n\r\n{body}",
         body.len()
@@ -680,6 +685,15 @@ async fn http_needs_a_token_which_fixes_the_identity() {
     // The right token is let through to MCP.
     let response = raw_post(&url, Some(&format!("Bearer {TOKEN_A}")));
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    // It is `ava serve` without an upstream: the inspector is there, the proxy is not.
+    let bearer = format!("Authorization: Bearer {TOKEN_A}\r\n");
+    let response = raw_to(&url, "/inspect/api/me", &bearer, "");
+    assert!(response.starts_with("HTTP/1.1 405"), "{response}");
+    let response = raw_to(&url, "/v1/chat/completions", &bearer, "{}");
+    assert!(
+        response.starts_with("HTTP/1.1 404") && response.contains("--upstream URL"),
+        "{response}"
+    );
 
     let alice = http_client(&url, TOKEN_A).await.unwrap();
     let bob = http_client(&url, TOKEN_B).await.unwrap();

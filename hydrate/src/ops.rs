@@ -260,20 +260,13 @@ impl Ops {
             memory_core::Timestamp::now(),
         )
         .await?;
-        Ok(match kept {
-            memory_core::FactKept::Once(remembered) => remembered,
-            memory_core::FactKept::Replaced(entry) => Remembered {
-                entry,
-                merged: false,
-            },
-            // A fact longer than one memory: kept in linked parts, named by the first.
-            memory_core::FactKept::Parts(parts) => Remembered {
-                entry: parts.into_iter().next().ok_or_else(|| {
-                    Error::invalid("remember", "the store kept none of the fact's parts")
-                })?,
-                merged: false,
-            },
-        })
+        let merged = matches!(&kept, memory_core::FactKept::Once(r) if r.merged);
+        // A fact longer than one memory is kept in linked parts, named by the first.
+        let entry = kept
+            .entry()
+            .cloned()
+            .ok_or_else(|| Error::invalid("remember", "the store kept none of the fact's parts"))?;
+        Ok(Remembered { entry, merged })
     }
 
     /// The memories of [`Ops::readable_scopes`] that best match `query` (1 to

@@ -1,6 +1,7 @@
 //! `ava mcp`: serve Ava's memory to MCP clients, over stdio for one identity (`--user`,
-//! `--chat`) or over streamable HTTP (`--http ADDR`) for the identities of a bearer-token
-//! file, until the client hangs up (stdio), Ctrl-C or SIGTERM.
+//! `--chat`) or over streamable HTTP (`--http ADDR`: `ava serve`'s server without an
+//! upstream) for the identities of a bearer-token file, until the client hangs up (stdio),
+//! Ctrl-C or SIGTERM.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -10,8 +11,9 @@ use anyhow::{Context, bail};
 use rmcp::service::ServerInitializeError;
 
 use crate::agent::DEFAULT_BUDGET;
+use crate::commands::serve::Server;
+use crate::commands::shutdown_signal;
 use crate::config::{Opened, Settings};
-use crate::mcp::http::{self, HttpConfig};
 use crate::mcp::stdio;
 use crate::mcp::tokens::TokenTable;
 use crate::mcp::{AvaMcp, Memory};
@@ -27,7 +29,8 @@ pub(crate) struct Args {
     chat: Option<String>,
 
     /// Serve streamable HTTP at this address (e.g. 127.0.0.1:8765; port 0 picks a free one)
-    /// instead of stdio. The endpoint is /mcp; identities come from --tokens.
+    /// instead of stdio. The endpoint is /mcp, the inspector /inspect; identities come from
+    /// --tokens. This is `ava serve` without an upstream.
     #[arg(long, value_name = "ADDR")]
     http: Option<SocketAddr>,
     /// With --http: the bearer-token file (JSON, mode 600), mapping each token to a user and
@@ -46,7 +49,7 @@ enum Plan {
     /// One identity on stdin and stdout.
     Stdio(memory_core::Scope),
     /// Streamable HTTP at an address, for the identities of a token file.
-    Http(SocketAddr, TokenTable),
+    Http(SocketAddr, TokenTable, PathBuf),
 }
 
 /// How a stdio session ended.
@@ -68,7 +71,7 @@ pub(crate) async fn run(settings: &Settings, args: &Args) -> anyhow::Result<()> 
                      must send, each mapped to a user and chat"
                 );
             };
-            Plan::Http(addr, TokenTable::load(path)?)
+            Plan::Http(addr, TokenTable::load(path)?, path.clone())
         }
         (None, Some(user), Some(chat)) => {
             Plan::Stdio(memory_core::Scope::for_user(user)?.in_chat(chat)?)
@@ -78,49 +81,35 @@ pub(crate) async fn run(settings: &Settings, args: &Args) -> anyhow::Result<()> 
              with --tokens FILE for several)"
         ),
     };
+    let scope = match plan {
+        Plan::Http(addr, tokens, token_file) => {
+            // `ava serve` without an upstream: MCP and the inspector.
+            let server = Server {
+                name: "ava mcp",
+                addr,
+                tokens,
+                token_file,
+                allow_hosts: args.allow_hosts.clone(),
+                budget: DEFAULT_BUDGET,
+                upkeep: None,
+                proxy: None,
+                settings: serde_json::json!({}),
+            };
+            return server.run(settings).await;
+        }
+        Plan::Stdio(scope) => scope,
+    };
     let opened = settings.open().await?;
     let memory = Arc::new(memory(settings, &opened)?);
-    let ended = match plan {
-        Plan::Http(addr, tokens) => {
-            let listener = http::bind(addr).await?;
-            let local = listener
-                .local_addr()
-                .context("read the listening address")?;
-            if !local.ip().is_loopback() {
-                tracing::warn!(
-                    "serving MCP on {local}, beyond this machine, over plain HTTP: put a TLS \
-                     proxy in front of it, or bearer tokens travel in the clear"
-                );
-            }
-            // On its own line and not through the log filter: clients and scripts read it.
-            eprintln!(
-                "ava mcp: listening on http://{local}{} for {} token(s); {}",
-                http::PATH,
-                tokens.len(),
-                opened.embedder_note
-            );
-            let config = HttpConfig {
-                tokens,
-                token_file: args.tokens.clone(),
-                extra_hosts: args.allow_hosts.clone(),
-                proxy: None,
-                inspector: None,
-            };
-            http::serve(listener, memory, config, shutdown_signal()).await?;
-            Ended::Signal
-        }
-        Plan::Stdio(scope) => {
-            tracing::info!(%scope, embedder = %opened.embedder_note, "serving MCP on stdio");
-            serve_stdio(AvaMcp::new(memory, scope)).await?
-        }
-    };
+    tracing::info!(%scope, embedder = %opened.embedder_note, "serving MCP on stdio");
+    let ended = serve_stdio(AvaMcp::new(memory, scope)).await?;
     // Every acknowledged write is committed already; this waits for the store's worker and
     // folds the write-ahead log back into the file.
     if let Some(sqlite) = &opened.sqlite {
         sqlite.close().await;
     }
     tracing::info!(?ended, "MCP server stopped");
-    if ended == Ended::Signal && args.http.is_none() {
+    if ended == Ended::Signal {
         // A read of stdin that is not a pipe (a terminal, a socket) runs on a blocking
         // thread that cannot be cancelled, and the runtime would wait for it on the way out:
         // everything is stored and closed, so leave now.
@@ -174,41 +163,4 @@ async fn serve_stdio(handler: AvaMcp) -> anyhow::Result<Ended> {
     };
     front.finish().await;
     Ok(ended)
-}
-
-/// Resolves on Ctrl-C or SIGTERM (what an MCP client sends a stdio server that does not exit
-/// when its stdin closes). The handlers are installed when this is called, not when the future
-/// is first polled: a signal that comes while the server is still starting (or before the task
-/// that awaits it next runs) stops it cleanly instead of killing it.
-pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = ()> {
-    #[cfg(unix)]
-    let listening = {
-        use tokio::signal::unix::{SignalKind, signal};
-        (
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::terminate()),
-        )
-    };
-    async move {
-        #[cfg(unix)]
-        match listening {
-            (Ok(mut int), Ok(mut term)) => {
-                tokio::select! {
-                    _ = int.recv() => {}
-                    _ = term.recv() => {}
-                }
-                return;
-            }
-            (Ok(mut int), Err(e)) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM; Ctrl-C still stops");
-                int.recv().await;
-                return;
-            }
-            (Err(e), _) => tracing::warn!(error = %e, "cannot listen for Ctrl-C"),
-        }
-        if let Err(e) = tokio::signal::ctrl_c().await {
-            tracing::warn!(error = %e, "cannot listen for Ctrl-C");
-            std::future::pending::<()>().await;
-        }
-    }
 }

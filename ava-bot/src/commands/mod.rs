@@ -152,6 +152,43 @@ pub(crate) fn parse_day_or_time(text: &str, edge: DayEdge) -> Result<Timestamp, 
     })
 }
 
+/// Resolves on Ctrl-C or SIGTERM (what an MCP client sends a stdio server that does not exit
+/// when its stdin closes). The handlers are installed when this is called, not when the future
+/// is first polled: a signal that comes while the server is still starting (or before the task
+/// that awaits it next runs) stops it cleanly instead of killing it.
+pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    #[cfg(unix)]
+    let listening = {
+        use tokio::signal::unix::{SignalKind, signal};
+        (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        )
+    };
+    async move {
+        #[cfg(unix)]
+        match listening {
+            (Ok(mut int), Ok(mut term)) => {
+                tokio::select! {
+                    _ = int.recv() => {}
+                    _ = term.recv() => {}
+                }
+                return;
+            }
+            (Ok(mut int), Err(e)) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM; Ctrl-C still stops");
+                int.recv().await;
+                return;
+            }
+            (Err(e), _) => tracing::warn!(error = %e, "cannot listen for Ctrl-C"),
+        }
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::warn!(error = %e, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{DayEdge, parse_as_of, parse_day_or_time, terminal_safe};

@@ -1,7 +1,8 @@
-//! `ava serve`: one long-running server for apps, on one address: MCP at `/mcp` (as `ava mcp
-//! --http`), the OpenAI-compatible proxy under `/v1/` in front of an upstream
-//! ([`crate::proxy`]) and the web inspector at `/inspect` ([`crate::inspect`]), for the
-//! identities of a bearer-token file, until Ctrl-C or SIGTERM.
+//! `ava serve`: one long-running server for apps, on one address: MCP at `/mcp`, the
+//! OpenAI-compatible proxy under `/v1/` in front of an upstream, if one is named
+//! ([`crate::proxy`]), and the web inspector at `/inspect` ([`crate::inspect`]), for the
+//! identities of a bearer-token file, until Ctrl-C or SIGTERM. `ava mcp --http` is this
+//! server without an upstream ([`Server`]).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -11,14 +12,14 @@ use std::time::Duration;
 use anyhow::Context;
 
 use crate::agent::DEFAULT_BUDGET;
-use crate::commands::mcp::shutdown_signal;
+use crate::commands::shutdown_signal;
 use crate::config::{Settings, secret_from_env};
 use crate::inspect::Inspector;
 use crate::mcp::Memory;
 use crate::mcp::http::{self, HttpConfig};
 use crate::mcp::tokens::TokenTable;
 use crate::proxy::{History, Learning, Proxy, Upstream};
-use crate::upkeep::UpkeepArgs;
+use crate::upkeep::{Upkeep, UpkeepArgs};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -36,9 +37,10 @@ pub(crate) struct Args {
     allow_hosts: Vec<String>,
     /// The OpenAI-compatible server that answers, up to where `/chat/completions` follows:
     /// e.g. `https://api.openai.com/v1`, or Ollama's `http://localhost:11434/v1`. Its key comes
-    /// from AVA_UPSTREAM_API_KEY (or OPENAI_API_KEY).
+    /// from AVA_UPSTREAM_API_KEY (or OPENAI_API_KEY) [default: none: MCP and the inspector
+    /// only, as `ava mcp --http` serves them].
     #[arg(long, env = "AVA_UPSTREAM_URL", value_name = "URL")]
-    upstream: String,
+    upstream: Option<String>,
     /// Seconds the upstream gets to start answering, and to send each next part of a
     /// streamed answer.
     #[arg(long, env = "AVA_UPSTREAM_TIMEOUT", default_value_t = 120)]
@@ -66,79 +68,121 @@ pub(crate) async fn run(settings: &Settings, args: &Args) -> anyhow::Result<()> 
     // What can be judged without the store is judged first.
     let tokens = TokenTable::load(&args.tokens)?;
     let key = secret_from_env("AVA_UPSTREAM_API_KEY").or_else(|| secret_from_env("OPENAI_API_KEY"));
-    let upstream = Upstream::new(
-        &args.upstream,
-        key,
-        Duration::from_secs(args.upstream_timeout),
-    )?;
+    let upstream = args
+        .upstream
+        .as_deref()
+        .map(|url| Upstream::new(url, key, Duration::from_secs(args.upstream_timeout)))
+        .transpose()?;
     let learning = match (&args.facts_model, args.no_facts) {
         (_, true) => Learning::Off,
         (Some(model), false) => Learning::Model(model.clone()),
         (None, false) => Learning::RequestModel,
     };
-    let opened = settings.open().await?;
-    let agent = settings
-        .agent(&opened, args.budget)?
-        .with_upkeep(args.upkeep.upkeep());
-    let upstream_url = upstream.base().to_owned();
-    // One agent for the server: MCP's `context` builds its prompts too (with its own budget).
-    let memory = Arc::new(Memory::new(agent.clone(), opened.embedder_note.clone())?);
-    let proxy = Arc::new(Proxy::new(agent.clone(), upstream, args.history, learning));
-    // The inspector reads through the same agent (see `Inspector::new`).
-    let inspector = Arc::new(
-        Inspector::new(
-            agent.clone(),
-            serde_json::json!({
-                "location": opened.store.info().location,
-                "embedder": opened.embedder_note,
-                "budget": args.budget,
-                "upstream": upstream_url,
-                "upstream_timeout_s": args.upstream_timeout,
-                "history": format!("{:?}", args.history).to_lowercase(),
-                "facts": match (&args.facts_model, args.no_facts) {
-                    (_, true) => "off".to_owned(),
-                    (Some(model), false) => format!("learned with {model}"),
-                    (None, false) => "learned with each request's model".to_owned(),
-                },
-            }),
-        )
-        .with_proxy(Arc::clone(&proxy))
-        .with_sqlite(opened.sqlite.clone()),
-    );
-    let listener = http::bind(args.addr).await?;
-    let local = listener
-        .local_addr()
-        .context("read the listening address")?;
-    if !local.ip().is_loopback() {
-        tracing::warn!(
-            "serving on {local}, beyond this machine, over plain HTTP: put a TLS proxy in \
-             front of it, or bearer tokens travel in the clear"
-        );
-    }
-    // On its own line and not through the log filter: clients and scripts read it.
-    eprintln!(
-        "ava serve: listening on http://{local} for {} token(s): MCP at {}, the \
-         OpenAI-compatible proxy at /v1 (upstream {upstream_url}, history {}), the inspector \
-         at /inspect; {}",
-        tokens.len(),
-        http::PATH,
-        clap::ValueEnum::to_possible_value(&args.history)
-            .map_or_else(String::new, |v| v.get_name().to_owned()),
-        opened.embedder_note
-    );
-    let config = HttpConfig {
+    let server = Server {
+        name: "ava serve",
+        addr: args.addr,
         tokens,
-        token_file: Some(args.tokens.clone()),
-        extra_hosts: args.allow_hosts.clone(),
-        proxy: Some(Arc::clone(&proxy)),
-        inspector: Some(inspector),
+        token_file: args.tokens.clone(),
+        allow_hosts: args.allow_hosts.clone(),
+        budget: args.budget,
+        upkeep: args.upkeep.upkeep(),
+        proxy: upstream.map(|upstream| (upstream, args.history, learning)),
+        settings: serde_json::json!({
+            "budget": args.budget,
+            "upstream_timeout_s": args.upstream.as_ref().map(|_| args.upstream_timeout),
+            "history": format!("{:?}", args.history).to_lowercase(),
+            "facts": match (&args.facts_model, args.no_facts) {
+                (_, true) => "off".to_owned(),
+                (Some(model), false) => format!("learned with {model}"),
+                (None, false) => "learned with each request's model".to_owned(),
+            },
+        }),
     };
-    http::serve(listener, memory, config, shutdown_signal()).await?;
-    // Facts still being learned are learned before the store closes.
-    proxy.agent().finish_background().await;
-    if let Some(sqlite) = &opened.sqlite {
-        sqlite.close().await;
+    server.run(settings).await
+}
+
+/// One HTTP server for apps, as `ava serve` or `ava mcp --http` asks for it: MCP at
+/// [`http::PATH`], the inspector at `/inspect`, and the proxy at `/v1` when it has an
+/// upstream.
+pub(crate) struct Server {
+    /// The command, for the line that says where it listens.
+    pub(crate) name: &'static str,
+    pub(crate) addr: SocketAddr,
+    pub(crate) tokens: TokenTable,
+    pub(crate) token_file: PathBuf,
+    pub(crate) allow_hosts: Vec<String>,
+    /// Token budget of what Ava adds to each request of the proxy (MCP's `context` names its
+    /// own).
+    pub(crate) budget: u32,
+    pub(crate) upkeep: Option<Arc<Upkeep>>,
+    /// The proxy's upstream, what it passes on of an app's history, and how it learns.
+    pub(crate) proxy: Option<(Upstream, History, Learning)>,
+    /// Settings the inspector shows, beside the store's and the upstream's.
+    pub(crate) settings: serde_json::Value,
+}
+
+impl Server {
+    /// Serves until Ctrl-C or SIGTERM, then closes the store.
+    pub(crate) async fn run(self, settings: &Settings) -> anyhow::Result<()> {
+        let opened = settings.open().await?;
+        let agent = settings
+            .agent(&opened, self.budget)?
+            .with_upkeep(self.upkeep);
+        // One agent for the server: MCP's `context` builds its prompts too (with its own
+        // budget).
+        let memory = Arc::new(Memory::new(agent.clone(), opened.embedder_note.clone())?);
+        let mut shown = self.settings;
+        shown["location"] = serde_json::json!(opened.store.info().location);
+        shown["embedder"] = serde_json::json!(opened.embedder_note);
+        let mut proxied = String::new();
+        let proxy = self.proxy.map(|(upstream, history, learning)| {
+            shown["upstream"] = serde_json::json!(upstream.base());
+            proxied = format!(
+                ", the OpenAI-compatible proxy at /v1 (upstream {}, history {})",
+                upstream.base(),
+                clap::ValueEnum::to_possible_value(&history)
+                    .map_or_else(String::new, |v| v.get_name().to_owned())
+            );
+            Arc::new(Proxy::new(agent.clone(), upstream, history, learning))
+        });
+        // The inspector reads through the same agent (see `Inspector::new`).
+        let mut inspector = Inspector::new(agent.clone(), shown).with_sqlite(opened.sqlite.clone());
+        if let Some(proxy) = &proxy {
+            inspector = inspector.with_proxy(Arc::clone(proxy));
+        }
+        let listener = http::bind(self.addr).await?;
+        let local = listener
+            .local_addr()
+            .context("read the listening address")?;
+        if !local.ip().is_loopback() {
+            tracing::warn!(
+                "serving on {local}, beyond this machine, over plain HTTP: put a TLS proxy in \
+                 front of it, or bearer tokens travel in the clear"
+            );
+        }
+        // On its own line and not through the log filter: clients and scripts read it.
+        eprintln!(
+            "{}: listening on http://{local} for {} token(s): MCP at {}{proxied}, the \
+             inspector at /inspect; {}",
+            self.name,
+            self.tokens.len(),
+            http::PATH,
+            opened.embedder_note
+        );
+        let config = HttpConfig {
+            tokens: self.tokens,
+            token_file: self.token_file,
+            extra_hosts: self.allow_hosts,
+            proxy: proxy.clone(),
+            inspector: Arc::new(inspector),
+        };
+        http::serve(listener, memory, config, shutdown_signal()).await?;
+        // Facts still being learned are learned before the store closes.
+        agent.finish_background().await;
+        if let Some(sqlite) = &opened.sqlite {
+            sqlite.close().await;
+        }
+        tracing::info!("{} stopped", self.name);
+        Ok(())
     }
-    tracing::info!("ava serve stopped");
-    Ok(())
 }

@@ -129,7 +129,7 @@ struct Gate {
     /// The tokens in force, and the version of the file they were read from.
     table: RwLock<(Option<Stamp>, Arc<Table>)>,
     /// The token file, read again when it changes.
-    file: Option<PathBuf>,
+    file: PathBuf,
     memory: Arc<Memory>,
     rmcp_config: StreamableHttpServerConfig,
     /// `Host` names a request and a web page's `Origin` may name.
@@ -138,8 +138,8 @@ struct Gate {
     cross_origin: Refusals,
     /// The OpenAI-compatible proxy under `/v1/` (`ava serve`), if there is one.
     proxy: Option<Arc<Proxy>>,
-    /// The web inspector under `/inspect` (`ava serve`), if there is one.
-    inspector: Option<Arc<Inspector>>,
+    /// The web inspector under `/inspect`.
+    inspector: Arc<Inspector>,
 }
 
 /// The token of an `Authorization: Bearer <token>` header.
@@ -263,9 +263,7 @@ impl Gate {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        let Some(file) = &self.file else {
-            return table;
-        };
+        let file = &self.file;
         let now = Stamp::of_file(file);
         if !force && now == stamp {
             return table;
@@ -301,13 +299,7 @@ impl Gate {
         }
         let path = request.uri().path();
         if inspect::is_page(path) {
-            return match &self.inspector {
-                Some(_) => inspect::page(&request),
-                None => plain(
-                    StatusCode::NOT_FOUND,
-                    "not found; the inspector is in `ava serve`\n",
-                ),
-            };
+            return inspect::page(&request);
         }
         let table = self.current(false);
         let Some(i) = bearer(&request).and_then(|t| table.tokens.identify(t)) else {
@@ -323,13 +315,9 @@ impl Gate {
             return response;
         };
         if inspect::is_api(request.uri().path()) {
-            return match (&self.inspector, table.tokens.grant(i)) {
-                (Some(inspector), Some(grant)) => inspector.api(request, grant).await,
-                (None, _) => plain(
-                    StatusCode::NOT_FOUND,
-                    "not found; the inspector is in `ava serve`\n",
-                ),
-                (_, None) => plain(
+            return match table.tokens.grant(i) {
+                Some(grant) => self.inspector.api(request, grant).await,
+                None => plain(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "no grant for this token\n",
                 ),
@@ -344,8 +332,8 @@ impl Gate {
                 (Some(proxy), Some(grant)) => proxy.handle(request, grant).await,
                 (None, _) => plain(
                     StatusCode::NOT_FOUND,
-                    "not found; this server serves MCP at /mcp only (the OpenAI-compatible \
-                     proxy is `ava serve --upstream URL`)\n",
+                    "not found; this server has no upstream, so no OpenAI-compatible proxy \
+                     (start it with `ava serve --upstream URL`)\n",
                 ),
                 (_, None) => plain(
                     StatusCode::INTERNAL_SERVER_ERROR,
@@ -375,14 +363,14 @@ impl Gate {
 pub(crate) struct HttpConfig {
     /// Who may connect, and as whom.
     pub(crate) tokens: TokenTable,
-    /// The file they were read from, read again when it changes (none: they stay).
-    pub(crate) token_file: Option<PathBuf>,
+    /// The file they were read from, read again when it changes.
+    pub(crate) token_file: PathBuf,
     /// `Host` names accepted besides the loopback ones (a guard against DNS rebinding).
     pub(crate) extra_hosts: Vec<String>,
     /// The OpenAI-compatible proxy served beside MCP (`ava serve`), if any.
     pub(crate) proxy: Option<Arc<Proxy>>,
-    /// The web inspector (`ava serve`), if any.
-    pub(crate) inspector: Option<Arc<Inspector>>,
+    /// The web inspector.
+    pub(crate) inspector: Arc<Inspector>,
 }
 
 /// Serves MCP on `listener` until `shutdown` resolves, then lets the requests in flight
@@ -402,7 +390,7 @@ pub(crate) async fn serve(
         .with_sse_keep_alive(None)
         .with_allowed_hosts(hosts.clone())
         .with_cancellation_token(sessions_end.clone());
-    let stamp = config.token_file.as_deref().and_then(Stamp::of_file);
+    let stamp = Stamp::of_file(&config.token_file);
     let table = Gate::table(&memory, &rmcp_config, config.tokens);
     let gate = Arc::new(Gate {
         table: RwLock::new((stamp, table)),
