@@ -11,11 +11,10 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use anyhow::{Context, bail};
 use bytes::Bytes;
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use memory_core::Secret;
@@ -26,12 +25,10 @@ use teloxide::stop::{StopToken, mk_stop_token};
 use teloxide::types::Update;
 use teloxide::update_listeners::{StatefulListener, UpdateListener};
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
-use tokio_util::sync::CancellationToken;
 
 use crate::body::read_whole;
 use crate::bot::AvaBot;
-use crate::mcp::http::{bind, serve_connection};
+use crate::mcp::http::{accept_until, bind};
 
 /// The header Telegram sends the secret in.
 const SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
@@ -42,9 +39,6 @@ const MAX_BODY: usize = 1 << 20;
 /// Updates received but not yet taken by the dispatcher; when full, Telegram is told to
 /// try again later (503), and it does.
 const QUEUE: usize = 1024;
-
-/// How long connections still open at a stop may take to finish their request.
-const DRAIN: Duration = Duration::from_secs(10);
 
 /// Where Telegram sends updates, and the secret it proves itself with.
 #[derive(Clone, Debug)]
@@ -127,43 +121,17 @@ pub(crate) async fn listen(
     let (token, flag) = mk_stop_token();
     let path = hook.url.path().to_owned();
     let secret = hook.secret.clone();
-    tokio::spawn(async move {
-        let stop = CancellationToken::new();
-        let mut connections = JoinSet::new();
-        tokio::pin!(flag);
-        loop {
-            tokio::select! {
-                () = &mut flag => break,
-                accepted = tcp.accept() => match accepted {
-                    Ok((stream, peer)) => {
-                        let gate = Gate { path: path.clone(), secret: secret.clone(), tx: tx.clone() };
-                        connections.spawn(connection(stream, peer, gate, stop.clone()));
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "could not accept a webhook connection");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                },
-                Some(_) = connections.join_next(), if !connections.is_empty() => {}
-            }
-        }
-        drop(tcp);
-        stop.cancel();
-        // A request being read when the bot stops may finish (its update is then still
-        // handled); a client that never finishes one is cut off after DRAIN, so the queue
-        // closes and the dispatcher can stop.
-        let drained = tokio::time::timeout(DRAIN, async {
-            while connections.join_next().await.is_some() {}
-        })
-        .await;
-        if drained.is_err() {
-            tracing::warn!(
-                open = connections.len(),
-                "webhook connections still open {DRAIN:?} after the stop; closed"
-            );
-            connections.shutdown().await;
-        }
-    });
+    // A request being read when the bot stops may finish (its update is then still handled);
+    // a client that never finishes one is cut off, so the queue closes and the dispatcher can
+    // stop.
+    tokio::spawn(accept_until(tcp, flag, "webhook", move |request, _| {
+        let gate = Gate {
+            path: path.clone(),
+            secret: secret.clone(),
+            tx: tx.clone(),
+        };
+        async move { gate.take(request).await.map(BodyExt::boxed) }
+    }));
     let listener = StatefulListener::new((rx, token), updates, stop_token);
     Ok((listener, bound))
 }
@@ -222,19 +190,6 @@ impl Gate {
             }
         }
     }
-}
-
-async fn connection(
-    stream: tokio::net::TcpStream,
-    peer: SocketAddr,
-    gate: Gate,
-    stop: CancellationToken,
-) {
-    let service = hyper::service::service_fn(move |request| {
-        let gate = gate.clone();
-        async move { Ok::<_, Infallible>(gate.take(request).await) }
-    });
-    serve_connection(stream, peer, service, stop).await;
 }
 
 #[cfg(test)]

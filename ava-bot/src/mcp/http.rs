@@ -404,44 +404,22 @@ pub(crate) async fn serve(
         inspector: config.inspector,
     });
     let mut hangups = hangups()?;
-
-    let stop = CancellationToken::new();
-    let mut connections = JoinSet::new();
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            () = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    connections.spawn(connection(stream, peer, Arc::clone(&gate), stop.clone()));
-                }
-                Err(e) => {
-                    // Out of file descriptors, a connection reset before accept: wait a little.
-                    tracing::warn!(error = %e, "could not accept a connection");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            },
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
-            Some(()) = hangup(&mut hangups) => {
+    let reload = tokio::spawn({
+        let gate = Arc::clone(&gate);
+        async move {
+            while hangup(&mut hangups).await.is_some() {
                 tracing::info!("SIGHUP: reading the token file again");
                 gate.current(true);
             }
         }
-    }
-    drop(listener);
-    stop.cancel();
-    let drained = tokio::time::timeout(DRAIN, async {
-        while connections.join_next().await.is_some() {}
+    });
+    accept_until(listener, shutdown, "HTTP", move |request, peer| {
+        let gate = Arc::clone(&gate);
+        async move { gate.route(request, peer).await }
     })
     .await;
+    reload.abort();
     sessions_end.cancel();
-    if drained.is_err() {
-        tracing::warn!(
-            left = connections.len(),
-            "connections still open after {DRAIN:?}; closing them"
-        );
-        connections.shutdown().await;
-    }
     Ok(())
 }
 
@@ -470,23 +448,62 @@ async fn hangup(signals: &mut Hangups) -> Option<()> {
     }
 }
 
-async fn connection(
-    stream: tokio::net::TcpStream,
-    peer: SocketAddr,
-    gate: Arc<Gate>,
-    stop: CancellationToken,
-) {
-    let service = hyper::service::service_fn(move |request| {
-        let gate = Arc::clone(&gate);
-        async move { Ok::<_, Infallible>(gate.route(request, peer).await) }
-    });
-    serve_connection(stream, peer, service, stop).await;
+/// Serves each connection accepted on `listener` with `handle` until `shutdown` resolves;
+/// then lets the requests in flight finish (up to [`DRAIN`]) and cuts the connections still
+/// open. Every listener of `ava` runs this way (MCP, the proxy and the inspector here,
+/// Telegram's webhook), `what` naming it in the log.
+pub(crate) async fn accept_until<H, F>(
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+    what: &'static str,
+    handle: H,
+) where
+    H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + 'static,
+    F: Future<Output = Response<Body>> + Send + 'static,
+{
+    let stop = CancellationToken::new();
+    let mut connections = JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let handle = handle.clone();
+                    let service = hyper::service::service_fn(move |request| {
+                        let answer = handle(request, peer);
+                        async move { Ok::<_, Infallible>(answer.await) }
+                    });
+                    connections.spawn(serve_connection(stream, peer, service, stop.clone()));
+                }
+                Err(e) => {
+                    // Out of file descriptors, a connection reset before accept: wait a little.
+                    tracing::warn!(error = %e, "could not accept a connection ({what})");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+    drop(listener);
+    stop.cancel();
+    let drained = tokio::time::timeout(DRAIN, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            open = connections.len(),
+            "{what} connections still open {DRAIN:?} after the stop; closed"
+        );
+        connections.shutdown().await;
+    }
 }
 
 /// Serves one HTTP/1 connection with `service` until the client closes it or `stop` is
 /// cancelled (then the request in flight, if any, is finished first). Every listener of
-/// `ava` serves its connections this way (MCP and the proxy here, Telegram's webhook).
-pub(crate) async fn serve_connection<S>(
+/// `ava` serves its connections this way ([`accept_until`]).
+async fn serve_connection<S>(
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
     service: S,
