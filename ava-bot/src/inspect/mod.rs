@@ -106,28 +106,19 @@ pub(crate) fn page(request: &Request<Incoming>) -> Response<Body> {
 fn answer(status: StatusCode, kind: &'static str, body: Bytes) -> Response<Body> {
     let mut response = Response::new(Full::new(body).boxed());
     *response.status_mut() = status;
-    let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, header::HeaderValue::from_static(kind));
-    headers.insert(
-        header::CONTENT_SECURITY_POLICY,
-        header::HeaderValue::from_static(POLICY),
-    );
-    headers.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        header::HeaderValue::from_static("nosniff"),
-    );
-    headers.insert(
-        header::REFERRER_POLICY,
-        header::HeaderValue::from_static("no-referrer"),
-    );
-    headers.insert(
-        header::CACHE_CONTROL,
-        header::HeaderValue::from_static("no-store"),
-    );
-    headers.insert(
-        header::X_FRAME_OPTIONS,
-        header::HeaderValue::from_static("DENY"),
-    );
+    let sent = [
+        (header::CONTENT_TYPE, kind),
+        (header::CONTENT_SECURITY_POLICY, POLICY),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::REFERRER_POLICY, "no-referrer"),
+        (header::CACHE_CONTROL, "no-store"),
+        (header::X_FRAME_OPTIONS, "DENY"),
+    ];
+    for (name, value) in sent {
+        response
+            .headers_mut()
+            .insert(name, header::HeaderValue::from_static(value));
+    }
     response
 }
 
