@@ -320,6 +320,55 @@ mod tests {
         );
     }
 
+    /// ARCHITECTURE.md's `unsafe` invariant names every file that holds `unsafe` code, and
+    /// no other (clippy's `undocumented_unsafe_blocks` sees to the `SAFETY` comments).
+    #[test]
+    fn unsafe_is_where_the_architecture_says() {
+        let map = std::fs::read_to_string(root().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+        let start = map
+            .find("**Invariant:** `unsafe` is in")
+            .expect("ARCHITECTURE.md states where `unsafe` is");
+        let rule = &map[start..start + map[start..].find("\n\n").unwrap_or(map.len() - start)];
+        let named: std::collections::BTreeSet<&str> =
+            rule.split('`').filter(|w| w.ends_with(".rs")).collect();
+        let mut holding = std::collections::BTreeSet::new();
+        let this = root()
+            .join("xtask/src/tidy.rs")
+            .canonicalize()
+            .expect("tidy.rs");
+        for file in crate_sources(&["src", "tests", "benches", "examples"]) {
+            // This file names what it looks for.
+            if file.canonicalize().is_ok_and(|f| f == this) {
+                continue;
+            }
+            let text = std::fs::read_to_string(&file).unwrap_or_default();
+            let has = text.lines().any(|l| {
+                let code = l.split("//").next().unwrap_or_default();
+                ["unsafe {", "unsafe fn", "unsafe impl", "unsafe extern"]
+                    .iter()
+                    .any(|u| code.contains(u))
+            });
+            if has {
+                let name = file
+                    .file_name()
+                    .expect("a file")
+                    .to_string_lossy()
+                    .into_owned();
+                holding.insert(name);
+            }
+        }
+        let holding: std::collections::BTreeSet<&str> =
+            holding.iter().map(String::as_str).collect();
+        assert!(
+            !holding.is_empty(),
+            "found no `unsafe` at all: is the scan blind?"
+        );
+        assert_eq!(
+            named, holding,
+            "ARCHITECTURE.md's `unsafe` invariant names {named:?}; the code has it in {holding:?}"
+        );
+    }
+
     /// Lines without blanks and surrounding space, for comparing a snippet with a file.
     fn lines_of(text: &str) -> Vec<&str> {
         text.lines()
