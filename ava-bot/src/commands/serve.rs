@@ -87,16 +87,20 @@ pub(crate) async fn run(settings: &Settings, args: &Args) -> anyhow::Result<()> 
         budget: args.budget,
         upkeep: args.upkeep.upkeep(),
         proxy: upstream.map(|upstream| (upstream, args.history, learning)),
-        settings: serde_json::json!({
-            "budget": args.budget,
-            "upstream_timeout_s": args.upstream.as_ref().map(|_| args.upstream_timeout),
-            "history": format!("{:?}", args.history).to_lowercase(),
-            "facts": match (&args.facts_model, args.no_facts) {
-                (_, true) => "off".to_owned(),
-                (Some(model), false) => format!("learned with {model}"),
-                (None, false) => "learned with each request's model".to_owned(),
-            },
-        }),
+        // What the proxy does, when there is one.
+        settings: match &args.upstream {
+            None => serde_json::json!({}),
+            Some(_) => serde_json::json!({
+                "budget": args.budget,
+                "upstream_timeout_s": args.upstream_timeout,
+                "history": format!("{:?}", args.history).to_lowercase(),
+                "facts": match (&args.facts_model, args.no_facts) {
+                    (_, true) => "off".to_owned(),
+                    (Some(model), false) => format!("learned with {model}"),
+                    (None, false) => "learned with each request's model".to_owned(),
+                },
+            }),
+        },
     };
     server.run(settings).await
 }
@@ -117,7 +121,7 @@ pub(crate) struct Server {
     pub(crate) upkeep: Option<Arc<Upkeep>>,
     /// The proxy's upstream, what it passes on of an app's history, and how it learns.
     pub(crate) proxy: Option<(Upstream, History, Learning)>,
-    /// Settings the inspector shows, beside the store's and the upstream's.
+    /// Settings the inspector shows, beside the store's, the embedder's and the upstream's.
     pub(crate) settings: serde_json::Value,
 }
 
