@@ -14,7 +14,9 @@ use std::collections::{HashMap, HashSet};
 
 use rusqlite::{CachedStatement, Connection, OptionalExtension};
 
-use crate::kernels::{code_width, decode_code, decode_f32s, dot_fn, extend_unit, quantize, unit};
+use crate::kernels::{
+    code_width, decode_code, decode_f32s, dot_codes_fn, dot_fn, extend_unit, quantize, unit,
+};
 use crate::vector_rows::{memory_pk, vector_rowids};
 
 /// One scope's vectors.
@@ -132,74 +134,6 @@ pub(crate) const DUAL_FROM: usize = 256;
 
 /// Scopes at least this big are streamed on their first search instead of loaded.
 pub(crate) const STREAM_FIRST: usize = 10_000;
-
-/// Integer dot product of a vector's codes with the quantized query (the portable path).
-fn dot_codes_portable(codes: &[u8], q: &[i16]) -> i32 {
-    codes.iter().zip(q).fold(0i32, |acc, (&c, &x)| {
-        acc.wrapping_add(i32::from(c as i8) * i32::from(x))
-    })
-}
-
-/// AVX2: sixteen codes widened to i16 and multiplied pairwise into eight i32 sums per step.
-#[cfg(target_arch = "x86_64")]
-#[expect(
-    unsafe_code,
-    reason = "AVX2 intrinsics; callers check the CPU has them"
-)]
-#[target_feature(enable = "avx2")]
-fn dot_codes_avx2(codes: &[u8], q: &[i16]) -> i32 {
-    use std::arch::x86_64::{
-        __m128i, __m256i, _mm_loadu_si128, _mm256_add_epi32, _mm256_cvtepi8_epi16,
-        _mm256_loadu_si256, _mm256_madd_epi16, _mm256_setzero_si256, _mm256_storeu_si256,
-    };
-    let n = codes.len().min(q.len());
-    let mut acc = [_mm256_setzero_si256(); 2];
-    let mut i = 0;
-    while i + 32 <= n {
-        for (j, lane) in acc.iter_mut().enumerate() {
-            let at = i + 16 * j;
-            // SAFETY: `at + 16 <= n`, so 16 codes (16 bytes) and 16 query values (32 bytes)
-            // are in bounds; `loadu` has no alignment requirement, and AVX2 is enabled.
-            let (c, x) = unsafe {
-                (
-                    _mm_loadu_si128(codes.as_ptr().add(at).cast::<__m128i>()),
-                    _mm256_loadu_si256(q.as_ptr().add(at).cast::<__m256i>()),
-                )
-            };
-            *lane = _mm256_add_epi32(*lane, _mm256_madd_epi16(_mm256_cvtepi8_epi16(c), x));
-        }
-        i += 32;
-    }
-    let mut lanes = [0i32; 8];
-    // SAFETY: `lanes` holds exactly 8 i32 (32 bytes); `storeu` has no alignment requirement.
-    unsafe {
-        _mm256_storeu_si256(
-            lanes.as_mut_ptr().cast::<__m256i>(),
-            _mm256_add_epi32(acc[0], acc[1]),
-        );
-    };
-    lanes
-        .iter()
-        .fold(0i32, |a, &b| a.wrapping_add(b))
-        .wrapping_add(dot_codes_portable(&codes[i..n], &q[i..n]))
-}
-
-/// Which integer dot product this CPU runs, decided once per scan.
-fn dot_codes_fn() -> fn(&[u8], &[i16]) -> i32 {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        #[expect(
-            unsafe_code,
-            reason = "calls the SIMD kernel once the CPU is known to have it"
-        )]
-        return |a, b| {
-            // SAFETY: the CPU supports AVX2, checked just above before this function was
-            // handed out.
-            unsafe { dot_codes_avx2(a, b) }
-        };
-    }
-    dot_codes_portable
-}
 
 /// A unit-length query quantized for the integer scan: values, the step (component ≈
 /// value × step) and the query's L1 norm. Values are at most `i32::MAX / (127 · dims)` in
@@ -1096,21 +1030,6 @@ mod tests {
             set.bits.len() * 64 <= set.cap + 64,
             "the bitmap stays bounded"
         );
-    }
-
-    #[test]
-    fn integer_dot_matches_the_naive_sum() {
-        for n in [0, 1, 15, 16, 17, 31, 32, 33, 48, 384, 389] {
-            let c: Vec<u8> = (0..n).map(|i| ((i * 37) % 255) as u8).collect();
-            let q: Vec<i16> = (0..n).map(|i| ((i * 7919) % 65_535) as i16).collect();
-            let naive: i64 = c
-                .iter()
-                .zip(&q)
-                .map(|(&a, &b)| i64::from(a as i8) * i64::from(b))
-                .sum();
-            assert_eq!(i64::from(dot_codes_fn()(&c, &q)), naive, "n={n}");
-            assert_eq!(i64::from(dot_codes_portable(&c, &q)), naive, "n={n}");
-        }
     }
 
     /// A scope too big for the budget whole is kept quantized, and a mid-size one dual; the
