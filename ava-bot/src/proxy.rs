@@ -84,6 +84,17 @@ pub(crate) enum Learning {
     Model(String),
 }
 
+impl Learning {
+    /// What it does, for people (the inspector's settings).
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Learning::Off => "off".to_owned(),
+            Learning::RequestModel => "learned with each request's model".to_owned(),
+            Learning::Model(model) => format!("learned with {model}"),
+        }
+    }
+}
+
 /// The server the proxy passes requests on to.
 #[derive(Debug)]
 pub(crate) struct Upstream {
@@ -125,6 +136,11 @@ impl Upstream {
     /// Where this upstream is, for messages.
     pub(crate) fn base(&self) -> &str {
         &self.base
+    }
+
+    /// How long it gets to start answering, and to send each next piece.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {

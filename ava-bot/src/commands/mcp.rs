@@ -93,7 +93,6 @@ pub(crate) async fn run(settings: &Settings, args: &Args) -> anyhow::Result<()> 
                 budget: DEFAULT_BUDGET,
                 upkeep: None,
                 proxy: None,
-                settings: serde_json::json!({}),
             };
             return server.run(settings).await;
         }
@@ -120,7 +119,7 @@ pub(crate) async fn run(settings: &Settings, args: &Args) -> anyhow::Result<()> 
 
 /// What MCP serves over `opened`'s store: prompts built as the settings say (`context`
 /// with a budget of its own, [`DEFAULT_BUDGET`] unless asked).
-pub(crate) fn memory(settings: &Settings, opened: &Opened) -> anyhow::Result<Memory> {
+fn memory(settings: &Settings, opened: &Opened) -> anyhow::Result<Memory> {
     Memory::new(
         settings.agent(opened, DEFAULT_BUDGET)?,
         opened.embedder_note.clone(),

@@ -87,20 +87,6 @@ pub(crate) async fn run(settings: &Settings, args: &Args) -> anyhow::Result<()> 
         budget: args.budget,
         upkeep: args.upkeep.upkeep(),
         proxy: upstream.map(|upstream| (upstream, args.history, learning)),
-        // What the proxy does, when there is one.
-        settings: match &args.upstream {
-            None => serde_json::json!({}),
-            Some(_) => serde_json::json!({
-                "budget": args.budget,
-                "upstream_timeout_s": args.upstream_timeout,
-                "history": format!("{:?}", args.history).to_lowercase(),
-                "facts": match (&args.facts_model, args.no_facts) {
-                    (_, true) => "off".to_owned(),
-                    (Some(model), false) => format!("learned with {model}"),
-                    (None, false) => "learned with each request's model".to_owned(),
-                },
-            }),
-        },
     };
     server.run(settings).await
 }
@@ -121,8 +107,6 @@ pub(crate) struct Server {
     pub(crate) upkeep: Option<Arc<Upkeep>>,
     /// The proxy's upstream, what it passes on of an app's history, and how it learns.
     pub(crate) proxy: Option<(Upstream, History, Learning)>,
-    /// Settings the inspector shows, beside the store's, the embedder's and the upstream's.
-    pub(crate) settings: serde_json::Value,
 }
 
 impl Server {
@@ -135,20 +119,34 @@ impl Server {
         // One agent for the server: MCP's `context` builds its prompts too (with its own
         // budget).
         let memory = Arc::new(Memory::new(agent.clone(), opened.embedder_note.clone())?);
-        let mut shown = self.settings;
-        shown["location"] = serde_json::json!(opened.store.info().location);
-        shown["embedder"] = serde_json::json!(opened.embedder_note);
-        let mut proxied = String::new();
-        let proxy = self.proxy.map(|(upstream, history, learning)| {
-            shown["upstream"] = serde_json::json!(upstream.base());
-            proxied = format!(
-                ", the OpenAI-compatible proxy at /v1 (upstream {}, history {})",
-                upstream.base(),
-                clap::ValueEnum::to_possible_value(&history)
-                    .map_or_else(String::new, |v| v.get_name().to_owned())
-            );
-            Arc::new(Proxy::new(agent.clone(), upstream, history, learning))
+        // The settings in force, for the inspector (the proxy's when there is one).
+        let mut shown = serde_json::json!({
+            "location": opened.store.info().location,
+            "embedder": opened.embedder_note,
         });
+        let mut proxied = String::new();
+        let proxy = match self.proxy {
+            None => None,
+            Some((upstream, history, learning)) => {
+                let history_name = clap::ValueEnum::to_possible_value(&history)
+                    .map_or_else(String::new, |v| v.get_name().to_owned());
+                proxied = format!(
+                    ", the OpenAI-compatible proxy at /v1 (upstream {}, history {history_name})",
+                    upstream.base()
+                );
+                shown["upstream"] = serde_json::json!(upstream.base());
+                shown["upstream_timeout_s"] = serde_json::json!(upstream.timeout().as_secs());
+                shown["budget"] = serde_json::json!(self.budget);
+                shown["history"] = serde_json::json!(history_name);
+                shown["facts"] = serde_json::json!(learning.describe());
+                Some(Arc::new(Proxy::new(
+                    agent.clone(),
+                    upstream,
+                    history,
+                    learning,
+                )))
+            }
+        };
         // The inspector reads through the same agent (see `Inspector::new`).
         let mut inspector = Inspector::new(agent.clone(), shown).with_sqlite(opened.sqlite.clone());
         if let Some(proxy) = &proxy {
@@ -177,7 +175,7 @@ impl Server {
             tokens: self.tokens,
             token_file: self.token_file,
             extra_hosts: self.allow_hosts,
-            proxy: proxy.clone(),
+            proxy,
             inspector: Arc::new(inspector),
         };
         http::serve(listener, memory, config, shutdown_signal()).await?;

@@ -1,7 +1,8 @@
-//! `ava mcp --http` and `ava serve`: MCP's streamable HTTP transport (rmcp's, stateless with
-//! JSON answers) at `/mcp`, and for `ava serve` the OpenAI-compatible proxy under `/v1/`
-//! ([`crate::proxy`]), on hyper's HTTP/1 server, behind a bearer-token gate that gives each
-//! request its identity.
+//! `ava serve` (and `ava mcp --http`, the same server without an upstream): MCP's streamable
+//! HTTP transport (rmcp's, stateless with JSON answers) at `/mcp`, the inspector at
+//! `/inspect` ([`crate::inspect`]) and, with an upstream, the OpenAI-compatible proxy under
+//! `/v1/` ([`crate::proxy`]), on hyper's HTTP/1 server, behind a bearer-token gate that gives
+//! each request its identity.
 //!
 //! Every request must carry `Authorization: Bearer <token>` with a token of the token file;
 //! without one it gets 401 before anything else looks at it. The token picks the handler,
@@ -136,7 +137,7 @@ struct Gate {
     hosts: Vec<String>,
     unauthenticated: Refusals,
     cross_origin: Refusals,
-    /// The OpenAI-compatible proxy under `/v1/` (`ava serve`), if there is one.
+    /// The OpenAI-compatible proxy under `/v1/`, when there is an upstream.
     proxy: Option<Arc<Proxy>>,
     /// The web inspector under `/inspect`.
     inspector: Arc<Inspector>,
@@ -263,8 +264,7 @@ impl Gate {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        let file = &self.file;
-        let now = Stamp::of_file(file);
+        let now = Stamp::of_file(&self.file);
         if !force && now == stamp {
             return table;
         }
@@ -273,7 +273,7 @@ impl Gate {
             // Another request reloaded it meanwhile.
             return Arc::clone(&slot.1);
         }
-        match TokenTable::load(file) {
+        match TokenTable::load(&self.file) {
             Ok(tokens) => {
                 tracing::info!(tokens = tokens.len(), "read the token file again");
                 *slot = (now, Self::table(&self.memory, &self.rmcp_config, tokens));
@@ -367,7 +367,7 @@ pub(crate) struct HttpConfig {
     pub(crate) token_file: PathBuf,
     /// `Host` names accepted besides the loopback ones (a guard against DNS rebinding).
     pub(crate) extra_hosts: Vec<String>,
-    /// The OpenAI-compatible proxy served beside MCP (`ava serve`), if any.
+    /// The OpenAI-compatible proxy served beside MCP, when there is an upstream.
     pub(crate) proxy: Option<Arc<Proxy>>,
     /// The web inspector.
     pub(crate) inspector: Arc<Inspector>,
