@@ -328,7 +328,14 @@ mod tests {
         let start = map
             .find("**Invariant:** `unsafe` is in")
             .expect("ARCHITECTURE.md states where `unsafe` is");
-        let rule = &map[start..start + map[start..].find("\n\n").unwrap_or(map.len() - start)];
+        // The rule runs to the next invariant or the paragraph's end.
+        let rest = &map[start..];
+        let end = ["\n\n", "\n**Invariant:**"]
+            .iter()
+            .filter_map(|stop| rest.find(stop))
+            .min()
+            .unwrap_or(rest.len());
+        let rule = &rest[..end];
         let named: std::collections::BTreeSet<&str> =
             rule.split('`').filter(|w| w.ends_with(".rs")).collect();
         let mut holding = std::collections::BTreeSet::new();
