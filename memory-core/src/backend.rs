@@ -13,6 +13,7 @@ use crate::entry::{MemoryEntry, MemoryId, MemoryPatch, NewMemory};
 use crate::error::{MemoryError, Result};
 use crate::prune::{PrunePolicy, PruneReport};
 use crate::query::{Filter, ScoredMemory, SearchRequest, TagQuery};
+use crate::record::Record;
 use crate::same_fact::{merge_patch, normalise};
 use crate::scope::Scope;
 use crate::time::Timestamp;
@@ -94,10 +95,11 @@ pub trait MemoryBackend: Send + Sync + fmt::Debug {
     /// Changes a memory in place (re-embedding and re-indexing changed content).
     async fn update(&self, scope: &Scope, id: MemoryId, patch: MemoryPatch) -> Result<MemoryEntry>;
 
-    /// Deletes a memory from every index.
+    /// Deletes a memory from every index, and the scope's records (see
+    /// [`MemoryBackend::keep_record`]).
     async fn delete(&self, scope: &Scope, id: MemoryId) -> Result<()>;
 
-    /// Deletes every memory of a scope; returns how many there were.
+    /// Deletes every memory and record of a scope; returns how many memories there were.
     async fn delete_scope(&self, scope: &Scope) -> Result<u64>;
 
     /// Applies a prune policy to a scope.
@@ -106,10 +108,10 @@ pub trait MemoryBackend: Send + Sync + fmt::Debug {
     /// How many memories a scope holds (superseded ones included).
     async fn count(&self, scope: &Scope) -> Result<u64>;
 
-    /// Every scope that holds memories, sorted: of one tenant when `tenant` is given, of one
-    /// user (in every tenant, or in `tenant`) when `user` is given, of the whole store when
-    /// neither is. For housekeeping and moving stores: finding a memory by id across a
-    /// user's chats, wiping everything they own, copying a store whole.
+    /// Every scope that holds memories or records, sorted: of one tenant when `tenant` is
+    /// given, of one user (in every tenant, or in `tenant`) when `user` is given, of the
+    /// whole store when neither is. For housekeeping and moving stores: finding a memory by
+    /// id across a user's chats, wiping everything they own, copying a store whole.
     async fn scopes(&self, tenant: Option<&str>, user: Option<&str>) -> Result<Vec<Scope>>;
 
     /// Takes the lease `name` for `holder` until `ttl` from now, if no other holder's lease
@@ -134,8 +136,42 @@ pub trait MemoryBackend: Send + Sync + fmt::Debug {
     /// [`MemoryBackend::release_lease`].
     async fn end_lease(&self, name: &str) -> Result<()>;
 
-    /// Every scope of one user in one tenant that holds memories (their chats and threads,
-    /// and the user-wide scope), sorted: [`MemoryBackend::scopes`] of that tenant and user.
+    /// Keeps `record` in `scope` and leaves the newest `keep` records of its kind there, the
+    /// older ones removed in the same step: a bounded ring per scope and kind, each kind
+    /// apart. The newest have the latest [`Record::at`]; of equal times, the one kept last.
+    ///
+    /// What the bot and the proxy note of each prompt they built (its explain report), so
+    /// that another process, or this one after a restart, can explain it. A record is not a
+    /// memory: never searched, counted, exported or pruned. It may quote what the scope's
+    /// memories say (a report quotes its question's words), so it does not outlive a
+    /// person's deletion there: [`delete`](Self::delete) and
+    /// [`delete_scope`](Self::delete_scope) remove the scope's records too, of every kind.
+    /// (Pruning does not: it removes what is stale, not what someone asked to forget.)
+    ///
+    /// Needs [`Capability::Records`]; the default refuses with [`MemoryError::Unsupported`].
+    /// See [`Record::validate`] for what is accepted.
+    async fn keep_record(&self, scope: &Scope, record: Record, keep: usize) -> Result<()> {
+        let _ = (scope, record, keep);
+        Err(MemoryError::Unsupported {
+            capability: Capability::Records,
+            provider: self.info().name,
+        })
+    }
+
+    /// The newest `limit` records of `kind` in `scope`, newest first (see
+    /// [`MemoryBackend::keep_record`]). Needs [`Capability::Records`]; the default refuses
+    /// with [`MemoryError::Unsupported`].
+    async fn records(&self, scope: &Scope, kind: &str, limit: usize) -> Result<Vec<Record>> {
+        let _ = (scope, kind, limit);
+        Err(MemoryError::Unsupported {
+            capability: Capability::Records,
+            provider: self.info().name,
+        })
+    }
+
+    /// Every scope of one user in one tenant that holds memories or records (their chats and
+    /// threads, and the user-wide scope), sorted: [`MemoryBackend::scopes`] of that tenant
+    /// and user.
     async fn user_scopes(&self, tenant: &str, user: &str) -> Result<Vec<Scope>> {
         self.scopes(Some(tenant), Some(user)).await
     }
@@ -438,6 +474,12 @@ macro_rules! forward_backend {
             }
             async fn end_lease(&self, name: &str) -> Result<()> {
                 (**self).end_lease(name).await
+            }
+            async fn keep_record(&self, scope: &Scope, record: Record, keep: usize) -> Result<()> {
+                (**self).keep_record(scope, record, keep).await
+            }
+            async fn records(&self, scope: &Scope, kind: &str, limit: usize) -> Result<Vec<Record>> {
+                (**self).records(scope, kind, limit).await
             }
         }
     )*};

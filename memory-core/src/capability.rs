@@ -37,11 +37,14 @@ pub enum Capability {
     /// The lifecycle of facts: duplicates merged, facts superseded or invalidated, each
     /// kept with its history (`memory_core::consolidate`, `supersede`, `invalidate`).
     Lifecycle,
+    /// Records kept beside a scope's memories, the newest few of each kind
+    /// (`MemoryBackend::keep_record`, `MemoryBackend::records`).
+    Records,
 }
 
 impl Capability {
     /// Every capability, in a stable order.
-    pub const ALL: [Capability; 11] = [
+    pub const ALL: [Capability; 12] = [
         Self::SemanticSearch,
         Self::KeywordSearch,
         Self::HybridSearch,
@@ -53,6 +56,7 @@ impl Capability {
         Self::PruneDecay,
         Self::Persistence,
         Self::Lifecycle,
+        Self::Records,
     ];
 
     /// A short human name.
@@ -69,6 +73,7 @@ impl Capability {
             Self::PruneDecay => "decay pruning",
             Self::Persistence => "persistence",
             Self::Lifecycle => "fact lifecycle",
+            Self::Records => "records",
         }
     }
 }

@@ -26,6 +26,7 @@ pub mod keyword;
 mod lifecycle;
 mod prune;
 mod query;
+mod record;
 mod remember;
 mod same_fact;
 mod scope;
@@ -59,6 +60,9 @@ pub use prune::{DecayPolicy, PrunePolicy, PruneReason, PruneReport, decay_streng
 pub use query::{
     Filter, Fused, HybridWeights, ScoreBreakdown, ScoredMemory, SearchMode, SearchRequest,
     TagMatch, TagQuery, check_limit, fuse, rank,
+};
+pub use record::{
+    MAX_RECORD_BYTES, MAX_RECORD_KIND_BYTES, MAX_RECORDS_KEPT, Record, check_record_kind,
 };
 pub use remember::{FactKept, history, keep_fact, remember_once, supersede};
 pub use same_fact::{merge_patch, normalise, same_fact};

@@ -11,9 +11,9 @@ use memory_core::keyword::{Bm25, tokenize};
 use memory_core::{
     BackendInfo, Capabilities, Capability, EmbeddingProvider, EmbeddingSpace, Filter, Limits,
     MemoryBackend, MemoryEntry, MemoryError, MemoryId, MemoryPatch, NewMemory, PrunePolicy,
-    PruneReport, Remembered, Result, Scope, ScoreBreakdown, ScoredMemory, SearchMode,
-    SearchRequest, StoreVectors, Timestamp, check_lease, check_limit, cosine, ensure_scope,
-    merge_patch, normalise, plan_prune, rank, same_fact, validate_content,
+    PruneReport, Record, Remembered, Result, Scope, ScoreBreakdown, ScoredMemory, SearchMode,
+    SearchRequest, StoreVectors, Timestamp, check_lease, check_limit, check_record_kind, cosine,
+    ensure_scope, merge_patch, normalise, plan_prune, rank, same_fact, validate_content,
 };
 
 const NAME: &str = "memory-inmem";
@@ -40,6 +40,11 @@ struct State {
     ids: HashSet<MemoryId>,
     /// Leases by name: holder and when the lease ends.
     leases: HashMap<String, (String, Instant)>,
+    /// Each scope's records, newest first, each with the number it was kept under (of
+    /// equal times, the later kept is the newer).
+    records: HashMap<Scope, Vec<(u64, Record)>>,
+    /// How many records were ever kept: the next one's number.
+    records_kept: u64,
 }
 
 #[derive(Debug)]
@@ -105,7 +110,7 @@ impl InMemoryBackend {
     }
 
     fn caps(&self) -> Capabilities {
-        Capabilities::full_store(self.embedder.is_some())
+        Capabilities::full_store(self.embedder.is_some()).with(Capability::Records)
     }
 }
 
@@ -158,6 +163,46 @@ impl MemoryBackend for InMemoryBackend {
     async fn end_lease(&self, name: &str) -> Result<()> {
         self.write().leases.remove(name);
         Ok(())
+    }
+
+    async fn keep_record(&self, scope: &Scope, record: Record, keep: usize) -> Result<()> {
+        record.validate(keep)?;
+        let kind = record.kind.clone();
+        let mut state = self.write();
+        let n = state.records_kept;
+        state.records_kept += 1;
+        let kept = state.records.entry(scope.clone()).or_default();
+        // Newest first: before every record of its time or older (it is the last kept).
+        let at = kept
+            .iter()
+            .position(|(_, r)| r.at <= record.at)
+            .unwrap_or(kept.len());
+        kept.insert(at, (n, record));
+        // The ring: the newest `keep` of its kind stay.
+        let mut of_kind = 0;
+        kept.retain(|(_, r)| {
+            if r.kind != kind {
+                return true;
+            }
+            of_kind += 1;
+            of_kind <= keep
+        });
+        Ok(())
+    }
+
+    async fn records(&self, scope: &Scope, kind: &str, limit: usize) -> Result<Vec<Record>> {
+        check_record_kind(kind)?;
+        check_limit(limit, &self.limits)?;
+        let state = self.read();
+        Ok(state
+            .records
+            .get(scope)
+            .into_iter()
+            .flatten()
+            .filter(|(_, r)| r.kind == kind)
+            .take(limit)
+            .map(|(_, r)| r.clone())
+            .collect())
     }
 
     async fn store_batch(
@@ -389,6 +434,8 @@ impl MemoryBackend for InMemoryBackend {
         match removed {
             Some(_) => {
                 state.ids.remove(&id);
+                // They may quote what was deleted (see `MemoryBackend::keep_record`).
+                state.records.remove(scope);
                 Ok(())
             }
             None => Err(MemoryError::NotFound { id }),
@@ -398,6 +445,7 @@ impl MemoryBackend for InMemoryBackend {
     async fn delete_scope(&self, scope: &Scope) -> Result<u64> {
         let mut state = self.write();
         let removed = state.scopes.remove(scope).unwrap_or_default();
+        state.records.remove(scope);
         for id in removed.keys() {
             state.ids.remove(id);
         }
@@ -424,17 +472,26 @@ impl MemoryBackend for InMemoryBackend {
 
     async fn scopes(&self, tenant: Option<&str>, user: Option<&str>) -> Result<Vec<Scope>> {
         let state = self.read();
-        let mut out: Vec<Scope> = state
+        let holding = state
             .scopes
             .iter()
-            .filter(|(s, m)| {
-                tenant.is_none_or(|t| s.tenant() == t)
-                    && user.is_none_or(|u| s.user() == u)
-                    && !m.is_empty()
+            .filter(|(_, m)| !m.is_empty())
+            .map(|(s, _)| s)
+            .chain(
+                state
+                    .records
+                    .iter()
+                    .filter(|(_, r)| !r.is_empty())
+                    .map(|(s, _)| s),
+            );
+        let mut out: Vec<Scope> = holding
+            .filter(|s| {
+                tenant.is_none_or(|t| s.tenant() == t) && user.is_none_or(|u| s.user() == u)
             })
-            .map(|(s, _)| s.clone())
+            .cloned()
             .collect();
         out.sort();
+        out.dedup();
         Ok(out)
     }
 

@@ -8,9 +8,10 @@ use async_trait::async_trait;
 use deadpool_postgres::Object;
 use memory_core::{
     BackendInfo, Capabilities, Capability, Filter, MemoryBackend, MemoryEntry, MemoryError,
-    MemoryId, MemoryPatch, NewMemory, PrunePolicy, PruneReport, Remembered, Result, Scope,
+    MemoryId, MemoryPatch, NewMemory, PrunePolicy, PruneReport, Record, Remembered, Result, Scope,
     ScoredMemory, SearchMode, SearchRequest, StoreVectors, Timestamp, check_lease, check_limit,
-    ensure_scope, merge_patch, normalise, plan_prune, rank, same_fact, validate_content,
+    check_record_kind, ensure_scope, merge_patch, normalise, plan_prune, rank, same_fact,
+    validate_content,
 };
 use pgvector::Vector;
 use tokio_postgres::Row;
@@ -35,7 +36,9 @@ struct Found {
 
 impl PostgresBackend {
     fn caps(&self) -> Capabilities {
-        Capabilities::full_store(self.embedder.is_some()).with(Capability::Persistence)
+        Capabilities::full_store(self.embedder.is_some())
+            .with(Capability::Persistence)
+            .with(Capability::Records)
     }
 
     fn store_name(&self) -> String {
@@ -56,10 +59,17 @@ impl PostgresBackend {
     /// it), binding the scope's tenant and key. Returns the condition and the tenant's
     /// placeholder.
     fn in_scope(&self, q: &mut Query, scope: &Scope) -> (String, String) {
+        self.rows_of(q, scope, "m")
+    }
+
+    /// [`Self::in_scope`] for the rows of a table named `alias` (with `tenant` and
+    /// `scope_id` columns).
+    fn rows_of(&self, q: &mut Query, scope: &Scope, alias: &str) -> (String, String) {
         let t = q.bind(scope.tenant().to_owned());
         let k = q.bind(scope.key());
         let condition = format!(
-            "m.tenant = {t} AND m.scope_id = (SELECT id FROM {} WHERE tenant = {t} AND key = {k})",
+            "{alias}.tenant = {t} AND {alias}.scope_id = \
+             (SELECT id FROM {} WHERE tenant = {t} AND key = {k})",
             self.names.scopes
         );
         (condition, t)
@@ -680,6 +690,75 @@ impl MemoryBackend for PostgresBackend {
         Ok(())
     }
 
+    /// One transaction, the ring trimmed in it. Keepers of one scope take turns on the
+    /// scope's row (its upsert locks it), so concurrent keeps leave exactly the newest.
+    async fn keep_record(&self, scope: &Scope, record: Record, keep: usize) -> Result<()> {
+        record.validate(keep)?;
+        let keep = i64::try_from(keep).unwrap_or(i64::MAX);
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.in_schema(&self.schema)?;
+        let (scope_id, _) = self.count_into_scope(&tx, scope, 0).await?;
+        let r = &self.names.records;
+        let tenant = scope.tenant();
+        self.on(&tx)
+            .execute(
+                &format!(
+                    "INSERT INTO {r} (tenant, scope_id, kind, at, body) VALUES ($1, $2, $3, $4, $5)"
+                ),
+                &[
+                    &tenant,
+                    &scope_id,
+                    &record.kind,
+                    &record.at.as_millis(),
+                    &record.body,
+                ],
+            )
+            .await?;
+        self.on(&tx)
+            .execute(
+                &format!(
+                    "DELETE FROM {r} WHERE tenant = $1 AND scope_id = $2 AND kind = $3 \
+                     AND id NOT IN (SELECT id FROM {r} WHERE tenant = $1 AND scope_id = $2 \
+                     AND kind = $3 ORDER BY at DESC, id DESC LIMIT $4)"
+                ),
+                &[&tenant, &scope_id, &record.kind, &keep],
+            )
+            .await?;
+        tx.commit().await.in_schema(&self.schema)?;
+        Ok(())
+    }
+
+    async fn records(&self, scope: &Scope, kind: &str, limit: usize) -> Result<Vec<Record>> {
+        check_record_kind(kind)?;
+        check_limit(limit, &self.config.limits)?;
+        let mut q = Query::default();
+        let (in_scope, _) = self.rows_of(&mut q, scope, "r");
+        let kp = q.bind(kind.to_owned());
+        let lim = q.bind(i64::try_from(limit).unwrap_or(i64::MAX));
+        q.push(&format!(
+            "SELECT r.kind, r.at, r.body FROM {} r WHERE {in_scope} AND r.kind = {kp} \
+             ORDER BY r.at DESC, r.id DESC LIMIT {lim}",
+            self.names.records
+        ));
+        let c = self.client().await?;
+        let rows = self.on(&c).rows(&q.sql, &q.params()).await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let cells = Cells::new(row, &self.schema);
+            let at: i64 = cells.get(1)?;
+            let at = Timestamp::from_millis(at).ok_or_else(|| PostgresError::InvalidData {
+                schema: self.schema.clone(),
+                what: format!("a record's time {at} is out of range"),
+            })?;
+            out.push(Record {
+                kind: cells.get(0)?,
+                at,
+                body: cells.get(2)?,
+            });
+        }
+        Ok(out)
+    }
+
     async fn store_batch(
         &self,
         scope: &Scope,
@@ -952,38 +1031,46 @@ impl MemoryBackend for PostgresBackend {
         Ok(entry)
     }
 
+    /// One statement: the memory, and with it the scope's records.
     async fn delete(&self, scope: &Scope, id: MemoryId) -> Result<()> {
         let mut q = Query::default();
         let idp = q.bind(*id.as_uuid());
-        let (in_scope, _) = self.in_scope(&mut q, scope);
+        let (in_scope, t) = self.in_scope(&mut q, scope);
         q.push(&format!(
-            "DELETE FROM {} m WHERE {in_scope} AND m.id = {idp}",
-            self.names.memories
+            "WITH gone AS (DELETE FROM {m} m WHERE {in_scope} AND m.id = {idp} RETURNING m.scope_id), \
+             notes AS (DELETE FROM {r} r WHERE r.tenant = {t} \
+             AND r.scope_id IN (SELECT scope_id FROM gone)) \
+             SELECT count(*) FROM gone",
+            m = self.names.memories,
+            r = self.names.records,
         ));
         let c = self.client().await?;
-        let n = c
-            .execute(&q.sql, &q.params())
-            .await
-            .in_schema(&self.schema)?;
+        let row = self.on(&c).one(&q.sql, &q.params()).await?;
+        let n: i64 = Cells::new(&row, &self.schema).get(0)?;
         if n == 0 {
             return Err(MemoryError::NotFound { id });
         }
         Ok(())
     }
 
+    /// One statement: the scope's memories and records.
     async fn delete_scope(&self, scope: &Scope) -> Result<u64> {
         let mut q = Query::default();
         let (in_scope, _) = self.in_scope(&mut q, scope);
+        let (of_scope, _) = self.rows_of(&mut q, scope, "r");
         q.push(&format!(
-            "DELETE FROM {} m WHERE {in_scope}",
-            self.names.memories
+            "WITH gone AS (DELETE FROM {m} m WHERE {in_scope} RETURNING 1), \
+             notes AS (DELETE FROM {r} r WHERE {of_scope}) \
+             SELECT count(*) FROM gone",
+            m = self.names.memories,
+            r = self.names.records,
         ));
         let c = self.client().await?;
         // The scope's row stays: removing it would race with a concurrent store into it,
-        // and `user_scopes` lists only scopes that hold memories.
-        Ok(c.execute(&q.sql, &q.params())
-            .await
-            .in_schema(&self.schema)?)
+        // and `user_scopes` lists only scopes that hold memories or records.
+        let row = self.on(&c).one(&q.sql, &q.params()).await?;
+        let n: i64 = Cells::new(&row, &self.schema).get(0)?;
+        Ok(u64::try_from(n).unwrap_or(0))
     }
 
     async fn prune(&self, scope: &Scope, policy: &PrunePolicy) -> Result<PruneReport> {
@@ -1040,9 +1127,11 @@ impl MemoryBackend for PostgresBackend {
         let sql = format!(
             "SELECT tenant, user_id, chat, thread FROM {s} sc \
              WHERE ($1::text IS NULL OR tenant = $1) AND ($2::text IS NULL OR user_id = $2) \
-             AND EXISTS (SELECT 1 FROM {m} m WHERE m.tenant = sc.tenant AND m.scope_id = sc.id)",
+             AND (EXISTS (SELECT 1 FROM {m} m WHERE m.tenant = sc.tenant AND m.scope_id = sc.id) \
+             OR EXISTS (SELECT 1 FROM {r} r WHERE r.tenant = sc.tenant AND r.scope_id = sc.id))",
             s = self.names.scopes,
-            m = self.names.memories
+            m = self.names.memories,
+            r = self.names.records,
         );
         let rows = self.on(&c).rows(&sql, &[&tenant, &user]).await?;
         let mut out = Vec::with_capacity(rows.len());

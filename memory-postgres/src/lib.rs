@@ -90,7 +90,7 @@ pub struct PostgresConfig {
     /// `maintenance_work_mem` (MiB) for building a scope's index: a graph that fits builds
     /// many times faster.
     pub hnsw_build_mib: u32,
-    /// A new store's memories, recall counts and passages are split into this many hash
+    /// A new store's memories, recall counts, passages and records are split into this many hash
     /// partitions of the tenant (0, the default: one table each). It applies when the store
     /// is created; a store keeps the layout it was made with (`ava migrate` moves one into
     /// a new store of another layout). Every key and index leads with the tenant either
@@ -348,6 +348,8 @@ pub(crate) struct Names {
     pub(crate) passages: String,
     /// Who holds which lease, until when.
     pub(crate) leases: String,
+    /// Each scope's records.
+    pub(crate) records: String,
     /// pgvector's cosine distance operator, qualified by the extension's schema.
     pub(crate) cosine: String,
     /// pgvector's `vector` type, qualified.
@@ -364,6 +366,7 @@ impl Names {
             access: format!("{s}.memory_access"),
             passages: format!("{s}.memory_passages"),
             leases: format!("{s}.leases"),
+            records: format!("{s}.records"),
             cosine: format!("OPERATOR({ext_schema}.<=>)"),
             vector: format!("{ext_schema}.vector"),
             schema: s,

@@ -4,7 +4,7 @@
 //! two processes opening the same store at once do not race.
 //!
 //! The tenant leads every key and index of a person's data (scopes, memories, recall counts,
-//! passages), so a store can be split by tenant: into hash partitions here
+//! passages, records), so a store can be split by tenant: into hash partitions here
 //! (`PostgresConfig::tenant_partitions`), or into shards by an engine that distributes tables
 //! by a column (ARCHITECTURE.md, "Sharding by tenant").
 
@@ -14,7 +14,7 @@ use tokio_postgres::Transaction;
 use crate::error::{InSchema, PostgresError};
 
 /// The schema version this build writes and understands.
-pub(crate) const SCHEMA_VERSION: i64 = 5;
+pub(crate) const SCHEMA_VERSION: i64 = 6;
 
 /// `meta.format` of Ava stores.
 pub(crate) const FORMAT: &str = "ava-memory-store";
@@ -32,6 +32,8 @@ enum Migration {
     /// The tenant into every key and index ([`TENANT_FIRST`]; the passages' part only where
     /// the table exists).
     TenantFirst,
+    /// The records' table ([`create_records`]), in the store's hash partitions if it has any.
+    Records,
 }
 
 /// Migrations: entry `i` upgrades a store from version `i + 1` to `i + 2`. A new store is
@@ -64,6 +66,10 @@ const MIGRATIONS: &[Migration] = &[
     // 5: the tenant leads every key and index (memory ids are unique per tenant), so a
     // store can be partitioned or sharded by tenant. Rewrites the tables once.
     Migration::TenantFirst,
+    // 6: records, each scope's newest notes of each kind (`MemoryBackend::keep_record`).
+    // (Older builds would delete a scope's memories and leave its records, which may quote
+    // them; they refuse a version 6 store as newer.)
+    Migration::Records,
 ];
 
 /// Migration 5 on the memories, recall counts and scopes. Constraint names are Postgres's
@@ -238,9 +244,38 @@ CREATE TABLE {s}.leases (
     holder   text NOT NULL,
     until_ms bigint NOT NULL
 );
-",
+{records}",
         memories = hash_partitions(s, "memories", partitions),
         access = hash_partitions(s, "memory_access", partitions),
+        records = create_records(s, partitions),
+    )
+}
+
+/// The records' table in schema `s` (quoted), in `partitions` hash partitions of the tenant
+/// if any: a scope's records (`kind`, `at` in Unix milliseconds, `body`) in the order kept
+/// (`id`), read and trimmed newest first through their index by scope and kind.
+fn create_records(s: &str, partitions: u16) -> String {
+    let (by, parts) = if partitions > 0 {
+        (
+            " PARTITION BY HASH (tenant)",
+            hash_partitions(s, "records", partitions),
+        )
+    } else {
+        ("", String::new())
+    };
+    format!(
+        "CREATE TABLE {s}.records (
+             id       bigint GENERATED ALWAYS AS IDENTITY,
+             tenant   text NOT NULL,
+             scope_id bigint NOT NULL,
+             kind     text NOT NULL,
+             at       bigint NOT NULL,
+             body     text NOT NULL,
+             PRIMARY KEY (tenant, id),
+             FOREIGN KEY (tenant, scope_id) REFERENCES {s}.scopes (tenant, id)
+         ){by};
+         {parts}
+         CREATE INDEX records_by_scope ON {s}.records (tenant, scope_id, kind, at DESC, id DESC);"
     )
 }
 
@@ -524,6 +559,7 @@ async fn migrate(
                 Some(space) => create_passages_v3(s, ext, space.dims),
                 None => String::new(),
             },
+            Some(Migration::Records) => create_records(s, partitions_of(tx, t, s).await?),
             Some(Migration::TenantFirst) => {
                 if stored_space(tx, t, s).await?.is_some() {
                     // The passages' keys go first: they hang on the keys replaced.

@@ -215,7 +215,7 @@ async fn newer_schema_is_refused_and_left_untouched() {
                 &err,
                 PostgresError::NewerSchema {
                     found: 99,
-                    supported: 5,
+                    supported: 6,
                     ..
                 }
             ),
@@ -629,11 +629,12 @@ async fn a_version_1_store_is_migrated_and_its_large_scopes_indexed() {
         store.close();
     }
     // Version 1 as it was: no `stored` count, one HNSW index over the whole table, no
-    // passages, no leases.
+    // passages, no leases, no records.
     common::run_sql(
         &url,
         &format!(
-            "{}
+            "DROP TABLE \"{schema}\".records;
+             {}
              UPDATE \"{schema}\".meta SET value = '1' WHERE key = 'schema_version';
              DROP TABLE \"{schema}\".leases;
              ALTER TABLE \"{schema}\".scopes DROP COLUMN stored;
@@ -663,7 +664,7 @@ async fn a_version_1_store_is_migrated_and_its_large_scopes_indexed() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(version, "5");
+    assert_eq!(version, "6");
     assert!(has_passages(&client, &schema).await);
     assert!(
         store
@@ -671,6 +672,13 @@ async fn a_version_1_store_is_migrated_and_its_large_scopes_indexed() {
             .await
             .unwrap(),
         "the leases' table came with the migration"
+    );
+    let note = memory_core::Record::new("prompt", memory_core::Timestamp::now(), "{}");
+    store.keep_record(&big, note.clone(), 1).await.unwrap();
+    assert_eq!(
+        store.records(&big, "prompt", 5).await.unwrap(),
+        [note],
+        "and the records'"
     );
     let counts: Vec<(String, i64)> = client
         .query(
@@ -868,7 +876,8 @@ async fn stores_from_before_passages_embed_long_memories_as_passages() {
         common::run_sql(
             &url,
             &format!(
-                "{}
+                "DROP TABLE \"{schema}\".records;
+                 {}
                  UPDATE \"{schema}\".meta SET value = '2' WHERE key = 'schema_version';
                  DROP TABLE \"{schema}\".leases;",
                 common::undo_tenant_first(&schema)
@@ -1076,7 +1085,13 @@ async fn long_memories_rank_by_their_best_passage_through_a_scopes_index() {
 }
 
 /// The tables that hold a tenant's data.
-const TENANT_TABLES: [&str; 4] = ["scopes", "memories", "memory_access", "memory_passages"];
+const TENANT_TABLES: [&str; 5] = [
+    "scopes",
+    "memories",
+    "memory_access",
+    "memory_passages",
+    "records",
+];
 
 /// A store's layout as the catalog tells it (columns, constraints, indexes of its tables, not
 /// of their partitions nor the keys Postgres derives for them), with the schema's name taken
@@ -1089,6 +1104,7 @@ async fn layout(client: &tokio_postgres::Client, schema: &str) -> Vec<String> {
         "memory_access",
         "memory_passages",
         "leases",
+        "records",
     ];
     let mut out = Vec::new();
     let text = |r: &tokio_postgres::Row| -> String {
@@ -1164,7 +1180,8 @@ async fn leading_columns(
 
 /// The tenant leads every key and b-tree index of the tables holding a person's data, in a
 /// store migrated from version 1 (every unpartitioned store is) and in one made partitioned
-/// by tenant; both have the same layout, but for the partitions.
+/// by tenant; both have the same layout, but for the partitions, also once a partitioned
+/// store of version 5 is migrated.
 #[tokio::test]
 async fn the_tenant_leads_every_key_and_a_partitioned_store_has_the_same_layout() {
     let Some(url) = common::pg_url() else { return };
@@ -1192,9 +1209,23 @@ async fn the_tenant_leads_every_key_and_a_partitioned_store_has_the_same_layout(
     let want = layout(&client, &plain).await;
     assert!(want.len() > 40, "{want:#?}");
     assert_eq!(layout(&client, &parted).await, want);
+    // A partitioned store of version 5 (before records) gets its records partitioned too.
+    common::run_sql(
+        &url,
+        &format!(
+            "DROP TABLE \"{parted}\".records;
+             UPDATE \"{parted}\".meta SET value = '5' WHERE key = 'schema_version';"
+        ),
+    )
+    .unwrap();
+    PostgresBackend::connect(&url, embedder(16), config(&parted))
+        .await
+        .unwrap()
+        .close();
+    assert_eq!(layout(&client, &parted).await, want);
     for schema in [&plain, &parted] {
         let (leading, others) = leading_columns(&client, schema).await;
-        assert!(leading.len() >= 14, "{leading:?}");
+        assert!(leading.len() >= 17, "{leading:?}");
         let astray: Vec<_> = leading.iter().filter(|(_, col)| col != "tenant").collect();
         assert!(astray.is_empty(), "keys not led by the tenant: {astray:?}");
         // Full-text search's GIN index cannot take a text column first without the
@@ -1216,7 +1247,7 @@ async fn the_tenant_leads_every_key_and_a_partitioned_store_has_the_same_layout(
             n
         }
     };
-    for table in ["memories", "memory_access", "memory_passages"] {
+    for table in ["memories", "memory_access", "memory_passages", "records"] {
         assert_eq!(partitions(table).await, 4, "{table}");
     }
 }

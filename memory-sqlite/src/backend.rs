@@ -8,9 +8,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use memory_core::{
     BackendInfo, Capabilities, Capability, Filter, MemoryBackend, MemoryEntry, MemoryError,
-    MemoryId, MemoryPatch, NewMemory, PrunePolicy, PruneReport, Remembered, Result, Scope,
+    MemoryId, MemoryPatch, NewMemory, PrunePolicy, PruneReport, Record, Remembered, Result, Scope,
     ScoredMemory, SearchMode, SearchRequest, StoreVectors, Timestamp, check_lease, check_limit,
-    ensure_scope, merge_patch, normalise, plan_prune, same_fact, validate_content,
+    check_record_kind, ensure_scope, merge_patch, normalise, plan_prune, same_fact,
+    validate_content,
 };
 use rusqlite::types::Value;
 
@@ -25,7 +26,9 @@ const REMEMBER_CANDIDATES: usize = 50;
 
 impl SqliteBackend {
     fn caps(&self) -> Capabilities {
-        let caps = Capabilities::full_store(self.embedder.is_some()).with(Capability::Persistence);
+        let caps = Capabilities::full_store(self.embedder.is_some())
+            .with(Capability::Persistence)
+            .with(Capability::Records);
         if !self.read_only {
             return caps;
         }
@@ -97,8 +100,8 @@ impl MemoryBackend for SqliteBackend {
                     tx.execute(
                         "DELETE FROM leases WHERE name = ?1 AND holder = ?2",
                         rusqlite::params![name, holder],
-                    )
-                    .map(drop)
+                    )?;
+                    Ok(())
                 })
             })
             .await
@@ -109,9 +112,43 @@ impl MemoryBackend for SqliteBackend {
         self.worker
             .call(move |conn| {
                 conn.write_aside(|tx| {
-                    tx.execute("DELETE FROM leases WHERE name = ?1", [name])
-                        .map(drop)
+                    tx.execute("DELETE FROM leases WHERE name = ?1", [name])?;
+                    Ok(())
                 })
+            })
+            .await
+    }
+
+    /// A write of its own (`BEGIN IMMEDIATE`) that leaves the write sequence, so no
+    /// process's vector cache is dropped for it; the ring is trimmed in the same transaction.
+    async fn keep_record(&self, scope: &Scope, record: Record, keep: usize) -> Result<()> {
+        record.validate(keep)?;
+        let (scope, path) = (scope.clone(), self.path.clone());
+        self.worker
+            .call(move |conn| {
+                conn.write_aside(|tx| {
+                    let sql = Sql {
+                        conn: tx,
+                        path: &path,
+                    };
+                    let scope_id = sql.ensure_scope_id(&scope)?;
+                    sql.keep_record(scope_id, &record, keep)
+                })
+            })
+            .await
+    }
+
+    async fn records(&self, scope: &Scope, kind: &str, limit: usize) -> Result<Vec<Record>> {
+        check_record_kind(kind)?;
+        check_limit(limit, &self.config.limits)?;
+        let (scope, kind, path) = (scope.clone(), kind.to_owned(), self.path.clone());
+        self.worker
+            .call(move |conn| {
+                let sql = Sql { conn, path: &path };
+                match sql.scope_id(&scope)? {
+                    Some(scope_id) => sql.records(scope_id, &kind, limit),
+                    None => Ok(Vec::new()),
+                }
             })
             .await
     }
@@ -424,6 +461,7 @@ impl MemoryBackend for SqliteBackend {
                         .find_pk(scope_id, id)?
                         .ok_or(MemoryError::NotFound { id })?;
                     sql.delete_pks(&[pk])?;
+                    sql.delete_records(scope_id)?;
                     ops.invalidate(scope_id);
                     Ok(())
                 })
@@ -448,6 +486,7 @@ impl MemoryBackend for SqliteBackend {
                         .query_map([scope_id], |r| r.get(0))?
                         .collect::<rusqlite::Result<_>>()?;
                     sql.delete_pks(&pks)?;
+                    sql.delete_records(scope_id)?;
                     tx.execute("DELETE FROM scopes WHERE id = ?1", [scope_id])?;
                     ops.invalidate(scope_id);
                     Ok(pks.len() as u64)
@@ -498,7 +537,8 @@ impl MemoryBackend for SqliteBackend {
                     .prepare_cached(
                         "SELECT tenant, user, chat, thread FROM scopes s \
                          WHERE (?1 IS NULL OR tenant = ?1) AND (?2 IS NULL OR user = ?2) \
-                         AND EXISTS (SELECT 1 FROM memories m WHERE m.scope_id = s.id)",
+                         AND (EXISTS (SELECT 1 FROM memories m WHERE m.scope_id = s.id) \
+                         OR EXISTS (SELECT 1 FROM records r WHERE r.scope_id = s.id))",
                     )?
                     .query_map(rusqlite::params![tenant, user], |r| {
                         Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))

@@ -42,7 +42,21 @@ pub(crate) const APPLICATION_ID: i32 = 0x4156_4131;
 ///   `kernels::encode_code`), so a new process's first search of a big scope reads a quarter
 ///   of the bytes. Every vector write writes its code in the same row; older builds would
 ///   not, so they refuse a version 7 store as newer. The upgrade rewrites the vector table.
-pub(crate) const SCHEMA_VERSION: i64 = 7;
+/// - 8: records (`records`), each scope's newest notes of each kind beside its memories
+///   (`MemoryBackend::keep_record`). Older builds would delete a scope's memories and leave
+///   its records, which may quote them; they refuse a version 8 store as newer.
+pub(crate) const SCHEMA_VERSION: i64 = 8;
+
+/// The records' table (schema 8): a scope's records (`kind`, `at` in Unix milliseconds,
+/// `body`), in the order kept (`id`); read and trimmed newest first by scope and kind.
+macro_rules! create_records {
+    () => {
+        "CREATE TABLE records (id INTEGER PRIMARY KEY, \
+         scope_id INTEGER NOT NULL REFERENCES scopes(id), kind TEXT NOT NULL, \
+         at INTEGER NOT NULL, body TEXT NOT NULL) STRICT;\
+         CREATE INDEX records_by_scope ON records (scope_id, kind, at DESC, id DESC);"
+    };
+}
 
 /// The leases' table (schema 6): who holds each lease, and until when (Unix milliseconds).
 macro_rules! create_leases {
@@ -113,6 +127,8 @@ const MIGRATIONS: &[Migration] = &[
     Migration::Sql(create_leases!()),
     // 6 -> 7: codes beside the vectors.
     Migration::Codes,
+    // 7 -> 8: records.
+    Migration::Sql(create_records!()),
 ];
 
 /// Rewrites the vector table, if the store has one, with each vector's code beside it
@@ -805,6 +821,7 @@ fn create_schema(tx: &Connection) -> rusqlite::Result<()> {
     tx.execute_batch(create_passages_index!())?;
     tx.execute_batch(create_write_seq!())?;
     tx.execute_batch(create_leases!())?;
+    tx.execute_batch(create_records!())?;
     tx.execute_batch(&format!(
         "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};"
     ))?;

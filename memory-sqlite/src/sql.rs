@@ -5,7 +5,8 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use memory_core::{
-    Filter, Importance, MemoryEntry, MemoryId, MemoryKind, Role, Scope, Tag, TagMatch, Timestamp,
+    Filter, Importance, MemoryEntry, MemoryId, MemoryKind, Record, Role, Scope, Tag, TagMatch,
+    Timestamp,
 };
 use rusqlite::types::Value;
 use rusqlite::{CachedStatement, Connection, OptionalExtension, params, params_from_iter};
@@ -388,6 +389,63 @@ impl Sql<'_> {
                 .prepare_cached("DELETE FROM memories WHERE pk = ?1")
                 .and_then(|mut s| s.execute([pk]))?;
         }
+        Ok(())
+    }
+
+    /// Keeps `record` in scope `scope_id` and leaves the newest `keep` of its kind there.
+    pub(crate) fn keep_record(&self, scope_id: i64, record: &Record, keep: usize) -> R<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO records (scope_id, kind, at, body) VALUES (?1, ?2, ?3, ?4)",
+            )?
+            .execute(params![
+                scope_id,
+                record.kind,
+                record.at.as_millis(),
+                record.body
+            ])?;
+        self.conn
+            .prepare_cached(
+                "DELETE FROM records WHERE scope_id = ?1 AND kind = ?2 AND id NOT IN \
+                 (SELECT id FROM records WHERE scope_id = ?1 AND kind = ?2 \
+                 ORDER BY at DESC, id DESC LIMIT ?3)",
+            )?
+            .execute(params![
+                scope_id,
+                record.kind,
+                i64::try_from(keep).unwrap_or(i64::MAX)
+            ])?;
+        Ok(())
+    }
+
+    /// The newest `limit` records of `kind` in scope `scope_id`, newest first.
+    pub(crate) fn records(&self, scope_id: i64, kind: &str, limit: usize) -> R<Vec<Record>> {
+        let rows: Vec<(String, i64, String)> = self
+            .conn
+            .prepare_cached(
+                "SELECT kind, at, body FROM records WHERE scope_id = ?1 AND kind = ?2 \
+                 ORDER BY at DESC, id DESC LIMIT ?3",
+            )?
+            .query_map(
+                params![scope_id, kind, i64::try_from(limit).unwrap_or(i64::MAX)],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )?
+            .collect::<rusqlite::Result<_>>()?;
+        rows.into_iter()
+            .map(|(kind, at, body)| {
+                let at = Timestamp::from_millis(at)
+                    .ok_or_else(|| self.invalid(format!("a record's time {at} is out of range")))?;
+                Ok(Record { kind, at, body })
+            })
+            .collect()
+    }
+
+    /// Deletes every record of scope `scope_id`: with any deletion of its memories, which
+    /// they may quote (`MemoryBackend::keep_record`).
+    pub(crate) fn delete_records(&self, scope_id: i64) -> R<()> {
+        self.conn
+            .prepare_cached("DELETE FROM records WHERE scope_id = ?1")?
+            .execute([scope_id])?;
         Ok(())
     }
 

@@ -260,15 +260,15 @@ impl Conn {
         Ok(())
     }
 
-    /// Runs `f` in a write transaction begun `IMMEDIATE` that touches no memory (leases):
-    /// the write sequence stays, so no process's vector cache is dropped for it.
+    /// Runs `f` in a write transaction begun `IMMEDIATE` that touches no memory (leases,
+    /// records): the write sequence stays, so no process's vector cache is dropped for it.
     pub(crate) fn write_aside<T>(
         &mut self,
-        f: impl FnOnce(&Transaction<'_>) -> rusqlite::Result<T>,
+        f: impl FnOnce(&Transaction<'_>) -> Result<T, JobError>,
     ) -> Result<T, JobError> {
         self.writable()?;
         let tx = schema::begin_write(&mut self.conn, &self.path, self.busy_timeout)?;
-        let out = f(&tx).map_err(|e| sql_error(&self.path, e))?;
+        let out = f(&tx)?;
         tx.commit().map_err(|e| sql_error(&self.path, e))?;
         Ok(out)
     }

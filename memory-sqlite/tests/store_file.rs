@@ -557,9 +557,28 @@ async fn a_schema_1_store_is_migrated_without_losing_a_memory() {
     let ttl = std::time::Duration::from_secs(60);
     assert!(store.try_lease("upkeep", "a", ttl).await.unwrap());
     assert!(!store.try_lease("upkeep", "b", ttl).await.unwrap());
+    // So did the records' (schema 8), in a scope from before and a new one.
+    let at = memory_core::Timestamp::now();
+    for (i, s) in [&alice, &bob.in_chat("new").unwrap()]
+        .into_iter()
+        .enumerate()
+    {
+        for n in 0..3 {
+            let record = memory_core::Record::new("prompt", at, format!("{i}.{n}"));
+            store.keep_record(s, record, 2).await.unwrap();
+        }
+        let kept: Vec<String> = store
+            .records(s, "prompt", 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.body)
+            .collect();
+        assert_eq!(kept, [format!("{i}.2"), format!("{i}.1")]);
+    }
     store.close().await;
 
-    assert_eq!(version(&path), 7);
+    assert_eq!(version(&path), 8);
     let c = rusqlite::Connection::open(&path).unwrap();
     let ok: String = c
         .query_row("PRAGMA integrity_check", [], |r| r.get(0))
@@ -569,6 +588,10 @@ async fn a_schema_1_store_is_migrated_without_losing_a_memory() {
         .query_row("SELECT COUNT(*) FROM memory_fts", [], |r| r.get(0))
         .unwrap();
     assert_eq!(fts, 5);
+    let records: i64 = c
+        .query_row("SELECT COUNT(*) FROM records", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(records, 4);
     // Each of the five vectors has its code beside it: 64 codes and a 4-byte step in
     // every slot of the code column's chunks (vec0's shadow tables, readable without it).
     let vectors: i64 = c

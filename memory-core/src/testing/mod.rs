@@ -274,6 +274,8 @@ macro_rules! __conformance_tests {
             unsupported_capabilities_are_typed_errors,
             user_scopes_lists_only_that_user,
             leases_are_held_by_one_holder_at_a_time,
+            records_keep_the_newest_of_each_kind_per_scope,
+            records_go_with_their_scopes_deletions,
         );
     };
     ($factory:path, $env:expr; $($name:ident),* $(,)?) => {

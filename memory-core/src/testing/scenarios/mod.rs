@@ -77,6 +77,7 @@ fn assert_invalid<T: std::fmt::Debug>(r: crate::Result<T>, field_part: &str) {
 mod change;
 mod facts;
 mod isolation;
+mod records;
 mod refusals;
 mod search;
 mod storing;
@@ -84,6 +85,7 @@ mod storing;
 pub use change::*;
 pub use facts::*;
 pub use isolation::*;
+pub use records::*;
 pub use refusals::*;
 pub use search::*;
 pub use storing::*;

@@ -254,6 +254,15 @@ pub async fn unsupported_capabilities_are_typed_errors(cx: Ctx) -> Outcome {
             .await
             .map(drop),
         ),
+        (
+            Capability::Records,
+            main.records(&s, "prompt", 1).await.map(drop),
+        ),
+        (
+            Capability::Records,
+            main.keep_record(&s, crate::Record::new("prompt", t0(), "{}"), 1)
+                .await,
+        ),
     ];
     for (cap, result) in probes {
         if !mcaps.supports(cap) {

@@ -1,0 +1,230 @@
+//! Records: small notes a store keeps about a scope's use beside its memories (the explain
+//! report of each prompt built for it), the newest few of each kind (`MemoryBackend::keep_record`).
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{MemoryError, Result};
+use crate::time::Timestamp;
+
+/// Longest record body accepted, in bytes (an explain report is a few tens of KB).
+pub const MAX_RECORD_BYTES: usize = 256 * 1024;
+
+/// Longest record kind accepted, in bytes.
+pub const MAX_RECORD_KIND_BYTES: usize = 64;
+
+/// The largest ring: most records of one kind a scope keeps.
+pub const MAX_RECORDS_KEPT: usize = 1000;
+
+/// One record of a scope: what it is, when it happened, and what its writer noted.
+///
+/// Not a memory: never searched, counted, exported or pruned; a scope keeps the newest few
+/// of each kind ([`crate::MemoryBackend::keep_record`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    /// What it is, e.g. `prompt`: each kind is a ring of its own. 1 to
+    /// [`MAX_RECORD_KIND_BYTES`] bytes of lowercase ASCII letters, digits, `-`, `_`, `.`, `:`.
+    pub kind: String,
+    /// When what it records happened: the newest records are those with the latest `at`.
+    pub at: Timestamp,
+    /// The note itself, JSON or text as its writer chose: at most [`MAX_RECORD_BYTES`]
+    /// bytes, no NUL character.
+    pub body: String,
+}
+
+impl Record {
+    /// A record of `kind` at `at` holding `body`.
+    pub fn new(kind: impl Into<String>, at: Timestamp, body: impl Into<String>) -> Self {
+        Self {
+            kind: kind.into(),
+            at,
+            body: body.into(),
+        }
+    }
+
+    /// Checks the record, and a ring of `keep` (1 to [`MAX_RECORDS_KEPT`]), before a backend
+    /// keeps it.
+    pub fn validate(&self, keep: usize) -> Result<()> {
+        check_record_kind(&self.kind)?;
+        let n = self.body.len();
+        if n > MAX_RECORD_BYTES {
+            return Err(MemoryError::invalid(
+                "record body",
+                format!("is {n} bytes long, at most {MAX_RECORD_BYTES} bytes are accepted"),
+            ));
+        }
+        if self.body.contains('\0') {
+            return Err(MemoryError::invalid(
+                "record body",
+                "contains a NUL character",
+            ));
+        }
+        if keep == 0 || keep > MAX_RECORDS_KEPT {
+            return Err(MemoryError::invalid(
+                "records kept",
+                format!("{keep}; expected 1 to {MAX_RECORDS_KEPT}"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Checks a record kind (see [`Record::kind`]).
+pub fn check_record_kind(kind: &str) -> Result<()> {
+    let fine = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || "-_.:".contains(c);
+    if kind.is_empty() || kind.len() > MAX_RECORD_KIND_BYTES || !kind.chars().all(fine) {
+        return Err(MemoryError::invalid(
+            "record kind",
+            format!(
+                "{kind:?}; expected 1 to {MAX_RECORD_KIND_BYTES} bytes of lowercase letters, \
+                 digits, `-`, `_`, `.` and `:`"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(
+        clippy::unwrap_used,
+        reason = "a test fails loudly on an unexpected error"
+    )]
+
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use async_trait::async_trait;
+
+    use super::*;
+    use crate::{
+        BackendInfo, Capabilities, Capability, Filter, Limits, MemoryBackend, MemoryEntry,
+        MemoryId, MemoryPatch, NewMemory, PrunePolicy, PruneReport, Scope, ScoredMemory,
+        SearchRequest, Topology,
+    };
+
+    /// A backend of the required methods only, each refusing: what a store that keeps no
+    /// records inherits.
+    #[derive(Debug)]
+    struct Bare;
+
+    fn no<T>() -> Result<T> {
+        Err(MemoryError::invalid("bare", "does nothing"))
+    }
+
+    #[async_trait]
+    impl MemoryBackend for Bare {
+        fn info(&self) -> BackendInfo {
+            BackendInfo {
+                name: "bare".into(),
+                location: None,
+                topology: Topology::InProcess,
+                durable: false,
+                embedding_space: None,
+                limits: Limits::default(),
+            }
+        }
+        fn capabilities(&self) -> Capabilities {
+            Capabilities::none()
+        }
+        async fn store_batch(&self, _: &Scope, _: Vec<NewMemory>) -> Result<Vec<MemoryEntry>> {
+            no()
+        }
+        async fn get(&self, _: &Scope, _: MemoryId) -> Result<MemoryEntry> {
+            no()
+        }
+        async fn search(&self, _: &Scope, _: &SearchRequest) -> Result<Vec<ScoredMemory>> {
+            no()
+        }
+        async fn recent(&self, _: &Scope, _: usize, _: &Filter) -> Result<Vec<MemoryEntry>> {
+            no()
+        }
+        async fn update(&self, _: &Scope, _: MemoryId, _: MemoryPatch) -> Result<MemoryEntry> {
+            no()
+        }
+        async fn delete(&self, _: &Scope, _: MemoryId) -> Result<()> {
+            no()
+        }
+        async fn delete_scope(&self, _: &Scope) -> Result<u64> {
+            no()
+        }
+        async fn prune(&self, _: &Scope, _: &PrunePolicy) -> Result<PruneReport> {
+            no()
+        }
+        async fn count(&self, _: &Scope) -> Result<u64> {
+            no()
+        }
+        async fn scopes(&self, _: Option<&str>, _: Option<&str>) -> Result<Vec<Scope>> {
+            no()
+        }
+        async fn try_lease(&self, _: &str, _: &str, _: Duration) -> Result<bool> {
+            no()
+        }
+        async fn release_lease(&self, _: &str, _: &str) -> Result<()> {
+            no()
+        }
+        async fn end_lease(&self, _: &str) -> Result<()> {
+            no()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_store_without_records_refuses_them_by_name() {
+        let s = Scope::for_user("u").unwrap();
+        let record = Record::new("prompt", Timestamp::now(), "{}");
+        // Through the trait object and the forwarding impls alike.
+        let stores: [Arc<dyn MemoryBackend>; 2] = [Arc::new(Bare), Arc::new(Arc::new(Bare))];
+        for b in stores {
+            for result in [
+                b.keep_record(&s, record.clone(), 1).await,
+                b.records(&s, "prompt", 1).await.map(drop),
+            ] {
+                match result {
+                    Err(MemoryError::Unsupported {
+                        capability,
+                        provider,
+                    }) => {
+                        assert_eq!(capability, Capability::Records);
+                        assert_eq!(provider, "bare");
+                    }
+                    other => panic!("expected Unsupported, got {other:?}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn records_are_checked_before_they_are_kept() {
+        let at = Timestamp::now();
+        assert!(Record::new("prompt", at, "{}").validate(16).is_ok());
+        assert!(Record::new("a-b_c.d:9", at, "").validate(1).is_ok());
+        let full = "x".repeat(MAX_RECORD_BYTES);
+        assert!(Record::new("prompt", at, full.clone()).validate(1).is_ok());
+        let e = Record::new("prompt", at, full + "x")
+            .validate(1)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            format!(
+                "invalid record body: is {} bytes long, at most {MAX_RECORD_BYTES} bytes are \
+                 accepted",
+                MAX_RECORD_BYTES + 1
+            )
+        );
+        assert!(
+            Record::new("prompt", at, "{}")
+                .validate(MAX_RECORDS_KEPT)
+                .is_ok()
+        );
+        let e = Record::new("prompt", at, "{}")
+            .validate(0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("expected 1 to 1000"), "{e}");
+        let e = Record::new("Prompt", at, "{}")
+            .validate(1)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("invalid record kind: \"Prompt\""), "{e}");
+    }
+}
