@@ -7,10 +7,11 @@
 
 use chrono::{DateTime, Datelike, Duration, NaiveDate, TimeZone, Utc, Weekday};
 use memory_core::{Role, Timestamp};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// What a question says beyond its words' meaning.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct QueryCues {
     /// The time it asks about ("yesterday", "last week", "in June"), resolved against now.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -28,7 +29,7 @@ pub struct QueryCues {
 }
 
 /// A stretch of time a question refers to.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TimeWindow {
     /// The first instant.
     pub start: Timestamp,

@@ -172,7 +172,7 @@ pub enum OptionOrigin {
 }
 
 /// One resolved option.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ResolvedOption {
     /// The value.
     pub value: Value,
@@ -181,7 +181,7 @@ pub struct ResolvedOption {
 }
 
 /// A provider's options after precedence is applied; see [`resolve_options`].
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct ResolvedOptions(BTreeMap<String, ResolvedOption>);
 

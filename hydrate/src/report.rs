@@ -1,16 +1,17 @@
 //! The explain report: what happened to every section, tool and source of one prompt, and
 //! every way the request was served less well than asked (the [`Degradation`]s, which
-//! sources record and so are defined with them, in `source`).
+//! sources record and so are defined with them, in `source`). It reads back from its JSON,
+//! so an app can keep it and explain the prompt later.
 
 use memory_core::MemoryId;
 use prompt_ir::{Action, Priority};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::provider::ResolvedOptions;
 use crate::source::{Degradation, DegradationKind, SourceKind, SourceParams};
 
 /// How one kind of context was served.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SourceStatus {
     /// The source answered in time.
@@ -26,26 +27,26 @@ pub enum SourceStatus {
 }
 
 /// What one source did for a request.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SourceReport {
     /// The kind of context.
     pub kind: SourceKind,
     /// The source's name, if one served the kind.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
     /// The provider that built the source; `None` for an explicit source.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
     /// How it went.
     pub status: SourceStatus,
     /// How the source searched (`hybrid`, `keyword`, `recent`, ...), if it said.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub search: Option<String>,
     /// The provider's options after precedence, with where each came from.
-    #[serde(skip_serializing_if = "is_empty_options")]
+    #[serde(default, skip_serializing_if = "is_empty_options")]
     pub options: ResolvedOptions,
     /// The parameters it was given.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub params: Option<SourceParams>,
     /// Items the source returned.
     pub returned: usize,
@@ -56,7 +57,7 @@ pub struct SourceReport {
     pub over_limits: usize,
     /// Items left out as near-duplicates of a better candidate (see
     /// [`crate::HydrationConfig::near_duplicate`]).
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub near_duplicates: usize,
     /// Items that became sections.
     pub kept: usize,
@@ -96,7 +97,8 @@ impl SourceReport {
 }
 
 /// The parts of a retrieved item's score, rounded to 4 decimals.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ScoreExplain {
     /// The combined score (see [`crate::scoring`]).
     pub score: f64,
@@ -124,7 +126,7 @@ pub struct ScoreExplain {
 }
 
 /// What happened to one section.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SectionExplain {
     /// The section id (`system`, `state:time`, `knowledge:<memory id>`, ...).
     pub id: String,
@@ -133,7 +135,7 @@ pub struct SectionExplain {
     /// The block it renders into (`system`, `state`, or a source kind).
     pub block: String,
     /// The memory it shows, if one.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_id: Option<MemoryId>,
     /// Its priority.
     pub priority: Priority,
@@ -145,19 +147,19 @@ pub struct SectionExplain {
     /// Why.
     pub reason: String,
     /// How a retrieved item scored.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scores: Option<ScoreExplain>,
     /// Every kind of source that found the item (one section however many did).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub found_by: Vec<SourceKind>,
     /// When the prompt holds an excerpt of a long memory: the character ranges (start, end)
     /// of the memory's text it keeps, in order; the gaps are marked `[…]` in the prompt.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub excerpt: Option<Vec<(usize, usize)>>,
 }
 
 /// What happened to one tool definition.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ToolExplain {
     /// The tool's name.
     pub name: String,
@@ -171,7 +173,7 @@ pub struct ToolExplain {
 }
 
 /// How the budget was split.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BudgetExplain {
     /// The request's budget.
     pub total: u32,
@@ -190,7 +192,7 @@ pub struct BudgetExplain {
 
 /// Everything compile did, and why. Serializable; ids and timings are the only values that
 /// change from run to run for the same inputs.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ExplainReport {
     /// Hash of the request (scope, observation, goal, strategy, budget, state, options).
     pub request_hash: String,
@@ -202,7 +204,7 @@ pub struct ExplainReport {
     pub budget: BudgetExplain,
     /// What was read from the question beyond its meaning: the time it asks about, quoted
     /// phrases, names (see [`crate::QueryCues`]).
-    #[serde(skip_serializing_if = "crate::QueryCues::is_empty")]
+    #[serde(default, skip_serializing_if = "crate::QueryCues::is_empty")]
     pub cues: crate::QueryCues,
     /// Tokens of sections, tools and observation before compression.
     pub tokens_before: u32,

@@ -113,7 +113,7 @@ impl Honours {
 }
 
 /// The parameters every source takes besides the observation.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SourceParams {
     /// At most this many items survive (after de-duplication across sources).
     pub max_items: usize,
@@ -398,7 +398,7 @@ macro_rules! forward_source {
 forward_source!(Arc<T>, Box<T>, &T);
 
 /// How a request was served less well than asked.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum DegradationKind {
@@ -424,12 +424,12 @@ pub enum DegradationKind {
 }
 
 /// One degradation, with the source it concerns and a message for people.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Degradation {
     /// What kind.
     pub kind: DegradationKind,
     /// The kind of context it concerns, if one.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<SourceKind>,
     /// What happened, e.g. "asked hybrid, got keyword: memory-inmem does not support hybrid
     /// search".

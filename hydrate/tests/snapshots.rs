@@ -16,12 +16,23 @@ use std::time::Duration;
 use async_trait::async_trait;
 use common::{OBSERVATION, chat_scope, config, embedder, input, redacted, request, seed_alice};
 use hydrate::{
-    ContextSource, DegradationKind, SourceItem, SourceKind, SourceOutput, SourceQuery,
-    SourceStatus, compile, hydrate,
+    ContextSource, DegradationKind, ExplainReport, SourceItem, SourceKind, SourceOutput,
+    SourceQuery, SourceStatus, compile, hydrate,
 };
 use memory_core::{MemoryBackend, MemoryKind};
 use memory_inmem::InMemoryBackend;
 use prompt_ir::Action;
+
+/// The report reads back from its JSON as it was written (an app keeps it so, e.g. `ava`'s
+/// prompt records), every field of it.
+fn reads_back(report: &ExplainReport) {
+    let json = serde_json::to_string(report).unwrap();
+    let back: ExplainReport = serde_json::from_str(&json).unwrap();
+    assert_eq!(
+        serde_json::to_value(&back).unwrap(),
+        serde_json::from_str::<serde_json::Value>(&json).unwrap()
+    );
+}
 
 async fn alice(with_vectors: bool) -> Arc<dyn MemoryBackend> {
     let backend: Arc<dyn MemoryBackend> =
@@ -63,6 +74,7 @@ async fn normal_turn() {
         .content;
     assert!(semantic.contains("red lentil dal"), "{semantic}");
     assert!(!semantic.contains("porridge"), "{semantic}");
+    reads_back(report);
     insta::assert_yaml_snapshot!("normal_turn", redacted(&prompt));
 }
 
@@ -97,6 +109,7 @@ async fn tight_budget() {
             .is_some_and(|s| matches!(s.action, Action::Kept { .. }))
     );
     assert_eq!(prompt.messages.last().unwrap().content, OBSERVATION);
+    reads_back(report);
     insta::assert_yaml_snapshot!("tight_budget", redacted(&prompt));
 }
 
@@ -225,5 +238,6 @@ async fn store_without_vectors() {
             .as_deref(),
         Some("keyword")
     );
+    reads_back(report);
     insta::assert_yaml_snapshot!("store_without_vectors", redacted(&prompt));
 }
