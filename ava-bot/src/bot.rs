@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::Context;
-use hydrate::{ChatModel, ExplainReport};
+use hydrate::ChatModel;
 use memory_core::{DEFAULT_TENANT, MemoryError, MemoryId, Scope, Tag};
 use teloxide::adaptors::Throttle;
 use teloxide::adaptors::throttle::Limits;
@@ -21,6 +21,7 @@ use teloxide::{ApiError, RequestError};
 use crate::agent::{
     Agent, Audience, Blame, GROUP_USER, MAX_STATE_CHARS, Member, Speaker, state_line,
 };
+use crate::prompts::{self, Builder, Built, PROMPTS_KEPT};
 use hydrate::SessionState;
 
 /// The bot as handlers see it: rate-limited, retrying on 429 `retry_after`.
@@ -95,8 +96,8 @@ pub(crate) enum Command {
     Erase(String),
 }
 
-/// How many (user, chat) pairs the bot keeps per-conversation state for (the last report,
-/// a pending wipe, the last `/facts` listing): the least recently set goes first.
+/// How many (user, chat) pairs the bot keeps the last `/facts` listing for: the least
+/// recently set goes first.
 const CONVERSATIONS_KEPT: usize = 4096;
 
 /// Per-(user, chat) state for the [`CONVERSATIONS_KEPT`] most recently set; bounded so a
@@ -147,8 +148,6 @@ pub(crate) struct BotState {
     agent: Agent,
     model: Arc<dyn ChatModel>,
     allow: Option<BTreeSet<u64>>,
-    /// The explain report of the last prompt per (user, chat).
-    reports: Mutex<PerChat<ExplainReport>>,
     /// The facts the last `/facts` listed, in its numbering, per (user, chat).
     listings: Mutex<PerChat<Vec<MemoryId>>>,
     /// The reaction put on a message that taught Ava something; `None` puts none.
@@ -165,7 +164,6 @@ impl BotState {
             agent,
             model,
             allow,
-            reports: Mutex::default(),
             listings: Mutex::default(),
             learned_reaction: None,
         }
@@ -537,7 +535,15 @@ async fn on_text(
             }
             match turn.answer {
                 Ok(inference) => {
-                    lock(&state.reports).insert(who.key, inference.prompt.report);
+                    if turn.stored.is_ok() {
+                        // Kept before the reply goes out, so a `/context` after it finds it,
+                        // on any replica; only with its question stored (see `prompts`).
+                        let member = who.member.as_ref().map(|m| m.user.clone());
+                        let built = Built::new(Builder::Bot, member, inference.prompt.report);
+                        let store = state.agent.store().as_ref();
+                        let at = memory_core::Timestamp::now();
+                        prompts::keep(store, &who.scope, at, &built).await;
+                    }
                     let answer = if inference.reply.trim().is_empty() {
                         "(I have nothing to add.)".to_owned()
                     } else {
@@ -722,14 +728,30 @@ async fn command_reply(
             },
         },
         Command::Context => {
-            let report = lock(&state.reports).get(&who.key).cloned();
-            match report {
-                Some(report) => format!(
+            // Read from the store: built by this process or another (a replica, before a
+            // restart); in a group, the newest of those built for this member.
+            let member = who.member.as_ref().map(|m| m.user.clone());
+            let newest = prompts::newest(state.agent.store().as_ref(), &who.scope)
+                .await
+                .context("read the last prompt I built for you")?
+                .into_iter()
+                .find(|(_, built)| built.member == member);
+            match (newest, &who.member) {
+                (Some((_, built)), _) => format!(
                     "The last prompt I built for you:\n{}",
-                    state.agent.explain(&who.scope, who.audience, &report).await
+                    state
+                        .agent
+                        .explain(&who.scope, who.audience, &built.report)
+                        .await
                 ),
-                None => "I have not built a prompt for you in this chat yet; say something first."
-                    .into(),
+                (None, None) => {
+                    "I have not built a prompt for you in this chat yet; say something first."
+                        .into()
+                }
+                (None, Some(_)) => format!(
+                    "None of the last {PROMPTS_KEPT} prompts I built in this group was for you; \
+                     say something first."
+                ),
             }
         }
         Command::Stats => {
@@ -864,8 +886,8 @@ async fn erase(arg: &str, who: &Who, state: &BotState) -> anyhow::Result<String>
         if !confirmed(store, "erase", who).await? {
             return Ok("Nothing to confirm: send /erase first.".into());
         }
+        // The store removes the prompts kept of their scopes with them.
         let erased = crate::erase::erase_person(store, tenant, &user, true).await?;
-        lock(&state.reports).remove(&who.key);
         lock(&state.listings).remove(&who.key);
         tracing::info!(
             erased = erased.total(),
@@ -990,7 +1012,6 @@ async fn wipe(arg: &str, who: &Who, state: &BotState) -> anyhow::Result<String> 
                 }
             },
         }
-        lock(&state.reports).remove(&who.key);
         tracing::info!(
             chat = who.key.1,
             deleted = n,

@@ -2,7 +2,8 @@
 //! `/erase`. Their own scopes (every chat and thread, their user-wide facts, their
 //! documents), and their part of every group conversation (their messages, Ava's answers to
 //! them and their `/share` note, found by the `from:<id>` and `shares:<id>` tags); nothing
-//! of anyone else's.
+//! of anyone else's. The prompts kept of those scopes ([`crate::prompts`]) go with the
+//! memories: the store removes a scope's records with any deletion there.
 
 use std::fmt::Write as _;
 

@@ -9,6 +9,7 @@ mod erase;
 mod inspect;
 mod llm;
 mod mcp;
+mod prompts;
 mod proxy;
 mod upkeep;
 mod webhook;

@@ -8,12 +8,13 @@
 //! them, or with [`History::Replace`] only the current turn). Everything else in the body
 //! (model, tools, `stream`, ...) is passed on as sent, and the upstream's answer comes back
 //! byte for byte, streamed or not, with `x-ava-explain-id` naming the explain report
-//! (`GET /v1/ava/explain/<id>`, for the same token). After a successful answer the user's
-//! message and the answer's text are stored and facts learned in the background, as the bot
-//! does; an answer the upstream refused, or a stream it broke off, stores nothing.
+//! (`GET /v1/ava/explain/<id>`, for the same token), kept in the store as the bot keeps its
+//! prompts ([`crate::prompts`]) once the upstream starts answering. After a successful answer
+//! the user's message and the answer's text are stored and facts learned in the background,
+//! as the bot does; an answer the upstream refused, or a stream it broke off, stores nothing.
 //! `GET /v1/models` is passed on.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -24,7 +25,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
-use hydrate::{Block, ExplainReport, FactExtractor, SessionState};
+use hydrate::{Block, FactExtractor, SessionState};
 use hyper::body::{Frame, Incoming};
 use memory_core::{Scope, Secret, Timestamp};
 use serde_json::{Value, json};
@@ -33,6 +34,7 @@ use crate::agent::{Agent, Speaker};
 use crate::body::{BodyError, read_whole};
 use crate::llm::OpenAiChat;
 use crate::mcp::tokens::Grant;
+use crate::prompts::{self, Builder, Built, PROMPTS_KEPT};
 
 /// A response body, as the server that routes here (`mcp/http.rs`) sends it.
 type Body = BoxBody<Bytes, Infallible>;
@@ -42,9 +44,6 @@ pub(crate) const PREFIX: &str = "/v1/";
 
 /// The largest request body read: an app sends its whole history each time.
 const MAX_BODY: usize = 32 * 1024 * 1024;
-
-/// How many explain reports are kept for `GET /v1/ava/explain/<id>` (the newest).
-const EXPLAINS_KEPT: usize = 256;
 
 /// The header an app's token names its end user with (or the body's `user` field).
 const END_USER_HEADER: &str = "x-ava-user";
@@ -152,26 +151,30 @@ impl Upstream {
     }
 }
 
-/// One explain report kept, with the token identity that may read it.
-struct Explained {
-    id: String,
-    owner: Scope,
-    scope: Scope,
-    /// When the prompt was built.
-    at: memory_core::Timestamp,
-    report: ExplainReport,
+/// The id `x-ava-explain-id` gives the prompt `built` built for `scope` by a holder of
+/// `grant`: the prompt's own, and for one of an app's end users their name in hex after a
+/// dot, so that `GET /v1/ava/explain/<id>` finds the report in their scope without being told
+/// whose it is again (and the token can still only name its own end users).
+fn explain_id(built: &str, scope: &Scope, grant: &Grant) -> String {
+    if *scope == grant.scope {
+        return built.to_owned();
+    }
+    let hex: String = scope.user().bytes().map(|b| format!("{b:02x}")).collect();
+    format!("{built}.{hex}")
 }
 
-/// A prompt the proxy built, as the inspector lists it.
-pub(crate) struct BuiltPrompt {
-    /// Its explain report's id (`x-ava-explain-id`).
-    pub(crate) id: String,
-    /// The scope whose memory it read.
-    pub(crate) scope: Scope,
-    /// When it was built.
-    pub(crate) at: memory_core::Timestamp,
-    /// Its explain report.
-    pub(crate) report: ExplainReport,
+/// The prompt's id and the scope an [`explain_id`] names for `grant`; `None` for an id it
+/// cannot have given this token.
+fn explained(id: &str, grant: &Grant) -> Option<(String, Scope)> {
+    let Some((built, hex)) = id.split_once('.') else {
+        return Some((id.to_owned(), grant.scope.clone()));
+    };
+    let bytes = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect::<Option<Vec<u8>>>()?;
+    let user = String::from_utf8(bytes).ok()?;
+    Some((built.to_owned(), grant.end_user(&user).ok()?))
 }
 
 /// The proxy: an agent (store, hydration config, upkeep) and the upstream.
@@ -182,7 +185,6 @@ pub(crate) struct Proxy {
     learning: Learning,
     /// One fact extractor per model that learns.
     extractors: Mutex<HashMap<String, FactExtractor>>,
-    explains: Mutex<VecDeque<Explained>>,
 }
 
 impl std::fmt::Debug for Proxy {
@@ -324,7 +326,6 @@ impl Proxy {
             history,
             learning,
             extractors: Mutex::default(),
-            explains: Mutex::default(),
         }
     }
 
@@ -339,7 +340,7 @@ impl Proxy {
             (Method::POST, "/v1/chat/completions") => self.chat(request, grant).await,
             (Method::GET, "/v1/models") => self.models().await,
             (Method::GET, p) if p.starts_with("/v1/ava/explain/") => {
-                self.explain(&p["/v1/ava/explain/".len()..], grant)
+                self.explain(&p["/v1/ava/explain/".len()..], grant).await
             }
             (_, "/v1/chat/completions" | "/v1/models") => error(
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -365,31 +366,36 @@ impl Proxy {
         }
     }
 
-    /// The prompts it built (of the newest [`EXPLAINS_KEPT`]) that read one of `scopes`,
-    /// newest first.
-    pub(crate) fn built_in(&self, scopes: &[Scope]) -> Vec<BuiltPrompt> {
-        let explains = self.explains.lock().unwrap_or_else(PoisonError::into_inner);
-        explains
-            .iter()
-            .rev()
-            .filter(|e| scopes.contains(&e.scope))
-            .map(|e| BuiltPrompt {
-                id: e.id.clone(),
-                scope: e.scope.clone(),
-                at: e.at,
-                report: e.report.clone(),
-            })
-            .collect()
-    }
-
-    fn explain(&self, id: &str, grant: &Grant) -> Response<Body> {
-        let explains = self.explains.lock().unwrap_or_else(PoisonError::into_inner);
-        match explains
-            .iter()
-            .find(|e| e.id == id && e.owner == grant.scope)
-        {
-            Some(e) => {
-                let body = json!({"id": e.id, "scope": e.scope.to_string(), "report": e.report});
+    /// `GET /v1/ava/explain/<id>`: the explain report of a prompt built for `grant`'s
+    /// identity (or one of its end users), read from the store, so any replica answers.
+    async fn explain(&self, id: &str, grant: &Grant) -> Response<Body> {
+        let missing = || {
+            error(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                format!(
+                    "no explain report `{id}` for this token (each conversation keeps the \
+                     newest {PROMPTS_KEPT})"
+                ),
+            )
+        };
+        let Some((wanted, scope)) = explained(id, grant) else {
+            return missing();
+        };
+        let kept = match prompts::newest(self.agent.store().as_ref(), &scope).await {
+            Ok(kept) => kept,
+            Err(e) => {
+                tracing::error!(scope = %scope, error = %memory_core::ErrorChain(&e), "could not read the prompts kept");
+                return error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "server_error",
+                    "the store could not be read; the details are in the server's log",
+                );
+            }
+        };
+        match kept.into_iter().find(|(_, b)| b.id == wanted) {
+            Some((_, b)) => {
+                let body = json!({"id": id, "scope": scope.to_string(), "report": b.report});
                 let mut response = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
                 response.headers_mut().insert(
                     header::CONTENT_TYPE,
@@ -397,13 +403,7 @@ impl Proxy {
                 );
                 response
             }
-            None => error(
-                StatusCode::NOT_FOUND,
-                "invalid_request_error",
-                format!(
-                    "no explain report `{id}` for this token (the newest {EXPLAINS_KEPT} are kept)"
-                ),
-            ),
+            None => missing(),
         }
     }
 
@@ -487,8 +487,8 @@ impl Proxy {
     }
 
     /// Rewrites `call`'s messages with what Ava recalls for its last user message; returns
-    /// the explain report's id, or why there is no memory in it.
-    async fn hydrate(&self, call: &mut Call, owner: &Scope) -> Result<Option<String>, String> {
+    /// the prompt built, to keep once the upstream answers, or why there is no memory in it.
+    async fn hydrate(&self, call: &mut Call) -> Result<Option<(Timestamp, Built)>, String> {
         let messages = call.body["messages"]
             .as_array()
             .cloned()
@@ -529,19 +529,8 @@ impl Proxy {
         };
         sent.extend_from_slice(&messages[from..]);
         call.body["messages"] = Value::Array(sent);
-        let id = uuid::Uuid::new_v4().simple().to_string();
-        let mut explains = self.explains.lock().unwrap_or_else(PoisonError::into_inner);
-        if explains.len() >= EXPLAINS_KEPT {
-            explains.pop_front();
-        }
-        explains.push_back(Explained {
-            id: id.clone(),
-            owner: owner.clone(),
-            scope: call.scope.clone(),
-            at: memory_core::Timestamp::now(),
-            report: prompt.report,
-        });
-        Ok(Some(id))
+        let built = Built::new(Builder::Proxy, None, prompt.report);
+        Ok(Some((Timestamp::now(), built)))
     }
 
     async fn chat(self: &Arc<Self>, request: Request<Incoming>, grant: &Grant) -> Response<Body> {
@@ -549,7 +538,7 @@ impl Proxy {
             Ok(call) => call,
             Err(answer) => return answer,
         };
-        let hydrated = self.hydrate(&mut call, &grant.scope).await;
+        let hydrated = self.hydrate(&mut call).await;
         if let Err(e) = &hydrated {
             tracing::warn!(
                 scope = %call.scope,
@@ -566,6 +555,15 @@ impl Proxy {
             Ok(answer) => answer,
             Err(failed) => return failed,
         };
+        // Kept once the upstream starts answering and before anything goes back, so the id
+        // the answer carries names a report every replica finds; a refused request keeps none.
+        let mut explain = None;
+        if answer.status().is_success()
+            && let Ok(Some((at, built))) = &hydrated
+            && prompts::keep(self.agent.store().as_ref(), &call.scope, *at, built).await
+        {
+            explain = Some(explain_id(&built.id, &call.scope, grant));
+        }
         let mut response = if !answer.status().is_success() {
             // Refused upstream: passed on as it came, and nothing is stored.
             match self.whole(answer).await {
@@ -587,22 +585,19 @@ impl Proxy {
             self.keep(&call, reply.as_deref()).await;
             passed_on(status, &headers, Full::new(bytes).boxed())
         };
-        match hydrated {
-            Ok(Some(id)) => {
-                if let Ok(v) = HeaderValue::from_str(&id) {
-                    response.headers_mut().insert(EXPLAIN_HEADER, v);
-                }
-            }
-            Ok(None) => {}
-            Err(e) => {
-                let reason: String = e
-                    .chars()
-                    .map(|c| if c.is_ascii_graphic() { c } else { ' ' })
-                    .take(200)
-                    .collect();
-                if let Ok(v) = HeaderValue::from_str(&reason) {
-                    response.headers_mut().insert(DEGRADED_HEADER, v);
-                }
+        if let Some(id) = explain
+            && let Ok(v) = HeaderValue::from_str(&id)
+        {
+            response.headers_mut().insert(EXPLAIN_HEADER, v);
+        }
+        if let Err(e) = hydrated {
+            let reason: String = e
+                .chars()
+                .map(|c| if c.is_ascii_graphic() { c } else { ' ' })
+                .take(200)
+                .collect();
+            if let Ok(v) = HeaderValue::from_str(&reason) {
+                response.headers_mut().insert(DEGRADED_HEADER, v);
             }
         }
         response

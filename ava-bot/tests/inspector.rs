@@ -343,7 +343,8 @@ async fn the_api_answers_each_token_for_what_it_may_read() {
     // Bob may not change alice's facts either (her scope is not his to name).
     assert_eq!(restore(BOB).await.unwrap().status(), 403);
 
-    // The prompts the proxy built, listed for the identity they read, for nobody else.
+    // The prompts the proxy built, listed from the store for the identity they read, for
+    // nobody else.
     let id = ask_through_the_proxy(&s).await;
     let chat_key = keys[0].to_owned();
     let (_, built) = get_json(
@@ -356,6 +357,7 @@ async fn the_api_answers_each_token_for_what_it_may_read() {
     )
     .await;
     assert_eq!(built["prompts"][0]["id"], id.as_str(), "{built}");
+    assert_eq!(built["prompts"][0]["by"], "proxy", "{built}");
     let (_, bobs) = get_json(&format!("{}/inspect/api/prompts", s.url), BOB).await;
     assert_eq!(bobs["prompts"], json!([]), "{bobs}");
 }

@@ -4,7 +4,10 @@
 //! OpenAI-compatible model whose fact extraction is scripted and slow. Every update is
 //! answered once, every exchange stored once, and every fact learned once, also when two
 //! replicas learn a change to the same fact at the same time (they take turns through a
-//! lease in the store, so the second sees what the first learned).
+//! lease in the store, so the second sees what the first learned). The prompts they build
+//! are kept in the store too: `/context` on one replica explains a prompt another built,
+//! `ava serve`'s inspector on the same store lists them for their user's token only, and a
+//! `/wipe` takes them along.
 
 #![allow(
     clippy::expect_used,
@@ -201,6 +204,73 @@ fn memories_of(db: &str, user: i64) -> Vec<Value> {
         .collect()
 }
 
+/// Alice's and Bob's tokens for the inspector of `ava serve` (their private chats).
+const INSPECT_ALICE: &str = "alice-0123456789abcdef0123456789abcdef";
+const INSPECT_BOB: &str = "bob-0123456789abcdef0123456789abcdef00";
+
+/// `ava serve` (without an upstream: MCP and the inspector) on the replicas' store.
+struct Inspector {
+    child: tokio::process::Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Inspector {
+    async fn start(db: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let tokens = common::private_token_file(
+            dir.path(),
+            json!([
+                {"token": INSPECT_ALICE, "user": ALICE.to_string(), "chat": ALICE.to_string()},
+                {"token": INSPECT_BOB, "user": BOB.to_string(), "chat": BOB.to_string()},
+            ]),
+        );
+        let mut cmd = command(db);
+        cmd.args(["serve", "--addr", "127.0.0.1:0", "--tokens"])
+            .arg(&tokens)
+            .env_remove("RUST_BACKTRACE");
+        let (child, line, _) = listening(cmd, PATIENCE).await;
+        Self {
+            child,
+            url: listening_url(&line),
+            _dir: dir,
+        }
+    }
+
+    /// `GET /inspect/api/<route>` for `token`: the status and the JSON.
+    async fn get(&self, token: &str, route: &str) -> (u16, Value) {
+        let response = reqwest::Client::new()
+            .get(format!("{}/inspect/api/{route}", self.url))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        (response.status().as_u16(), response.json().await.unwrap())
+    }
+
+    /// The prompts listed for `token`'s chat, newest first.
+    async fn prompts(&self, token: &str) -> Vec<Value> {
+        let (status, listed) = self.get(token, "prompts").await;
+        assert_eq!(status, 200, "{listed}");
+        listed["prompts"].as_array().unwrap().clone()
+    }
+
+    /// The key of `token`'s chat, as a query parameter's value.
+    async fn chat_key(&self, token: &str) -> String {
+        let (_, me) = self.get(token, "me").await;
+        url::form_urlencoded::byte_serialize(me["scope"].as_str().unwrap().as_bytes()).collect()
+    }
+
+    async fn stop(mut self) {
+        signal(&self.child, "TERM");
+        let status = tokio::time::timeout(PATIENCE, self.child.wait())
+            .await
+            .expect("ava serve stops within PATIENCE of SIGTERM")
+            .unwrap();
+        assert!(status.success(), "{status:?}");
+    }
+}
+
 /// Two replicas on the store `db` (created here) serve Alice and Bob as one bot.
 async fn two_replicas_serve_as_one(db: &str) {
     // The store exists before the replicas open it.
@@ -324,6 +394,57 @@ async fn two_replicas_serve_as_one(db: &str) {
         .expect("the first new name was replaced by the second")];
     assert_eq!(last["id"], current[0]["id"], "{facts:#?}");
 
+    // The prompts built are kept in the store: Alice asks replica a, her /context reaches b
+    // and explains that prompt (its question's names, the facts it weighed), and
+    // `ava serve`'s inspector on the same store lists her prompts for her token only.
+    deliver(
+        &client,
+        &hook_a,
+        update(10, ALICE, "Does Kiwi still like Lisbon?"),
+    )
+    .await;
+    assert!(until(async || replies(&telegram).await.get(&ALICE) == Some(&4)).await);
+    deliver(&client, &hook_b, update(11, ALICE, "/context")).await;
+    assert!(until(async || replies(&telegram).await.get(&ALICE) == Some(&5)).await);
+    let context = said_to(&telegram, ALICE).await.pop().unwrap();
+    assert!(
+        context.starts_with("The last prompt I built for you:")
+            && context.contains("names Kiwi Lisbon")
+            && context.contains("\"My parrot is called"),
+        "{context}\n{}",
+        logs()
+    );
+    let inspector = Inspector::start(db).await;
+    let alices = inspector.prompts(INSPECT_ALICE).await;
+    assert_eq!(alices.len(), 4, "one per message Alice sent: {alices:#?}");
+    assert!(alices.iter().all(|p| p["by"] == "bot"), "{alices:#?}");
+    assert_eq!(
+        alices[0]["report"]["cues"]["names"],
+        json!(["Kiwi", "Lisbon"]),
+        "newest first: {:#?}",
+        alices[0]
+    );
+    let weighed = alices[0]["memories"].to_string();
+    assert!(weighed.contains("My parrot is called"), "{weighed}");
+    let bobs = inspector.prompts(INSPECT_BOB).await;
+    assert_eq!(bobs.len(), 6, "{bobs:#?}");
+    let seen = serde_json::to_string(&bobs).unwrap();
+    assert!(
+        !seen.contains("parrot") && !seen.contains("Lisbon"),
+        "{seen}"
+    );
+    assert_eq!(
+        inspector
+            .get(
+                INSPECT_BOB,
+                &format!("prompts?scope={}", inspector.chat_key(INSPECT_ALICE).await)
+            )
+            .await
+            .0,
+        403,
+        "Bob's token may not name Alice's chat"
+    );
+
     // A confirmation asked by one replica is taken by the other: Bob's /wipe reaches a,
     // his /wipe yes reaches b, and his memories go (Alice's stay).
     deliver(&client, &hook_a, update(20, BOB, "/wipe")).await;
@@ -359,6 +480,20 @@ async fn two_replicas_serve_as_one(db: &str) {
         said.last().unwrap().starts_with("Nothing to confirm"),
         "{said:#?}"
     );
+    // The wipe took Bob's prompts along: /context has none to explain, the inspector lists
+    // none; Alice's stay.
+    deliver(&client, &hook_b, update(23, BOB, "/context")).await;
+    assert!(until(async || replies(&telegram).await.get(&BOB) == Some(&10)).await);
+    let said = said_to(&telegram, BOB).await;
+    assert!(
+        said.last()
+            .unwrap()
+            .starts_with("I have not built a prompt for you"),
+        "{said:#?}"
+    );
+    assert!(inspector.prompts(INSPECT_BOB).await.is_empty());
+    assert_eq!(inspector.prompts(INSPECT_ALICE).await.len(), 4);
+    inspector.stop().await;
 
     // SIGTERM (what an orchestrator sends a replica it retires) stops each cleanly.
     for (child, log) in [(&mut a, &log_a), (&mut b, &log_b)] {

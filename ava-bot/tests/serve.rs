@@ -2,7 +2,8 @@
 //! driven by async-openai, by raw HTTP and by the official `openai` Python package: answers
 //! passed on byte for byte (streamed or not), what the upstream receives, identities from
 //! tokens (and an app's end users) kept apart, upstream failures that store nothing, the
-//! explain report, fact learning, and MCP on the same address.
+//! explain report (kept in the store, so another server on it finds it too), fact learning,
+//! and MCP on the same address.
 
 #![allow(
     clippy::expect_used,
@@ -74,6 +75,27 @@ async fn serve(upstream: &str, extra: &[&str]) -> Serve {
         _dir: dir,
         db,
     }
+}
+
+/// A second `ava serve` on `s`'s store and token file (another replica behind a load
+/// balancer); the child and where it listens.
+async fn replica_of(s: &Serve, upstream: &str) -> (tokio::process::Child, String) {
+    let mut cmd = command(&s.db);
+    cmd.args(["serve", "--addr", "127.0.0.1:0", "--tokens"])
+        .arg(s._dir.path().join("tokens.json"))
+        .args(["--upstream", upstream, "--no-facts"]);
+    let (child, line, _) = listening(cmd, PATIENCE).await;
+    (child, listening_url(&line))
+}
+
+/// `GET /v1/ava/explain/<id>` at `url` as `token`.
+async fn explained(url: &str, id: &str, token: &str) -> reqwest::Response {
+    reqwest::Client::new()
+        .get(format!("{url}/v1/ava/explain/{id}"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
 }
 
 /// A chat completion as an upstream writes it, spacing and all (to check it is passed on
@@ -366,6 +388,8 @@ async fn upstream_failures_come_back_as_they_are_and_store_nothing() {
 
     let response = post(&s, TOKEN_A, &ask("rate me"), None).await;
     assert_eq!(response.status(), 429);
+    // A refused request keeps no prompt, so names none.
+    assert!(response.headers().get("x-ava-explain-id").is_none());
     assert_eq!(response.text().await.unwrap(), refusal);
 
     let response = post(&s, TOKEN_A, &ask("slow me"), None).await;
@@ -476,17 +500,18 @@ async fn an_apps_end_users_are_kept_apart_and_history_can_be_replaced() {
         "dave got carol's memory: {}",
         sent[1]
     );
-    assert_eq!(
-        post(
-            &s,
-            TOKEN_APP,
-            &say("What is my locker code?", Some("carol")),
-            None
-        )
-        .await
-        .status(),
-        200
-    );
+    let asked = post(
+        &s,
+        TOKEN_APP,
+        &say("What is my locker code?", Some("carol")),
+        None,
+    )
+    .await;
+    assert_eq!(asked.status(), 200);
+    let carols_id = asked.headers()["x-ava-explain-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
     let sent = received(&up).await;
     let carols = sent[2]["messages"].as_array().unwrap();
     // Replace: the app's system message, what Ava recalls, and only the current turn.
@@ -497,6 +522,40 @@ async fn an_apps_end_users_are_kept_apart_and_history_can_be_replaced() {
         "{carols:?}"
     );
     assert_eq!(carols[2]["content"], "What is my locker code?");
+
+    // The explain report of carol's prompt, from the store: for the app's token without
+    // naming carol again, on this server or another on the same store; for no other token.
+    let (_other, other_url) = replica_of(&s, &format!("{}/v1", up.uri())).await;
+    for url in [&s.url, &other_url] {
+        let report: Value = explained(url, &carols_id, TOKEN_APP)
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(report["id"], carols_id.as_str(), "{report}");
+        assert!(
+            report["scope"].as_str().unwrap().contains("carol"),
+            "{report}"
+        );
+        assert!(report["report"]["sections"].as_array().unwrap().len() > 1);
+    }
+    assert_eq!(explained(&s.url, &carols_id, TOKEN_A).await.status(), 404);
+    // An id naming an end user is only ever one of the asking token's own.
+    let (prompt, _) = carols_id.split_once('.').unwrap();
+    let alices = format!(
+        "{prompt}.{}",
+        "alice"
+            .bytes()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    );
+    assert_eq!(explained(&s.url, &alices, TOKEN_APP).await.status(), 404);
+    assert_eq!(
+        explained(&s.url, &format!("{prompt}.zz"), TOKEN_APP)
+            .await
+            .status(),
+        404
+    );
 
     // Each end user is their own identity in the app's tenant, not a user of the store's own.
     assert!(!recall(&s.db, "carol", "assistant", "locker code").contains("4711"));

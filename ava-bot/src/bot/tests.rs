@@ -199,6 +199,24 @@ impl Harness {
         }
     }
 
+    /// A bot on another connection to the same store file (as another replica, or this bot
+    /// after a restart, opens it), taking `updates` from a new fake Bot API.
+    async fn reopened(&self, updates: Vec<Value>) -> Self {
+        let embedder = Arc::new(HashingEmbedder::new(256).unwrap());
+        let store = SqliteBackend::open(
+            &self._dir.path().join("bot.db"),
+            Some(embedder),
+            SqliteConfig::default(),
+        )
+        .await
+        .unwrap();
+        Self {
+            _dir: tempfile::tempdir().unwrap(),
+            store: Arc::new(store),
+            telegram: fake_telegram(updates).await,
+        }
+    }
+
     /// Runs the bot until `replies` messages were sent (or PATIENCE runs out), shuts it down
     /// and returns the texts sent, in order.
     async fn run(
@@ -403,6 +421,91 @@ async fn remembered_facts_reach_the_prompt_and_users_stay_apart() {
         .unwrap();
     assert_eq!(h.store.count(&scope).await.unwrap(), 2);
     assert_eq!(h.store.count(&scope.user_wide()).await.unwrap(), 1);
+}
+
+/// `/context` reads the prompt from the store: a bot on another connection to the same file
+/// (another replica, or this bot after a restart) explains what the first built; in a group
+/// each member their own, and none to a member it built none for. Forgetting the question
+/// takes its prompt along.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn context_explains_a_prompt_another_bot_built_until_its_question_is_forgotten() {
+    let (alice, alice_chat, bob, bob_chat, group) =
+        (111_u64, 1001_i64, 222_u64, 2002_i64, -100_777);
+    let telegram = fake_telegram(vec![
+        text_update(1, alice, alice_chat, "/remember My cat is called Pixel"),
+        text_update(2, alice, alice_chat, "Where does Pixel sleep?"),
+        group_update(3, alice, group, "Does Oscar come along?"),
+        group_update(4, bob, group, "Is Lisbon nice?"),
+    ])
+    .await;
+    let llm = fake_ollama(ResponseTemplate::new(200).set_body_json(ollama_answer("Fine."))).await;
+    let h = Harness::new(telegram).await;
+    h.run(&llm, PATIENCE, None, 4).await;
+
+    let other = h
+        .reopened(vec![
+            text_update(5, alice, alice_chat, "/context"),
+            group_update(6, alice, group, "/context"),
+            group_update(7, bob, group, "/context"),
+            group_update(8, 333, group, "/context"),
+            text_update(9, bob, bob_chat, "/context"),
+        ])
+        .await;
+    let sent = other.run(&llm, PATIENCE, None, 5).await;
+    let context = reply_in(&sent, alice_chat, "The last prompt");
+    assert!(context.contains("question: names Pixel"), "{context}");
+    assert!(context.contains("\"My cat is called Pixel\""), "{context}");
+    let in_group: Vec<&str> = sent
+        .iter()
+        .filter(|(c, _)| *c == group)
+        .map(|(_, t)| t.as_str())
+        .collect();
+    assert_eq!(in_group.len(), 3, "{sent:?}");
+    // (Bob's prompt holds Alice's message: the group's conversation is everyone's.)
+    assert!(
+        in_group[0].contains("question: names Oscar") && !in_group[0].contains("Lisbon"),
+        "Alice's: {in_group:?}"
+    );
+    assert!(
+        in_group[1].contains("question: names Lisbon"),
+        "Bob's: {in_group:?}"
+    );
+    assert!(
+        in_group[2].starts_with("None of the last 16 prompts I built in this group was for you"),
+        "{in_group:?}"
+    );
+    assert!(
+        reply_in(&sent, bob_chat, "prompt").starts_with("I have not built a prompt for you"),
+        "{sent:?}"
+    );
+
+    // Alice forgets her question: the prompt that quotes it goes too.
+    let scope = Scope::for_user(alice.to_string())
+        .unwrap()
+        .in_chat(alice_chat.to_string())
+        .unwrap();
+    let question = h
+        .store
+        .recent(&scope, 10, &memory_core::Filter::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|m| m.content == "Where does Pixel sleep?")
+        .unwrap();
+    let again = h
+        .reopened(vec![
+            text_update(10, alice, alice_chat, &format!("/forget {}", question.id)),
+            text_update(11, alice, alice_chat, "/context"),
+        ])
+        .await;
+    let sent = again.run(&llm, PATIENCE, None, 2).await;
+    assert_eq!(sent[0].1, "Forgotten.", "{sent:?}");
+    assert!(
+        sent[1]
+            .1
+            .starts_with("I have not built a prompt for you in this chat yet"),
+        "{sent:?}"
+    );
 }
 
 /// A fact Alice tells in her private chat is hers: it reaches her other private contexts
@@ -1233,6 +1336,21 @@ async fn erase_takes_everything_of_a_person_and_nothing_of_anyone_else() {
     };
     let before = (count(alice.to_string()).await, count(bob.to_string()).await);
     assert!(before.0 >= 3 && before.1 >= 1, "{before:?}");
+    // The prompts kept of her questions: in her chat, and in the group (beside Bob's).
+    let in_group = Scope::for_user(super::GROUP_USER)
+        .unwrap()
+        .in_chat(group.to_string())
+        .unwrap();
+    let her_chat = Scope::for_user(alice.to_string())
+        .unwrap()
+        .in_chat(alice.to_string())
+        .unwrap();
+    let prompts = |scope: Scope| {
+        let store = Arc::clone(&h.store);
+        async move { store.records(&scope, "prompt", 16).await.unwrap().len() }
+    };
+    assert_eq!(prompts(her_chat.clone()).await, 1);
+    assert_eq!(prompts(in_group.clone()).await, 2);
     // Leases that name them: a learner that died holding Alice's, pruning of her chats and
     // of Bob's, a /wipe each left unconfirmed in the group.
     let minute = Duration::from_secs(60);
@@ -1294,13 +1412,13 @@ async fn erase_takes_everything_of_a_person_and_nothing_of_anyone_else() {
         before.1,
         "Bob's own memories stay"
     );
-    let in_group = Scope::for_user(super::GROUP_USER)
-        .unwrap()
-        .in_chat(group.to_string())
-        .unwrap();
     let left = h.texts(&in_group).await;
     assert!(left.iter().any(|m| m == "user222: Hi Alice"), "{left:?}");
     assert!(!left.iter().any(|m| m.contains("Hello team")), "{left:?}");
+    // The prompts that quoted her went with her memories: her chat's, and the group's
+    // (deleting her part of it takes the group's prompts, which may quote her).
+    assert_eq!(prompts(her_chat).await, 0);
+    assert_eq!(prompts(in_group).await, 0);
     // Alice's leases were ended (free to anyone, a minute before they would expire); Bob's
     // are still held.
     for name in &alices {

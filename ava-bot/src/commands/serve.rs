@@ -148,10 +148,7 @@ impl Server {
             }
         };
         // The inspector reads through the same agent (see `Inspector::new`).
-        let mut inspector = Inspector::new(agent.clone(), shown).with_sqlite(opened.sqlite.clone());
-        if let Some(proxy) = &proxy {
-            inspector = inspector.with_proxy(Arc::clone(proxy));
-        }
+        let inspector = Inspector::new(agent.clone(), shown).with_sqlite(opened.sqlite.clone());
         let listener = http::bind(self.addr).await?;
         let local = listener
             .local_addr()

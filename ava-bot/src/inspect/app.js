@@ -289,12 +289,14 @@ async function prompts() {
   list.replaceChildren();
   for (const p of data.prompts) {
     const r = p.report;
+    const by = "built by the " + (p.by === "bot" ? "bot" : "proxy") +
+      (p.member ? " for member " + p.member : "");
     const link = el("a", p.at.slice(0, 19).replace("T", " ") + ": " + r.estimated_prompt_tokens +
       " of " + r.budget.total + " tokens, " + r.sections.filter((s) => s.action === "dropped").length +
-      " dropped", { href: "#", class: "built" });
+      " dropped (" + by + ")", { href: "#", class: "built" });
     link.addEventListener("click", (event) => {
       event.preventDefault();
-      render(p, "built by the proxy at " + p.at.slice(0, 19).replace("T", " "));
+      render(p, by + " at " + p.at.slice(0, 19).replace("T", " "));
     });
     const item = el("li");
     item.appendChild(link);

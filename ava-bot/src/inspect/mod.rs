@@ -33,7 +33,7 @@ use crate::body::{BodyError, read_whole};
 use crate::commands::{DayEdge, parse_day_or_time};
 use crate::mcp::MemoryView;
 use crate::mcp::tokens::Grant;
-use crate::proxy::Proxy;
+use crate::prompts;
 
 /// Most memories one listing or search returns.
 const MAX_LIMIT: usize = 200;
@@ -67,8 +67,6 @@ pub(crate) struct Inspector {
     live: Agent,
     /// The settings in force, secrets left out.
     settings: Value,
-    /// The proxy whose last prompts it lists, if there is one.
-    proxy: Option<Arc<Proxy>>,
     /// The SQLite store itself, for its totals (operators only: they count everyone).
     sqlite: Option<Arc<memory_sqlite::SqliteBackend>>,
 }
@@ -190,7 +188,6 @@ impl Inspector {
             agent: live.looking_only(),
             live,
             settings,
-            proxy: None,
             sqlite: None,
         }
     }
@@ -198,12 +195,6 @@ impl Inspector {
     /// The same inspector, showing operators the totals of this SQLite store.
     pub(crate) fn with_sqlite(mut self, sqlite: Option<Arc<memory_sqlite::SqliteBackend>>) -> Self {
         self.sqlite = sqlite;
-        self
-    }
-
-    /// The same inspector, listing the last prompts `proxy` built.
-    pub(crate) fn with_proxy(mut self, proxy: Arc<Proxy>) -> Self {
-        self.proxy = Some(proxy);
         self
     }
 
@@ -465,8 +456,9 @@ impl Inspector {
         Value::Object(memories)
     }
 
-    /// `GET /inspect/api/prompts?scope=`: the last prompts the proxy built for the scope
-    /// (newest first, of the newest it keeps), each with its explain report.
+    /// `GET /inspect/api/prompts?scope=`: the last prompts the bot or the proxy built for
+    /// the scope, by any process sharing the store (newest first, of the newest it keeps),
+    /// each with who built it, for whom in a group, and its explain report.
     async fn prompts(
         &self,
         grant: &Grant,
@@ -474,16 +466,16 @@ impl Inspector {
     ) -> Result<Value, Refusal> {
         let scope = self.scope(grant, args.get("scope")).await?;
         let mut out = Vec::new();
-        let built = self
-            .proxy
-            .as_ref()
-            .map(|p| p.built_in(std::slice::from_ref(&scope)))
-            .unwrap_or_default();
-        for p in built {
+        let kept = prompts::newest(self.store.as_ref(), &scope)
+            .await
+            .map_err(Refusal::store)?;
+        for (at, p) in kept {
             out.push(json!({
                 "id": p.id,
-                "at": p.at.to_string(),
-                "memories": self.candidates(&p.scope, &p.report).await,
+                "at": at.to_string(),
+                "by": p.by,
+                "member": p.member,
+                "memories": self.candidates(&scope, &p.report).await,
                 "report": p.report,
             }));
         }

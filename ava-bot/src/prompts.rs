@@ -1,0 +1,182 @@
+//! The prompts the bot and the proxy built, each kept with its explain report as a record of
+//! the scope it read (the newest [`PROMPTS_KEPT`]), so that `/context`, the proxy's
+//! `/v1/ava/explain/<id>` and the inspector read them from the store: after a restart, on
+//! another replica, in `ava serve`.
+//!
+//! What a user deleted does not outlive them here. A report names the memories it weighed
+//! by id only (their text is read again when it is shown, so a memory forgotten since shows
+//! none), but it quotes its question: the names, phrases and time words read from it. The
+//! store removes a scope's records with any deletion of its memories and with the scope
+//! (`MemoryBackend::keep_record`), and the bot keeps a prompt only once its question is
+//! stored in that scope, so forgetting that message, `/wipe`, `/erase` and `ava erase` take
+//! the record along. (The proxy keeps its prompt as it sends it, so that the id it returns
+//! works at once; a question the upstream then refused is stored nowhere else.) Stripping
+//! the question's words from reports instead would leave reports that cannot say why a
+//! memory was lifted.
+
+use hydrate::ExplainReport;
+use memory_core::{ErrorChain, MemoryBackend, Record, Scope, Timestamp};
+use serde::{Deserialize, Serialize};
+
+/// The kind of the records that hold prompts.
+pub(crate) const KIND: &str = "prompt";
+
+/// How many of its newest prompts a scope keeps.
+pub(crate) const PROMPTS_KEPT: usize = 16;
+
+/// Who built a prompt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Builder {
+    /// The Telegram bot, answering a message.
+    Bot,
+    /// `ava serve`'s proxy, for an app's chat completion.
+    Proxy,
+}
+
+/// One prompt built, as its record holds it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct Built {
+    /// Its id (a UUID's 32 hex digits); the proxy's `x-ava-explain-id` names it.
+    pub(crate) id: String,
+    /// Who built it.
+    pub(crate) by: Builder,
+    /// In a group, the member it answered (the group's scope is every member's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) member: Option<String>,
+    /// Its explain report.
+    pub(crate) report: ExplainReport,
+}
+
+impl Built {
+    /// A prompt `by` built now, with a fresh id.
+    pub(crate) fn new(by: Builder, member: Option<String>, report: ExplainReport) -> Self {
+        Self {
+            id: uuid::Uuid::new_v4().simple().to_string(),
+            by,
+            member,
+            report,
+        }
+    }
+}
+
+/// Keeps `built` as the newest prompt of `scope`, built at `at`; says whether it was kept.
+/// Never fails its caller: a prompt not kept is one `/context` cannot explain, not a reason
+/// to fail an answer, so a failure is logged and passed over.
+pub(crate) async fn keep(
+    store: &dyn MemoryBackend,
+    scope: &Scope,
+    at: Timestamp,
+    built: &Built,
+) -> bool {
+    let kept = match serde_json::to_string(built) {
+        Ok(body) => {
+            store
+                .keep_record(scope, Record::new(KIND, at, body), PROMPTS_KEPT)
+                .await
+        }
+        Err(e) => Err(memory_core::MemoryError::invalid(
+            "prompt record",
+            e.to_string(),
+        )),
+    };
+    match kept {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(
+                scope = %scope,
+                error = %ErrorChain(&e),
+                "could not keep a prompt's explain report; it cannot be explained later"
+            );
+            false
+        }
+    }
+}
+
+/// The prompts kept in `scope`, newest first, with when each was built. A record that does
+/// not read as one (written by another version) is passed over.
+pub(crate) async fn newest(
+    store: &dyn MemoryBackend,
+    scope: &Scope,
+) -> memory_core::Result<Vec<(Timestamp, Built)>> {
+    let records = store.records(scope, KIND, PROMPTS_KEPT).await?;
+    Ok(records
+        .into_iter()
+        .filter_map(|r| match serde_json::from_str::<Built>(&r.body) {
+            Ok(built) => Some((r.at, built)),
+            Err(e) => {
+                tracing::warn!(scope = %scope, error = %e, "a prompt record does not read as one");
+                None
+            }
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(
+        clippy::unwrap_used,
+        reason = "a test fails loudly on an unexpected error"
+    )]
+
+    use std::sync::Arc;
+
+    use memory_core::{HashingEmbedder, NewMemory};
+    use memory_inmem::InMemoryBackend;
+
+    use super::*;
+    use crate::agent::Agent;
+
+    /// A prompt kept reads back as it was built, newest first, in its scope only; one too
+    /// large to keep is refused by the store and said so to the caller, which goes on.
+    #[tokio::test]
+    async fn a_prompt_kept_reads_back_whole_and_one_too_large_is_passed_over() {
+        let embedder = Arc::new(HashingEmbedder::new(64).unwrap());
+        let store: Arc<dyn MemoryBackend> = Arc::new(InMemoryBackend::new(Some(embedder)));
+        let scope = Scope::for_user("42").unwrap().in_chat("7").unwrap();
+        store
+            .store(
+                &scope,
+                NewMemory::new("Pixel sleeps on the window seat in June"),
+            )
+            .await
+            .unwrap();
+        let agent = Agent::new(Arc::clone(&store), None, 4000).unwrap();
+        let mut ids = Vec::new();
+        for (i, question) in [
+            "Where did Pixel sleep last June?",
+            "And \"the window seat\"?",
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let prompt = agent
+                .prepare(&scope, hydrate::SessionState::default(), None, question)
+                .await
+                .unwrap();
+            let built = Built::new(Builder::Bot, None, prompt.report);
+            let at = Timestamp::from_millis(1_767_225_600_000 + i as i64).unwrap();
+            assert!(keep(store.as_ref(), &scope, at, &built).await);
+            ids.push((at, serde_json::to_value(&built).unwrap()));
+        }
+        let kept = newest(store.as_ref(), &scope).await.unwrap();
+        let read: Vec<(Timestamp, serde_json::Value)> = kept
+            .iter()
+            .map(|(at, b)| (*at, serde_json::to_value(b).unwrap()))
+            .collect();
+        ids.reverse();
+        assert_eq!(read, ids, "newest first, every field as kept");
+        let first = &kept[1].1.report;
+        assert!(first.cues.window.is_some() && first.cues.names == ["Pixel"]);
+        assert!(first.sections.iter().any(|s| s.memory_id.is_some()));
+        let elsewhere = Scope::for_user("42").unwrap().in_chat("8").unwrap();
+        assert!(newest(store.as_ref(), &elsewhere).await.unwrap().is_empty());
+
+        // Too large for a record: not kept, and the caller hears so without an error.
+        let mut huge = kept[0].1.clone();
+        let section = huge.report.sections[0].clone();
+        huge.report.sections = vec![section; memory_core::MAX_RECORD_BYTES / 100];
+        assert!(!keep(store.as_ref(), &scope, Timestamp::now(), &huge).await);
+        assert_eq!(newest(store.as_ref(), &scope).await.unwrap().len(), 2);
+    }
+}
