@@ -10,6 +10,9 @@
 //!   else; asking again gives the same items. [`source_contract_asking`] is the same
 //!   contract with a question of the caller's (a source that answers only some questions,
 //!   such as the graph's, which needs a name in it).
+//!
+//! And one fixture two crates' tests share: [`long_answer`], an agent's answer of about
+//! 5,000 characters whose answering sentence ([`LONG_ANSWER_SENTENCE`]) is near its end.
 
 #![allow(
     clippy::unwrap_used,
@@ -207,4 +210,48 @@ pub async fn source_contract_asking(
         keys_of(&answers[1]),
         "source {who}: the same question gave other items"
     );
+}
+
+/// The sentence of [`long_answer`] that answers [`LONG_ANSWER_QUESTION`], in its last
+/// paragraph.
+pub const LONG_ANSWER_SENTENCE: &str = "For the launch database we settled on PostgreSQL 16, with nightly backups to the Lisbon bucket.";
+
+/// The question [`LONG_ANSWER_SENTENCE`] answers; it shares few words with the rest of
+/// [`long_answer`].
+pub const LONG_ANSWER_QUESTION: &str = "Which database did we settle on for the launch?";
+
+/// An agent's answer of about 5,000 characters: a plan in eleven paragraphs, with
+/// [`LONG_ANSWER_SENTENCE`] in the last one (far past the first 256 word pieces a small
+/// embedding model reads).
+pub fn long_answer() -> String {
+    let topics = [
+        "the onboarding screens",
+        "the billing page",
+        "the notification settings",
+        "the search bar",
+        "the export feature",
+        "the settings sync",
+        "the offline mode",
+        "the help centre",
+        "the team invitations",
+        "the audit log",
+        "the admin dashboard",
+    ];
+    let mut text = String::new();
+    for (i, t) in topics.iter().enumerate() {
+        text.push_str(&format!(
+            "Step {}: we reworked {t}. The layout now follows the style guide, spacing and \
+             colours were aligned, and the copy was shortened so that a first-time visitor \
+             understands it at a glance. We also wrote tests for {t} and measured how long \
+             each screen takes to render on an older phone. Feedback from the beta group \
+             was collected in a shared spreadsheet, and each item was either fixed at once \
+             or filed for the next release.\n\n",
+            i + 1
+        ));
+    }
+    text.push_str(&format!(
+        "Finally, the infrastructure. {LONG_ANSWER_SENTENCE} The staging copy is refreshed \
+         every Monday."
+    ));
+    text
 }

@@ -4,8 +4,8 @@
 //! explain report names the memory and the character ranges it kept (with excerpts off it
 //! is cut at its head and the sentence is lost); and a fact that changed reaches a tight
 //! prompt ahead of the one it changed (said alike, the newer wins the tie), both dated when
-//! there is room. With the local model, the same answer is found by meaning through its
-//! last passage (long memories are embedded as passages that fit the model's window).
+//! there is room. (The same answer found by meaning with the local model is
+//! `ava-bot/tests/long_answers.rs`: the app builds that model, hydrate's tests need not.)
 
 #![allow(
     clippy::unwrap_used,
@@ -18,55 +18,21 @@ mod common;
 use std::sync::Arc;
 
 use common::{at, chat_scope, now, tokenizer};
+use hydrate::testing::{LONG_ANSWER_QUESTION, LONG_ANSWER_SENTENCE, long_answer};
 use hydrate::{
     CompiledPrompt, HydrateInput, HydrationConfig, SectionExplain, compile, hydrate,
     memory_provider,
 };
-use memory_core::{EmbeddingProvider, MemoryBackend, MemoryId, NewMemory, Role};
+use memory_core::{MemoryBackend, MemoryId, NewMemory, Role};
 use prompt_ir::{Action, ContextRequest, TokenBudget};
 
-const ANSWERING: &str = "For the launch database we settled on PostgreSQL 16, with nightly backups to the Lisbon bucket.";
+const ANSWERING: &str = LONG_ANSWER_SENTENCE;
+const QUESTION: &str = LONG_ANSWER_QUESTION;
 
-/// An answer of about 5,000 characters: a plan in paragraphs, the answering sentence in the
-/// last one.
-fn long_answer() -> String {
-    let topics = [
-        "the onboarding screens",
-        "the billing page",
-        "the notification settings",
-        "the search bar",
-        "the export feature",
-        "the settings sync",
-        "the offline mode",
-        "the help centre",
-        "the team invitations",
-        "the audit log",
-        "the admin dashboard",
-    ];
-    let mut text = String::new();
-    for (i, t) in topics.iter().enumerate() {
-        text.push_str(&format!(
-            "Step {}: we reworked {t}. The layout now follows the style guide, spacing and \
-             colours were aligned, and the copy was shortened so that a first-time visitor \
-             understands it at a glance. We also wrote tests for {t} and measured how long \
-             each screen takes to render on an older phone. Feedback from the beta group \
-             was collected in a shared spreadsheet, and each item was either fixed at once \
-             or filed for the next release.\n\n",
-            i + 1
-        ));
-    }
-    text.push_str(&format!(
-        "Finally, the infrastructure. {ANSWERING} The staging copy is refreshed every Monday."
-    ));
-    text
-}
-
+/// [`long_answer`] between three short turns, in a SQLite store in `dir`; returns the store
+/// and the answer's id.
 async fn seeded(dir: &tempfile::TempDir) -> (Arc<dyn MemoryBackend>, MemoryId) {
-    seeded_with(common::sqlite_store(dir).await).await
-}
-
-/// [`long_answer`] between three short turns, in `store`; returns the store and its id.
-async fn seeded_with(store: Arc<dyn MemoryBackend>) -> (Arc<dyn MemoryBackend>, MemoryId) {
+    let store = common::sqlite_store(dir).await;
     let answer = long_answer();
     assert!((4_800..5_400).contains(&answer.len()), "{}", answer.len());
     let scope = chat_scope("alice");
@@ -87,8 +53,6 @@ async fn seeded_with(store: Arc<dyn MemoryBackend>) -> (Arc<dyn MemoryBackend>, 
     let stored = store.store_batch(&scope, turns).await.unwrap();
     (store, stored[1].id)
 }
-
-const QUESTION: &str = "Which database did we settle on for the launch?";
 
 async fn prompt(config: &HydrationConfig, budget: u32) -> CompiledPrompt {
     let request = ContextRequest::new(QUESTION, TokenBudget::new(budget).unwrap());
@@ -160,103 +124,6 @@ async fn a_long_answer_reaches_a_tight_prompt_by_the_passage_that_answers() {
     let cut = prompt(&config, 600).await;
     assert!(!data(&cut).contains(ANSWERING), "{}", data(&cut));
     assert!(section(&cut, id).excerpt.is_none());
-}
-
-/// The local model (all-MiniLM-L6-v2) reads 256 word pieces, about the first 1,000
-/// characters of the answer. Stored as passages, the answer is found by meaning alone
-/// (a semantic search, no keywords) through its last passage, at a similarity well above
-/// its head's, and the shipped config brings it into a 600-token prompt as an excerpt that
-/// holds the answering sentence.
-#[tokio::test]
-async fn the_local_model_finds_a_long_answer_by_meaning_through_its_last_passage() {
-    let dir = memory_embedders::resolve_model_dir(None).unwrap();
-    if !dir.is_complete() {
-        assert!(
-            std::env::var("AVA_REQUIRE_SERVICES").as_deref() != Ok("1"),
-            "no local model in {}; AVA_REQUIRE_SERVICES=1 requires it: run `{}`",
-            dir.path.display(),
-            memory_embedders::FETCH_MODEL_COMMAND
-        );
-        println!(
-            "SKIPPED: no local model in {}; run `{}` to fetch it",
-            dir.path.display(),
-            memory_embedders::FETCH_MODEL_COMMAND
-        );
-        return;
-    }
-    let local =
-        memory_embedders::LocalEmbedder::load(&memory_embedders::LocalConfig::in_dir(&dir.path))
-            .unwrap();
-    let embedder: Arc<dyn EmbeddingProvider> = Arc::new(local);
-    let tmp = tempfile::tempdir().unwrap();
-    let store: Arc<dyn MemoryBackend> = Arc::new(
-        memory_sqlite::SqliteBackend::open(
-            tmp.path().join("ava.db"),
-            Some(Arc::clone(&embedder)),
-            memory_sqlite::SqliteConfig::default(),
-        )
-        .await
-        .unwrap(),
-    );
-    let (store, id) = seeded_with(store).await;
-    for said in [
-        "My sister's birthday is in May.",
-        "The train to Porto leaves at nine.",
-        "I bought new running shoes yesterday.",
-        "The cat knocked over the plant again.",
-    ] {
-        store
-            .store(
-                &chat_scope("alice"),
-                NewMemory::new(said)
-                    .with_role(Role::User)
-                    .at(at("2026-03-05T12:00:00Z")),
-            )
-            .await
-            .unwrap();
-    }
-    let answer = long_answer();
-    let window = embedder
-        .window_bytes()
-        .expect("the local model has a window");
-    assert!(
-        answer.len() > 4 * window,
-        "{} bytes, window {window}",
-        answer.len()
-    );
-
-    let hits = store
-        .search(
-            &chat_scope("alice"),
-            &memory_core::SearchRequest::semantic(QUESTION).limit(4),
-        )
-        .await
-        .unwrap();
-    // The user's own question about the launch may come first; the answer is next, ahead
-    // of every unrelated turn.
-    let rank = hits.iter().position(|h| h.entry.id == id);
-    assert!(rank.is_some_and(|i| i < 2), "{hits:#?}");
-    let found = hits[rank.unwrap_or(0)]
-        .breakdown
-        .semantic
-        .expect("a semantic hit");
-    let q = embedder.embed(QUESTION).await.unwrap();
-    let head = memory_core::cosine(q.vector(), embedder.embed(&answer).await.unwrap().vector());
-    assert!(
-        found > head + 0.2,
-        "found through a passage at {found}, the head alone is at {head}"
-    );
-
-    let config = hydrate::product::config(Arc::clone(&store), Some(embedder)).unwrap();
-    let config = HydrationConfig {
-        memory_tools: false,
-        ..config
-    };
-    let p = prompt(&config, 600).await;
-    assert!(p.report.fits, "{:#?}", p.report);
-    let text = data(&p);
-    assert!(text.contains(ANSWERING), "{text}");
-    assert!(section(&p, id).excerpt.is_some(), "{:?}", section(&p, id));
 }
 
 /// Weeks of talk about a project, in which the dashboard's response time was said once and
