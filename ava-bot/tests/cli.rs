@@ -102,7 +102,7 @@ fn demo_manager_question_puts_the_manager_in_the_prompt() {
         .split_once("Explain report")
         .expect("the prompt, then its report");
     assert!(
-        prompt.contains("| [2026-03-02 Mon]\n   | - 09:00 assistant: Welcome to Lisbon, Maya! What will you be working on at the startup?\n   | - 09:00 user: Motion planning for warehouse robots. My manager is called Tomás."),
+        prompt.contains("| [2026-03-02 Mon]\n   | - 09:00 user: Motion planning for warehouse robots. My manager is called Tomás."),
         "{block}"
     );
     // The demo asks at a fixed time and uses the hashing embedder, so the whole prompt

@@ -54,7 +54,7 @@ pub const OPT_SHARED_FACTS_OF: &str = "shared_facts_of";
 /// makes access frequency mean something).
 pub const OPT_RECORD_ACCESS: &str = "record_access";
 /// Option key: the semantic share of hybrid search, from 0 to 1 (default: that of
-/// `HybridWeights::default()`, 0.25).
+/// `HybridWeights::default()`, 0.5).
 pub const OPT_SEMANTIC_WEIGHT: &str = "semantic_weight";
 /// Option key: how many of the best related messages bring the message before them in the
 /// conversation (what they answer), from 0 (none) to 100; default [`NEIGHBOURS`].

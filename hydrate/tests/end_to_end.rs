@@ -155,13 +155,20 @@ async fn sqlite_hashing_embedder_hydrate_compile() {
     }
 
     // Searches counted as recalls: the related dal message was recalled once.
-    let dal = alice
+    let mut dal = None;
+    for id in alice
         .report
         .sections
         .iter()
-        .find(|s| s.id.starts_with("semantic:"))
-        .and_then(|s| s.memory_id)
-        .unwrap();
+        .filter(|s| s.id.starts_with("semantic:"))
+        .filter_map(|s| s.memory_id)
+    {
+        let e = backend.get(&chat_scope("alice"), id).await.unwrap();
+        if e.content.starts_with("Try a red lentil dal") {
+            dal = Some(id);
+        }
+    }
+    let dal = dal.expect("the dal message is a related message");
     assert_eq!(
         backend
             .get(&chat_scope("alice"), dal)

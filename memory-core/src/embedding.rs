@@ -211,7 +211,9 @@ pub trait EmbeddingProvider: Send + Sync + fmt::Debug {
 /// through [`embed_all`] together, in batches. A text that is empty or only whitespace gets
 /// one vector of the whole text, as [`embed_all`] would give it.
 ///
-/// A store ranks a memory by its best passage's similarity; its first vector is its head's.
+/// A store ranks a memory by its best passage's similarity (less what the number of its
+/// passages adds: [`passage_similarity`](crate::passage_similarity)); its first vector is
+/// its head's.
 pub async fn embed_passages<P: EmbeddingProvider + ?Sized>(
     provider: &P,
     texts: &[&str],

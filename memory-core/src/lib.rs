@@ -31,6 +31,7 @@ mod remember;
 mod same_fact;
 mod scope;
 mod secret;
+mod spread;
 mod store_vectors;
 mod time;
 
@@ -58,8 +59,8 @@ pub use lifecycle::{
 };
 pub use prune::{DecayPolicy, PrunePolicy, PruneReason, PruneReport, decay_strength, plan_prune};
 pub use query::{
-    Filter, Fused, HybridWeights, ScoreBreakdown, ScoredMemory, SearchMode, SearchRequest,
-    TagMatch, TagQuery, check_limit, fuse, rank,
+    BELOW_AVERAGE, Filter, Fused, HybridWeights, ScoreBreakdown, ScoredMemory, SearchMode,
+    SearchRequest, TagMatch, TagQuery, check_limit, fuse, rank,
 };
 pub use record::{
     MAX_RECORD_BYTES, MAX_RECORD_KIND_BYTES, MAX_RECORDS_KEPT, Record, check_record_kind,
@@ -68,5 +69,6 @@ pub use remember::{FactKept, history, keep_fact, remember_once, supersede};
 pub use same_fact::{merge_patch, normalise, same_fact};
 pub use scope::{DEFAULT_TENANT, MAX_SCOPE_KEY_BYTES, Scope};
 pub use secret::Secret;
+pub use spread::{ScopeSpread, Spread, expected_max, passage_similarity};
 pub use store_vectors::StoreVectors;
 pub use time::Timestamp;

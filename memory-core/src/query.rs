@@ -8,6 +8,7 @@ use crate::capability::{Capabilities, Capability, Limits};
 use crate::embedding::Embedding;
 use crate::entry::{MemoryEntry, MemoryId, MemoryKind, Role, Tag, TagSet};
 use crate::error::{MemoryError, Result};
+use crate::spread::{ScopeSpread, Spread};
 use crate::time::Timestamp;
 
 /// How a tag filter combines its tags.
@@ -182,14 +183,13 @@ impl HybridWeights {
 }
 
 impl Default for HybridWeights {
-    /// Semantic 0.25, keyword 0.75: with the default local model (all-MiniLM-L6-v2) and
-    /// stemmed BM25, the best-measured mix on LoCoMo conversations (recall@10 0.747 at 0.25
-    /// vs 0.711 at 0.45 and 0.735 keyword alone; see BENCHMARKS.md). A stronger embedding
-    /// model may deserve more semantic weight.
+    /// Semantic 0.5, keyword 0.5: [`fuse`] measures each signal by how far its candidates
+    /// stand out of their scope, so neither needs a head start; which one leads is decided
+    /// per query by that (see BENCHMARKS.md for both kinds of conversation).
     fn default() -> Self {
         Self {
-            semantic: 0.25,
-            keyword: 0.75,
+            semantic: 0.5,
+            keyword: 0.5,
         }
     }
 }
@@ -444,19 +444,44 @@ fn keyword_scale(raw: impl IntoIterator<Item = f32>) -> impl Fn(f32) -> f32 {
     move |s| if best > 0.0 { s / best } else { 0.0 }
 }
 
+/// The score [`fuse`] gives a candidate that stands out no more than the scope's average:
+/// it stays a candidate, ranked last.
+pub const BELOW_AVERAGE: f32 = 0.001;
+
 /// Hybrid fusion shared by all backends, so the same request ranks the same way everywhere.
 ///
 /// `semantic` holds `(id, cosine similarity)` candidates, `keyword` holds `(id, raw BM25)`
-/// candidates (higher is better). Each keyword score is divided by the best one, each
-/// similarity is clamped to `0..=1`, and a candidate's score is
-/// `w_semantic * similarity + w_keyword * keyword`, a missing part counting 0. Candidates
-/// scoring 0 are dropped; the rest are sorted best first, ties broken by id for determinism.
+/// candidates (higher is better); `spread` is how each score is spread over the scope's
+/// memories (see [`ScopeSpread`]; a part a backend could not measure is estimated from
+/// its candidates). Each score is put on one scale, how many standard deviations it lies
+/// above the scope's average, and a candidate's fused value is
+/// `w_semantic * z_semantic + w_keyword * z_keyword`. A candidate missing from the keyword
+/// list scores 0 there (it shares no word, or too few to be a candidate); one missing from
+/// the semantic list is taken as similar as the least similar semantic candidate. So a
+/// signal counts as much as its best candidates stand out of its scope: in a chat where
+/// every message shares the question's words, BM25's best barely do, and meaning leads;
+/// where a rare name is asked, it is the other way round.
+///
+/// The score is the fused value over the best one's (the best is 1); at or below the
+/// scope's average it is [`BELOW_AVERAGE`], less by a factor e per deviation below, so such
+/// candidates stay in order, last. Candidates with nothing in common with the
+/// query (similarity at most 0, no keyword match) are dropped; the rest are sorted by
+/// fused value, ties broken by id for determinism. `Fused::keyword` is the BM25 score over
+/// the best one's, for explanations.
 pub fn fuse(
     semantic: &[(MemoryId, f32)],
     keyword: &[(MemoryId, f32)],
     weights: HybridWeights,
+    spread: ScopeSpread,
 ) -> Vec<Fused> {
     let scale = keyword_scale(keyword.iter().map(|&(_, s)| s));
+    let sem_spread = spread
+        .semantic
+        .or_else(|| Spread::of(semantic.iter().map(|h| h.1), semantic.len()));
+    let kw_spread = spread
+        .keyword
+        .or_else(|| Spread::of(keyword.iter().map(|h| h.1), keyword.len()));
+    let least_similar = semantic.iter().map(|h| h.1).reduce(f32::min);
     let mut by_id: HashMap<MemoryId, Fused> = HashMap::new();
     for &(id, sim) in semantic {
         by_id.insert(
@@ -471,7 +496,6 @@ pub fn fuse(
         );
     }
     for &(id, raw) in keyword {
-        let norm = scale(raw);
         let f = by_id.entry(id).or_insert(Fused {
             id,
             score: 0.0,
@@ -479,22 +503,38 @@ pub fn fuse(
             keyword: None,
             keyword_raw: None,
         });
-        f.keyword = Some(norm);
+        f.keyword = Some(scale(raw));
         f.keyword_raw = Some(raw);
     }
-    let mut out: Vec<Fused> = by_id
-        .into_values()
-        .map(|mut f| {
-            f.score = weights.semantic() * f.semantic.unwrap_or(0.0).clamp(0.0, 1.0)
-                + weights.keyword() * f.keyword.unwrap_or(0.0);
-            f
-        })
-        .collect();
     // A candidate with nothing in common with the query (orthogonal or opposed vector, no
     // shared word) is not a hit.
-    out.retain(|f| f.score > 0.0);
-    out.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
-    out
+    let mut out: Vec<(f32, Fused)> = by_id
+        .into_values()
+        .filter(|f| f.semantic.is_some_and(|s| s > 0.0) || f.keyword_raw.is_some_and(|k| k > 0.0))
+        .map(|f| {
+            let z_semantic = match (sem_spread, f.semantic.or(least_similar)) {
+                (Some(spread), Some(sim)) => spread.z(sim),
+                _ => 0.0,
+            };
+            let z_keyword = kw_spread.map_or(0.0, |spread| spread.z(f.keyword_raw.unwrap_or(0.0)));
+            (
+                weights.semantic() * z_semantic + weights.keyword() * z_keyword,
+                f,
+            )
+        })
+        .collect();
+    out.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.id.cmp(&b.1.id)));
+    let best = out.first().map_or(0.0, |c| c.0);
+    out.into_iter()
+        .map(|(value, mut f)| {
+            f.score = if value > 0.0 && best > 0.0 {
+                (value / best).max(BELOW_AVERAGE)
+            } else {
+                BELOW_AVERAGE * value.min(0.0).exp()
+            };
+            f
+        })
+        .collect()
 }
 
 /// Turns the candidates a store found for `request` into its ranked hits, the same way in
@@ -504,11 +544,14 @@ pub fn fuse(
 /// Candidates are `(key, id, score)`, best first: `key` is whatever the store loads hits by
 /// (a row key, or the id again), `score` the cosine similarity (`semantic`) or raw BM25
 /// (`keyword`). Semantic mode reads only `semantic`, keyword mode only `keyword` (each score
-/// divided by the best one), hybrid mode [`fuse`]s both.
+/// divided by the best one), hybrid mode [`fuse`]s both on the scale of `spread`. A long
+/// memory's similarity is already [`passage_similarity`](crate::passage_similarity) of its
+/// passages.
 pub fn rank<K: Copy>(
     request: &SearchRequest,
     semantic: &[(K, MemoryId, f32)],
     keyword: &[(K, MemoryId, f32)],
+    spread: ScopeSpread,
 ) -> Vec<(K, f32, ScoreBreakdown)> {
     let mut ranked: Vec<(K, f32, ScoreBreakdown)> = match request.mode {
         SearchMode::Semantic => semantic
@@ -545,7 +588,7 @@ pub fn rank<K: Copy>(
             let ids = |c: &[(K, MemoryId, f32)]| -> Vec<(MemoryId, f32)> {
                 c.iter().map(|&(_, id, s)| (id, s)).collect()
             };
-            fuse(&ids(semantic), &ids(keyword), weights)
+            fuse(&ids(semantic), &ids(keyword), weights, spread)
                 .into_iter()
                 .filter_map(|f| {
                     let b = ScoreBreakdown {
@@ -584,11 +627,16 @@ mod tests {
             [(1, a, 8.0), (2, b, 4.0), (3, c, 2.0)],
             [(3, c, 2.0), (1, a, 8.0), (2, b, 4.0)],
         ] {
-            let ranked = rank(&SearchRequest::keyword("q"), &[], &kw);
+            let ranked = rank(
+                &SearchRequest::keyword("q"),
+                &[],
+                &kw,
+                ScopeSpread::default(),
+            );
             let scores: Vec<_> = ranked.iter().map(|h| (h.0, h.2.keyword)).collect();
             let ids: Vec<_> = kw.iter().map(|&(_, id, s)| (id, s)).collect();
             let only_keyword = HybridWeights::new(0.0, 1.0).unwrap();
-            let fused = fuse(&[], &ids, only_keyword);
+            let fused = fuse(&[], &ids, only_keyword, ScopeSpread::default());
             for (key, keyword) in scores {
                 let id = kw.iter().find(|h| h.0 == key).unwrap().1;
                 let f = fused.iter().find(|f| f.id == id).unwrap();
@@ -656,23 +704,48 @@ mod tests {
         let sem = [(1, a, 0.9), (2, b, 0.5), (3, c, 0.1)];
         let kw = [(2, b, 8.0), (3, c, 2.0)];
 
-        let hits = rank(&SearchRequest::semantic("q").threshold(0.3), &sem, &kw);
+        let hits = rank(
+            &SearchRequest::semantic("q").threshold(0.3),
+            &sem,
+            &kw,
+            ScopeSpread::default(),
+        );
         assert_eq!(hits.iter().map(|h| h.0).collect::<Vec<_>>(), [1, 2]);
         assert_eq!(hits[0].2.semantic, Some(0.9));
         assert_eq!(hits[0].2.keyword, None);
 
-        let hits = rank(&SearchRequest::keyword("q").limit(1), &sem, &kw);
+        let hits = rank(
+            &SearchRequest::keyword("q").limit(1),
+            &sem,
+            &kw,
+            ScopeSpread::default(),
+        );
         assert_eq!(hits.len(), 1);
         assert_eq!((hits[0].0, hits[0].1), (2, 1.0));
         assert_eq!(hits[0].2.keyword_raw, Some(8.0));
-        let all = rank(&SearchRequest::keyword("q"), &sem, &kw);
+        let all = rank(
+            &SearchRequest::keyword("q"),
+            &sem,
+            &kw,
+            ScopeSpread::default(),
+        );
         assert_eq!(all[1].1, 0.25);
         // Keyword mode and hybrid fusion scale by the same best score, whatever the order.
         let unsorted = [(3, c, 2.0), (2, b, 8.0)];
-        let all = rank(&SearchRequest::keyword("q"), &sem, &unsorted);
+        let all = rank(
+            &SearchRequest::keyword("q"),
+            &sem,
+            &unsorted,
+            ScopeSpread::default(),
+        );
         assert_eq!((all[0].1, all[1].1), (0.25, 1.0));
 
-        let hits = rank(&SearchRequest::hybrid("q"), &sem, &kw);
+        let hits = rank(
+            &SearchRequest::hybrid("q"),
+            &sem,
+            &kw,
+            ScopeSpread::default(),
+        );
         // b is in both lists and comes first; every key is the one its candidate carried.
         assert_eq!(hits[0].0, 2);
         assert_eq!(hits.len(), 3);
@@ -683,17 +756,70 @@ mod tests {
         );
     }
 
+    /// A scope where similarities average 0.2 (deviation 0.1) and BM25 scores 0.3
+    /// (deviation 1).
+    fn scope_spread(semantic: (f32, f32), keyword: (f32, f32)) -> ScopeSpread {
+        ScopeSpread {
+            semantic: Some(Spread::new(semantic.0, semantic.1)),
+            keyword: Some(Spread::new(keyword.0, keyword.1)),
+        }
+    }
+
     #[test]
     fn fusion_rewards_agreement() {
+        let (a, b, c, d, e) = (
+            MemoryId::new(),
+            MemoryId::new(),
+            MemoryId::new(),
+            MemoryId::new(),
+            MemoryId::new(),
+        );
+        let out = fuse(
+            &[(a, 0.62), (b, 0.6), (d, 0.3)],
+            &[(c, 6.5), (b, 6.0), (e, 1.0)],
+            HybridWeights::new(0.5, 0.5).unwrap(),
+            scope_spread((0.2, 0.1), (0.3, 1.0)),
+        );
+        // b is near the top of both lists; a and c each top one list only.
+        assert_eq!(out[0].id, b);
+        assert_eq!(out[0].score, 1.0);
+        assert_eq!(out.len(), 5);
+        assert_eq!(out.iter().find(|f| f.id == c).unwrap().keyword, Some(1.0));
+        assert!(out.windows(2).all(|w| w[0].score >= w[1].score));
+    }
+
+    #[test]
+    fn the_signal_that_stands_out_of_its_scope_leads() {
+        let (x, y) = (MemoryId::new(), MemoryId::new());
+        // x is the most similar, y the best keyword match; each is second in the other list.
+        let sem = [(x, 0.6), (y, 0.4)];
+        let kw = [(y, 9.0), (x, 6.0)];
+        let even = HybridWeights::new(0.5, 0.5).unwrap();
+        // In a chat where every message shares the question's words, BM25 scores are
+        // spread wide and its best barely stands out: meaning leads.
+        let one_project = fuse(&sem, &kw, even, scope_spread((0.2, 0.1), (5.0, 4.0)));
+        assert_eq!(one_project[0].id, x);
+        // Where the question's words are rare, the best keyword match stands far out and
+        // similarities are close together: the words lead.
+        let rare_words = fuse(&sem, &kw, even, scope_spread((0.3, 0.2), (0.1, 1.0)));
+        assert_eq!(rare_words[0].id, y);
+    }
+
+    #[test]
+    fn candidates_below_the_scopes_average_stay_last() {
         let (a, b, c) = (MemoryId::new(), MemoryId::new(), MemoryId::new());
         let out = fuse(
-            &[(a, 0.9), (b, 0.8)],
-            &[(b, 4.0), (c, 8.0)],
-            HybridWeights::new(0.5, 0.5).unwrap(),
+            &[(a, 0.7), (b, 0.15), (c, -0.2)],
+            &[],
+            HybridWeights::default(),
+            scope_spread((0.2, 0.1), (0.0, 0.0)),
         );
-        assert_eq!(out[0].id, b);
-        assert_eq!(out.len(), 3);
-        assert_eq!(out.iter().find(|f| f.id == c).unwrap().keyword, Some(1.0));
+        // c is opposed to the query: not a hit. b is below the average similarity: it
+        // stays, last, under the floor (by a factor e per deviation below the average).
+        assert_eq!(out.iter().map(|f| f.id).collect::<Vec<_>>(), [a, b]);
+        assert_eq!(out[0].score, 1.0);
+        let below = BELOW_AVERAGE * (0.5f32 * -0.5).exp();
+        assert!((out[1].score - below).abs() < 1e-9, "{}", out[1].score);
     }
 
     #[test]

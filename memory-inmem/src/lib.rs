@@ -11,9 +11,10 @@ use memory_core::keyword::{Bm25, tokenize};
 use memory_core::{
     BackendInfo, Capabilities, Capability, EmbeddingProvider, EmbeddingSpace, Filter, Limits,
     MemoryBackend, MemoryEntry, MemoryError, MemoryId, MemoryPatch, NewMemory, PrunePolicy,
-    PruneReport, Record, Remembered, Result, Scope, ScoreBreakdown, ScoredMemory, SearchMode,
-    SearchRequest, StoreVectors, Timestamp, check_lease, check_limit, check_record_kind, cosine,
-    ensure_scope, merge_patch, normalise, plan_prune, rank, same_fact, validate_content,
+    PruneReport, Record, Remembered, Result, Scope, ScopeSpread, ScoreBreakdown, ScoredMemory,
+    SearchMode, SearchRequest, Spread, StoreVectors, Timestamp, check_lease, check_limit,
+    check_record_kind, cosine, ensure_scope, merge_patch, normalise, passage_similarity,
+    plan_prune, rank, same_fact, validate_content,
 };
 
 const NAME: &str = "memory-inmem";
@@ -66,9 +67,9 @@ impl Item {
         }
     }
 
-    /// Similarity to `q`: the best passage's; `None` without vectors.
-    fn similarity(&self, q: &[f32]) -> Option<f32> {
-        self.vectors.iter().map(|v| cosine(q, v)).reduce(f32::max)
+    /// Similarity of each of its vectors (one per passage) to `q`; empty without vectors.
+    fn similarities(&self, q: &[f32]) -> Vec<f32> {
+        self.vectors.iter().map(|v| cosine(q, v)).collect()
     }
 }
 
@@ -265,28 +266,45 @@ impl MemoryBackend for InMemoryBackend {
                 .values()
                 .filter(|i| request.filter.matches(&i.entry))
                 .collect();
-            let semantic = |take: usize| -> Vec<(MemoryId, f32)> {
-                let Some(q) = &query_vec else {
-                    return Vec::new();
-                };
-                let mut hits: Vec<(MemoryId, f32)> = candidates
+            // Spreads are measured over the memories the search considers (those passing
+            // the filter): every one of them is scored here anyway.
+            let mut spread = ScopeSpread::default();
+            let mut semantic_hits: Vec<(MemoryId, f32)> = Vec::new();
+            if let Some(q) = &query_vec {
+                let sims: Vec<(MemoryId, Vec<f32>)> = candidates
                     .iter()
-                    .filter_map(|i| i.similarity(q).map(|s| (i.entry.id, s)))
+                    .map(|i| (i.entry.id, i.similarities(q)))
+                    .filter(|(_, s)| !s.is_empty())
                     .collect();
-                sort_hits(&mut hits);
-                hits.truncate(take);
-                hits
+                let vectors = sims.iter().map(|(_, s)| s.len()).sum();
+                let all = Spread::of(sims.iter().flat_map(|(_, s)| s.iter().copied()), vectors);
+                let deviation = all.map_or(0.0, Spread::std);
+                spread.semantic = all;
+                semantic_hits = sims
+                    .into_iter()
+                    .map(|(id, s)| {
+                        let best = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                        (id, passage_similarity(best, s.len(), deviation))
+                    })
+                    .collect();
+                sort_hits(&mut semantic_hits);
+            }
+            let semantic = |take: usize| -> Vec<(MemoryId, f32)> {
+                semantic_hits.iter().take(take).copied().collect()
             };
-            let keyword = |take: usize| -> Vec<(MemoryId, f32)> {
+            let mut keyword_hits: Vec<(MemoryId, f32)> = Vec::new();
+            if request.mode != SearchMode::Semantic {
                 let terms = tokenize(request.query_text().unwrap_or_default());
-                let mut hits: Vec<(MemoryId, f32)> = Bm25::default()
+                keyword_hits = Bm25::default()
                     .score(&terms, candidates.iter().map(|i| i.terms.as_slice()))
                     .into_iter()
                     .map(|(idx, s)| (candidates[idx].entry.id, s))
                     .collect();
-                sort_hits(&mut hits);
-                hits.truncate(take);
-                hits
+                spread.keyword = Spread::of(keyword_hits.iter().map(|h| h.1), candidates.len());
+                sort_hits(&mut keyword_hits);
+            }
+            let keyword = |take: usize| -> Vec<(MemoryId, f32)> {
+                keyword_hits.iter().take(take).copied().collect()
             };
             // Keyed by id: the in-memory store loads hits by id.
             let keyed = |hits: Vec<(MemoryId, f32)>| -> Vec<(MemoryId, MemoryId, f32)> {
@@ -297,7 +315,7 @@ impl MemoryBackend for InMemoryBackend {
                 SearchMode::Keyword => (Vec::new(), keyed(keyword(usize::MAX))),
                 SearchMode::Hybrid(_) => (keyed(semantic(pool)), keyed(keyword(pool))),
             };
-            rank(request, &sem, &kw)
+            rank(request, &sem, &kw, spread)
         };
 
         let now = Timestamp::now();

@@ -2,6 +2,7 @@
 //! statement; writes are one transaction each; every statement names the scope.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -9,9 +10,9 @@ use deadpool_postgres::Object;
 use memory_core::{
     BackendInfo, Capabilities, Capability, Filter, MemoryBackend, MemoryEntry, MemoryError,
     MemoryId, MemoryPatch, NewMemory, PrunePolicy, PruneReport, Record, Remembered, Result, Scope,
-    ScoredMemory, SearchMode, SearchRequest, StoreVectors, Timestamp, check_lease, check_limit,
-    check_record_kind, ensure_scope, merge_patch, normalise, plan_prune, rank, same_fact,
-    validate_content,
+    ScopeSpread, ScoredMemory, SearchMode, SearchRequest, Spread, StoreVectors, Timestamp,
+    check_lease, check_limit, check_record_kind, ensure_scope, expected_max, merge_patch,
+    normalise, passage_similarity, plan_prune, rank, same_fact, validate_content,
 };
 use pgvector::Vector;
 use tokio_postgres::Row;
@@ -26,12 +27,36 @@ use crate::sql::{
     tsquery,
 };
 
-/// What a candidate statement found: `(pk, id, score)` best first, and the entries by pk
-/// when it read them.
+/// What a candidate statement found: `(pk, id, score)` best first, the entries by pk
+/// when it read them, and how the score is spread over the scope when it was asked to tell.
 #[derive(Default)]
 struct Found {
     ranked: Vec<(i64, MemoryId, f32)>,
     entries: HashMap<i64, MemoryEntry>,
+    spread: Option<Spread>,
+}
+
+/// How many heads of a scope searched through its HNSW index the spread of its
+/// similarities is estimated from.
+const SPREAD_SAMPLE: i64 = 2000;
+
+/// How many values of `expected_max` a semantic search passes until it meets a memory of
+/// more vectors.
+pub(crate) const LONGEST_AT_FIRST: usize = 64;
+
+/// One semantic search's parts.
+struct Nearest<'a> {
+    scope: &'a Scope,
+    /// The scope's id, when its HNSW index is ready.
+    indexed: Option<i64>,
+    /// The query vector.
+    q: &'a [f32],
+    filter: &'a Filter,
+    limit: usize,
+    /// Whether to read the hits' entries too.
+    entries: bool,
+    /// Whether the search wants the spread (hybrid), not only the scores it corrects.
+    spread: bool,
 }
 
 impl PostgresBackend {
@@ -106,55 +131,129 @@ impl PostgresBackend {
         } else {
             Ok(Found {
                 ranked: scored(rows, &self.schema)?,
-                entries: HashMap::new(),
+                ..Found::default()
             })
         }
     }
 
-    /// Top-`limit` by cosine similarity among the scope's memories passing `filter`, with
-    /// their entries if `entries`. A memory's similarity is its best passage's: its head
-    /// vector's (`memories.embedding`) or one of its further passages' (`memory_passages`).
+    /// The best `limit` memories by similarity among the scope's memories passing the
+    /// filter, with their entries if `entries`, and how the similarities of the scope's
+    /// vectors are spread (kept in [`Found::spread`] when the search wants it).
     ///
-    /// With `indexed` (the scope's id, its HNSW index being ready), the scope's own index
-    /// ranks the heads with iterative scan, which is approximate; the id is written into the
-    /// statement so the planner can match the partial index. Otherwise every head distance
-    /// in the scope is computed: its rows come through the scope index (the materialized
-    /// CTE keeps the planner from an index that cannot filter by scope first), and the rows
-    /// also say whether the scope has a ready index now, so searches learn of indexes
-    /// other processes built.
-    ///
-    /// Either way only the top `limit` heads and the scope's passages (a scan through their
-    /// scope index: only long memories have any) are ranked, each memory by its least
-    /// distance, one row each. That is the top `limit` of ranking every memory so: one
-    /// outside the top heads either ranks by a passage, which is there, or is beaten by
-    /// all of those heads.
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "one search's parts, each used once; a struct would only rename them"
-    )]
+    /// A memory's similarity is its best vector's (its head, `memories.embedding`, or one of
+    /// its further passages, `memory_passages`) less what its number of vectors adds by
+    /// chance: [`passage_similarity`], with the deviation of the similarities of every
+    /// vector of the scope, whatever the filter. A memory of one vector keeps its cosine.
+    /// One statement ([`Self::semantic_sql`]) sums the spread and ranks the memories so,
+    /// with the deviation computed in SQL as [`Spread::from_sums`] computes it (the suite's
+    /// long-memory scenario holds the two together); the scores are then computed here by
+    /// `passage_similarity` itself, with that deviation, and the hits sorted by them. A
+    /// statement that meets a memory of more vectors than its `expected_max` values cover
+    /// is run again with more (and later searches start with them).
     async fn semantic(
         &self,
         c: &Object,
-        scope: &Scope,
-        indexed: Option<i64>,
-        q: &[f32],
-        filter: &Filter,
-        limit: usize,
-        entries: bool,
+        search: &Nearest<'_>,
     ) -> std::result::Result<Found, PostgresError> {
-        let (m, op) = (&self.names.memories, &self.names.cosine);
+        loop {
+            let longest = self.longest.load(Ordering::Relaxed);
+            let rows = self.rows(c, &self.semantic_sql(search, longest)).await?;
+            let Some(first) = rows.first() else {
+                return Ok(Found::default());
+            };
+            // After the score: each row's best similarity and number of vectors; then, the
+            // same in every row, the spread's count, sum and sum of squares, the deviation
+            // the statement ranked by, the most vectors of a memory ranked, and on the exact
+            // path the scope's id and whether its index is ready.
+            let at = if search.entries { SCORE_COL + 1 } else { 3 };
+            let cells = Cells::new(first, &self.schema);
+            let most: Option<i64> = cells.get(at + 6)?;
+            let most = most.and_then(|n| usize::try_from(n).ok()).unwrap_or(1);
+            if most > longest {
+                self.longest
+                    .fetch_max(most.next_power_of_two(), Ordering::Relaxed);
+                continue;
+            }
+            let count: i64 = cells.get(at + 2)?;
+            let spread = Spread::from_sums(
+                usize::try_from(count).unwrap_or(0),
+                cells.get(at + 3)?,
+                cells.get(at + 4)?,
+            );
+            // The statement's own deviation, so that the hits are those it chose; it is
+            // `spread.std()` computed in SQL.
+            let deviation: f64 = cells.get(at + 5)?;
+            if search.indexed.is_none() {
+                let id: i64 = cells.get(at + 7)?;
+                let ready: bool = cells.get(at + 8)?;
+                self.indexes.learn(&search.scope.key(), id, ready);
+            }
+            let mut found = self.found(&rows, search.entries)?;
+            for (hit, row) in found.ranked.iter_mut().zip(&rows) {
+                let cells = Cells::new(row, &self.schema);
+                let best: f64 = cells.get(at)?;
+                let vectors: i64 = cells.get(at + 1)?;
+                hit.2 = passage_similarity(
+                    best as f32,
+                    usize::try_from(vectors).unwrap_or(1),
+                    deviation as f32,
+                );
+            }
+            found
+                .ranked
+                .sort_by(|a, b| b.2.total_cmp(&a.2).then(a.1.cmp(&b.1)));
+            found.spread = search.spread.then_some(spread);
+            return Ok(found);
+        }
+    }
+
+    /// The statement of [`Self::semantic`], passing `expected_max(1..=longest)`.
+    ///
+    /// It ranks, by the corrected similarity, the top `limit` heads of the passing memories
+    /// of one vector and every passing long memory, all of whose vectors it reads: the
+    /// scope's passages are scanned through their scope index (only long memories have
+    /// any), and each long memory's head is looked up once. That is the top `limit` of
+    /// ranking every memory so: a memory of one vector outside the top heads is beaten by
+    /// all of them. (SQL ranks in double precision, the scores are computed in single:
+    /// memories within rounding of each other at the edge may trade places.)
+    ///
+    /// With `indexed` (the scope's id, its HNSW index being ready), the scope's own index
+    /// gives the top heads with iterative scan, which is approximate; the id is written into
+    /// the statement so the planner can match the partial index. The spread is then an
+    /// estimate, as computing every head's similarity would defeat the index: the heads'
+    /// part is measured on at most [`SPREAD_SAMPLE`] of them (as a b-tree index of the scope
+    /// yields them: an arbitrary sample, not a random one) and scaled to the scope's
+    /// `stored` count, to which the passages, all read anyway, add exactly. In semantic
+    /// mode the sample is taken only when some long memory needs the deviation.
+    ///
+    /// Otherwise every head distance in the scope is computed, filter aside, so the spread
+    /// is exact: its rows come through the scope index (the materialized CTE keeps the
+    /// planner from an index that cannot filter by scope first), and the rows also say
+    /// whether the scope has a ready index now, so searches learn of indexes other
+    /// processes built.
+    fn semantic_sql(&self, search: &Nearest<'_>, longest: usize) -> Query {
+        let (m, p, op) = (
+            &self.names.memories,
+            &self.names.passages,
+            &self.names.cosine,
+        );
         let mut query = Query::default();
-        let qv = query.bind(Vector::from(q.to_vec()));
-        let lim = query.bind(i64::try_from(limit).unwrap_or(i64::MAX));
-        let t = query.bind(scope.tenant().to_owned());
-        let sid = match indexed {
+        let qv = query.bind(Vector::from(search.q.to_vec()));
+        let lim = query.bind(i64::try_from(search.limit).unwrap_or(i64::MAX));
+        let t = query.bind(search.scope.tenant().to_owned());
+        let em = query.bind(
+            (1..=longest)
+                .map(|n| f64::from(expected_max(n)))
+                .collect::<Vec<f64>>(),
+        );
+        let sid = match search.indexed {
             Some(id) => {
                 query.push("WITH ");
                 id.to_string()
             }
             None => {
                 // The scope, and whether its index is ready, looked up once per statement.
-                let key = query.bind(scope.key());
+                let key = query.bind(search.scope.key());
                 let schema = query.bind(self.schema.clone());
                 query.push(&format!(
                     "WITH s AS MATERIALIZED (SELECT sc.id, {} AS ready FROM {} sc \
@@ -165,54 +264,99 @@ impl PostgresBackend {
                 "(SELECT id FROM s)".to_owned()
             }
         };
-        let heads = if indexed.is_some() { "h" } else { "c" };
+        let embedded = format!(
+            "m.tenant = {t} AND m.scope_id = {sid} AND m.embedding IS NOT NULL AND m.embedded"
+        );
+        // `pv`: the scope's passages by memory (the least distance, and the count, sum and
+        // sum of squares of their similarities); `v`: the long memories they belong to, by
+        // their best vector (the head's looked up once a memory), with their number of
+        // vectors and whether they pass the filter; `l`: those that pass; `ps`: the sums
+        // over every passage.
+        const SUMS: &str = "count(*) AS n, coalesce(sum(1 - d), 0) AS s, \
+                            coalesce(sum((1 - d) * (1 - d)), 0) AS ss";
         query.push(&format!(
-            "{heads} AS MATERIALIZED (SELECT m.pk, m.id, m.embedding {op} {qv} AS d FROM {m} m \
-             WHERE m.tenant = {t} AND m.scope_id = {sid} AND m.embedding IS NOT NULL AND m.embedded"
+            "pv AS MATERIALIZED (SELECT memory, min(d) AS d, {SUMS} FROM \
+             (SELECT p.memory, p.embedding {op} {qv} AS d FROM {p} p \
+             WHERE p.tenant = {t} AND p.scope_id = {sid}) x GROUP BY memory), \
+             v AS MATERIALIZED (SELECT m.pk, m.id, least(pv.d, m.embedding {op} {qv}) AS d, \
+             pv.n + 1 AS n, pv.s, pv.ss, (true"
         ));
-        push_filter(&mut query, filter);
-        if indexed.is_some() {
-            query.push(&format!(" ORDER BY m.embedding {op} {qv} LIMIT {lim}), "));
+        push_filter(&mut query, search.filter);
+        query.push(&format!(
+            ") AS pass FROM pv JOIN {m} m ON m.tenant = {t} AND m.pk = pv.memory WHERE {embedded}), \
+             l AS (SELECT pk, id, d, n FROM v WHERE pass), \
+             ps AS (SELECT coalesce(sum(n - 1), 0)::int8 AS n, coalesce(sum(s), 0) AS s, \
+             coalesce(sum(ss), 0) AS ss FROM v), "
+        ));
+        // `h`: the top heads of memories of one vector; `sp`: the count, sum and sum of
+        // squares of the similarities of the scope's vectors.
+        if search.indexed.is_some() {
+            query.push(&format!(
+                "h AS MATERIALIZED (SELECT m.pk, m.id, m.embedding {op} {qv} AS d FROM {m} m \
+                 WHERE {embedded}"
+            ));
+            push_filter(&mut query, search.filter);
+            let gate = if search.spread {
+                ""
+            } else {
+                " AND EXISTS (SELECT 1 FROM l)"
+            };
+            query.push(&format!(
+                " AND NOT EXISTS (SELECT 1 FROM {p} x WHERE x.tenant = {t} AND x.memory = m.pk) \
+                 ORDER BY m.embedding {op} {qv} LIMIT {lim}), \
+                 hs AS (SELECT {SUMS} FROM (SELECT m.embedding {op} {qv} AS d FROM {m} m \
+                 WHERE {embedded}{gate} LIMIT {SPREAD_SAMPLE}) a), \
+                 hw AS MATERIALIZED (SELECT hs.*, CASE WHEN hs.n < {SPREAD_SAMPLE} THEN hs.n \
+                 ELSE greatest(hs.n, (SELECT sc.stored FROM {} sc \
+                 WHERE sc.tenant = {t} AND sc.id = {sid})) END AS heads FROM hs), \
+                 sp AS (SELECT hw.heads + ps.n AS n, hw.s * hw.heads / greatest(hw.n, 1) + ps.s AS s, \
+                 hw.ss * hw.heads / greatest(hw.n, 1) + ps.ss AS ss FROM hw, ps), ",
+                self.names.scopes
+            ));
         } else {
             query.push(&format!(
-                "), h AS (SELECT pk, id, d FROM c ORDER BY d, id LIMIT {lim}), "
+                "c AS MATERIALIZED (SELECT m.pk, m.id, m.embedding {op} {qv} AS d, (true"
+            ));
+            push_filter(&mut query, search.filter);
+            query.push(&format!(
+                ") AS pass FROM {m} m WHERE {embedded}), \
+                 h AS (SELECT pk, id, d FROM c WHERE pass \
+                 AND NOT EXISTS (SELECT 1 FROM pv WHERE pv.memory = c.pk) ORDER BY d, id LIMIT {lim}), \
+                 sp AS (SELECT hs.n + ps.n AS n, hs.s + ps.s AS s, hs.ss + ps.ss AS ss \
+                 FROM (SELECT {SUMS} FROM c) hs, ps), "
             ));
         }
+        // `dv`: the deviation of `sp` as `Spread::from_sums` has it (counting one memory more
+        // that scores 0); `t`: the best by `passage_similarity` with it.
         query.push(&format!(
-            "v AS (SELECT m.pk, m.id, p.embedding {op} {qv} AS d FROM {} p \
-             JOIN {m} m ON m.tenant = p.tenant AND m.pk = p.memory \
-             WHERE p.tenant = {t} AND p.scope_id = {sid} AND m.scope_id = {sid} AND m.embedded",
-            self.names.passages
+            "dv AS MATERIALIZED (SELECT sqrt(greatest(ss / (n + 1) - (s / (n + 1)) ^ 2, 0)) AS dev \
+             FROM sp), \
+             t AS (SELECT pk, id, CASE WHEN n = 1 THEN 1 - d \
+             ELSE 1 - d - (SELECT dev FROM dv) * ({em}::float8[])[n::int4] END AS score, \
+             1 - d AS best, n \
+             FROM (SELECT pk, id, d, 1::int8 AS n FROM h UNION ALL SELECT pk, id, d, n FROM l) x \
+             ORDER BY score DESC, id LIMIT {lim}) "
         ));
-        push_filter(&mut query, filter);
-        query.push(&format!(
-            "), t AS (SELECT pk, id, 1 - min(d) AS score \
-             FROM (SELECT pk, id, d FROM h UNION ALL SELECT pk, id, d FROM v) x \
-             GROUP BY pk, id ORDER BY min(d), id LIMIT {lim}) "
-        ));
-        if indexed.is_some() {
-            query.push(&self.candidate_rows(entries, "", &t));
-        } else {
-            query.push(&self.candidate_rows(
-                entries,
-                ", (SELECT id FROM s), (SELECT ready FROM s)",
-                &t,
-            ));
+        let mut extra = String::from(
+            ", t.best::float8, t.n, (SELECT n FROM sp)::int8, (SELECT s FROM sp)::float8, \
+             (SELECT ss FROM sp)::float8, (SELECT dev FROM dv)::float8, \
+             (SELECT max(n) FROM l)::int8",
+        );
+        if search.indexed.is_none() {
+            extra.push_str(", (SELECT id FROM s), (SELECT ready FROM s)");
         }
-        let rows = self.rows(c, &query).await?;
-        if indexed.is_none()
-            && let Some(r) = rows.first()
-        {
-            let extra = if entries { SCORE_COL + 1 } else { 3 };
-            let id: i64 = r.try_get(extra).in_schema(&self.schema)?;
-            let ready: bool = r.try_get(extra + 1).in_schema(&self.schema)?;
-            self.indexes.learn(&scope.key(), id, ready);
-        }
-        self.found(&rows, entries)
+        query.push(&self.candidate_rows(search.entries, &extra, &t));
+        query
     }
 
     /// Top-`limit` full-text matches (raw `ts_rank`, higher is better) in the scope, with
-    /// their entries if `entries`.
+    /// their entries if `entries`. With `spread`, the same statement sums how the ranks are
+    /// spread over the scope's memories (every one of them, a memory that does not match or
+    /// does not pass the filter counting 0), kept in [`Found::spread`].
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one search's parts, each used once; a struct would only rename them"
+    )]
     async fn keyword(
         &self,
         c: &Object,
@@ -221,28 +365,51 @@ impl PostgresBackend {
         filter: &Filter,
         limit: usize,
         entries: bool,
+        spread: bool,
     ) -> std::result::Result<Found, PostgresError> {
         let Some(tsq) = tsquery(text) else {
             return Ok(Found::default());
         };
+        let m = &self.names.memories;
         let mut query = Query::default();
         let (in_scope, t) = self.in_scope(&mut query, scope);
         let tq = query.bind(tsq);
         // Weights {D, C, B, A}: content is A, context B at 0.3 of it (as memory-sqlite's
         // bm25 column weights); normalization 1 divides by 1 + log(document length).
         query.push(&format!(
-            "WITH t AS (SELECT m.pk, m.id, \
+            "WITH k AS (SELECT m.pk, m.id, \
              ts_rank('{{0, 0, 0.3, 1}}'::float4[], m.fts, q.q, 1) AS score \
              FROM {m} m, to_tsquery('english', {tq}) AS q(q) \
-             WHERE {in_scope} AND m.fts @@ q.q",
-            m = self.names.memories
+             WHERE {in_scope} AND m.fts @@ q.q"
         ));
         push_filter(&mut query, filter);
         let lim = query.bind(i64::try_from(limit).unwrap_or(i64::MAX));
-        query.push(&format!(" ORDER BY score DESC, m.id LIMIT {lim}) "));
-        query.push(&self.candidate_rows(entries, "", &t));
+        query.push(&format!(
+            "), t AS (SELECT pk, id, score FROM k ORDER BY score DESC, id LIMIT {lim}) "
+        ));
+        let extra = if spread {
+            format!(
+                ", (SELECT count(*) FROM {m} m WHERE {in_scope}), \
+                 (SELECT coalesce(sum(score::float8), 0) FROM k), \
+                 (SELECT coalesce(sum(score::float8 * score::float8), 0) FROM k)"
+            )
+        } else {
+            String::new()
+        };
+        query.push(&self.candidate_rows(entries, &extra, &t));
         let rows = self.rows(c, &query).await?;
-        self.found(&rows, entries)
+        let mut found = self.found(&rows, entries)?;
+        if spread && let Some(first) = rows.first() {
+            let at = if entries { SCORE_COL + 1 } else { 3 };
+            let cells = Cells::new(first, &self.schema);
+            let count: i64 = cells.get(at)?;
+            found.spread = Some(Spread::from_sums(
+                usize::try_from(count).unwrap_or(0),
+                cells.get(at + 1)?,
+                cells.get(at + 2)?,
+            ));
+        }
+        Ok(found)
     }
 
     /// Runs a prepared (cached) query.
@@ -863,26 +1030,41 @@ impl MemoryBackend for PostgresBackend {
         let pool = (request.limit * self.config.hybrid_pool_factor).max(50);
         let load_after = request.record_access || matches!(request.mode, SearchMode::Hybrid(_));
         let with = !load_after;
+        let nearest = |limit: usize, spread: bool| Nearest {
+            scope,
+            indexed,
+            q,
+            filter: f,
+            limit,
+            entries: with,
+            spread,
+        };
         let (sem, kw) = match request.mode {
             SearchMode::Semantic => (
-                self.semantic(&c, scope, indexed, q, f, request.limit, with)
-                    .await?,
+                self.semantic(&c, &nearest(request.limit, false)).await?,
                 Found::default(),
             ),
             SearchMode::Keyword => (
                 Found::default(),
-                self.keyword(&c, scope, text, f, request.limit, with)
+                self.keyword(&c, scope, text, f, request.limit, with, false)
                     .await?,
             ),
             SearchMode::Hybrid(_) => {
                 futures_util::future::try_join(
-                    self.semantic(&c, scope, indexed, q, f, pool, with),
-                    self.keyword(&c, scope, text, f, pool, with),
+                    self.semantic(&c, &nearest(pool, true)),
+                    self.keyword(&c, scope, text, f, pool, with, true),
                 )
                 .await?
             }
         };
-        let ranked = rank(request, &sem.ranked, &kw.ranked);
+        // Hybrid mode fuses on the scale of the scope's spreads, which the statements
+        // measured (in a scope searched through its index, the similarities' is an
+        // estimate).
+        let spread = ScopeSpread {
+            semantic: sem.spread,
+            keyword: kw.spread,
+        };
+        let ranked = rank(request, &sem.ranked, &kw.ranked, spread);
         let mut found = if load_after {
             let pks = ranked.iter().map(|(pk, _, _)| *pk).collect();
             self.load(&c, scope, pks, request.record_access).await?

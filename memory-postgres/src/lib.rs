@@ -1,9 +1,9 @@
 //! A memory backend on a Postgres server: many bot processes (replicas behind a webhook,
 //! agents sharing memory) read and write one store. pgvector holds the vectors (an exact
 //! per-scope scan for ordinary scopes, a per-scope HNSW index for very large ones; a memory
-//! longer than the embedder's window has one vector per passage and ranks by its best),
-//! Postgres full-text search does keyword search, and hybrid search fuses both like every
-//! backend.
+//! longer than the embedder's window has one vector per passage and ranks by its best, less
+//! what their number adds by chance), Postgres full-text search does keyword search, and
+//! hybrid search fuses both like every backend, on the spread of each over the scope.
 //!
 //! ```no_run
 //! # async fn demo() -> memory_core::Result<()> {
@@ -37,6 +37,7 @@ mod schema;
 mod sql;
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
@@ -286,6 +287,9 @@ pub struct PostgresBackend {
     indexes: Arc<Indexes>,
     /// The hash partitions of the tenant the store was made with (0: none).
     partitions: u16,
+    /// How many values of `expected_max` a semantic search passes: at least the most
+    /// vectors of a memory this process has ranked (see `backend.rs`).
+    longest: AtomicUsize,
 }
 
 /// The driver config with Ava's session settings: the connect timeout, and statement
@@ -461,6 +465,7 @@ impl PostgresBackend {
             config,
             indexes,
             partitions: opened.partitions,
+            longest: AtomicUsize::new(backend::LONGEST_AT_FIRST),
         };
         if backend.embedder.is_some() {
             backend.backfill_vectors().await?;

@@ -804,9 +804,11 @@ fn long_text(tail: &str) -> String {
     format!("{filler}\n\n{tail}")
 }
 
-/// Each memory's similarity to `query` as its best passage's, computed here from the
-/// passages themselves, best first.
-async fn best_passages(
+/// Each memory's similarity to `query`, computed here from its passages, best first: its
+/// best passage's less what their number adds by chance
+/// ([`memory_core::passage_similarity`], with the deviation of the similarities of every
+/// vector of `memories`, which are the whole scope).
+async fn passage_truth(
     embedder: &HashingEmbedder,
     memories: &[(MemoryId, String)],
     query: &str,
@@ -814,22 +816,33 @@ async fn best_passages(
     let texts: Vec<&str> = memories.iter().map(|(_, t)| t.as_str()).collect();
     let passages = memory_core::embed_passages(embedder, &texts).await.unwrap();
     let q = embedder.embed_sync(query);
-    let mut best: Vec<(MemoryId, f32)> = memories
+    let similarities: Vec<Vec<f32>> = passages
         .iter()
-        .zip(&passages)
-        .map(|((id, _), vs)| {
-            let s = vs
-                .iter()
+        .map(|vs| {
+            vs.iter()
                 .map(|v| memory_core::cosine(v.vector(), q.vector()))
-                .fold(f32::MIN, f32::max);
-            (*id, s)
+                .collect()
         })
         .collect();
-    best.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    best
+    let vectors = similarities.iter().map(Vec::len).sum();
+    let all = similarities.iter().flatten().copied();
+    let deviation = memory_core::Spread::of(all, vectors).map_or(0.0, memory_core::Spread::std);
+    let mut truth: Vec<(MemoryId, f32)> = memories
+        .iter()
+        .zip(&similarities)
+        .map(|((id, _), s)| {
+            let best = s.iter().copied().fold(f32::MIN, f32::max);
+            (
+                *id,
+                memory_core::passage_similarity(best, s.len(), deviation),
+            )
+        })
+        .collect();
+    truth.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    truth
 }
 
-/// `hits` are the top `limit` of `truth`: one per memory, each scored by its best passage,
+/// `hits` are the top `limit` of `truth`: one per memory, each scored by its passages,
 /// and every memory that clearly belongs in the top (ties at the edge may go either way)
 /// is there.
 fn same_as_truth(
@@ -910,7 +923,7 @@ async fn stores_from_before_passages_embed_long_memories_as_passages() {
             i64::try_from(want).unwrap()
         );
         let query = "lighthouse keeper feeds gulls";
-        let truth = best_passages(
+        let truth = passage_truth(
             &windowed,
             &[(stored.id, long.clone()), (short.id, short.content.clone())],
             query,
@@ -938,7 +951,7 @@ async fn search_both(
     query: &str,
     only_long: &memory_core::Filter,
 ) -> Vec<(MemoryId, f32)> {
-    let truth = best_passages(windowed, &memories, query).await;
+    let truth = passage_truth(windowed, &memories, query).await;
     let long: Vec<(MemoryId, f32)> = truth
         .iter()
         .filter(|(id, _)| {
@@ -970,36 +983,49 @@ async fn search_both(
     truth
 }
 
-/// In a scope searched through its HNSW index and in the same scope searched exactly, a
-/// long memory is one hit scored by its best passage (with a filter too), the same as the
-/// passages themselves say; changing it replaces its passages and deleting it removes
-/// them.
-#[tokio::test]
-async fn long_memories_rank_by_their_best_passage_through_a_scopes_index() {
-    let Some(url) = common::pg_url() else { return };
-    let (schema, _guard) = common::DropSchema::fresh(&url);
+/// Two stores over one schema, embedding with the 64-dimension hashing embedder that cuts
+/// passages at 200 bytes (returned too): one searching a scope through its HNSW index once
+/// `indexed` lets it (planner settings that prefer the index), one always exactly.
+async fn indexed_and_exact(
+    url: &str,
+    schema: &str,
+    indexed: impl FnOnce(PostgresConfig) -> PostgresConfig,
+) -> (HashingEmbedder, PostgresBackend, PostgresBackend) {
     let windowed = HashingEmbedder::new(64).unwrap().with_window(200);
     let shared: Arc<dyn EmbeddingProvider> = Arc::new(windowed.clone());
-    let indexed = PostgresBackend::connect(
-        &preferring_ordered_indexes(&url),
+    let through_index = PostgresBackend::connect(
+        &preferring_ordered_indexes(url),
         Some(shared.clone()),
-        PostgresConfig {
-            exact_scan_max: 5,
-            ..config(&schema)
-        },
+        indexed(config(schema)),
     )
     .await
     .unwrap();
     let exact = PostgresBackend::connect(
-        &url,
+        url,
         Some(shared),
         PostgresConfig {
             hnsw_index: false,
-            ..config(&schema)
+            ..config(schema)
         },
     )
     .await
     .unwrap();
+    (windowed, through_index, exact)
+}
+
+/// In a scope searched through its HNSW index and in the same scope searched exactly, a
+/// long memory is one hit scored by its passages (the best less what their number adds;
+/// with a filter too), the same as the passages themselves say; changing it replaces its
+/// passages and deleting it removes them.
+#[tokio::test]
+async fn long_memories_rank_by_their_best_passage_through_a_scopes_index() {
+    let Some(url) = common::pg_url() else { return };
+    let (schema, _guard) = common::DropSchema::fresh(&url);
+    let (windowed, indexed, exact) = indexed_and_exact(&url, &schema, |c| PostgresConfig {
+        exact_scan_max: 5,
+        ..c
+    })
+    .await;
     let scope = Scope::for_user("u").unwrap().in_chat("big").unwrap();
     let topics = ["garden", "violin", "harbour", "glacier", "orchard", "comet"];
     let long_tag = memory_core::Tag::new("long").unwrap();
@@ -1080,6 +1106,240 @@ async fn long_memories_rank_by_their_best_passage_through_a_scopes_index() {
         .unwrap()
         .get(0);
     assert_eq!(left, 0);
+    indexed.close();
+    exact.close();
+}
+
+/// Short notes on a few topics, `n` of them, from `from` on.
+fn notes(from: usize, n: usize) -> Vec<NewMemory> {
+    let topics = ["garden", "violin", "harbour", "glacier", "orchard", "comet"];
+    let things = [
+        "letters", "bread", "rain", "trains", "lamps", "maps", "boats",
+    ];
+    (from..from + n)
+        .map(|i| {
+            NewMemory::new(format!(
+                "note {i} about the {} and the {}",
+                topics[i % topics.len()],
+                things[(i / topics.len()) % things.len()]
+            ))
+        })
+        .collect()
+}
+
+/// A hybrid search fuses on the spread of the whole scope, measured by the store's
+/// statements: of the similarities of every vector of the scope (long memories have
+/// several), and of the keyword ranks over every memory (0 where one does not match or
+/// pass the filter). Each hit's fused score is what `memory_core::fuse` gives with the
+/// spreads computed here from the embedder and from the hits' own keyword ranks (every
+/// match is a hit at this limit), filtered or not, on the exact path and through the
+/// scope's index (whose head sample covers a scope this small); and it is not what the
+/// candidates alone would give. One memory has more passages than the `expected_max` values
+/// a search passes at first.
+#[tokio::test]
+async fn hybrid_search_fuses_on_the_spread_of_the_whole_scope() {
+    let Some(url) = common::pg_url() else { return };
+    let (schema, _guard) = common::DropSchema::fresh(&url);
+    let (windowed, indexed, exact) = indexed_and_exact(&url, &schema, |c| PostgresConfig {
+        exact_scan_max: 5,
+        ..c
+    })
+    .await;
+    let scope = Scope::for_user("u").unwrap().in_chat("fused").unwrap();
+    let long_tag = memory_core::Tag::new("long").unwrap();
+    let mut batch = notes(0, 36);
+    for tail in [
+        "The lighthouse keeper feeds seven gulls at dawn in the harbour.",
+        "The violin maker sold the orchard with its pear trees.",
+        "A comet passed over the glacier and the harbour.",
+    ] {
+        batch.push(NewMemory::new(long_text(tail)).with_tag(long_tag.clone()));
+    }
+    // More vectors than the `expected_max` values a search first passes: it runs again.
+    let longest = format!(
+        "{}\n\nThe harbour master counts the boats at dusk.",
+        "We compared the quarterly budget figures line by line. ".repeat(300)
+    );
+    assert!(memory_core::split_text(&longest, 200).len() > 64);
+    batch.push(NewMemory::new(longest).with_tag(long_tag.clone()));
+    let stored = indexed.store_batch(&scope, batch).await.unwrap();
+    let memories: Vec<(MemoryId, String)> =
+        stored.iter().map(|e| (e.id, e.content.clone())).collect();
+    indexed.index_large_scopes().await.unwrap();
+    let only_long = memory_core::Filter {
+        tags: Some(memory_core::TagQuery::any([long_tag.clone()])),
+        ..memory_core::Filter::default()
+    };
+    let texts: Vec<&str> = memories.iter().map(|(_, t)| t.as_str()).collect();
+    let passages = memory_core::embed_passages(&windowed, &texts)
+        .await
+        .unwrap();
+    // Under the filter, a query may leave one candidate that stands out either way.
+    let mut filtered_moved = std::collections::HashSet::new();
+    for query in [
+        "harbour gulls at dawn",
+        "violin and the bread",
+        "comet glacier",
+    ] {
+        let q = windowed.embed_sync(query);
+        let vectors = passages.iter().map(Vec::len).sum();
+        let similarities = passages
+            .iter()
+            .flatten()
+            .map(|v| memory_core::cosine(v.vector(), q.vector()));
+        let semantic_spread = memory_core::Spread::of(similarities, vectors);
+        let truth = passage_truth(&windowed, &memories, query).await;
+        for (filter, name) in [
+            (memory_core::Filter::default(), "all"),
+            (only_long.clone(), "long ones"),
+        ] {
+            let passing = |id: &MemoryId| {
+                name == "all"
+                    || stored
+                        .iter()
+                        .any(|e| e.id == *id && e.tags.contains(&long_tag))
+            };
+            let semantic: Vec<(MemoryId, f32)> = truth
+                .iter()
+                .filter(|(id, _)| passing(id))
+                .copied()
+                .collect();
+            for (store, path) in [(&exact, "exact"), (&indexed, "indexed")] {
+                let what = format!("{query} ({path}, {name})");
+                let req = SearchRequest::hybrid(query)
+                    .filter(filter.clone())
+                    .limit(50)
+                    .without_access_tracking();
+                let hits = store.search(&scope, &req).await.unwrap();
+                let keyword: Vec<(MemoryId, f32)> = hits
+                    .iter()
+                    .filter_map(|h| h.breakdown.keyword_raw.map(|k| (h.entry.id, k)))
+                    .collect();
+                assert!(!keyword.is_empty(), "{what}: some word matches");
+                let spread = memory_core::ScopeSpread {
+                    semantic: semantic_spread,
+                    keyword: memory_core::Spread::of(keyword.iter().map(|k| k.1), memories.len()),
+                };
+                let weights = memory_core::HybridWeights::default();
+                let want = memory_core::fuse(&semantic, &keyword, weights, spread);
+                assert_eq!(hits.len(), want.len(), "{what}: {hits:#?}");
+                assert!((hits[0].score - 1.0).abs() < 1e-6, "{what}: {hits:#?}");
+                for h in &hits {
+                    let w = want.iter().find(|w| w.id == h.entry.id).unwrap();
+                    assert!(
+                        (h.score - w.score).abs() < 1e-3,
+                        "{what}: {} scored {} where fuse gives {}",
+                        h.entry.content,
+                        h.score,
+                        w.score
+                    );
+                }
+                // The candidates alone would say otherwise: the spreads were the scope's.
+                let alone = memory_core::fuse(
+                    &semantic,
+                    &keyword,
+                    weights,
+                    memory_core::ScopeSpread::default(),
+                );
+                let moved = alone.iter().any(|a| {
+                    want.iter()
+                        .find(|w| w.id == a.id)
+                        .is_some_and(|w| (w.score - a.score).abs() > 1e-2)
+                });
+                if name == "all" {
+                    assert!(moved, "{what}: the scope's spreads make no difference");
+                } else if moved {
+                    filtered_moved.insert(path);
+                }
+            }
+        }
+    }
+    assert_eq!(filtered_moved.len(), 2, "under the filter too");
+    indexed.close();
+    exact.close();
+}
+
+/// In a scope of more heads than the store samples for the spread of similarities when it
+/// searches through the scope's HNSW index, that estimate ranks as the exact scan does: the
+/// same top hits, long memories among them, semantic and hybrid, with scores close to the
+/// exact ones.
+#[tokio::test]
+async fn a_large_scope_searched_through_its_index_ranks_as_its_exact_scan() {
+    let Some(url) = common::pg_url() else { return };
+    let (schema, _guard) = common::DropSchema::fresh(&url);
+    let (_, indexed, exact) = indexed_and_exact(&url, &schema, |c| PostgresConfig {
+        exact_scan_max: 100,
+        // What is compared is the spread's estimate, not the graph's recall: a wide search
+        // keeps the index from missing a hit of a query nearly orthogonal to most notes.
+        hnsw_ef_search: 1000,
+        ..c
+    })
+    .await;
+    let scope = Scope::for_user("u").unwrap().in_chat("large").unwrap();
+    // Notes of eight words drawn from four hundred, so that similarities vary.
+    let mut rng = memory_core::testing::Rng::new(7);
+    for _ in 0..6 {
+        let batch = (0..400)
+            .map(|_| {
+                let words: Vec<String> = (0..8).map(|_| format!("w{}", rng.below(400))).collect();
+                NewMemory::new(words.join(" "))
+            })
+            .collect();
+        indexed.store_batch(&scope, batch).await.unwrap();
+    }
+    let tails = [
+        "The lighthouse keeper feeds seven gulls at dawn.",
+        "The violin maker sold the orchard with its pear trees.",
+        "A comet passed over the glacier at midnight.",
+        "Grandmother's recipe for plum dumplings needs cinnamon.",
+        "The night ferry to the island leaves at eleven.",
+        "Our tandem bicycle has a squeaky rear brake.",
+    ];
+    let long: Vec<NewMemory> = tails
+        .iter()
+        .map(|tail| NewMemory::new(long_text(tail)))
+        .collect();
+    let long = indexed.store_batch(&scope, long).await.unwrap();
+    indexed.index_large_scopes().await.unwrap();
+    let client = sql_client(&url).await;
+    let index = format!("memories_hnsw_{}", scope_id(&client, &schema, &scope).await);
+    for (query, lead) in [
+        ("lighthouse keeper feeds gulls", Some(long[0].id)),
+        ("plum dumplings with cinnamon", Some(long[3].id)),
+        ("quarterly budget figures", None),
+        ("w3 w77 w150", None),
+        ("w12 w310 the dawn", None),
+    ] {
+        for req in [
+            SearchRequest::semantic(query).limit(10),
+            SearchRequest::hybrid(query).limit(10),
+        ] {
+            let req = req.without_access_tracking();
+            let what = format!("{query} ({:?})", req.mode);
+            let want = exact.search(&scope, &req).await.unwrap();
+            let got = indexed.search(&scope, &req).await.unwrap();
+            if let Some(lead) = lead {
+                assert_eq!(want[0].entry.id, lead, "{what}: {want:#?}");
+            }
+            assert_eq!(got.len(), want.len(), "{what}");
+            // Clear hits (not within 0.02 of the last) are the same; scores are close (the
+            // estimate moves long memories' similarities by about 0.007 here).
+            let edge = want.last().map_or(0.0, |w| w.score) + 0.02;
+            for w in want.iter().filter(|w| w.score > edge) {
+                let g = got.iter().find(|g| g.entry.id == w.entry.id);
+                let g =
+                    g.unwrap_or_else(|| panic!("{what}: {} missing: {got:#?}", w.entry.content));
+                assert!(
+                    (g.score - w.score).abs() < 0.02,
+                    "{what}: {} scored {} through the index, {} exactly",
+                    w.entry.content,
+                    g.score,
+                    w.score
+                );
+            }
+        }
+    }
+    assert!(index_scans(&client, &schema, &index, 1).await >= 1);
     indexed.close();
     exact.close();
 }

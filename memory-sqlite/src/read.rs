@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use memory_core::{
-    EmbeddingSpace, Scope, ScoredMemory, SearchMode, SearchRequest, Timestamp, rank,
+    EmbeddingSpace, Scope, ScopeSpread, ScoredMemory, SearchMode, SearchRequest, Timestamp, rank,
 };
 use rusqlite::Connection;
 
@@ -104,18 +104,22 @@ pub(crate) fn search_snapshot(
     let text = request.query_text().unwrap_or_default();
     let f = &request.filter;
     let q = job.query.unwrap_or_default();
+    let mut spread = ScopeSpread::default();
     let (sem, kw) = match request.mode {
         SearchMode::Semantic => (
-            sql.semantic(scope_id, q, f, request.limit, guard.as_deref_mut())?,
+            sql.semantic(scope_id, q, f, request.limit, guard.as_deref_mut())?
+                .hits,
             Vec::new(),
         ),
         SearchMode::Keyword => (Vec::new(), sql.keyword(scope_id, text, f, request.limit)?),
-        SearchMode::Hybrid(_) => (
-            sql.semantic(scope_id, q, f, job.pool, guard.as_deref_mut())?,
-            sql.keyword(scope_id, text, f, job.pool)?,
-        ),
+        SearchMode::Hybrid(_) => {
+            let semantic = sql.semantic(scope_id, q, f, job.pool, guard.as_deref_mut())?;
+            spread.semantic = semantic.spread;
+            spread.keyword = sql.keyword_spread(scope_id, text, f)?;
+            (semantic.hits, sql.keyword(scope_id, text, f, job.pool)?)
+        }
     };
-    let scored = rank(request, &sem, &kw);
+    let scored = rank(request, &sem, &kw, spread);
     let pks: Vec<i64> = scored.iter().map(|(pk, _, _)| *pk).collect();
     let mut entries = sql.entries_by_pk(scope_id, &pks)?.into_iter();
     drop(guard);

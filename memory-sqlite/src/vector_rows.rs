@@ -2,6 +2,8 @@
 //! memory a rowid belongs to, a scope's vector count, and similarities folded by memory.
 //! Writes (`sql`), the vector cache (`cache`) and searches all read this one layout.
 
+use memory_core::passage_similarity;
+
 /// A memory's passage `k` (k ≥ 1) has vec0 rowid `pk + k << PASSAGE_SHIFT`; its first
 /// vector has rowid `pk`. `memories.embedded` holds how many vectors it has.
 pub(crate) const PASSAGE_SHIFT: u32 = 40;
@@ -53,12 +55,30 @@ pub(crate) const VECTOR_COUNT_SQL: &str = "SELECT (SELECT count(*) FROM memories
           - (SELECT count(*) FROM memories WHERE scope_id = ?1 AND embedded = 0) \
           + (SELECT coalesce(sum(embedded - 1), 0) FROM memories WHERE scope_id = ?1 AND embedded > 1)";
 
-/// Keeps, for each memory, its best similarity among its vectors' `(rowid, similarity)`,
-/// keyed by pk (unordered). Callers skip it when nothing [`has_passages`].
-pub(crate) fn best_per_memory(mut all: Vec<(i64, f32)>) -> Vec<(i64, f32)> {
+/// Keeps, for each memory, one similarity from its vectors' `(rowid, similarity)`, keyed
+/// by pk (unordered): its best passage's, less what its number of passages adds by chance
+/// ([`passage_similarity`], with `deviation` the spread of similarities in the scope).
+/// Callers skip it when nothing [`has_passages`].
+pub(crate) fn best_per_memory(mut all: Vec<(i64, f32)>, deviation: f32) -> Vec<(i64, f32)> {
     all.iter_mut()
         .for_each(|(rowid, _)| *rowid = memory_pk(*rowid));
     all.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.total_cmp(&a.1)));
-    all.dedup_by_key(|(pk, _)| *pk);
-    all
+    let mut out: Vec<(i64, f32)> = Vec::with_capacity(all.len());
+    let mut passages = 0;
+    for (pk, sim) in all {
+        match out.last_mut() {
+            Some(last) if last.0 == pk => passages += 1,
+            _ => {
+                if let Some(last) = out.last_mut() {
+                    last.1 = passage_similarity(last.1, passages, deviation);
+                }
+                out.push((pk, sim));
+                passages = 1;
+            }
+        }
+    }
+    if let Some(last) = out.last_mut() {
+        last.1 = passage_similarity(last.1, passages, deviation);
+    }
+    out
 }

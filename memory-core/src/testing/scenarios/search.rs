@@ -374,9 +374,10 @@ pub async fn time_filters_bound_creation_time(cx: Ctx) -> Outcome {
 
 /// A memory longer than the embedder's window is searched by meaning in full: each passage
 /// that fits the window has its vector ([`crate::embed_passages`]), and the memory's
-/// similarity is its best passage's. The memory is one hit however many of its passages
-/// match, under a filter too; changing its text replaces its passages, and deleting it
-/// removes them.
+/// similarity is its best passage's less what its number of passages adds by chance
+/// ([`crate::passage_similarity`], with the spread of the similarities of the scope's
+/// vectors). The memory is one hit however many of its passages match, under a filter too;
+/// changing its text replaces its passages, and deleting it removes them.
 pub async fn long_memory_found_by_any_passage(cx: Ctx) -> Outcome {
     require!(cx, Capability::SemanticSearch);
     let windowed = Arc::new(
@@ -403,15 +404,13 @@ pub async fn long_memory_found_by_any_passage(cx: Ctx) -> Outcome {
         .await
         .unwrap();
     assert!(long.embedded, "the long memory has vectors");
-    for (i, t) in [
+    let short = [
         "Dinner plans for friday night",
         "The dentist appointment moved to monday",
         "A recipe for lemon cake",
         "Gulls gather where the fishing boats come in",
-    ]
-    .iter()
-    .enumerate()
-    {
+    ];
+    for (i, t) in short.iter().enumerate() {
         b.store(&s, NewMemory::new(*t).at(t0().plus(DAY * (i as u32 + 1))))
             .await
             .unwrap();
@@ -436,9 +435,30 @@ pub async fn long_memory_found_by_any_passage(cx: Ctx) -> Outcome {
         .unwrap();
     assert_eq!(hits.first().map(|h| h.entry.id), Some(long.id), "{hits:#?}");
     let sem = hits[0].breakdown.semantic.expect("a semantic hit");
+    // Every vector of the scope: the long memory's passages and the four short memories.
+    let scope_similarities: Vec<f32> = passages
+        .iter()
+        .map(|v| crate::cosine(v.vector(), q.vector()))
+        .chain(
+            short
+                .iter()
+                .map(|t| crate::cosine(windowed.embed_sync(t).vector(), q.vector())),
+        )
+        .collect();
+    let spread = crate::Spread::of(scope_similarities.iter().copied(), scope_similarities.len())
+        .expect("vectors")
+        .std();
+    let expected = crate::passage_similarity(best, passages.len(), spread);
     assert!(
-        (sem - best).abs() < 1e-3,
-        "similarity {sem}, best passage {best}"
+        expected < best - 0.05,
+        "{} passages are not {} chances: {expected} against {best}",
+        passages.len(),
+        passages.len()
+    );
+    assert!(
+        (sem - expected).abs() < 1e-3,
+        "similarity {sem}, best passage {best} less what {} passages add: {expected}",
+        passages.len()
     );
     // Many passages match the filler: still one hit per memory.
     for request in [
