@@ -19,20 +19,21 @@
 //!    [`estimate_impact`]'s score × recency decay ([`BudgetAllocation::InformationWeighted`]);
 //!    a section longer than the strategy's `long_item_tokens` (default
 //!    [`LONG_ITEM_TOKENS`](crate::LONG_ITEM_TOKENS)) counts its value per that many
-//!    tokens, so a long memory is cut before shorter ones worth about as much.
+//!    tokens, so a long memory gives way to shorter ones worth about as much.
 //!    Recency decay uses the strategy in the IR's meta (one-week half-life if none) and the
 //!    IR's timestamp as "now", so the clock is never read. Ties go to position: the later
 //!    item ranks lower.
-//! 3. **Shrinking comes before dropping.** Every section may shrink to its *floor*: the
-//!    shortest prefix ending at a sentence or line boundary that is also a token boundary and
-//!    keeps at least `min_tokens` (a section without `min_tokens` is all or nothing). Only
-//!    if everything left would not fit even at those floors are items dropped, lowest value
-//!    first, until it would.
-//! 4. Then the lowest-value remaining sections are truncated, each only as far as needed,
-//!    until the pool fits; higher-value sections stay whole. A section marked out in
-//!    [`Passage`](crate::Passage)s is not cut at its head: it keeps the excerpt of its most
-//!    relevant passages that fits, in their order, gaps marked, and its floor is its best
-//!    passage alone.
+//! 3. **Whole first.** Most valuable first, each item is kept whole if it fits in what is
+//!    left of the pool. A few whole memories carry more than many shortened ones (measured
+//!    in BENCHMARKS.md), so a lower-value item that fits may stay whole while a
+//!    higher-value one too long for the room left waits for step 4.
+//! 4. **Then the room left** goes to what did not fit whole, most valuable first: each is
+//!    shortened to what is left if its *floor* fits, and dropped otherwise. The floor is
+//!    the shortest prefix ending at a sentence or line boundary that is also a token
+//!    boundary and keeps at least `min_tokens` (a section without `min_tokens` is all or
+//!    nothing). A section marked out in [`Passage`](crate::Passage)s is not cut at its
+//!    head: it keeps the excerpt of its most relevant passages that fits, in their order,
+//!    gaps marked, and its floor is its best passage alone.
 //!
 //! Order is stable: kept items stay in their original order. Compression is deterministic
 //! (same inputs, byte-identical output) and idempotent: compressing the result again with
@@ -102,15 +103,14 @@ pub enum Reason {
     WithinBudget,
     /// It is Critical: never truncated or dropped.
     Critical,
-    /// Kept whole: cutting lower-value items made enough room.
+    /// Kept whole: it fitted in the room the more valuable items left.
     HigherValue,
-    /// Truncated: among the lowest-value items while the pool was over budget.
+    /// Truncated: it did not fit whole in the room the more valuable items left, and was
+    /// cut to the room left after every item that fits whole.
     LowValueShrunk,
-    /// Shortened to an excerpt of its most relevant passages: among the lowest-value items
-    /// while the pool was over budget.
+    /// Shortened to an excerpt of its most relevant passages, as [`Reason::LowValueShrunk`].
     LowValueExcerpted,
-    /// Dropped: among the lowest-value items, and the rest would not fit even at their
-    /// smallest useful sizes.
+    /// Dropped: it did not fit whole, nor its smallest useful size in the room left.
     LowValueDropped,
     /// Dropped: Critical items and the observation alone fill the pool.
     NoRoomAfterCritical,
@@ -121,17 +121,16 @@ impl fmt::Display for Reason {
         f.write_str(match self {
             Reason::WithinBudget => "everything fitted the budget",
             Reason::Critical => "critical: never truncated or dropped",
-            Reason::HigherValue => "kept whole: cutting lower-value items made room",
+            Reason::HigherValue => "kept whole: it fitted in the room more valuable items left",
             Reason::LowValueShrunk => {
-                "truncated at a sentence or line boundary: lowest value while over budget"
+                "truncated at a sentence or line boundary: too long to fit whole in the room left"
             }
             Reason::LowValueExcerpted => {
                 "shortened to an excerpt: its passages most relevant to the message, in order, \
-                 gaps marked […]; lowest value while over budget"
+                 gaps marked […]; too long to fit whole in the room left"
             }
             Reason::LowValueDropped => {
-                "dropped: lowest value, and the rest would not fit even at their smallest \
-                 useful sizes"
+                "dropped: too long for the room left, even at its smallest useful size"
             }
             Reason::NoRoomAfterCritical => {
                 "dropped: critical items and the observation alone fill the budget"
@@ -242,16 +241,6 @@ struct Item {
     value: f64,
     position: usize,
     state: State,
-}
-
-impl Item {
-    fn tokens_now(&self) -> u32 {
-        match self.state {
-            State::Kept(_) => self.tokens,
-            State::Truncated(to) => to,
-            State::Dropped(_) => 0,
-        }
-    }
 }
 
 /// Fits `ir` into `budget`, counting with `tokenizer`. See the module docs for the rules.
@@ -490,56 +479,42 @@ fn fit_pool(
         return report;
     }
 
-    // Drop, lowest value first, until everything left fits at its floor.
-    let mut at_floors = must_keep.saturating_add(sum(items, &flexible, |it| it.floor));
-    let mut remaining = Vec::with_capacity(flexible.len());
-    for &m in &flexible {
-        if at_floors > cap {
-            let floor = items.get(m).map_or(0, |it| it.floor);
-            at_floors = at_floors.saturating_sub(floor);
-            set(items, m, State::Dropped(Reason::LowValueDropped));
-        } else {
-            remaining.push(m);
-            set(items, m, State::Kept(Reason::HigherValue));
-        }
-    }
-
-    // Shrink, lowest value first, each only as far as needed.
-    let mut current = must_keep.saturating_add(sum(items, &remaining, Item::tokens_now));
-    for &m in &remaining {
-        if current <= cap {
-            break;
-        }
+    // Most valuable first (among equals, the earlier item), each whole if it fits.
+    let mut current = must_keep;
+    let mut too_long = Vec::new();
+    for &m in flexible.iter().rev() {
         let Some(item) = items.get_mut(m) else {
             continue;
         };
-        let reducible = item.tokens.saturating_sub(item.floor);
+        if item.tokens <= cap.saturating_sub(current) {
+            current = current.saturating_add(item.tokens);
+            item.state = State::Kept(Reason::HigherValue);
+        } else {
+            item.state = State::Dropped(Reason::LowValueDropped);
+            too_long.push(m);
+        }
+    }
+    // Then the room left, to what did not fit whole, most valuable first, as far as it goes.
+    for &m in &too_long {
+        let room = cap.saturating_sub(current);
+        let Some(item) = items.get_mut(m) else {
+            continue;
+        };
         let Slot::Section(i) = item.slot else {
             continue;
         };
-        if reducible == 0 {
+        if item.floor >= item.tokens || item.floor > room {
             continue;
         }
-        let target = item.tokens - reducible.min(current - cap);
-        if let Some(section) = sections.get_mut(i)
-            && let Some(to) = shrink(section, target, item.floor, tokenizer)
+        if let Some(to) = sections
+            .get_mut(i)
+            .and_then(|s| shrink(s, room, item.floor, tokenizer))
         {
-            current = current.saturating_sub(item.tokens - to);
+            current = current.saturating_add(to);
             item.state = State::Truncated(to);
         }
     }
 
-    // A truncated prefix is recounted, and BPE is not perfectly additive; should a recount
-    // ever leave the pool over, drop more, still lowest value first.
-    for &m in &remaining {
-        if current <= cap {
-            break;
-        }
-        if let Some(item) = items.get_mut(m) {
-            current = current.saturating_sub(item.tokens_now());
-            item.state = State::Dropped(Reason::LowValueDropped);
-        }
-    }
     report.after = current;
     report
 }
@@ -670,7 +645,7 @@ mod tests {
     }
 
     #[test]
-    fn shrinks_before_dropping_at_sentence_boundaries() {
+    fn what_does_not_fit_whole_is_cut_at_a_sentence_boundary() {
         let a = knowledge("a", 5)
             .with_min_tokens(4)
             .with_priority(Priority::Low);
@@ -689,6 +664,34 @@ mod tests {
             c.report.section("b").unwrap().action,
             Action::Kept { tokens: 20 }
         );
+    }
+
+    #[test]
+    fn whole_first_then_the_room_left_to_what_did_not_fit() {
+        let big = knowledge("big", 10)
+            .with_min_tokens(4)
+            .with_priority(Priority::High);
+        let small = |id| knowledge(id, 2).with_min_tokens(4);
+        let ir = ir_of(vec![big, small("s1"), small("s2")]);
+        // 56 tokens into 32: the most valuable (40 tokens) does not fit whole; the two
+        // worth less fit whole, and it gets the 16 they leave.
+        let c = compress(&budget(32), &ir, &TOK);
+        let big = c.report.section("big").unwrap();
+        assert!(big.value > c.report.section("s1").unwrap().value);
+        assert_eq!(big.action, Action::Truncated { from: 40, to: 16 });
+        assert_eq!(big.reason, Reason::LowValueShrunk);
+        for id in ["s1", "s2"] {
+            let s = c.report.section(id).unwrap();
+            assert_eq!(s.action, Action::Kept { tokens: 8 });
+            assert_eq!(s.reason, Reason::HigherValue);
+        }
+        // Into 18 the two leave 2, less than its floor (4): it goes.
+        let c = compress(&budget(18), &ir, &TOK);
+        assert_eq!(
+            c.report.section("big").unwrap().action,
+            Action::Dropped { tokens: 40 }
+        );
+        assert_eq!(c.report.tokens_after, 16);
     }
 
     #[test]
@@ -735,7 +738,7 @@ mod tests {
     }
 
     #[test]
-    fn a_long_section_is_ranked_per_piece_and_cut_before_a_shorter_one_worth_as_much() {
+    fn a_long_section_is_ranked_per_piece_and_gives_way_to_a_shorter_one_worth_as_much() {
         let sections = || {
             vec![
                 knowledge("long", 100)
@@ -752,7 +755,8 @@ mod tests {
             ..ContextStrategy::default()
         };
         // 400 + 100 tokens into 300: per 192 tokens the long one is worth 2 * 0.6 * 192 / 400
-        // (priority weight 2), less than the short one's 2 * 0.5, so it gives up the 200.
+        // (priority weight 2), less than the short one's 2 * 0.5; the short one fits whole
+        // and the long one gets the 200 left.
         let mut ir = ir_of(sections());
         ir.set_strategy(strategy(LONG_ITEM_TOKENS));
         let c = compress(&budget(300), &ir, &TOK);
@@ -763,14 +767,30 @@ mod tests {
             c.report.section("short").unwrap().action,
             Action::Kept { tokens: 100 }
         );
-        // Ranked by value alone, the short one goes down to its floor first.
+        // Into 80, where neither fits whole, the room goes to the more valuable: per piece
+        // the short one, by value alone the long one.
         let mut ir = ir_of(sections());
-        ir.set_strategy(strategy(0));
-        let c = compress(&budget(300), &ir, &TOK);
-        assert_eq!(c.report.section("long").unwrap().value, 1.2);
+        ir.set_strategy(strategy(LONG_ITEM_TOKENS));
+        let c = compress(&budget(80), &ir, &TOK);
         assert_eq!(
             c.report.section("short").unwrap().action,
-            Action::Truncated { from: 100, to: 4 }
+            Action::Truncated { from: 100, to: 80 }
+        );
+        assert_eq!(
+            c.report.section("long").unwrap().action,
+            Action::Dropped { tokens: 400 }
+        );
+        let mut ir = ir_of(sections());
+        ir.set_strategy(strategy(0));
+        let c = compress(&budget(80), &ir, &TOK);
+        assert_eq!(c.report.section("long").unwrap().value, 1.2);
+        assert_eq!(
+            c.report.section("long").unwrap().action,
+            Action::Truncated { from: 400, to: 80 }
+        );
+        assert_eq!(
+            c.report.section("short").unwrap().action,
+            Action::Dropped { tokens: 100 }
         );
     }
 

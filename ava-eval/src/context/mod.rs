@@ -352,6 +352,8 @@ struct BudgetResult {
     /// compile left in the prompt whole.
     kept_by_source: BTreeMap<&'static str, usize>,
     whole_in_prompt: BTreeMap<String, usize>,
+    /// Tokens each block of sections holds in the compiled prompt (summed over questions).
+    tokens_by_block: BTreeMap<String, u64>,
     lost: BTreeMap<Lost, usize>,
     evidence_turns: usize,
     /// Evidence turns where the text check and the explain report disagree (should be 0).
@@ -662,6 +664,14 @@ pub(super) async fn evaluate(options: &Options, samples: &[Sample]) -> anyhow::R
                 for s in &prompt.report.sources {
                     *r.kept_by_source.entry(s.kind.as_str()).or_default() += s.kept;
                 }
+                for s in &prompt.report.sections {
+                    let tokens = match s.action {
+                        Action::Kept { tokens } => tokens,
+                        Action::Truncated { to, .. } => to,
+                        Action::Dropped { .. } => 0,
+                    };
+                    *r.tokens_by_block.entry(s.block.clone()).or_default() += u64::from(tokens);
+                }
                 for s in prompt
                     .report
                     .sections
@@ -752,6 +762,9 @@ mod tests {
         limit: 5,
     };
 
+    const ZEPHYR: &str = "I adopted a greyhound called Zephyr last spring; he sleeps all day \
+        on the sofa, steals socks from the laundry basket and howls at the neighbours' trumpet";
+
     /// A chat of `n` turns in one session; turn `D1:1` holds a rare word, the rest filler,
     /// and `D1:2` needs escaping.
     fn conversation(n: usize) -> Sample {
@@ -759,7 +772,8 @@ mod tests {
         for i in 1..=n {
             let speaker = if i % 2 == 1 { "Ann" } else { "Bob" };
             let text = match i {
-                1 => "I adopted a greyhound called Zephyr last spring".to_owned(),
+                // Longer than any filler, so that no room a filler leaves can hold it.
+                1 => ZEPHYR.to_owned(),
                 2 => "Tom & Jerry <3 is on tonight".to_owned(),
                 // Distinct fillers: each has words of its own, so no two are
                 // near-duplicates (which compile would collapse).
@@ -807,7 +821,7 @@ mod tests {
             assert_eq!(second.content, "Tom & Jerry <3 is on tonight");
             assert_eq!(
                 second.context.as_deref(),
-                Some("in reply to: I adopted a greyhound called Zephyr last spring")
+                Some(format!("in reply to: {ZEPHYR}").as_str())
             );
             assert_eq!(
                 second.created_at.as_millis()
@@ -897,12 +911,12 @@ mod tests {
             );
             assert!(line_in([block.as_str()], turn));
             // Cut short by compile, or the same words in another line: not the turn.
-            let cut = block.replace("last spring\n", "last\n");
+            let cut = block.replace("trumpet\n", "\n");
             assert!(!line_in([cut.as_str()], turn));
-            let longer = block.replace("last spring\n", "last spring, and more\n");
+            let longer = block.replace("trumpet\n", "trumpet, and more\n");
             assert!(!line_in([longer.as_str()], turn));
             // A note after the whole text (the graph's `(mentions X)`) still holds it whole.
-            let noted = block.replace("last spring\n", "last spring (mentions Zephyr)\n");
+            let noted = block.replace("trumpet\n", "trumpet (mentions Zephyr)\n");
             assert!(line_in([noted.as_str()], turn));
             // The same line under another day's header, or under none: not the turn.
             let other = block.replace(&day, "[1999-01-01 Fri]");

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::tally::{ByCategory, Tally, mean, per_question, percentile};
+use super::tally::{ByCategory, Tally, mean, per_question, percentile, tokens_per_question};
 use super::{BudgetResult, CATEGORIES, Measured, Options};
 
 /// Query embeddings per hydrate + compile call, on average.
@@ -56,6 +56,7 @@ pub(super) fn json(options: &Options, m: &Measured) -> anyhow::Result<()> {
                 "query_embeddings_per_call": m.embed_latency.as_ref().map(|_| per_call(r)),
                 "memories_kept_per_question": per_question(&r.kept_by_source, m.questions),
                 "memories_whole_in_prompt_per_question": per_question(&r.whole_in_prompt, m.questions),
+                "tokens_in_prompt_per_question": tokens_per_question(&r.tokens_by_block, m.questions),
                 "evidence_turns": r.evidence_turns,
                 "evidence_lost": lost,
                 "text_report_disagreements": r.disagreements,
@@ -202,6 +203,16 @@ pub(super) fn text(options: &Options, m: &Measured) {
                 let q = m.questions.max(1) as f64;
                 format!("{k} {:.1} / {:.1}", *n as f64 / q, whole as f64 / q)
             })
+            .collect();
+        println!("{:>7}  {}", r.budget, parts.join(", "));
+    }
+    println!("\ntokens per question in the compiled prompt, by block");
+    for r in &m.results {
+        let q = m.questions.max(1) as f64;
+        let parts: Vec<String> = r
+            .tokens_by_block
+            .iter()
+            .map(|(k, n)| format!("{k} {:.0}", *n as f64 / q))
             .collect();
         println!("{:>7}  {}", r.budget, parts.join(", "));
     }
