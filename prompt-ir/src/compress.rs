@@ -754,44 +754,28 @@ mod tests {
             long_item_tokens,
             ..ContextStrategy::default()
         };
+        let fit = |long_item_tokens, tokens| {
+            let mut ir = ir_of(sections());
+            ir.set_strategy(strategy(long_item_tokens));
+            compress(&budget(tokens), &ir, &TOK).report
+        };
+        let action = |r: &CompressionReport, id| r.section(id).unwrap().action;
         // 400 + 100 tokens into 300: per 192 tokens the long one is worth 2 * 0.6 * 192 / 400
         // (priority weight 2), less than the short one's 2 * 0.5; the short one fits whole
         // and the long one gets the 200 left.
-        let mut ir = ir_of(sections());
-        ir.set_strategy(strategy(LONG_ITEM_TOKENS));
-        let c = compress(&budget(300), &ir, &TOK);
-        let long = c.report.section("long").unwrap();
-        assert_eq!(long.value, 0.576);
-        assert_eq!(long.action, Action::Truncated { from: 400, to: 200 });
-        assert_eq!(
-            c.report.section("short").unwrap().action,
-            Action::Kept { tokens: 100 }
-        );
+        let r = fit(LONG_ITEM_TOKENS, 300);
+        assert_eq!(r.section("long").unwrap().value, 0.576);
+        assert_eq!(action(&r, "long"), Action::Truncated { from: 400, to: 200 });
+        assert_eq!(action(&r, "short"), Action::Kept { tokens: 100 });
         // Into 80, where neither fits whole, the room goes to the more valuable: per piece
         // the short one, by value alone the long one.
-        let mut ir = ir_of(sections());
-        ir.set_strategy(strategy(LONG_ITEM_TOKENS));
-        let c = compress(&budget(80), &ir, &TOK);
-        assert_eq!(
-            c.report.section("short").unwrap().action,
-            Action::Truncated { from: 100, to: 80 }
-        );
-        assert_eq!(
-            c.report.section("long").unwrap().action,
-            Action::Dropped { tokens: 400 }
-        );
-        let mut ir = ir_of(sections());
-        ir.set_strategy(strategy(0));
-        let c = compress(&budget(80), &ir, &TOK);
-        assert_eq!(c.report.section("long").unwrap().value, 1.2);
-        assert_eq!(
-            c.report.section("long").unwrap().action,
-            Action::Truncated { from: 400, to: 80 }
-        );
-        assert_eq!(
-            c.report.section("short").unwrap().action,
-            Action::Dropped { tokens: 100 }
-        );
+        let r = fit(LONG_ITEM_TOKENS, 80);
+        assert_eq!(action(&r, "short"), Action::Truncated { from: 100, to: 80 });
+        assert_eq!(action(&r, "long"), Action::Dropped { tokens: 400 });
+        let r = fit(0, 80);
+        assert_eq!(r.section("long").unwrap().value, 1.2);
+        assert_eq!(action(&r, "long"), Action::Truncated { from: 400, to: 80 });
+        assert_eq!(action(&r, "short"), Action::Dropped { tokens: 100 });
     }
 
     #[test]

@@ -353,7 +353,7 @@ struct BudgetResult {
     kept_by_source: BTreeMap<&'static str, usize>,
     whole_in_prompt: BTreeMap<String, usize>,
     /// Tokens each block of sections holds in the compiled prompt (summed over questions).
-    tokens_by_block: BTreeMap<String, u64>,
+    tokens_by_block: BTreeMap<String, usize>,
     lost: BTreeMap<Lost, usize>,
     evidence_turns: usize,
     /// Evidence turns where the text check and the explain report disagree (should be 0).
@@ -670,15 +670,8 @@ pub(super) async fn evaluate(options: &Options, samples: &[Sample]) -> anyhow::R
                         Action::Truncated { to, .. } => to,
                         Action::Dropped { .. } => 0,
                     };
-                    *r.tokens_by_block.entry(s.block.clone()).or_default() += u64::from(tokens);
-                }
-                for s in prompt
-                    .report
-                    .sections
-                    .iter()
-                    .filter(|s| s.memory_id.is_some())
-                {
-                    if matches!(s.action, Action::Kept { .. }) {
+                    *r.tokens_by_block.entry(s.block.clone()).or_default() += tokens as usize;
+                    if s.memory_id.is_some() && matches!(s.action, Action::Kept { .. }) {
                         *r.whole_in_prompt.entry(s.block.clone()).or_default() += 1;
                     }
                 }

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::tally::{ByCategory, Tally, mean, per_question, percentile, tokens_per_question};
+use super::tally::{ByCategory, Tally, mean, per_question, percentile};
 use super::{BudgetResult, CATEGORIES, Measured, Options};
 
 /// Query embeddings per hydrate + compile call, on average.
@@ -56,7 +56,7 @@ pub(super) fn json(options: &Options, m: &Measured) -> anyhow::Result<()> {
                 "query_embeddings_per_call": m.embed_latency.as_ref().map(|_| per_call(r)),
                 "memories_kept_per_question": per_question(&r.kept_by_source, m.questions),
                 "memories_whole_in_prompt_per_question": per_question(&r.whole_in_prompt, m.questions),
-                "tokens_in_prompt_per_question": tokens_per_question(&r.tokens_by_block, m.questions),
+                "tokens_in_prompt_per_question": per_question(&r.tokens_by_block, m.questions),
                 "evidence_turns": r.evidence_turns,
                 "evidence_lost": lost,
                 "text_report_disagreements": r.disagreements,

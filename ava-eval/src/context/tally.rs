@@ -112,15 +112,6 @@ pub(super) fn percentile(sorted: &[Duration], p: f64) -> f64 {
     sorted.get(i).map_or(0.0, |d| d.as_secs_f64() * 1e3)
 }
 
-/// Tokens per question, by block.
-pub(super) fn tokens_per_question(tokens: &BTreeMap<String, u64>, questions: usize) -> Value {
-    tokens
-        .iter()
-        .map(|(k, n)| (k.clone(), Value::from(*n as f64 / questions.max(1) as f64)))
-        .collect::<serde_json::Map<String, Value>>()
-        .into()
-}
-
 /// Counts per key, divided by the number of questions.
 pub(super) fn per_question<K: ToString>(counts: &BTreeMap<K, usize>, questions: usize) -> Value {
     counts
