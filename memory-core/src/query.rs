@@ -450,8 +450,9 @@ pub const BELOW_AVERAGE: f32 = 0.001;
 
 /// Hybrid fusion shared by all backends, so the same request ranks the same way everywhere.
 ///
-/// `semantic` holds `(id, cosine similarity)` candidates, `keyword` holds `(id, raw BM25)`
-/// candidates (higher is better); `spread` is how each score is spread over the scope's
+/// `semantic` holds `(id, cosine similarity)` candidates, `keyword` holds `(id, raw BM25,
+/// passages)` candidates (higher is better; `passages` is how many the memory is stored as,
+/// 1 for a memory of one vector or none); `spread` is how each score is spread over the scope's
 /// memories (see [`ScopeSpread`]; a part a backend could not measure is estimated from
 /// its candidates). Each score is put on one scale, how many standard deviations it lies
 /// above the scope's average, and a candidate's fused value is
@@ -464,23 +465,27 @@ pub const BELOW_AVERAGE: f32 = 0.001;
 ///
 /// The score is the fused value over the best one's (the best is 1); at or below the
 /// scope's average it is [`BELOW_AVERAGE`], less by a factor e per deviation below, so such
-/// candidates stay in order, last. Candidates with nothing in common with the
+/// candidates stay in order, last. A long memory's BM25 is taken less what its number of
+/// passages adds by itself ([`passage_similarity`](crate::passage_similarity) on the keyword
+/// scale), as its similarity is: it holds as many chances to share the question's words as
+/// to match its meaning. Candidates with nothing in common with the
 /// query (similarity at most 0, no keyword match) are dropped; the rest are sorted by
 /// fused value, ties broken by id for determinism. `Fused::keyword` is the BM25 score over
 /// the best one's, for explanations.
 pub fn fuse(
     semantic: &[(MemoryId, f32)],
-    keyword: &[(MemoryId, f32)],
+    keyword: &[(MemoryId, f32, usize)],
     weights: HybridWeights,
     spread: ScopeSpread,
 ) -> Vec<Fused> {
-    let scale = keyword_scale(keyword.iter().map(|&(_, s)| s));
+    let scale = keyword_scale(keyword.iter().map(|&(_, s, _)| s));
     let sem_spread = spread
         .semantic
         .or_else(|| Spread::of(semantic.iter().map(|h| h.1), semantic.len()));
     let kw_spread = spread
         .keyword
         .or_else(|| Spread::of(keyword.iter().map(|h| h.1), keyword.len()));
+    let passages: HashMap<MemoryId, usize> = keyword.iter().map(|&(id, _, n)| (id, n)).collect();
     let least_similar = semantic.iter().map(|h| h.1).reduce(f32::min);
     let mut by_id: HashMap<MemoryId, Fused> = HashMap::new();
     for &(id, sim) in semantic {
@@ -495,7 +500,7 @@ pub fn fuse(
             },
         );
     }
-    for &(id, raw) in keyword {
+    for &(id, raw, _) in keyword {
         let f = by_id.entry(id).or_insert(Fused {
             id,
             score: 0.0,
@@ -516,7 +521,14 @@ pub fn fuse(
                 (Some(spread), Some(sim)) => spread.z(sim),
                 _ => 0.0,
             };
-            let z_keyword = kw_spread.map_or(0.0, |spread| spread.z(f.keyword_raw.unwrap_or(0.0)));
+            let z_keyword = kw_spread.map_or(0.0, |spread| {
+                let n = passages.get(&f.id).copied().unwrap_or(1);
+                spread.z(crate::passage_similarity(
+                    f.keyword_raw.unwrap_or(0.0),
+                    n,
+                    spread.std(),
+                ))
+            });
             (
                 weights.semantic() * z_semantic + weights.keyword() * z_keyword,
                 f,
@@ -543,14 +555,15 @@ pub fn fuse(
 ///
 /// Candidates are `(key, id, score)`, best first: `key` is whatever the store loads hits by
 /// (a row key, or the id again), `score` the cosine similarity (`semantic`) or raw BM25
-/// (`keyword`). Semantic mode reads only `semantic`, keyword mode only `keyword` (each score
+/// (`keyword`, which also carries the memory's number of passages, 1 for one vector or
+/// none). Semantic mode reads only `semantic`, keyword mode only `keyword` (each score
 /// divided by the best one), hybrid mode [`fuse`]s both on the scale of `spread`. A long
 /// memory's similarity is already [`passage_similarity`](crate::passage_similarity) of its
-/// passages.
+/// passages; `fuse` corrects its BM25 alike.
 pub fn rank<K: Copy>(
     request: &SearchRequest,
     semantic: &[(K, MemoryId, f32)],
-    keyword: &[(K, MemoryId, f32)],
+    keyword: &[(K, MemoryId, f32, usize)],
     spread: ScopeSpread,
 ) -> Vec<(K, f32, ScoreBreakdown)> {
     let mut ranked: Vec<(K, f32, ScoreBreakdown)> = match request.mode {
@@ -568,7 +581,7 @@ pub fn rank<K: Copy>(
             let scale = keyword_scale(keyword.iter().map(|h| h.2));
             keyword
                 .iter()
-                .map(|&(key, _, raw)| {
+                .map(|&(key, _, raw, _)| {
                     let s = scale(raw);
                     let b = ScoreBreakdown {
                         keyword: Some(s),
@@ -582,13 +595,13 @@ pub fn rank<K: Copy>(
         SearchMode::Hybrid(weights) => {
             let key_of: HashMap<MemoryId, K> = semantic
                 .iter()
-                .chain(keyword)
                 .map(|&(key, id, _)| (id, key))
+                .chain(keyword.iter().map(|&(key, id, _, _)| (id, key)))
                 .collect();
-            let ids = |c: &[(K, MemoryId, f32)]| -> Vec<(MemoryId, f32)> {
-                c.iter().map(|&(_, id, s)| (id, s)).collect()
-            };
-            fuse(&ids(semantic), &ids(keyword), weights, spread)
+            let sem: Vec<(MemoryId, f32)> = semantic.iter().map(|&(_, id, s)| (id, s)).collect();
+            let kw: Vec<(MemoryId, f32, usize)> =
+                keyword.iter().map(|&(_, id, s, n)| (id, s, n)).collect();
+            fuse(&sem, &kw, weights, spread)
                 .into_iter()
                 .filter_map(|f| {
                     let b = ScoreBreakdown {
@@ -624,8 +637,8 @@ mod tests {
         // Best first (as stores hand them over) or not, `rank` and `fuse` agree.
         let (a, b, c) = (MemoryId::new(), MemoryId::new(), MemoryId::new());
         for kw in [
-            [(1, a, 8.0), (2, b, 4.0), (3, c, 2.0)],
-            [(3, c, 2.0), (1, a, 8.0), (2, b, 4.0)],
+            [(1, a, 8.0, 1), (2, b, 4.0, 1), (3, c, 2.0, 1)],
+            [(3, c, 2.0, 1), (1, a, 8.0, 1), (2, b, 4.0, 1)],
         ] {
             let ranked = rank(
                 &SearchRequest::keyword("q"),
@@ -634,7 +647,7 @@ mod tests {
                 ScopeSpread::default(),
             );
             let scores: Vec<_> = ranked.iter().map(|h| (h.0, h.2.keyword)).collect();
-            let ids: Vec<_> = kw.iter().map(|&(_, id, s)| (id, s)).collect();
+            let ids: Vec<_> = kw.iter().map(|&(_, id, s, n)| (id, s, n)).collect();
             let only_keyword = HybridWeights::new(0.0, 1.0).unwrap();
             let fused = fuse(&[], &ids, only_keyword, ScopeSpread::default());
             for (key, keyword) in scores {
@@ -702,7 +715,7 @@ mod tests {
     fn rank_scores_each_mode_then_applies_threshold_and_limit() {
         let (a, b, c) = (MemoryId::new(), MemoryId::new(), MemoryId::new());
         let sem = [(1, a, 0.9), (2, b, 0.5), (3, c, 0.1)];
-        let kw = [(2, b, 8.0), (3, c, 2.0)];
+        let kw = [(2, b, 8.0, 1), (3, c, 2.0, 1)];
 
         let hits = rank(
             &SearchRequest::semantic("q").threshold(0.3),
@@ -731,7 +744,7 @@ mod tests {
         );
         assert_eq!(all[1].1, 0.25);
         // Keyword mode and hybrid fusion scale by the same best score, whatever the order.
-        let unsorted = [(3, c, 2.0), (2, b, 8.0)];
+        let unsorted = [(3, c, 2.0, 1), (2, b, 8.0, 1)];
         let all = rank(
             &SearchRequest::keyword("q"),
             &sem,
@@ -776,7 +789,7 @@ mod tests {
         );
         let out = fuse(
             &[(a, 0.62), (b, 0.6), (d, 0.3)],
-            &[(c, 6.5), (b, 6.0), (e, 1.0)],
+            &[(c, 6.5, 1), (b, 6.0, 1), (e, 1.0, 1)],
             HybridWeights::new(0.5, 0.5).unwrap(),
             scope_spread((0.2, 0.1), (0.3, 1.0)),
         );
@@ -793,7 +806,7 @@ mod tests {
         let (x, y) = (MemoryId::new(), MemoryId::new());
         // x is the most similar, y the best keyword match; each is second in the other list.
         let sem = [(x, 0.6), (y, 0.4)];
-        let kw = [(y, 9.0), (x, 6.0)];
+        let kw = [(y, 9.0, 1), (x, 6.0, 1)];
         let even = HybridWeights::new(0.5, 0.5).unwrap();
         // In a chat where every message shares the question's words, BM25 scores are
         // spread wide and its best barely stands out: meaning leads.
@@ -803,6 +816,24 @@ mod tests {
         // similarities are close together: the words lead.
         let rare_words = fuse(&sem, &kw, even, scope_spread((0.3, 0.2), (0.1, 1.0)));
         assert_eq!(rare_words[0].id, y);
+    }
+
+    #[test]
+    fn a_long_memory_is_not_many_chances_to_share_the_words() {
+        let (long, short) = (MemoryId::new(), MemoryId::new());
+        let even = HybridWeights::new(0.5, 0.5).unwrap();
+        let spread = scope_spread((0.2, 0.1), (1.0, 2.0));
+        // Alike in meaning; the long one (10 passages) has the higher BM25, by less than
+        // what ten chances add on the keyword scale (2 * 1.54).
+        let sem = [(long, 0.5), (short, 0.5)];
+        let out = fuse(&sem, &[(long, 7.0, 10), (short, 5.0, 1)], even, spread);
+        assert_eq!(out[0].id, short);
+        // Its raw BM25 is what the hit reports.
+        let hit = out.iter().find(|f| f.id == long).unwrap();
+        assert_eq!((hit.keyword_raw, hit.keyword), (Some(7.0), Some(1.0)));
+        // Counted as one passage, it would lead.
+        let out = fuse(&sem, &[(long, 7.0, 1), (short, 5.0, 1)], even, spread);
+        assert_eq!(out[0].id, long);
     }
 
     #[test]

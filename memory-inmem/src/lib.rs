@@ -292,18 +292,22 @@ impl MemoryBackend for InMemoryBackend {
             let semantic = |take: usize| -> Vec<(MemoryId, f32)> {
                 semantic_hits.iter().take(take).copied().collect()
             };
-            let mut keyword_hits: Vec<(MemoryId, f32)> = Vec::new();
+            // Each keyword hit carries how many passages its memory is stored as.
+            let mut keyword_hits: Vec<(MemoryId, MemoryId, f32, usize)> = Vec::new();
             if request.mode != SearchMode::Semantic {
                 let terms = tokenize(request.query_text().unwrap_or_default());
                 keyword_hits = Bm25::default()
                     .score(&terms, candidates.iter().map(|i| i.terms.as_slice()))
                     .into_iter()
-                    .map(|(idx, s)| (candidates[idx].entry.id, s))
+                    .map(|(idx, s)| {
+                        let i = &candidates[idx];
+                        (i.entry.id, i.entry.id, s, i.vectors.len().max(1))
+                    })
                     .collect();
-                spread.keyword = Spread::of(keyword_hits.iter().map(|h| h.1), candidates.len());
-                sort_hits(&mut keyword_hits);
+                spread.keyword = Spread::of(keyword_hits.iter().map(|h| h.2), candidates.len());
+                keyword_hits.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(&b.0)));
             }
-            let keyword = |take: usize| -> Vec<(MemoryId, f32)> {
+            let keyword = |take: usize| -> Vec<(MemoryId, MemoryId, f32, usize)> {
                 keyword_hits.iter().take(take).copied().collect()
             };
             // Keyed by id: the in-memory store loads hits by id.
@@ -312,8 +316,8 @@ impl MemoryBackend for InMemoryBackend {
             };
             let (sem, kw) = match request.mode {
                 SearchMode::Semantic => (keyed(semantic(usize::MAX)), Vec::new()),
-                SearchMode::Keyword => (Vec::new(), keyed(keyword(usize::MAX))),
-                SearchMode::Hybrid(_) => (keyed(semantic(pool)), keyed(keyword(pool))),
+                SearchMode::Keyword => (Vec::new(), keyword(usize::MAX)),
+                SearchMode::Hybrid(_) => (keyed(semantic(pool)), keyword(pool)),
             };
             rank(request, &sem, &kw, spread)
         };

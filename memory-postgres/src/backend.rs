@@ -34,6 +34,8 @@ struct Found {
     ranked: Vec<(i64, MemoryId, f32)>,
     entries: HashMap<i64, MemoryEntry>,
     spread: Option<Spread>,
+    /// Keyword candidates of a hybrid search: how many passages each memory is stored as.
+    passages: HashMap<i64, usize>,
 }
 
 /// How many heads of a scope searched through its HNSW index the spread of its
@@ -387,11 +389,15 @@ impl PostgresBackend {
         query.push(&format!(
             "), t AS (SELECT pk, id, score FROM k ORDER BY score DESC, id LIMIT {lim}) "
         ));
+        // In hybrid search (a store with vectors): each candidate's number of passages (its
+        // head and its further ones), then the spread of the scope's scores.
         let extra = if spread {
             format!(
-                ", (SELECT count(*) FROM {m} m WHERE {in_scope}), \
+                ", 1 + (SELECT count(*) FROM {p} p WHERE p.tenant = {t} AND p.memory = t.pk), \
+                 (SELECT count(*) FROM {m} m WHERE {in_scope}), \
                  (SELECT coalesce(sum(score::float8), 0) FROM k), \
-                 (SELECT coalesce(sum(score::float8 * score::float8), 0) FROM k)"
+                 (SELECT coalesce(sum(score::float8 * score::float8), 0) FROM k)",
+                p = self.names.passages
             )
         } else {
             String::new()
@@ -399,15 +405,21 @@ impl PostgresBackend {
         query.push(&self.candidate_rows(entries, &extra, &t));
         let rows = self.rows(c, &query).await?;
         let mut found = self.found(&rows, entries)?;
-        if spread && let Some(first) = rows.first() {
+        if spread {
             let at = if entries { SCORE_COL + 1 } else { 3 };
-            let cells = Cells::new(first, &self.schema);
-            let count: i64 = cells.get(at)?;
-            found.spread = Some(Spread::from_sums(
-                usize::try_from(count).unwrap_or(0),
-                cells.get(at + 1)?,
-                cells.get(at + 2)?,
-            ));
+            for (row, &(pk, _, _)) in rows.iter().zip(&found.ranked) {
+                let n: i64 = Cells::new(row, &self.schema).get(at)?;
+                found.passages.insert(pk, usize::try_from(n).unwrap_or(1));
+            }
+            if let Some(first) = rows.first() {
+                let cells = Cells::new(first, &self.schema);
+                let count: i64 = cells.get(at + 1)?;
+                found.spread = Some(Spread::from_sums(
+                    usize::try_from(count).unwrap_or(0),
+                    cells.get(at + 2)?,
+                    cells.get(at + 3)?,
+                ));
+            }
         }
         Ok(found)
     }
@@ -1064,7 +1076,12 @@ impl MemoryBackend for PostgresBackend {
             semantic: sem.spread,
             keyword: kw.spread,
         };
-        let ranked = rank(request, &sem.ranked, &kw.ranked, spread);
+        let keyword: Vec<(i64, MemoryId, f32, usize)> = kw
+            .ranked
+            .iter()
+            .map(|&(pk, id, s)| (pk, id, s, kw.passages.get(&pk).copied().unwrap_or(1)))
+            .collect();
+        let ranked = rank(request, &sem.ranked, &keyword, spread);
         let mut found = if load_after {
             let pks = ranked.iter().map(|(pk, _, _)| *pk).collect();
             self.load(&c, scope, pks, request.record_access).await?

@@ -1174,6 +1174,12 @@ async fn hybrid_search_fuses_on_the_spread_of_the_whole_scope() {
     let passages = memory_core::embed_passages(&windowed, &texts)
         .await
         .unwrap();
+    // How many passages each memory is stored as: fusion corrects a long one's BM25 by it.
+    let counts: std::collections::HashMap<MemoryId, usize> = memories
+        .iter()
+        .zip(&passages)
+        .map(|((id, _), p)| (*id, p.len().max(1)))
+        .collect();
     // Under the filter, a query may leave one candidate that stands out either way.
     let mut filtered_moved = std::collections::HashSet::new();
     for query in [
@@ -1211,9 +1217,12 @@ async fn hybrid_search_fuses_on_the_spread_of_the_whole_scope() {
                     .limit(50)
                     .without_access_tracking();
                 let hits = store.search(&scope, &req).await.unwrap();
-                let keyword: Vec<(MemoryId, f32)> = hits
+                let keyword: Vec<(MemoryId, f32, usize)> = hits
                     .iter()
-                    .filter_map(|h| h.breakdown.keyword_raw.map(|k| (h.entry.id, k)))
+                    .filter_map(|h| {
+                        let n = counts[&h.entry.id];
+                        h.breakdown.keyword_raw.map(|k| (h.entry.id, k, n))
+                    })
                     .collect();
                 assert!(!keyword.is_empty(), "{what}: some word matches");
                 let spread = memory_core::ScopeSpread {

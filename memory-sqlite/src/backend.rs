@@ -239,7 +239,7 @@ impl MemoryBackend for SqliteBackend {
                         let pks: Vec<i64> = sql
                             .keyword(scope_id, &entry.content, &filter, REMEMBER_CANDIDATES)?
                             .into_iter()
-                            .map(|(pk, _, _)| pk)
+                            .map(|(pk, ..)| pk)
                             .collect();
                         let same = sql
                             .entries_by_pk(scope_id, &pks)?

@@ -919,42 +919,42 @@ impl Sql<'_> {
         Ok((n > 0).then(|| Spread::from_sums(usize::try_from(n).unwrap_or(0), sum, squares)))
     }
 
-    /// Top-`limit` BM25 matches (raw score, higher is better) in the scope, filtered.
+    /// Top-`limit` BM25 matches (raw score, higher is better) in the scope, filtered, each
+    /// with the number of passages its memory is stored as (1 for one vector or none).
     pub(crate) fn keyword(
         &self,
         scope_id: i64,
         text: &str,
         filter: &Filter,
         limit: usize,
-    ) -> R<Vec<(i64, MemoryId, f32)>> {
+    ) -> R<Vec<(i64, MemoryId, f32, usize)>> {
         let Some(query) = fts_query(scope_id, text) else {
             return Ok(Vec::new());
         };
         let mut sql = String::from(
-            "SELECT m.pk, m.id, -bm25(memory_fts, 0.0, 1.0, 0.3) AS score FROM memory_fts \
-             JOIN memories m ON m.pk = memory_fts.rowid \
+            "SELECT m.pk, m.id, -bm25(memory_fts, 0.0, 1.0, 0.3) AS score, max(m.embedded, 1) \
+             FROM memory_fts JOIN memories m ON m.pk = memory_fts.rowid \
              WHERE memory_fts MATCH ? AND m.scope_id = ?",
         );
         let mut params = vec![Value::Text(query), Value::Integer(scope_id)];
         filter_sql(filter, &mut sql, &mut params);
         sql.push_str(" ORDER BY score DESC, m.id LIMIT ?");
         params.push(Value::Integer(limit as i64));
-        self.scored(&sql, &params)
-    }
-
-    fn scored(&self, sql: &str, params: &[Value]) -> R<Vec<(i64, MemoryId, f32)>> {
-        let mut stmt = self.conn.prepare_cached(sql)?;
+        let mut stmt = self.conn.prepare_cached(&sql)?;
         let rows = stmt
             .query_map(params_from_iter(params.iter()), |r| {
                 Ok((
                     r.get::<_, i64>(0)?,
                     r.get::<_, Vec<u8>>(1)?,
                     r.get::<_, f64>(2)?,
+                    r.get::<_, i64>(3)?,
                 ))
             })
             .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())?;
         rows.into_iter()
-            .map(|(pk, id, s)| Ok((pk, self.id(&id)?, s as f32)))
+            .map(|(pk, id, s, n)| {
+                Ok((pk, self.id(&id)?, s as f32, usize::try_from(n).unwrap_or(1)))
+            })
             .collect()
     }
 
