@@ -485,50 +485,53 @@ pub fn fuse(
     let kw_spread = spread
         .keyword
         .or_else(|| Spread::of(keyword.iter().map(|h| h.1), keyword.len()));
-    let passages: HashMap<MemoryId, usize> = keyword.iter().map(|&(id, _, n)| (id, n)).collect();
     let least_similar = semantic.iter().map(|h| h.1).reduce(f32::min);
-    let mut by_id: HashMap<MemoryId, Fused> = HashMap::new();
+    // Each candidate with its BM25 less what its passages add (0 when not a keyword match).
+    let mut by_id: HashMap<MemoryId, (Fused, f32)> = HashMap::new();
     for &(id, sim) in semantic {
         by_id.insert(
             id,
+            (
+                Fused {
+                    id,
+                    score: 0.0,
+                    semantic: Some(sim),
+                    keyword: None,
+                    keyword_raw: None,
+                },
+                0.0,
+            ),
+        );
+    }
+    let deviation = kw_spread.map_or(0.0, Spread::std);
+    for &(id, raw, passages) in keyword {
+        let (f, corrected) = by_id.entry(id).or_insert((
             Fused {
                 id,
                 score: 0.0,
-                semantic: Some(sim),
+                semantic: None,
                 keyword: None,
                 keyword_raw: None,
             },
-        );
-    }
-    for &(id, raw, _) in keyword {
-        let f = by_id.entry(id).or_insert(Fused {
-            id,
-            score: 0.0,
-            semantic: None,
-            keyword: None,
-            keyword_raw: None,
-        });
+            0.0,
+        ));
         f.keyword = Some(scale(raw));
         f.keyword_raw = Some(raw);
+        *corrected = crate::passage_similarity(raw, passages, deviation);
     }
     // A candidate with nothing in common with the query (orthogonal or opposed vector, no
     // shared word) is not a hit.
     let mut out: Vec<(f32, Fused)> = by_id
         .into_values()
-        .filter(|f| f.semantic.is_some_and(|s| s > 0.0) || f.keyword_raw.is_some_and(|k| k > 0.0))
-        .map(|f| {
+        .filter(|(f, _)| {
+            f.semantic.is_some_and(|s| s > 0.0) || f.keyword_raw.is_some_and(|k| k > 0.0)
+        })
+        .map(|(f, keyword)| {
             let z_semantic = match (sem_spread, f.semantic.or(least_similar)) {
                 (Some(spread), Some(sim)) => spread.z(sim),
                 _ => 0.0,
             };
-            let z_keyword = kw_spread.map_or(0.0, |spread| {
-                let n = passages.get(&f.id).copied().unwrap_or(1);
-                spread.z(crate::passage_similarity(
-                    f.keyword_raw.unwrap_or(0.0),
-                    n,
-                    spread.std(),
-                ))
-            });
+            let z_keyword = kw_spread.map_or(0.0, |spread| spread.z(keyword));
             (
                 weights.semantic() * z_semantic + weights.keyword() * z_keyword,
                 f,

@@ -115,8 +115,12 @@ impl InMemoryBackend {
     }
 }
 
-fn sort_hits(hits: &mut [(MemoryId, f32)]) {
-    hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+/// Best score first, ties by id; `of` gives a hit's id and score.
+fn sort_hits<T>(hits: &mut [T], of: impl Fn(&T) -> (MemoryId, f32)) {
+    hits.sort_by(|a, b| {
+        let ((a_id, a_score), (b_id, b_score)) = (of(a), of(b));
+        b_score.total_cmp(&a_score).then(a_id.cmp(&b_id))
+    });
 }
 
 #[async_trait]
@@ -287,7 +291,7 @@ impl MemoryBackend for InMemoryBackend {
                         (id, passage_similarity(best, s.len(), deviation))
                     })
                     .collect();
-                sort_hits(&mut semantic_hits);
+                sort_hits(&mut semantic_hits, |&h| h);
             }
             let semantic = |take: usize| -> Vec<(MemoryId, f32)> {
                 semantic_hits.iter().take(take).copied().collect()
@@ -305,7 +309,7 @@ impl MemoryBackend for InMemoryBackend {
                     })
                     .collect();
                 spread.keyword = Spread::of(keyword_hits.iter().map(|h| h.2), candidates.len());
-                keyword_hits.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(&b.0)));
+                sort_hits(&mut keyword_hits, |h| (h.0, h.2));
             }
             let keyword = |take: usize| -> Vec<(MemoryId, MemoryId, f32, usize)> {
                 keyword_hits.iter().take(take).copied().collect()
