@@ -270,6 +270,7 @@ macro_rules! __conformance_tests {
             empty_and_oversized_content_rejected,
             oversized_message_stored_in_linked_parts,
             long_memory_found_by_any_passage,
+            hybrid_search_counts_a_long_memorys_passages,
             invalid_requests_are_rejected,
             unsupported_capabilities_are_typed_errors,
             user_scopes_lists_only_that_user,

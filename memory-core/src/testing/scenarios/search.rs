@@ -526,6 +526,148 @@ pub async fn long_memory_found_by_any_passage(cx: Ctx) -> Outcome {
     Outcome::Passed
 }
 
+/// Hybrid search corrects a long memory's BM25 by its number of passages as it corrects its
+/// similarity ([`crate::fuse`]): the store hands fusion each keyword candidate's passage
+/// count. Every hit's score is what `fuse` gives with the scope's spreads and the true
+/// counts, and not what it gives with every memory counted as one passage.
+pub async fn hybrid_search_counts_a_long_memorys_passages(cx: Ctx) -> Outcome {
+    require!(cx, Capability::HybridSearch);
+    let windowed = Arc::new(
+        HashingEmbedder::new(crate::testing::SUITE_DIMS)
+            .unwrap()
+            .with_window(200),
+    );
+    let made = cx
+        .make(Setup {
+            embedder: Some(windowed.clone()),
+        })
+        .await;
+    let b = &*made.backend;
+    let s = scope("yorick", None);
+    // Each passage of the long memory shares a word or two with the question; the rest of
+    // the scope shares few or none, so the long memory stands out of it either way.
+    let long_text = [
+        "The ferry left the harbour at dawn because of the fog over the bay.",
+        "Gulls sat on the roof of the old boat shed by the harbour.",
+        "Gulls followed the fishing boats out past the harbour wall at dawn.",
+        "The market by the harbour sells smoked fish and warm bread at dawn.",
+        "A storm at dawn tore two sails and scattered the gulls.",
+        "The harbour master counts the gulls on the quay every morning.",
+    ]
+    .map(|p| {
+        format!(
+            "{p} {}",
+            "We talked about the boats for a while. ".repeat(2)
+        )
+    })
+    .join("\n\n");
+    let texts = [
+        long_text.as_str(),
+        "Gulls at dawn over the harbour",
+        "Dinner plans for friday night",
+        "The dentist appointment moved to monday",
+        "A recipe for lemon cake with poppy seeds",
+        "Tickets for the concert in the park",
+        "The printer on the second floor is out of toner",
+        "Renew the passport before the summer",
+        "Book club meets on the first tuesday",
+        "The harbour was quiet",
+    ];
+    let mut stored = Vec::new();
+    for (i, t) in texts.iter().enumerate() {
+        let e = b
+            .store(&s, NewMemory::new(*t).at(t0().plus(DAY * i as u32)))
+            .await
+            .unwrap();
+        stored.push(e.id);
+    }
+    let passages = crate::embed_passages(&*windowed, &texts).await.unwrap();
+    assert!(passages[0].len() >= 4, "{} passages", passages[0].len());
+    let counts: HashMap<MemoryId, usize> = stored
+        .iter()
+        .zip(&passages)
+        .map(|(id, p)| (*id, p.len().max(1)))
+        .collect();
+
+    let query = "gulls over the harbour at dawn";
+    let q = windowed.embed_sync(query);
+    let cosines: Vec<Vec<f32>> = passages
+        .iter()
+        .map(|p| {
+            p.iter()
+                .map(|v| crate::cosine(v.vector(), q.vector()))
+                .collect()
+        })
+        .collect();
+    let vectors: usize = cosines.iter().map(Vec::len).sum();
+    let semantic_spread = crate::Spread::of(cosines.iter().flatten().copied(), vectors);
+    let deviation = semantic_spread.map_or(0.0, crate::Spread::std);
+    // Each memory's similarity: its best passage's less what its passages add by chance.
+    let semantic: Vec<(MemoryId, f32)> = stored
+        .iter()
+        .zip(&cosines)
+        .map(|(id, c)| {
+            let best = c.iter().copied().fold(f32::MIN, f32::max);
+            (*id, crate::passage_similarity(best, c.len(), deviation))
+        })
+        .collect();
+
+    let hits = b
+        .search(
+            &s,
+            &SearchRequest::hybrid(query)
+                .limit(texts.len())
+                .without_access_tracking(),
+        )
+        .await
+        .unwrap();
+    let keyword: Vec<(MemoryId, f32, usize)> = hits
+        .iter()
+        .filter_map(|h| {
+            h.breakdown
+                .keyword_raw
+                .map(|k| (h.entry.id, k, counts[&h.entry.id]))
+        })
+        .collect();
+    assert!(
+        keyword.iter().any(|k| k.0 == stored[0]),
+        "the long memory shares the question's words: {hits:#?}"
+    );
+    let fused = |keyword: &[(MemoryId, f32, usize)]| {
+        let spread = crate::ScopeSpread {
+            semantic: semantic_spread,
+            keyword: crate::Spread::of(keyword.iter().map(|k| k.1), texts.len()),
+        };
+        crate::fuse(&semantic, keyword, crate::HybridWeights::default(), spread)
+    };
+    let want = fused(&keyword);
+    assert_eq!(
+        hit_ids(&hits),
+        want.iter().map(|f| f.id).collect::<Vec<_>>(),
+        "{hits:#?}\nwant {want:#?}"
+    );
+    for (h, w) in hits.iter().zip(&want) {
+        assert!(
+            (h.score - w.score).abs() < 1e-3,
+            "{:?} scored {} where fuse with its passages gives {}",
+            h.entry.content,
+            h.score,
+            w.score
+        );
+    }
+    // Counted as one passage, the long memory would score otherwise: the count mattered.
+    let as_one: Vec<(MemoryId, f32, usize)> = keyword.iter().map(|k| (k.0, k.1, 1)).collect();
+    let naive = fused(&as_one);
+    let long_score = |f: &[crate::Fused]| f.iter().find(|f| f.id == stored[0]).map(|f| f.score);
+    let (got, one) = (long_score(&want), long_score(&naive));
+    assert!(
+        got.zip(one).is_some_and(|(g, o)| o - g > 0.05),
+        "the long memory's {} passages lower its score: {got:?} against {one:?} as one",
+        passages[0].len()
+    );
+    Outcome::Passed
+}
+
 /// Search hits count as recalled; `get` and untracked searches do not.
 pub async fn recall_bumps_access_counts(cx: Ctx) -> Outcome {
     let caps = cx.backend.capabilities();
