@@ -59,7 +59,7 @@ pub(crate) struct Args {
     pub(crate) json: bool,
     /// With `--context-budget`, an experiment: a setting other than the product's
     /// (repeatable), one of `semantic_threshold`, `semantic_limit`, `semantic_weight`, `neighbours`,
-    /// `temporal_window`, `keep_recent`, `item_tokens`, `unmatched_relevance`, `decay_floor`,
+    /// `nearby_lift`, `temporal_window`, `keep_recent`, `item_tokens`, `unmatched_relevance`, `decay_floor`,
     /// `cue_time`, `cue_phrase`, `cue_name`, `cue_own_words`, `near_duplicate`,
     /// `long_item_tokens` (numbers; `long_item_tokens=0` ranks long sections by value alone),
     /// `excerpts=0` (long memories cut at their head), `graph=0` (no graph family), or

@@ -147,9 +147,9 @@ pub use instructions::{
     INSTRUCTION_TAG, MAX_INSTRUCTION_CHARS, is_standing_instruction, with_instruction_mark,
 };
 pub use memory::{
-    MemoryOptions, MemorySource, NEIGHBOUR_SHARE, NEIGHBOURS, OPT_NEIGHBOURS, OPT_RECORD_ACCESS,
-    OPT_SEARCH, OPT_SEMANTIC_WEIGHT, OPT_SHARED_FACTS_OF, OPT_USER_KNOWLEDGE, SearchPreference,
-    memory_provider,
+    MemoryOptions, MemorySource, NEARBY_LIFT, NEARBY_MINUTES, NEIGHBOUR_SHARE, NEIGHBOURS,
+    OPT_NEARBY_LIFT, OPT_NEIGHBOURS, OPT_RECORD_ACCESS, OPT_SEARCH, OPT_SEMANTIC_WEIGHT,
+    OPT_SHARED_FACTS_OF, OPT_USER_KNOWLEDGE, SearchPreference, memory_provider,
 };
 pub use ops::{DEFAULT_MAX_STEPS, Inference, Ops, ToolRun};
 pub use passages::{PASSAGE_BYTES, passages, score_passages};

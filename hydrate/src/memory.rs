@@ -12,7 +12,8 @@
 //!   conversation are removed (hydrate de-duplicates by memory id), enough remain. A
 //!   first-person question ("what did I say...") also searches the user's own messages. The
 //!   best hits bring the message before each of them (what a reply answers; see
-//!   [`OPT_NEIGHBOURS`]).
+//!   [`OPT_NEIGHBOURS`]), and a hit said close in time to a better one is lifted toward it
+//!   (what the talk around it was about; see [`OPT_NEARBY_LIFT`]).
 //!
 //! Searches use the `search` option (default hybrid) when the backend advertises it, and
 //! otherwise fall back to the most capable mode it does (`SearchMode::best_supported`:
@@ -70,6 +71,27 @@ pub const NEIGHBOURS: usize = 5;
 /// competes for room as a hit of its own, a little below the one that brought it.
 pub const NEIGHBOUR_SHARE: f32 = 0.7;
 
+/// Option key: how far a related message is lifted toward the best other hit said close in
+/// time to it, from 0 (not at all) to 1; default [`NEARBY_LIFT`].
+pub const OPT_NEARBY_LIFT: &str = "nearby_lift";
+
+/// The default of [`OPT_NEARBY_LIFT`]. A message is read in the talk around it: "Yes, I went
+/// yesterday!" says little alone, but if the messages around it match the question, it
+/// likely answers it. Each hit of the search, with similarity `s`, is lifted as a cue lifts
+/// it, `s + lift · n · (1 - s)`, where `n` is the best similarity among the other hits, each
+/// weighed down by `e^(-Δt / NEARBY_MINUTES)` for the time `Δt` between the two messages. A
+/// hit alone in its stretch of talk keeps `s`. A hit longer than the embedder's window
+/// ([`EmbeddingProvider::window_bytes`]) keeps `s` too: the store searched it passage by
+/// passage, so it was matched on its own words, and lifting it would spend the room of several
+/// short ones (in an agent's chat, the answers next to a good question). Measured in
+/// BENCHMARKS.md ("Read in the talk around it").
+pub const NEARBY_LIFT: f32 = 0.5;
+
+/// The time constant, in minutes, of [`NEARBY_LIFT`]'s weight: a hit half an hour away counts
+/// `1/e` of one said at the same moment, one a day away nothing. Half an hour is the pause
+/// that commonly ends a session of talk, not a value fitted to the evaluation data.
+pub const NEARBY_MINUTES: f64 = 30.0;
+
 /// How a memory source prefers to search.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -97,6 +119,8 @@ pub struct MemoryOptions {
     pub weights: HybridWeights,
     /// How many of the best related messages bring the message before them.
     pub neighbours: usize,
+    /// How far a related message is lifted toward the best other hit said near it in time.
+    pub nearby_lift: f32,
 }
 
 impl Default for MemoryOptions {
@@ -108,6 +132,7 @@ impl Default for MemoryOptions {
             record_access: true,
             weights: HybridWeights::default(),
             neighbours: NEIGHBOURS,
+            nearby_lift: NEARBY_LIFT,
         }
     }
 }
@@ -124,6 +149,7 @@ impl MemoryOptions {
                 f64::from(HybridWeights::default().semantic()),
             )
             .with(OPT_NEIGHBOURS, NEIGHBOURS as f64)
+            .with(OPT_NEARBY_LIFT, f64::from(NEARBY_LIFT))
     }
 
     /// Reads settings from resolved options; unknown keys are ignored, missing ones take
@@ -179,6 +205,17 @@ impl MemoryOptions {
                 });
             }
             out.neighbours = n as usize;
+        }
+        if let Some(l) = options.f64(provider, OPT_NEARBY_LIFT)? {
+            if !(0.0..=1.0).contains(&l) {
+                return Err(Error::BadOption {
+                    provider: provider.to_owned(),
+                    key: OPT_NEARBY_LIFT.to_owned(),
+                    found: l.to_string(),
+                    expected: "a number from 0 to 1",
+                });
+            }
+            out.nearby_lift = l as f32;
         }
         Ok(out)
     }
@@ -291,7 +328,13 @@ impl MemorySource {
             request = request.threshold(t);
         }
         let hits = self.backend.search(query.scope, &request).await?;
-        out.extend(hits.iter().map(|h| self.hit_item(h)));
+        let window = self.embedder.as_ref().and_then(|e| e.window_bytes());
+        let lifted = lift_by_nearby(&hits, self.options.nearby_lift, window);
+        out.extend(hits.iter().zip(lifted).map(|(h, s)| {
+            let mut item = self.hit_item(h);
+            item.similarity = Some(s);
+            item
+        }));
         let mut seen: HashSet<MemoryId> = hits.iter().map(|h| h.entry.id).collect();
         // The searches for cues find many of the same memories again: only the first search
         // counts its hits as recalled, so one prompt never counts a memory twice.
@@ -519,6 +562,50 @@ impl MemorySource {
     }
 }
 
+/// Each hit's similarity lifted toward the best other hit said near it in time (see
+/// [`NEARBY_LIFT`]), in the order of `hits`. A hit longer than `window` bytes (the embedder's
+/// window: the store searched it passage by passage) keeps its own.
+fn lift_by_nearby(
+    hits: &[memory_core::ScoredMemory],
+    lift: f32,
+    window: Option<usize>,
+) -> Vec<f32> {
+    let own: Vec<f32> = hits.iter().map(|h| h.score.clamp(0.0, 1.0)).collect();
+    let lift = f64::from(lift.clamp(0.0, 1.0));
+    if lift == 0.0 {
+        return own;
+    }
+    let mut by_time: Vec<usize> = (0..hits.len()).collect();
+    by_time.sort_by_key(|&i| hits[i].entry.created_at);
+    let weight = |a: usize, b: usize| {
+        let (a, b) = (hits[a].entry.created_at, hits[b].entry.created_at);
+        let minutes = a.as_millis().abs_diff(b.as_millis()) as f64 / 60_000.0;
+        (-minutes / NEARBY_MINUTES).exp()
+    };
+    let mut out = own.clone();
+    for (at, &i) in by_time.iter().enumerate() {
+        if window.is_some_and(|w| hits[i].entry.content.len() > w) {
+            continue;
+        }
+        let mut near = 0.0f64;
+        // Outward in time from the hit, until even a perfect match would weigh no more.
+        let mut scan = |side: &mut dyn Iterator<Item = &usize>| {
+            for &j in side {
+                let w = weight(i, j);
+                if w <= near {
+                    break;
+                }
+                near = near.max(f64::from(own[j]) * w);
+            }
+        };
+        scan(&mut by_time[..at].iter().rev());
+        scan(&mut by_time[at + 1..].iter());
+        let s = f64::from(own[i]);
+        out[i] = (s + lift * near * (1.0 - s)) as f32;
+    }
+    out
+}
+
 #[async_trait]
 impl ContextSource for MemorySource {
     fn name(&self) -> &str {
@@ -541,5 +628,49 @@ impl ContextSource for MemorySource {
                 ),
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use memory_core::{NewMemory, Scope, ScoredMemory, Timestamp};
+
+    use super::*;
+
+    fn hit(text: &str, minute: u64, score: f32) -> ScoredMemory {
+        let at = Timestamp::from_millis(1_800_000_000_000 + minute as i64 * 60_000).unwrap();
+        let scope = Scope::for_user("u").unwrap();
+        ScoredMemory {
+            entry: NewMemory::new(text).at(at).into_entry(&scope, at, true),
+            score,
+            breakdown: memory_core::ScoreBreakdown::default(),
+        }
+    }
+
+    #[test]
+    fn a_hit_is_lifted_by_the_best_hit_near_it_in_time_and_no_further() {
+        let hits = [
+            hit("strong", 0, 1.0),
+            hit("next to it", 1, 0.4),
+            hit("an hour on", 60, 0.4),
+            hit("a day on", 24 * 60, 0.4),
+            hit(&"long ".repeat(40), 2, 0.4),
+        ];
+        let lifted = lift_by_nearby(&hits, 0.5, Some(100));
+        // s + lift · best · e^(-Δt / 30 min) · (1 - s)
+        let want = |minutes: f64| 0.4 + 0.5 * (-minutes / NEARBY_MINUTES).exp() * 0.6;
+        assert!((lifted[1] - want(1.0) as f32).abs() < 1e-5, "{lifted:?}");
+        assert!((lifted[2] - want(60.0) as f32).abs() < 1e-5, "{lifted:?}");
+        assert!(lifted[1] > lifted[2] && lifted[2] > 0.4 + 0.02);
+        assert!((lifted[3] - 0.4).abs() < 1e-5, "a day apart: {lifted:?}");
+        // The best hit gains only from the others, the long one not at all.
+        assert!(lifted[0] <= 1.0 && lifted[0] >= 1.0 - 1e-6);
+        assert_eq!(
+            lifted[4], 0.4,
+            "longer than the window: searched by passages"
+        );
+        // Off: every hit keeps its own score.
+        let off = lift_by_nearby(&hits, 0.0, Some(100));
+        assert_eq!(off, vec![1.0, 0.4, 0.4, 0.4, 0.4]);
     }
 }

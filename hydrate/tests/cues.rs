@@ -1,8 +1,8 @@
 //! Question understanding on the durable store (memory-sqlite, `HashingEmbedder`): a
 //! question about a time finds what was said then even when nothing else matches it,
 //! quoted phrases and informative names lift what holds them, one fact said several
-//! times takes one place in the prompt, and a reply the question's words find brings the
-//! message it answers.
+//! times takes one place in the prompt, a reply the question's words find brings the
+//! message it answers, and a message amid talk that matches is lifted above a stray match.
 
 #![allow(
     clippy::unwrap_used,
@@ -16,8 +16,8 @@ use std::sync::Arc;
 
 use common::{at, chat_scope, now, tokenizer};
 use hydrate::{
-    CompiledPrompt, CueWeights, HydrateInput, HydrationConfig, OPT_NEIGHBOURS, ProviderOptions,
-    SourceKind, compile, hydrate, memory_provider,
+    CompiledPrompt, CueWeights, HydrateInput, HydrationConfig, OPT_NEARBY_LIFT, OPT_NEIGHBOURS,
+    ProviderOptions, SourceKind, compile, hydrate, memory_provider,
 };
 use memory_core::{MemoryBackend, NewMemory, Role};
 use prompt_ir::{ContextRequest, TokenBudget};
@@ -306,4 +306,55 @@ async fn a_reply_the_question_finds_brings_the_message_it_answers() {
     let p = prompt(&off, question, 400).await;
     assert!(data(&p).contains("Pottery at last!"), "{}", data(&p));
     assert!(!data(&p).contains(SIGNED_UP), "{}", data(&p));
+}
+
+/// A message is read in the talk around it: "My sister is coming too." matches "Who is
+/// coming on the Lisbon trip?" no better than a stray "The plumber is coming now." said
+/// alone, later, but the messages said just before it match the question well, so it is
+/// lifted above the stray one: as the budget grows, it is the first of the two to get room.
+/// With `nearby_lift` 0 the newer, stray one is.
+#[tokio::test]
+async fn a_message_amid_talk_that_matches_is_lifted_above_a_stray_match() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = store(&dir).await;
+    month_of_talk(&backend).await;
+    const SISTER: &str = "My sister is coming too.";
+    const PLUMBER: &str = "The plumber is coming now.";
+    said(
+        &backend,
+        &[
+            (
+                "2026-02-14T10:00:00Z",
+                "We fly to Lisbon for the trip in May.",
+            ),
+            (
+                "2026-02-14T10:01:00Z",
+                "The Lisbon flat for the trip has a balcony over the river.",
+            ),
+            ("2026-02-14T10:02:00Z", SISTER),
+            ("2026-02-25T16:00:00Z", PLUMBER),
+        ],
+    )
+    .await;
+    let question = "Who is coming on the Lisbon trip?";
+    let first_in = async |config: &HydrationConfig| {
+        for budget in (150..=600).step_by(10) {
+            let p = prompt(config, question, budget).await;
+            let text = data(&p);
+            match (text.contains(SISTER), text.contains(PLUMBER)) {
+                (false, false) => continue,
+                (true, false) => return SISTER,
+                (false, true) => return PLUMBER,
+                (true, true) => panic!("both got room at once at {budget} tokens: {text}"),
+            }
+        }
+        panic!("neither got room up to 600 tokens");
+    };
+    assert_eq!(first_in(&cfg(&backend)).await, SISTER);
+
+    let mut off = cfg(&backend);
+    let provider = off.providers[0].name().to_owned();
+    off.app_options
+        .insert(provider, ProviderOptions::new().with(OPT_NEARBY_LIFT, 0.0));
+    assert_eq!(first_in(&off).await, PLUMBER);
 }

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use hydrate::{
-    CompiledPrompt, HydrateInput, HydrationConfig, OPT_NEIGHBOURS, OPT_RECORD_ACCESS,
-    OPT_SEMANTIC_WEIGHT, ProviderOptions, SourceKind, prepare, product,
+    CompiledPrompt, HydrateInput, HydrationConfig, OPT_NEARBY_LIFT, OPT_NEIGHBOURS,
+    OPT_RECORD_ACCESS, OPT_SEMANTIC_WEIGHT, ProviderOptions, SourceKind, prepare, product,
 };
 use memory_core::{
     Embedding, EmbeddingProvider, Filter, HashingEmbedder, MemoryBackend, MemoryId, MemoryKind,
@@ -77,9 +77,10 @@ impl Overrides {
         Ok(Self { set })
     }
 
-    const KEYS: [&'static str; 19] = [
+    const KEYS: [&'static str; 20] = [
         "allocation",
         "neighbours",
+        "nearby_lift",
         "long_item_tokens",
         "excerpts",
         "graph",
@@ -275,6 +276,9 @@ async fn ingest(
             }
             if let Some(n) = overrides.get("neighbours") {
                 o = o.with(OPT_NEIGHBOURS, n);
+            }
+            if let Some(l) = overrides.get("nearby_lift") {
+                o = o.with(OPT_NEARBY_LIFT, l);
             }
             o
         }),
