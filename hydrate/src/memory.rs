@@ -183,38 +183,33 @@ impl MemoryOptions {
         if let Some(b) = options.bool(provider, OPT_RECORD_ACCESS)? {
             out.record_access = b;
         }
-        if let Some(w) = options.f64(provider, OPT_SEMANTIC_WEIGHT)? {
-            let bad = || Error::BadOption {
-                provider: provider.to_owned(),
-                key: OPT_SEMANTIC_WEIGHT.to_owned(),
-                found: w.to_string(),
-                expected: "a number from 0 to 1",
+        const SHARE: &str = "a number from 0 to 1";
+        let bad = |key: &str, found: f64, expected: &'static str| Error::BadOption {
+            provider: provider.to_owned(),
+            key: key.to_owned(),
+            found: found.to_string(),
+            expected,
+        };
+        // A number option within `range` (and whole, if asked), or an error naming it.
+        let number =
+            |key: &str, range: std::ops::RangeInclusive<f64>, whole: bool, expected| match options
+                .f64(
+                provider, key,
+            )? {
+                Some(x) if !range.contains(&x) || (whole && x.fract() != 0.0) => {
+                    Err(bad(key, x, expected))
+                }
+                other => Ok(other),
             };
-            if !(0.0..=1.0).contains(&w) {
-                return Err(bad());
-            }
-            out.weights = HybridWeights::new(w as f32, 1.0 - w as f32).map_err(|_| bad())?;
+        if let Some(w) = number(OPT_SEMANTIC_WEIGHT, 0.0..=1.0, false, SHARE)? {
+            out.weights = HybridWeights::new(w as f32, 1.0 - w as f32)
+                .map_err(|_| bad(OPT_SEMANTIC_WEIGHT, w, SHARE))?;
         }
-        if let Some(n) = options.f64(provider, OPT_NEIGHBOURS)? {
-            if !(0.0..=100.0).contains(&n) || n.fract() != 0.0 {
-                return Err(Error::BadOption {
-                    provider: provider.to_owned(),
-                    key: OPT_NEIGHBOURS.to_owned(),
-                    found: n.to_string(),
-                    expected: "a whole number from 0 to 100",
-                });
-            }
+        let whole = "a whole number from 0 to 100";
+        if let Some(n) = number(OPT_NEIGHBOURS, 0.0..=100.0, true, whole)? {
             out.neighbours = n as usize;
         }
-        if let Some(l) = options.f64(provider, OPT_NEARBY_LIFT)? {
-            if !(0.0..=1.0).contains(&l) {
-                return Err(Error::BadOption {
-                    provider: provider.to_owned(),
-                    key: OPT_NEARBY_LIFT.to_owned(),
-                    found: l.to_string(),
-                    expected: "a number from 0 to 1",
-                });
-            }
+        if let Some(l) = number(OPT_NEARBY_LIFT, 0.0..=1.0, false, SHARE)? {
             out.nearby_lift = l as f32;
         }
         Ok(out)
@@ -644,6 +639,32 @@ mod tests {
             entry: NewMemory::new(text).at(at).into_entry(&scope, at, true),
             score,
             breakdown: memory_core::ScoreBreakdown::default(),
+        }
+    }
+
+    #[test]
+    fn numeric_options_out_of_range_are_errors_naming_the_option() {
+        let read = |key: &str, value: f64| {
+            let runtime = ProviderOptions::new().with(key, value);
+            let options =
+                crate::provider::resolve_options(&MemoryOptions::defaults(), None, None, &runtime);
+            MemoryOptions::from_resolved("memory", &options)
+        };
+        let read_ok = read(OPT_NEARBY_LIFT, 0.25).unwrap();
+        assert_eq!(read_ok.nearby_lift, 0.25);
+        assert_eq!(read(OPT_NEIGHBOURS, 7.0).unwrap().neighbours, 7);
+        for (key, value, expected) in [
+            (OPT_NEARBY_LIFT, 1.5, "a number from 0 to 1"),
+            (OPT_NEARBY_LIFT, -0.1, "a number from 0 to 1"),
+            (OPT_SEMANTIC_WEIGHT, 2.0, "a number from 0 to 1"),
+            (OPT_NEIGHBOURS, 2.5, "a whole number from 0 to 100"),
+            (OPT_NEIGHBOURS, 101.0, "a whole number from 0 to 100"),
+        ] {
+            let err = read(key, value).unwrap_err().to_string();
+            assert!(
+                err.contains(key) && err.contains(expected) && err.contains(&value.to_string()),
+                "{key} = {value}: {err}"
+            );
         }
     }
 

@@ -372,6 +372,22 @@ pub async fn time_filters_bound_creation_time(cx: Ctx) -> Outcome {
     Outcome::Passed
 }
 
+/// A backend like the scenario's whose embedder reads 200 bytes at a time (so a long memory
+/// is stored as passages), and that embedder.
+async fn windowed(cx: &Ctx) -> (Arc<HashingEmbedder>, crate::testing::TestBackend) {
+    let embedder = Arc::new(
+        HashingEmbedder::new(crate::testing::SUITE_DIMS)
+            .unwrap()
+            .with_window(200),
+    );
+    let made = cx
+        .make(Setup {
+            embedder: Some(embedder.clone()),
+        })
+        .await;
+    (embedder, made)
+}
+
 /// A memory longer than the embedder's window is searched by meaning in full: each passage
 /// that fits the window has its vector ([`crate::embed_passages`]), and the memory's
 /// similarity is its best passage's less what its number of passages adds by chance
@@ -380,16 +396,7 @@ pub async fn time_filters_bound_creation_time(cx: Ctx) -> Outcome {
 /// changing its text replaces its passages, and deleting it removes them.
 pub async fn long_memory_found_by_any_passage(cx: Ctx) -> Outcome {
     require!(cx, Capability::SemanticSearch);
-    let windowed = Arc::new(
-        HashingEmbedder::new(crate::testing::SUITE_DIMS)
-            .unwrap()
-            .with_window(200),
-    );
-    let made = cx
-        .make(Setup {
-            embedder: Some(windowed.clone()),
-        })
-        .await;
+    let (windowed, made) = windowed(&cx).await;
     let b = &*made.backend;
     let s = scope("zelda", None);
     let filler = "We compared the quarterly budget figures line by line. ".repeat(12);
@@ -532,16 +539,7 @@ pub async fn long_memory_found_by_any_passage(cx: Ctx) -> Outcome {
 /// counts, and not what it gives with every memory counted as one passage.
 pub async fn hybrid_search_counts_a_long_memorys_passages(cx: Ctx) -> Outcome {
     require!(cx, Capability::HybridSearch);
-    let windowed = Arc::new(
-        HashingEmbedder::new(crate::testing::SUITE_DIMS)
-            .unwrap()
-            .with_window(200),
-    );
-    let made = cx
-        .make(Setup {
-            embedder: Some(windowed.clone()),
-        })
-        .await;
+    let (windowed, made) = windowed(&cx).await;
     let b = &*made.backend;
     let s = scope("yorick", None);
     // Each passage of the long memory shares a word or two with the question; the rest of
