@@ -968,9 +968,20 @@ fn render_report(report: &ExplainReport, previews: &HashMap<MemoryId, String>) -
         let score = s
             .scores
             .as_ref()
-            .map(|x| match &x.cues {
-                Some(cues) => format!(", score {:.2}, matches {cues}", x.score),
-                None => format!(", score {:.2}", x.score),
+            .map(|x| {
+                let cues = x
+                    .cues
+                    .as_ref()
+                    .map(|c| format!(", matches {c}"))
+                    .unwrap_or_default();
+                let lifted = x
+                    .lifted_from
+                    .map(|l| {
+                        let s = x.similarity.unwrap_or(l);
+                        format!(", lifted by the talk around it (similarity {l:.2} -> {s:.2})")
+                    })
+                    .unwrap_or_default();
+                format!(", score {:.2}{cues}{lifted}", x.score)
             })
             .unwrap_or_default();
         let id = s.memory_id.map(|i| i.to_string()).unwrap_or_default();

@@ -126,6 +126,7 @@ fn score_explain(item: &SourceItem, cues: &CueMatch) -> ScoreExplain {
         importance: r(item.breakdown.importance),
         access: r(item.breakdown.access),
         cues: cues.any().then(|| cues.describe()),
+        lifted_from: r(item.lifted_from),
     }
 }
 
@@ -383,6 +384,7 @@ fn merge(
             // the searches saw and did not match.
             if c.kind == SourceKind::Graph {
                 item.similarity = None;
+                item.lifted_from = None;
             }
             if let Some(id) = item.memory_id
                 && let Some(&i) = at.get(&id)
@@ -391,6 +393,7 @@ fn merge(
                 cand.found_by.push(c.kind);
                 if item.similarity.unwrap_or(f32::MIN) > cand.item.similarity.unwrap_or(f32::MIN) {
                     cand.item.similarity = item.similarity;
+                    cand.item.lifted_from = item.lifted_from;
                     cand.item.breakdown = item.breakdown;
                     cand.item.score = cand.item.score.max(item.score);
                 }

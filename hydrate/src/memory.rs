@@ -327,7 +327,10 @@ impl MemorySource {
         let lifted = lift_by_nearby(&hits, self.options.nearby_lift, window);
         out.extend(hits.iter().zip(lifted).map(|(h, s)| {
             let mut item = self.hit_item(h);
-            item.similarity = Some(s);
+            if item.similarity.is_some_and(|own| s > own + 1e-4) {
+                item.lifted_from = item.similarity;
+                item.similarity = Some(s);
+            }
             item
         }));
         let mut seen: HashSet<MemoryId> = hits.iter().map(|h| h.entry.id).collect();

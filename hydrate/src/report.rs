@@ -123,6 +123,10 @@ pub struct ScoreExplain {
     /// The question's cues it matched, which lifted its relevance (`time, name Oscar`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cues: Option<String>,
+    /// The similarity its search gave it, when the talk around it lifted that to
+    /// `similarity` ([`NEARBY_LIFT`](crate::NEARBY_LIFT)).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lifted_from: Option<f64>,
 }
 
 /// What happened to one section.

@@ -320,6 +320,7 @@ impl Reranker for HttpReranker {
             };
             if self.config.min_score.is_none_or(|m| score >= m) {
                 item.similarity = Some(score.clamp(0.0, 1.0));
+                item.lifted_from = None;
                 out.push(item);
             }
         }

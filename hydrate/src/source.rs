@@ -241,6 +241,9 @@ pub struct SourceItem {
     pub score: f32,
     /// A short note shown with the item, e.g. `user-wide` for a fact from the user's scope.
     pub note: Option<String>,
+    /// The similarity its search gave it, when the source lifted that by the talk around it
+    /// ([`NEARBY_LIFT`](crate::NEARBY_LIFT)); `None` when `similarity` is the search's own.
+    pub lifted_from: Option<f32>,
 }
 
 impl SourceItem {
@@ -260,6 +263,7 @@ impl SourceItem {
             breakdown: ScoreBreakdown::default(),
             score: 0.0,
             note: None,
+            lifted_from: None,
         }
     }
 
@@ -288,11 +292,13 @@ impl SourceItem {
             breakdown: ScoreBreakdown::default(),
             score: 0.0,
             note: None,
+            lifted_from: None,
         }
     }
 
     /// Sets the similarity (clamped to `0..=1`).
     pub fn with_similarity(mut self, similarity: f32) -> Self {
+        self.lifted_from = None;
         self.similarity = Some(if similarity.is_nan() {
             0.0
         } else {

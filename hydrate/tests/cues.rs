@@ -351,10 +351,29 @@ async fn a_message_amid_talk_that_matches_is_lifted_above_a_stray_match() {
         panic!("neither got room up to 600 tokens");
     };
     assert_eq!(first_in(&cfg(&backend)).await, SISTER);
+    // The explain report says what lifted it, and from what.
+    let lifted = async |config: &HydrationConfig| {
+        let p = prompt(config, question, 600).await;
+        let mut found = None;
+        for s in &p.report.sections {
+            let Some(id) = s.memory_id else { continue };
+            if backend.get(&chat_scope("alice"), id).await.unwrap().content == SISTER {
+                let scores = s.scores.clone().expect("a scored memory");
+                found = Some((scores.lifted_from, scores.similarity));
+            }
+        }
+        found.expect("the sister's message is a candidate")
+    };
+    let (from, to) = lifted(&cfg(&backend)).await;
+    assert!(
+        from.zip(to).is_some_and(|(f, t)| f < t),
+        "{from:?} -> {to:?}"
+    );
 
     let mut off = cfg(&backend);
     let provider = off.providers[0].name().to_owned();
     off.app_options
         .insert(provider, ProviderOptions::new().with(OPT_NEARBY_LIFT, 0.0));
     assert_eq!(first_in(&off).await, PLUMBER);
+    assert_eq!(lifted(&off).await.0, None);
 }
