@@ -44,6 +44,11 @@ pub(crate) struct Args {
     /// this shows what that is worth).
     #[arg(long)]
     pub(crate) no_reply_context: bool,
+    /// Rank the search's best 4 x (largest k) hits again as the product's semantic source
+    /// does, each lifted by the talk around it by this much (`hydrate::lift_by_nearby`; the
+    /// product's is `hydrate::NEARBY_LIFT`), and measure recall on that order.
+    #[arg(long)]
+    pub(crate) nearby_lift: Option<f32>,
     /// Measure evidence in the compiled prompt instead of retrieval recall: for each of these
     /// token budgets (comma separated), store each conversation as `ava` stores a chat and
     /// build every question's prompt with the product's hydration config. `--backend`,
@@ -309,7 +314,7 @@ async fn make_backend(
     args: &Args,
     dir: &tempfile::TempDir,
     cache: &mut Option<Arc<CachedEmbedder>>,
-) -> anyhow::Result<(Arc<dyn MemoryBackend>, Option<String>)> {
+) -> anyhow::Result<(Arc<dyn MemoryBackend>, Option<String>, Option<usize>)> {
     let embedder: Option<Arc<dyn EmbeddingProvider>> = match (args.mode, args.embedder) {
         (Mode::Keyword, _) => None,
         (_, Embedder::Hash) => Some(Arc::new(HashingEmbedder::new(384)?)),
@@ -321,6 +326,7 @@ async fn make_backend(
         }
     };
     let space = embedder.as_ref().map(|e| e.space().to_string());
+    let window = embedder.as_ref().and_then(|e| e.window_bytes());
     let backend: Arc<dyn MemoryBackend> = match args.backend {
         Backend::Inmem => Arc::new(memory_inmem::InMemoryBackend::new(embedder)),
         Backend::Sqlite => Arc::new(
@@ -333,7 +339,7 @@ async fn make_backend(
             .context("open the evaluation store")?,
         ),
     };
-    Ok((backend, space))
+    Ok((backend, space, window))
 }
 
 #[derive(Default, Clone)]
@@ -389,7 +395,7 @@ async fn evaluate(args: &Args, samples: &[Sample]) -> anyhow::Result<()> {
         .unwrap_or_else(|| HybridWeights::default().semantic());
     let dir = tempfile::tempdir()?;
     let mut cache = None;
-    let (backend, space) = make_backend(args, &dir, &mut cache).await?;
+    let (backend, space, window) = make_backend(args, &dir, &mut cache).await?;
     let max_k = args.k.iter().copied().max().unwrap_or(10);
     let mode = match args.mode {
         Mode::Keyword => SearchMode::Keyword,
@@ -439,12 +445,27 @@ async fn evaluate(args: &Args, samples: &[Sample]) -> anyhow::Result<()> {
     for s in samples {
         let scope = Scope::for_user(&s.id)?.in_tenant("locomo-eval")?;
         for q in &s.questions {
+            let pool = match args.nearby_lift {
+                Some(_) => max_k.saturating_mul(4),
+                None => max_k,
+            };
             let mut req = SearchRequest::keyword(&q.text)
-                .limit(max_k)
+                .limit(pool)
                 .without_access_tracking();
             req.mode = mode;
             let t = Instant::now();
-            let hits = backend.search(&scope, &req).await?;
+            let mut hits = backend.search(&scope, &req).await?;
+            if let Some(lift) = args.nearby_lift {
+                let lifted = hydrate::lift_by_nearby(&hits, lift, window);
+                for (h, s) in hits.iter_mut().zip(lifted) {
+                    h.score = s;
+                }
+                hits.sort_by(|a, b| {
+                    b.score
+                        .total_cmp(&a.score)
+                        .then(a.entry.id.cmp(&b.entry.id))
+                });
+            }
             latencies.push(t.elapsed());
             // A message stored in parts is one result, at its best part's rank.
             let mut seen = HashSet::new();
@@ -516,6 +537,7 @@ async fn evaluate(args: &Args, samples: &[Sample]) -> anyhow::Result<()> {
             "embedding_space": space,
             "semantic_weight": semantic_weight,
             "reply_context": !args.no_reply_context,
+            "nearby_lift": args.nearby_lift,
             "samples": samples.len(),
             "memories": turns,
             "questions": overall.questions,
@@ -531,14 +553,21 @@ async fn evaluate(args: &Args, samples: &[Sample]) -> anyhow::Result<()> {
     }
     println!("LoCoMo retrieval eval: {}", args.file.display());
     println!(
-        "backend {backend_name}, mode {mode_name}{}, embedder {}, reply context {}",
+        "backend {backend_name}, mode {mode_name}{}, embedder {}, reply context {}{}",
         if args.mode == Mode::Hybrid {
             format!(" (semantic weight {semantic_weight})")
         } else {
             String::new()
         },
         space.as_deref().unwrap_or("none"),
-        if args.no_reply_context { "off" } else { "on" }
+        if args.no_reply_context { "off" } else { "on" },
+        match args.nearby_lift {
+            Some(l) => format!(
+                ", best {} hits lifted by the talk around them ({l})",
+                max_k * 4
+            ),
+            None => String::new(),
+        }
     );
     println!(
         "{} conversations, {turns} memories, {} questions ({unusable} without usable evidence left out)\n",

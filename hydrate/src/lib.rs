@@ -149,9 +149,9 @@ pub use instructions::{
 pub use memory::{
     MemoryOptions, MemorySource, NEARBY_LIFT, NEARBY_MINUTES, NEIGHBOUR_SHARE, NEIGHBOURS,
     OPT_NEARBY_LIFT, OPT_NEIGHBOURS, OPT_RECORD_ACCESS, OPT_SEARCH, OPT_SEMANTIC_WEIGHT,
-    OPT_SHARED_FACTS_OF, OPT_USER_KNOWLEDGE, SearchPreference, memory_provider,
+    OPT_SHARED_FACTS_OF, OPT_USER_KNOWLEDGE, SearchPreference, lift_by_nearby, memory_provider,
 };
-pub use ops::{DEFAULT_MAX_STEPS, Inference, Ops, ToolRun};
+pub use ops::{DEFAULT_MAX_STEPS, Inference, Ops, RECALL_POOL, ToolRun};
 pub use passages::{PASSAGE_BYTES, passages, score_passages};
 pub use provider::{
     Auth, BuildContext, KindLimits, NoopReranker, OptionOrigin, ProviderCapabilities,

@@ -560,10 +560,11 @@ impl MemorySource {
     }
 }
 
-/// Each hit's similarity lifted toward the best other hit said near it in time (see
-/// [`NEARBY_LIFT`]), in the order of `hits`. A hit longer than `window` bytes (the embedder's
-/// window: the store searched it passage by passage) keeps its own.
-fn lift_by_nearby(
+/// Each hit's similarity lifted toward the best other hit said near it in time, by `lift`
+/// (see [`NEARBY_LIFT`]), in the order of `hits`: the ranking the semantic source hands on.
+/// A hit longer than `window` bytes (the embedder's window: the store searched it passage by
+/// passage) keeps its own.
+pub fn lift_by_nearby(
     hits: &[memory_core::ScoredMemory],
     lift: f32,
     window: Option<usize>,

@@ -38,6 +38,11 @@ use crate::tools::{FORGET, MAX_RECALL, RECALL, REMEMBER};
 /// Default bound on model calls in one `infer`.
 pub const DEFAULT_MAX_STEPS: usize = 4;
 
+/// [`Ops::recall`] ranks this many times the hits it returns: a hit said amid talk that
+/// matches may rise from below the cut (measured in BENCHMARKS.md, "Read in the talk around
+/// it").
+pub const RECALL_POOL: usize = 4;
+
 /// One tool call that `infer` ran.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ToolRun {
@@ -271,7 +276,8 @@ impl Ops {
 
     /// The memories of [`Ops::readable_scopes`] that best match `query` (1 to
     /// [`MAX_RECALL`]), best first by the combined score: hybrid search where the backend has
-    /// it, else keyword, else semantic.
+    /// it, else keyword, else semantic, over [`RECALL_POOL`] times `limit` hits, each lifted
+    /// by the talk around it as the semantic source lifts its hits ([`crate::NEARBY_LIFT`]).
     pub async fn recall(&self, query: &str, limit: usize) -> Result<Vec<MemoryEntry>> {
         if !(1..=MAX_RECALL).contains(&limit) {
             return Err(Error::invalid(
@@ -287,17 +293,25 @@ impl Ops {
         }
         let request = SearchRequest::best(&self.backend.capabilities(), query);
         let now = memory_core::Timestamp::now();
-        let request = request.limit(limit);
+        let pool = limit
+            .saturating_mul(RECALL_POOL)
+            .min(self.backend.info().limits.max_results)
+            .max(limit);
+        let request = request.limit(pool);
         let mut hits = Vec::new();
         for scope in self.readable_scopes() {
-            hits.extend(
-                self.backend
-                    .search(&scope, &request)
-                    .await?
-                    .into_iter()
-                    .map(|h| score_memory(h, now, RecencyDecay::default(), self.config.scoring)),
-            );
+            hits.extend(self.backend.search(&scope, &request).await?);
         }
+        // The store's embedder is not at hand here, so no hit is told apart as long.
+        let lifted = crate::lift_by_nearby(&hits, crate::NEARBY_LIFT, None);
+        let mut hits: Vec<_> = hits
+            .into_iter()
+            .zip(lifted)
+            .map(|(mut h, s)| {
+                h.score = s;
+                score_memory(h, now, RecencyDecay::default(), self.config.scoring)
+            })
+            .collect();
         hits.sort_by(|a, b| {
             b.score
                 .total_cmp(&a.score)

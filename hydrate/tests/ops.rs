@@ -588,3 +588,61 @@ async fn a_fact_longer_than_one_memory_is_kept_whole_in_parts() {
             .any(|p| p.content.ends_with("under the blue pot."))
     );
 }
+
+/// `recall` ranks as the prompt does: a message said amid talk that matches the query
+/// comes before a stray match said alone, later, that the search alone ranks first.
+#[tokio::test]
+async fn recall_reads_a_message_in_the_talk_around_it() {
+    let backend: Arc<dyn MemoryBackend> = Arc::new(InMemoryBackend::new(Some(embedder())));
+    const SISTER: &str = "My sister is coming too.";
+    const PLUMBER: &str = "The plumber is coming now.";
+    // Ten days ago, minutes apart; the stray one two days ago (recall scores by "now").
+    let now = memory_core::Timestamp::now();
+    let minutes_ago = |m: u64| now.minus(std::time::Duration::from_secs(m * 60));
+    let ten_days = 10 * 24 * 60;
+    let said = [
+        (ten_days, "We fly to Lisbon for the trip in May."),
+        (
+            ten_days - 1,
+            "The Lisbon flat for the trip has a balcony over the river.",
+        ),
+        (ten_days - 2, SISTER),
+        (2 * 24 * 60, PLUMBER),
+    ];
+    let memories = said
+        .iter()
+        .map(|(ago, text)| NewMemory::new(*text).at(minutes_ago(*ago)))
+        .collect();
+    backend
+        .store_batch(&chat_scope("alice"), memories)
+        .await
+        .unwrap();
+    let query = "Who is coming on the Lisbon trip?";
+    // The search alone, scored as `recall` scores: the two match alike, and the newer,
+    // stray one comes first.
+    let mut searched: Vec<_> = backend
+        .search(
+            &chat_scope("alice"),
+            &memory_core::SearchRequest::hybrid(query).without_access_tracking(),
+        )
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|h| hydrate::scoring::score_memory(h, now, Default::default(), Default::default()))
+        .collect();
+    searched.sort_by(|a, b| b.score.total_cmp(&a.score));
+    let position = |texts: &[&str], t: &str| texts.iter().position(|x| *x == t);
+    let texts: Vec<&str> = searched.iter().map(|h| h.entry.content.as_str()).collect();
+    assert!(
+        position(&texts, PLUMBER) < position(&texts, SISTER),
+        "{texts:?}"
+    );
+    let cfg = Arc::new(config(Arc::clone(&backend), Some(embedder())));
+    let ops = Ops::new(cfg, Arc::clone(&backend), chat_scope("alice"));
+    let recalled = ops.recall(query, 4).await.unwrap();
+    let texts: Vec<&str> = recalled.iter().map(|e| e.content.as_str()).collect();
+    assert!(
+        position(&texts, SISTER).is_some() && position(&texts, SISTER) < position(&texts, PLUMBER),
+        "{texts:?}"
+    );
+}

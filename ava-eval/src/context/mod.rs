@@ -516,11 +516,12 @@ pub(crate) fn run(args: &super::locomo::Args) -> anyhow::Result<()> {
         || args.mode != super::Mode::Hybrid
         || args.semantic_weight.is_some()
         || args.no_reply_context
+        || args.nearby_lift.is_some()
     {
         anyhow::bail!(
             "--context-budget measures the product's own config (SQLite, hybrid search, \
-             reply context); leave out --backend, --mode, --semantic-weight and \
-             --no-reply-context"
+             reply context); leave out --backend, --mode, --semantic-weight, \
+             --no-reply-context and --nearby-lift (--set nearby_lift=L changes the product's)"
         );
     }
     let options = Options {
