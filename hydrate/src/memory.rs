@@ -191,16 +191,15 @@ impl MemoryOptions {
             expected,
         };
         // A number option within `range` (and whole, if asked), or an error naming it.
-        let number =
-            |key: &str, range: std::ops::RangeInclusive<f64>, whole: bool, expected| match options
-                .f64(
-                provider, key,
-            )? {
+        let number = |key: &str, range: std::ops::RangeInclusive<f64>, whole: bool, expected| {
+            let value = options.f64(provider, key)?;
+            match value {
                 Some(x) if !range.contains(&x) || (whole && x.fract() != 0.0) => {
                     Err(bad(key, x, expected))
                 }
                 other => Ok(other),
-            };
+            }
+        };
         if let Some(w) = number(OPT_SEMANTIC_WEIGHT, 0.0..=1.0, false, SHARE)? {
             out.weights = HybridWeights::new(w as f32, 1.0 - w as f32)
                 .map_err(|_| bad(OPT_SEMANTIC_WEIGHT, w, SHARE))?;

@@ -34,6 +34,13 @@ fn cfg(backend: &Arc<dyn MemoryBackend>) -> HydrationConfig {
     c
 }
 
+/// [`cfg`] with the memory provider's option `key` set to `value` (as a bot's state sets it).
+fn cfg_with(backend: &Arc<dyn MemoryBackend>, key: &str, value: f64) -> HydrationConfig {
+    let c = cfg(backend);
+    let provider = c.providers[0].name().to_owned();
+    c.with_app_options(provider, ProviderOptions::new().with(key, value))
+}
+
 async fn said(backend: &Arc<dyn MemoryBackend>, lines: &[(&str, &str)]) {
     let memories = lines
         .iter()
@@ -299,10 +306,7 @@ async fn a_reply_the_question_finds_brings_the_message_it_answers() {
     assert!(data(&p).contains("Pottery at last!"), "{}", data(&p));
     assert!(data(&p).contains(SIGNED_UP), "{}", data(&p));
 
-    let mut off = cfg(&backend);
-    let provider = off.providers[0].name().to_owned();
-    off.app_options
-        .insert(provider, ProviderOptions::new().with(OPT_NEIGHBOURS, 0.0));
+    let off = cfg_with(&backend, OPT_NEIGHBOURS, 0.0);
     let p = prompt(&off, question, 400).await;
     assert!(data(&p).contains("Pottery at last!"), "{}", data(&p));
     assert!(!data(&p).contains(SIGNED_UP), "{}", data(&p));
@@ -370,10 +374,7 @@ async fn a_message_amid_talk_that_matches_is_lifted_above_a_stray_match() {
         "{from:?} -> {to:?}"
     );
 
-    let mut off = cfg(&backend);
-    let provider = off.providers[0].name().to_owned();
-    off.app_options
-        .insert(provider, ProviderOptions::new().with(OPT_NEARBY_LIFT, 0.0));
+    let off = cfg_with(&backend, OPT_NEARBY_LIFT, 0.0);
     assert_eq!(first_in(&off).await, PLUMBER);
     assert_eq!(lifted(&off).await.0, None);
 }
