@@ -920,6 +920,21 @@ impl Agent {
 
 /// The explain report for people: budget, sources, what went in (with `previews` of their
 /// text where known) and what was left out.
+/// `, lifted by the talk around it (similarity 0.31 -> 0.66)` when the talk around a memory
+/// lifted its similarity by enough to show at two decimals, else nothing.
+fn lift_mark(x: &hydrate::ScoreExplain) -> String {
+    x.lifted_from
+        .map(|l| {
+            (
+                format!("{l:.2}"),
+                format!("{:.2}", x.similarity.unwrap_or(l)),
+            )
+        })
+        .filter(|(from, to)| from != to)
+        .map(|(from, to)| format!(", lifted by the talk around it (similarity {from} -> {to})"))
+        .unwrap_or_default()
+}
+
 fn render_report(report: &ExplainReport, previews: &HashMap<MemoryId, String>) -> String {
     let mut out = String::new();
     let b = &report.budget;
@@ -974,14 +989,7 @@ fn render_report(report: &ExplainReport, previews: &HashMap<MemoryId, String>) -
                     .as_ref()
                     .map(|c| format!(", matches {c}"))
                     .unwrap_or_default();
-                let lifted = x
-                    .lifted_from
-                    .map(|l| {
-                        let s = x.similarity.unwrap_or(l);
-                        format!(", lifted by the talk around it (similarity {l:.2} -> {s:.2})")
-                    })
-                    .unwrap_or_default();
-                format!(", score {:.2}{cues}{lifted}", x.score)
+                format!(", score {:.2}{cues}{}", x.score, lift_mark(x))
             })
             .unwrap_or_default();
         let id = s.memory_id.map(|i| i.to_string()).unwrap_or_default();
@@ -1050,6 +1058,25 @@ pub(crate) fn render_messages(prompt: &CompiledPrompt) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lift_is_marked_only_where_it_shows() {
+        let scores = |from: Option<f64>, to: f64| hydrate::ScoreExplain {
+            similarity: Some(to),
+            lifted_from: from,
+            ..Default::default()
+        };
+        assert_eq!(
+            lift_mark(&scores(Some(0.31), 0.6624)),
+            ", lifted by the talk around it (similarity 0.31 -> 0.66)"
+        );
+        assert_eq!(
+            lift_mark(&scores(Some(0.001), 0.0012)),
+            "",
+            "0.00 -> 0.00 says nothing"
+        );
+        assert_eq!(lift_mark(&scores(None, 0.5)), "");
+    }
 
     #[test]
     fn state_lines_are_one_short_line() {
