@@ -114,9 +114,19 @@ pub(crate) fn error_chain(e: &anyhow::Error) -> String {
         .join(": ")
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
-    match run().await {
+fn main() -> std::process::ExitCode {
+    settle_thread_count();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: could not start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run()) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", error_chain(&e));
@@ -127,6 +137,20 @@ async fn main() -> std::process::ExitCode {
         }
     }
 }
+
+/// Settles the local embedder's thread count once (`memory_embedders::settle_thread_count`).
+#[cfg(feature = "local")]
+#[expect(
+    unsafe_code,
+    reason = "the environment is set before any thread starts"
+)]
+fn settle_thread_count() {
+    // SAFETY: `main` calls this first, before the runtime or any other thread starts.
+    unsafe { memory_embedders::settle_thread_count() }
+}
+
+#[cfg(not(feature = "local"))]
+fn settle_thread_count() {}
 
 async fn run() -> anyhow::Result<()> {
     // A missing .env is fine; a broken one is worth saying.

@@ -179,3 +179,50 @@ async fn each_failure_is_one_line_and_the_command_fails() {
     );
     assert_eq!(out.lines().count(), 6, "one line each: {out}");
 }
+
+/// `ava` settles how many threads the local model's matrix multiplies use before anything
+/// starts (the machine's physical cores), unless the user chose a count; `ava check` says
+/// which. Without it, candle works the count out again at every multiply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_local_model_runs_on_the_threads_ava_settled() {
+    let dir = memory_embedders::resolve_model_dir(None).unwrap();
+    if !dir.is_complete() {
+        assert!(
+            std::env::var("AVA_REQUIRE_SERVICES").as_deref() != Ok("1"),
+            "no local model in {}; AVA_REQUIRE_SERVICES=1 requires it: run `{}`",
+            dir.path.display(),
+            memory_embedders::FETCH_MODEL_COMMAND
+        );
+        println!(
+            "SKIPPED: no local model in {}; run `{}` to fetch it",
+            dir.path.display(),
+            memory_embedders::FETCH_MODEL_COMMAND
+        );
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("not-yet.db");
+    let check = |threads: Option<&'static str>| {
+        let db = db.clone();
+        blocking(move || {
+            let mut c = command(&db);
+            c.env("AVA_EMBEDDER", "local")
+                .env_remove(memory_embedders::THREADS_ENV);
+            if let Some(n) = threads {
+                c.env(memory_embedders::THREADS_ENV, n);
+            }
+            ok(c.args(["check", "--no-llm"]).output().unwrap())
+        })
+    };
+    let settled = memory_embedders::threads_to_set(None).unwrap();
+    let out = check(None).await;
+    assert!(
+        line(&out, "embedder").contains(&format!(" on {settled} thread(s) (RAYON_NUM_THREADS)")),
+        "{out}"
+    );
+    let out = check(Some("1")).await;
+    assert!(
+        line(&out, "embedder").contains(" on 1 thread(s) (RAYON_NUM_THREADS)"),
+        "{out}"
+    );
+}

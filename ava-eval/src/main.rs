@@ -65,9 +65,21 @@ pub(crate) fn local_embedder() -> anyhow::Result<memory_embedders::LocalEmbedder
 }
 
 fn main() -> anyhow::Result<()> {
+    settle_thread_count();
     match &Args::parse().dataset {
         Dataset::Locomo(a) if !a.context_budget.is_empty() => context::run(a),
         Dataset::Locomo(a) => locomo::run(a),
         Dataset::Duplicates(a) => duplicates::run(a),
     }
+}
+
+/// The local embedder's thread count, settled as `ava` settles it, so that what is
+/// measured is what ships.
+#[expect(
+    unsafe_code,
+    reason = "the environment is set before any thread starts"
+)]
+fn settle_thread_count() {
+    // SAFETY: `main` calls this first, before any other thread starts.
+    unsafe { memory_embedders::settle_thread_count() }
 }

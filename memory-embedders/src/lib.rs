@@ -46,6 +46,8 @@ mod local;
 mod ollama;
 #[cfg(feature = "openai")]
 mod openai;
+#[cfg(feature = "local")]
+mod threads;
 
 pub use model_dir::{
     DEFAULT_MODEL_NAME, FETCH_MODEL_COMMAND, MODEL_DIR_ENV, MODEL_FILES, ModelDir, ModelDirSource,
@@ -60,6 +62,8 @@ pub use local::{LocalConfig, LocalEmbedder};
 pub use ollama::{OllamaConfig, OllamaEmbedder};
 #[cfg(feature = "openai")]
 pub use openai::{ApiKey, OpenAiConfig, OpenAiEmbedder};
+#[cfg(feature = "local")]
+pub use threads::{THREADS_ENV, settle_thread_count, threads_to_set};
 
 #[cfg(any(feature = "ollama", feature = "openai", feature = "local"))]
 use std::sync::Arc;

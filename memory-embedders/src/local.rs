@@ -98,8 +98,9 @@ struct Model {
 /// xtask fetch-model` puts all-MiniLM-L6-v2 (384 dimensions) there. A batch is sorted by
 /// length and run in groups of up to 8, each padded to its longest text (whatever fixed
 /// padding the shipped tokenizer asks for); texts are cut to [`LocalConfig::max_tokens`].
-/// Output order is input order. Inference runs on tokio's blocking threads. On a machine
-/// with few cores, `RAYON_NUM_THREADS=1` is often faster than the default.
+/// Output order is input order. Inference runs on tokio's blocking threads, each matrix
+/// multiply on `RAYON_NUM_THREADS` threads: call [`settle_thread_count`](crate::settle_thread_count)
+/// first in `main`, or candle works the count out again at every multiply.
 #[derive(Clone)]
 pub struct LocalEmbedder {
     model: Arc<Model>,

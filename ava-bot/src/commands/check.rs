@@ -66,6 +66,25 @@ fn ms(d: Duration) -> String {
     format!("{} ms", d.as_millis())
 }
 
+/// For the local model, the threads each of its matrix multiplies runs on, as `main`
+/// settled them (`memory_embedders::settle_thread_count`); nothing for other embedders.
+#[cfg(feature = "local")]
+fn kernel_threads(provider: &str) -> String {
+    use memory_embedders::{LocalEmbedder, THREADS_ENV};
+    if provider != LocalEmbedder::PROVIDER {
+        return String::new();
+    }
+    match std::env::var(THREADS_ENV) {
+        Ok(n) => format!(" on {n} thread(s) ({THREADS_ENV})"),
+        Err(_) => format!(" ({THREADS_ENV} unset: candle works the thread count out per multiply)"),
+    }
+}
+
+#[cfg(not(feature = "local"))]
+fn kernel_threads(_provider: &str) -> String {
+    String::new()
+}
+
 pub(crate) async fn run(
     settings: &Settings,
     args: &Args,
@@ -129,13 +148,14 @@ pub(crate) async fn run(
         Ok((None, note)) => lines.line("embedder", Status::Off, &note)?,
         Ok((Some(e), note)) => {
             let note = note.strip_prefix("embedder ").unwrap_or(&note);
+            let threads = kernel_threads(&e.space().provider);
             let started = Instant::now();
             let r = e
                 .embed("Ava checks that this sentence can be embedded.")
                 .await
                 .map(|v| {
                     format!(
-                        "{note}; embedded a sentence ({} dims) in {}",
+                        "{note}; embedded a sentence ({} dims) in {}{threads}",
                         v.vector().len(),
                         ms(started.elapsed())
                     )

@@ -1,0 +1,64 @@
+//! How many threads candle's CPU kernels use, settled once per process: without
+//! `RAYON_NUM_THREADS`, candle works the count out again at every matrix multiply.
+
+use std::ffi::OsStr;
+
+/// The variable candle (and rayon) read their thread count from.
+pub const THREADS_ENV: &str = "RAYON_NUM_THREADS";
+
+/// What [`THREADS_ENV`] should be set to, given its value now: `None` to keep a positive
+/// count the user chose, otherwise the machine's physical cores, which is the count candle
+/// picks when the variable is missing, so only the cost of picking it changes.
+///
+/// candle 0.11 asks for its thread count at every matrix multiply. Without the variable,
+/// on a machine whose CPUs report no `cpu_capacity` (most virtual machines), it reads and
+/// parses `/proc/cpuinfo` each time: on the 2-core bench machine one sentence took 9.7 ms
+/// to embed instead of 6.3 ms at the same two threads (BENCHMARKS.md, "Embeddings").
+pub fn threads_to_set(now: Option<&OsStr>) -> Option<String> {
+    let chosen = now
+        .and_then(OsStr::to_str)
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .is_some_and(|n| n > 0);
+    (!chosen).then(|| num_cpus::get_physical().max(1).to_string())
+}
+
+/// Sets [`THREADS_ENV`] as [`threads_to_set`] says, so that the local embedder's kernels
+/// stop re-reading `/proc/cpuinfo`. `ava` and `cargo xtask eval` call it first in `main`.
+///
+/// # Safety
+///
+/// The environment is shared by the whole process: call this before any other thread
+/// starts (before an async runtime or a thread pool is built), as
+/// [`std::env::set_var`] requires.
+#[expect(
+    unsafe_code,
+    reason = "setting the environment is unsafe; the caller promises no other thread runs"
+)]
+pub unsafe fn settle_thread_count() {
+    if let Some(n) = threads_to_set(std::env::var_os(THREADS_ENV).as_deref()) {
+        // SAFETY: the caller guarantees that no other thread runs yet, so nothing reads or
+        // writes the environment at the same time.
+        unsafe { std::env::set_var(THREADS_ENV, n) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_count_the_user_chose_is_kept_and_anything_else_replaced() {
+        let physical = num_cpus::get_physical().max(1).to_string();
+        assert_eq!(threads_to_set(None), Some(physical.clone()));
+        assert_eq!(threads_to_set(Some(OsStr::new("1"))), None);
+        assert_eq!(threads_to_set(Some(OsStr::new(" 3 "))), None);
+        // candle and rayon ignore these and fall back to their own default.
+        for ignored in ["", "0", "two", "-1"] {
+            assert_eq!(
+                threads_to_set(Some(OsStr::new(ignored))),
+                Some(physical.clone()),
+                "{ignored:?}"
+            );
+        }
+    }
+}
