@@ -63,7 +63,7 @@ pub use ollama::{OllamaConfig, OllamaEmbedder};
 #[cfg(feature = "openai")]
 pub use openai::{ApiKey, OpenAiConfig, OpenAiEmbedder};
 #[cfg(feature = "local")]
-pub use threads::{THREADS_ENV, settle_thread_count, threads_to_set};
+pub use threads::{THREADS_ENV, default_threads, settle_thread_count, threads_to_set};
 
 #[cfg(any(feature = "ollama", feature = "openai", feature = "local"))]
 use std::sync::Arc;

@@ -7,8 +7,7 @@ use std::ffi::OsStr;
 pub const THREADS_ENV: &str = "RAYON_NUM_THREADS";
 
 /// What [`THREADS_ENV`] should be set to, given its value now: `None` to keep a positive
-/// count the user chose, otherwise the machine's physical cores, which is the count candle
-/// picks when the variable is missing, so only the cost of picking it changes.
+/// count the user chose, otherwise [`default_threads`].
 ///
 /// candle 0.11 asks for its thread count at every matrix multiply. Without the variable,
 /// on a machine whose CPUs report no `cpu_capacity` (most virtual machines), it reads and
@@ -19,7 +18,15 @@ pub fn threads_to_set(now: Option<&OsStr>) -> Option<String> {
         .and_then(OsStr::to_str)
         .and_then(|v| v.trim().parse::<usize>().ok())
         .is_some_and(|n| n > 0);
-    (!chosen).then(|| num_cpus::get_physical().max(1).to_string())
+    (!chosen).then(|| default_threads().to_string())
+}
+
+/// The machine's physical cores, the count candle picks when [`THREADS_ENV`] is missing,
+/// and no more than the process may run at once (a container's CPU quota, an affinity
+/// mask), which candle does not look at.
+pub fn default_threads() -> usize {
+    let allowed = std::thread::available_parallelism().map_or(usize::MAX, usize::from);
+    num_cpus::get_physical().min(allowed).max(1)
 }
 
 /// Sets [`THREADS_ENV`] as [`threads_to_set`] says, so that the local embedder's kernels
@@ -47,8 +54,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_default_is_the_physical_cores_within_what_the_process_may_use() {
+        let n = default_threads();
+        assert!(n >= 1);
+        assert!(n <= num_cpus::get_physical().max(1), "{n}");
+        if let Ok(allowed) = std::thread::available_parallelism() {
+            assert!(n <= allowed.get(), "{n} > {allowed}");
+        }
+    }
+
+    #[test]
     fn a_count_the_user_chose_is_kept_and_anything_else_replaced() {
-        let physical = num_cpus::get_physical().max(1).to_string();
+        let physical = default_threads().to_string();
         assert_eq!(threads_to_set(None), Some(physical.clone()));
         assert_eq!(threads_to_set(Some(OsStr::new("1"))), None);
         assert_eq!(threads_to_set(Some(OsStr::new(" 3 "))), None);
