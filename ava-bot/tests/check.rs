@@ -185,19 +185,7 @@ async fn each_failure_is_one_line_and_the_command_fails() {
 /// which. Without it, candle works the count out again at every multiply.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_local_model_runs_on_the_threads_ava_settled() {
-    let dir = memory_embedders::resolve_model_dir(None).unwrap();
-    if !dir.is_complete() {
-        assert!(
-            std::env::var("AVA_REQUIRE_SERVICES").as_deref() != Ok("1"),
-            "no local model in {}; AVA_REQUIRE_SERVICES=1 requires it: run `{}`",
-            dir.path.display(),
-            memory_embedders::FETCH_MODEL_COMMAND
-        );
-        println!(
-            "SKIPPED: no local model in {}; run `{}` to fetch it",
-            dir.path.display(),
-            memory_embedders::FETCH_MODEL_COMMAND
-        );
+    if common::local_model().is_none() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

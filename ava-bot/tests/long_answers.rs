@@ -9,6 +9,8 @@
     reason = "a test fails loudly on an unexpected error"
 )]
 
+mod common;
+
 use std::sync::Arc;
 
 use hydrate::testing::{LONG_ANSWER_QUESTION, LONG_ANSWER_SENTENCE, long_answer};
@@ -26,21 +28,9 @@ fn at(text: &str) -> Timestamp {
 /// sentence.
 #[tokio::test]
 async fn the_local_model_finds_a_long_answer_by_meaning_through_its_last_passage() {
-    let dir = memory_embedders::resolve_model_dir(None).unwrap();
-    if !dir.is_complete() {
-        assert!(
-            std::env::var("AVA_REQUIRE_SERVICES").as_deref() != Ok("1"),
-            "no local model in {}; AVA_REQUIRE_SERVICES=1 requires it: run `{}`",
-            dir.path.display(),
-            memory_embedders::FETCH_MODEL_COMMAND
-        );
-        println!(
-            "SKIPPED: no local model in {}; run `{}` to fetch it",
-            dir.path.display(),
-            memory_embedders::FETCH_MODEL_COMMAND
-        );
+    let Some(dir) = common::local_model() else {
         return;
-    }
+    };
     let local =
         memory_embedders::LocalEmbedder::load(&memory_embedders::LocalConfig::in_dir(&dir.path))
             .unwrap();

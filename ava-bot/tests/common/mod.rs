@@ -435,3 +435,24 @@ pub(crate) mod fake_bot_api {
             .collect()
     }
 }
+
+/// The local model's directory, or `None` (said on stdout) when it is not fetched; with
+/// `AVA_REQUIRE_SERVICES=1` (CI) a missing model fails the test instead.
+pub(crate) fn local_model() -> Option<memory_embedders::ModelDir> {
+    let dir = memory_embedders::resolve_model_dir(None).unwrap();
+    if dir.is_complete() {
+        return Some(dir);
+    }
+    assert!(
+        std::env::var("AVA_REQUIRE_SERVICES").as_deref() != Ok("1"),
+        "no local model in {}; AVA_REQUIRE_SERVICES=1 requires it: run `{}`",
+        dir.path.display(),
+        memory_embedders::FETCH_MODEL_COMMAND
+    );
+    println!(
+        "SKIPPED: no local model in {}; run `{}` to fetch it",
+        dir.path.display(),
+        memory_embedders::FETCH_MODEL_COMMAND
+    );
+    None
+}
