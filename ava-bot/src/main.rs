@@ -115,6 +115,14 @@ pub(crate) fn error_chain(e: &anyhow::Error) -> String {
 }
 
 fn main() -> std::process::ExitCode {
+    // Both set environment variables, so both come before any thread starts; `.env` first,
+    // so that a `RAYON_NUM_THREADS` written there is the user's choice and is kept.
+    // A missing .env is fine; a broken one is worth saying.
+    if let Err(e) = dotenvy::dotenv()
+        && !e.not_found()
+    {
+        eprintln!("warning: ignoring .env: {e}");
+    }
     settle_thread_count();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -153,12 +161,6 @@ fn settle_thread_count() {
 fn settle_thread_count() {}
 
 async fn run() -> anyhow::Result<()> {
-    // A missing .env is fine; a broken one is worth saying.
-    if let Err(e) = dotenvy::dotenv()
-        && !e.not_found()
-    {
-        eprintln!("warning: ignoring .env: {e}");
-    }
     let cli = Cli::parse();
     init_tracing();
     // Not locked for the whole run: an MCP server speaks on stdout from other threads, and a

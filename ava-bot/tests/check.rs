@@ -181,8 +181,9 @@ async fn each_failure_is_one_line_and_the_command_fails() {
 }
 
 /// `ava` settles how many threads the local model's matrix multiplies use before anything
-/// starts (the machine's physical cores), unless the user chose a count; `ava check` says
-/// which. Without it, candle works the count out again at every multiply.
+/// starts (the machine's physical cores), unless the user chose a count, in the
+/// environment or in `.env`; `ava check` says which. Without it, candle works the count
+/// out again at every multiply.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_local_model_runs_on_the_threads_ava_settled() {
     if common::local_model().is_none() {
@@ -190,8 +191,12 @@ async fn the_local_model_runs_on_the_threads_ava_settled() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let db = tmp.path().join("not-yet.db");
-    let check = |threads: Option<&'static str>| {
-        let db = db.clone();
+    // A directory whose `.env` chooses three threads.
+    let with_dotenv = tmp.path().join("project");
+    std::fs::create_dir(&with_dotenv).unwrap();
+    std::fs::write(with_dotenv.join(".env"), "RAYON_NUM_THREADS=3\n").unwrap();
+    let check = |threads: Option<&'static str>, dotenv: bool| {
+        let (db, dir) = (db.clone(), with_dotenv.clone());
         blocking(move || {
             let mut c = command(&db);
             c.env("AVA_EMBEDDER", "local")
@@ -199,18 +204,26 @@ async fn the_local_model_runs_on_the_threads_ava_settled() {
             if let Some(n) = threads {
                 c.env(memory_embedders::THREADS_ENV, n);
             }
+            if dotenv {
+                c.current_dir(dir);
+            }
             ok(c.args(["check", "--no-llm"]).output().unwrap())
         })
     };
     let settled = memory_embedders::threads_to_set(None).unwrap();
-    let out = check(None).await;
+    let out = check(None, false).await;
     assert!(
         line(&out, "embedder").contains(&format!(" on {settled} thread(s) (RAYON_NUM_THREADS)")),
         "{out}"
     );
-    let out = check(Some("1")).await;
+    let out = check(Some("1"), false).await;
     assert!(
         line(&out, "embedder").contains(" on 1 thread(s) (RAYON_NUM_THREADS)"),
+        "{out}"
+    );
+    let out = check(None, true).await;
+    assert!(
+        line(&out, "embedder").contains(" on 3 thread(s) (RAYON_NUM_THREADS)"),
         "{out}"
     );
 }
