@@ -34,6 +34,8 @@ pub(crate) struct Agent {
     store: Arc<dyn MemoryBackend>,
     config: Arc<HydrationConfig>,
     budget: TokenBudget,
+    /// The store's embedder's window, for `recall` ([`Ops::with_embedder_window`]).
+    window: Option<usize>,
     /// Prunes each chat as it is used (`ava run`, `ava chat`), unless turned off.
     upkeep: Option<Arc<Upkeep>>,
     /// Learns facts from each exchange, unless turned off: one exchange at a time per
@@ -273,12 +275,14 @@ impl Agent {
         budget: u32,
     ) -> anyhow::Result<Self> {
         let budget = token_budget(budget)?;
+        let window = embedder.as_ref().and_then(|e| e.window_bytes());
         // One definition with the evaluation (`cargo xtask eval locomo --context-budget`).
         let config = product::config(Arc::clone(&store), embedder).context("load the tokenizer")?;
         Ok(Self {
             store,
             config: Arc::new(config),
             budget,
+            window,
             upkeep: None,
             facts: None,
             learners: Arc::default(),
@@ -379,7 +383,8 @@ impl Agent {
 
     /// The memory operations for one user in one chat.
     pub(crate) fn ops(&self, scope: Scope, audience: Audience) -> Ops {
-        let ops = Ops::new(Arc::clone(&self.config), Arc::clone(&self.store), scope);
+        let ops = Ops::new(Arc::clone(&self.config), Arc::clone(&self.store), scope)
+            .with_embedder_window(self.window);
         match audience {
             Audience::Private => ops,
             Audience::Group => ops.in_shared_chat(),

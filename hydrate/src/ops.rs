@@ -81,6 +81,9 @@ pub struct Ops {
     max_steps: usize,
     /// A chat that others share (a group): the user-wide scope stays out of it.
     shared: bool,
+    /// The store's embedder's window ([`memory_core::EmbeddingProvider::window_bytes`]):
+    /// `recall` does not lift a hit longer than this, as the semantic source does not.
+    window: Option<usize>,
 }
 
 impl Ops {
@@ -97,7 +100,18 @@ impl Ops {
             state: SessionState::default(),
             max_steps: DEFAULT_MAX_STEPS,
             shared: false,
+            window: None,
         }
+    }
+
+    /// The same operations knowing the store's embedder's window (its
+    /// [`window_bytes`](memory_core::EmbeddingProvider::window_bytes)): a memory longer than
+    /// that was searched passage by passage, so `recall` keeps its own score instead of
+    /// lifting it by the talk around it, as the prompt's semantic source does. Without it
+    /// every hit may be lifted.
+    pub fn with_embedder_window(mut self, bytes: Option<usize>) -> Self {
+        self.window = bytes;
+        self
     }
 
     /// The same operations for a chat that others share (a group): prompts, `recall` and
@@ -277,7 +291,8 @@ impl Ops {
     /// The memories of [`Ops::readable_scopes`] that best match `query` (1 to
     /// [`MAX_RECALL`]), best first by the combined score: hybrid search where the backend has
     /// it, else keyword, else semantic, over [`RECALL_POOL`] times `limit` hits, each lifted
-    /// by the talk around it as the semantic source lifts its hits ([`crate::NEARBY_LIFT`]).
+    /// by the talk around it as the semantic source lifts its hits ([`crate::NEARBY_LIFT`];
+    /// a hit longer than [`Ops::with_embedder_window`] keeps its own score).
     pub async fn recall(&self, query: &str, limit: usize) -> Result<Vec<MemoryEntry>> {
         if !(1..=MAX_RECALL).contains(&limit) {
             return Err(Error::invalid(
@@ -302,8 +317,7 @@ impl Ops {
         for scope in self.readable_scopes() {
             hits.extend(self.backend.search(&scope, &request).await?);
         }
-        // The store's embedder is not at hand here, so no hit is told apart as long.
-        let lifted = crate::lift_by_nearby(&hits, crate::NEARBY_LIFT, None);
+        let lifted = crate::lift_by_nearby(&hits, crate::NEARBY_LIFT, self.window);
         let mut hits: Vec<_> = hits
             .into_iter()
             .zip(lifted)

@@ -645,4 +645,17 @@ async fn recall_reads_a_message_in_the_talk_around_it() {
         position(&texts, SISTER).is_some() && position(&texts, SISTER) < position(&texts, PLUMBER),
         "{texts:?}"
     );
+    // A memory longer than the embedder's window keeps its own score, as in the prompt:
+    // with a window shorter than every message, none is lifted and the order is the
+    // search's.
+    let recalled = ops
+        .with_embedder_window(Some(8))
+        .recall(query, 4)
+        .await
+        .unwrap();
+    let texts: Vec<&str> = recalled.iter().map(|e| e.content.as_str()).collect();
+    assert!(
+        position(&texts, PLUMBER) < position(&texts, SISTER),
+        "{texts:?}"
+    );
 }
