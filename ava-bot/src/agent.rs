@@ -923,8 +923,6 @@ impl Agent {
     }
 }
 
-/// The explain report for people: budget, sources, what went in (with `previews` of their
-/// text where known) and what was left out.
 /// `, lifted by the talk around it (similarity 0.31 -> 0.66)` when the talk around a memory
 /// lifted its similarity by enough to show at two decimals, else nothing.
 fn lift_mark(x: &hydrate::ScoreExplain) -> String {
@@ -940,6 +938,8 @@ fn lift_mark(x: &hydrate::ScoreExplain) -> String {
         .unwrap_or_default()
 }
 
+/// The explain report for people: budget, sources, what went in (with `previews` of their
+/// text where known) and what was left out.
 fn render_report(report: &ExplainReport, previews: &HashMap<MemoryId, String>) -> String {
     let mut out = String::new();
     let b = &report.budget;
