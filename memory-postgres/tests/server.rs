@@ -804,39 +804,24 @@ fn long_text(tail: &str) -> String {
     format!("{filler}\n\n{tail}")
 }
 
-/// Each memory's similarity to `query`, computed here from its passages, best first: its
-/// best passage's less what their number adds by chance
-/// ([`memory_core::passage_similarity`], with the deviation of the similarities of every
-/// vector of `memories`, which are the whole scope).
+/// Each memory's similarity to `query`, computed from its passages, best first
+/// ([`memory_core::testing::passage_truth`]; `memories` are the whole scope).
 async fn passage_truth(
     embedder: &HashingEmbedder,
     memories: &[(MemoryId, String)],
     query: &str,
 ) -> Vec<(MemoryId, f32)> {
     let texts: Vec<&str> = memories.iter().map(|(_, t)| t.as_str()).collect();
-    let passages = memory_core::embed_passages(embedder, &texts).await.unwrap();
-    let q = embedder.embed_sync(query);
-    let similarities: Vec<Vec<f32>> = passages
-        .iter()
-        .map(|vs| {
-            vs.iter()
-                .map(|v| memory_core::cosine(v.vector(), q.vector()))
-                .collect()
-        })
-        .collect();
-    let vectors = similarities.iter().map(Vec::len).sum();
-    let all = similarities.iter().flatten().copied();
-    let deviation = memory_core::Spread::of(all, vectors).map_or(0.0, memory_core::Spread::std);
+    let truth = memory_core::testing::passage_truth(embedder, &texts, query).await;
+    best_first(memories, truth.similarities)
+}
+
+/// `memories` with their `similarities`, best first (ties by id).
+fn best_first(memories: &[(MemoryId, String)], similarities: Vec<f32>) -> Vec<(MemoryId, f32)> {
     let mut truth: Vec<(MemoryId, f32)> = memories
         .iter()
-        .zip(&similarities)
-        .map(|((id, _), s)| {
-            let best = s.iter().copied().fold(f32::MIN, f32::max);
-            (
-                *id,
-                memory_core::passage_similarity(best, s.len(), deviation),
-            )
-        })
+        .map(|(id, _)| *id)
+        .zip(similarities)
         .collect();
     truth.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     truth
@@ -1171,15 +1156,6 @@ async fn hybrid_search_fuses_on_the_spread_of_the_whole_scope() {
         ..memory_core::Filter::default()
     };
     let texts: Vec<&str> = memories.iter().map(|(_, t)| t.as_str()).collect();
-    let passages = memory_core::embed_passages(&windowed, &texts)
-        .await
-        .unwrap();
-    // How many passages each memory is stored as: fusion corrects a long one's BM25 by it.
-    let counts: std::collections::HashMap<MemoryId, usize> = memories
-        .iter()
-        .zip(&passages)
-        .map(|((id, _), p)| (*id, p.len().max(1)))
-        .collect();
     // Under the filter, a query may leave one candidate that stands out either way.
     let mut filtered_moved = std::collections::HashSet::new();
     for query in [
@@ -1187,14 +1163,15 @@ async fn hybrid_search_fuses_on_the_spread_of_the_whole_scope() {
         "violin and the bread",
         "comet glacier",
     ] {
-        let q = windowed.embed_sync(query);
-        let vectors = passages.iter().map(Vec::len).sum();
-        let similarities = passages
+        let reference = memory_core::testing::passage_truth(&windowed, &texts, query).await;
+        let semantic_spread = reference.spread;
+        // How many passages each memory is stored as: fusion corrects a long one's BM25 by it.
+        let counts: std::collections::HashMap<MemoryId, usize> = memories
             .iter()
-            .flatten()
-            .map(|v| memory_core::cosine(v.vector(), q.vector()));
-        let semantic_spread = memory_core::Spread::of(similarities, vectors);
-        let truth = passage_truth(&windowed, &memories, query).await;
+            .map(|(id, _)| *id)
+            .zip(reference.passages)
+            .collect();
+        let truth = best_first(&memories, reference.similarities);
         for (filter, name) in [
             (memory_core::Filter::default(), "all"),
             (only_long.clone(), "long ones"),

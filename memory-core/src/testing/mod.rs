@@ -20,7 +20,8 @@
 //!
 //! Alongside: [`embedder_contract`], the contract every `EmbeddingProvider` keeps, run by
 //! each implementation's tests; [`Rng`], the deterministic generator the randomised scenarios and the benches
-//! draw from, and [`bench`], the data and `ava-bench:` lines the benches share.
+//! draw from, [`bench`](mod@bench), the data and `ava-bench:` lines the benches share, and
+//! [`passage_truth`], what a semantic search of long memories should give.
 
 #![allow(
     clippy::unwrap_used,
@@ -33,9 +34,11 @@ pub mod bench;
 mod embedder;
 mod rng;
 pub mod scenarios;
+mod truth;
 
 pub use embedder::embedder_contract;
 pub use rng::Rng;
+pub use truth::{PassageTruth, passage_truth};
 
 use std::any::Any;
 use std::future::Future;

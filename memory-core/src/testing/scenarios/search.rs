@@ -579,36 +579,11 @@ pub async fn hybrid_search_counts_a_long_memorys_passages(cx: Ctx) -> Outcome {
             .unwrap();
         stored.push(e.id);
     }
-    let passages = crate::embed_passages(&*windowed, &texts).await.unwrap();
-    assert!(passages[0].len() >= 4, "{} passages", passages[0].len());
-    let counts: HashMap<MemoryId, usize> = stored
-        .iter()
-        .zip(&passages)
-        .map(|(id, p)| (*id, p.len().max(1)))
-        .collect();
-
     let query = "gulls over the harbour at dawn";
-    let q = windowed.embed_sync(query);
-    let cosines: Vec<Vec<f32>> = passages
-        .iter()
-        .map(|p| {
-            p.iter()
-                .map(|v| crate::cosine(v.vector(), q.vector()))
-                .collect()
-        })
-        .collect();
-    let vectors: usize = cosines.iter().map(Vec::len).sum();
-    let semantic_spread = crate::Spread::of(cosines.iter().flatten().copied(), vectors);
-    let deviation = semantic_spread.map_or(0.0, crate::Spread::std);
-    // Each memory's similarity: its best passage's less what its passages add by chance.
-    let semantic: Vec<(MemoryId, f32)> = stored
-        .iter()
-        .zip(&cosines)
-        .map(|(id, c)| {
-            let best = c.iter().copied().fold(f32::MIN, f32::max);
-            (*id, crate::passage_similarity(best, c.len(), deviation))
-        })
-        .collect();
+    let truth = crate::testing::passage_truth(&windowed, &texts, query).await;
+    assert!(truth.passages[0] >= 4, "{} passages", truth.passages[0]);
+    let counts: HashMap<MemoryId, usize> = stored.iter().copied().zip(truth.passages).collect();
+    let semantic: Vec<(MemoryId, f32)> = stored.iter().copied().zip(truth.similarities).collect();
 
     let hits = b
         .search(
@@ -633,7 +608,7 @@ pub async fn hybrid_search_counts_a_long_memorys_passages(cx: Ctx) -> Outcome {
     );
     let fused = |keyword: &[(MemoryId, f32, usize)]| {
         let spread = crate::ScopeSpread {
-            semantic: semantic_spread,
+            semantic: truth.spread,
             keyword: crate::Spread::of(keyword.iter().map(|k| k.1), texts.len()),
         };
         crate::fuse(&semantic, keyword, crate::HybridWeights::default(), spread)
@@ -661,7 +636,7 @@ pub async fn hybrid_search_counts_a_long_memorys_passages(cx: Ctx) -> Outcome {
     assert!(
         got.zip(one).is_some_and(|(g, o)| o - g > 0.05),
         "the long memory's {} passages lower its score: {got:?} against {one:?} as one",
-        passages[0].len()
+        counts[&stored[0]]
     );
     Outcome::Passed
 }
