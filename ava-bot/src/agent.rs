@@ -312,6 +312,42 @@ impl Agent {
         agent
     }
 
+    /// The same agent for a prompt an app builds itself (the proxy, MCP `context`): without
+    /// Ava's system prompt, constraints and memory tools, so what it compiles is the
+    /// recalled blocks and nothing is compiled to be thrown away.
+    pub(crate) fn for_apps(&self) -> Self {
+        let mut agent = self.clone();
+        let config = Arc::make_mut(&mut agent.config);
+        config.system_prompt.clear();
+        config.constraints.clear();
+        config.memory_tools = false;
+        agent
+    }
+
+    /// What Ava recalls for `message` of an app's user in `scope`, for the app's own prompt
+    /// (see [`Agent::for_apps`]): with `conversation`, the conversation block too (the app
+    /// leaves its history to Ava); without, only what is recalled for this message, leaving
+    /// out what `present` (the app's own messages) already says.
+    pub(crate) async fn recall_for_app(
+        &self,
+        scope: &Scope,
+        message: &str,
+        conversation: bool,
+        present: Vec<String>,
+    ) -> anyhow::Result<CompiledPrompt> {
+        let mut request = self.request(message)?;
+        let previous = if conversation {
+            crate::prompts::previous(self.store.as_ref(), scope).await
+        } else {
+            request.strategy.temporal_window = 0;
+            None
+        };
+        let input = HydrateInput::new(scope.clone(), request)
+            .after(previous)
+            .with_present(present);
+        self.prepare_input(scope, &input).await
+    }
+
     /// The same agent, pruning each chat after its exchanges as `upkeep` says.
     pub(crate) fn with_upkeep(mut self, upkeep: Option<Arc<Upkeep>>) -> Self {
         self.upkeep = upkeep;
@@ -472,7 +508,10 @@ impl Agent {
         request.goal = goal
             .map(|g| state_line(g, MAX_GOAL_CHARS))
             .filter(|g| !g.is_empty());
-        let input = HydrateInput::new(scope.clone(), request).with_state(state);
+        let previous = crate::prompts::previous(self.store.as_ref(), scope).await;
+        let input = HydrateInput::new(scope.clone(), request)
+            .with_state(state)
+            .after(previous);
         self.prepare_input(scope, &input).await
     }
 
@@ -528,7 +567,10 @@ impl Agent {
         let ops = self.speaker_ops(speaker);
         let request = self.request(message)?;
         let received = Timestamp::now();
-        let answer = ops.infer(model, request).await.map_err(|e| {
+        // The prompt extends the previous one of this conversation (see `prompts`).
+        let previous = crate::prompts::previous(self.store.as_ref(), &speaker.scope).await;
+        let input = ops.input(request).after(previous);
+        let answer = ops.infer_with(model, input).await.map_err(|e| {
             let blame = if matches!(
                 e,
                 hydrate::Error::Model { .. } | hydrate::Error::MaxSteps { .. }
@@ -940,6 +982,30 @@ fn lift_mark(x: &hydrate::ScoreExplain) -> String {
 
 /// The explain report for people: budget, sources, what went in (with `previews` of their
 /// text where known) and what was left out.
+/// What a provider's prompt cache can make of a prompt, in one line for people.
+pub(crate) fn cache_line(cache: &hydrate::CacheExplain) -> String {
+    let shared = match cache.shared_prefix_tokens {
+        Some(shared) => format!(
+            "; {shared} of its {} tokens repeat the previous prompt's start{}",
+            cache.prompt_tokens,
+            if cache.hit {
+                " (its stable part whole: a provider's cache can serve it)"
+            } else {
+                ""
+            }
+        ),
+        None => "; no previous prompt to compare with".to_owned(),
+    };
+    format!(
+        "cache: the stable part is the first {} message(s), {} tokens; with the conversation {} \
+         message(s), {} tokens{shared}",
+        cache.stable_messages,
+        cache.stable_tokens,
+        cache.through_conversation,
+        cache.through_conversation_tokens,
+    )
+}
+
 fn render_report(report: &ExplainReport, previews: &HashMap<MemoryId, String>) -> String {
     let mut out = String::new();
     let b = &report.budget;
@@ -961,6 +1027,7 @@ fn render_report(report: &ExplainReport, previews: &HashMap<MemoryId, String>) -
     if let Some(cues) = report.cues.describe() {
         let _ = writeln!(out, "question: {cues}");
     }
+    let _ = writeln!(out, "{}", cache_line(&report.cache));
     let _ = writeln!(out, "sources:");
     for s in &report.sources {
         let _ = writeln!(

@@ -539,7 +539,9 @@ async fn on_text(
                         // Kept before the reply goes out, so a `/context` after it finds it,
                         // on any replica; only with its question stored (see `prompts`).
                         let member = who.member.as_ref().map(|m| m.user.clone());
-                        let built = Built::new(Builder::Bot, member, inference.prompt.report);
+                        let next = inference.prompt.previous();
+                        let built = Built::new(Builder::Bot, member, inference.prompt.report)
+                            .with_next(next);
                         let store = state.agent.store().as_ref();
                         let at = memory_core::Timestamp::now();
                         prompts::keep(store, &who.scope, at, &built).await;

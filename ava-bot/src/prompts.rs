@@ -14,7 +14,7 @@
 //! the question's words from reports instead would leave reports that cannot say why a
 //! memory was lifted.
 
-use hydrate::ExplainReport;
+use hydrate::{ExplainReport, PreviousPrompt};
 use memory_core::{ErrorChain, MemoryBackend, Record, Scope, Timestamp};
 use serde::{Deserialize, Serialize};
 
@@ -32,6 +32,8 @@ pub(crate) enum Builder {
     Bot,
     /// `ava serve`'s proxy, for an app's chat completion.
     Proxy,
+    /// `ava chat`, in the terminal.
+    Chat,
 }
 
 /// One prompt built, as its record holds it.
@@ -46,6 +48,10 @@ pub(crate) struct Built {
     pub(crate) member: Option<String>,
     /// Its explain report.
     pub(crate) report: ExplainReport,
+    /// What the next prompt of the conversation needs of it: its print (hashes of its lines,
+    /// no text) and where its conversation block began.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) next: Option<PreviousPrompt>,
 }
 
 impl Built {
@@ -56,7 +62,14 @@ impl Built {
             by,
             member,
             report,
+            next: None,
         }
+    }
+
+    /// The same, with what the next prompt of the conversation needs of it.
+    pub(crate) fn with_next(mut self, next: PreviousPrompt) -> Self {
+        self.next = Some(next);
+        self
     }
 }
 
@@ -112,6 +125,23 @@ pub(crate) async fn newest(
         .collect())
 }
 
+/// What the next prompt in `scope` needs of the newest one kept there (see
+/// [`hydrate::HydrateInput::after`]); `None` when there is none, or it cannot be read (the
+/// next prompt is then built as the first of a conversation is).
+pub(crate) async fn previous(store: &dyn MemoryBackend, scope: &Scope) -> Option<PreviousPrompt> {
+    match store.records(scope, KIND, 1).await {
+        Ok(records) => records
+            .into_iter()
+            .next()
+            .and_then(|r| serde_json::from_str::<Built>(&r.body).ok())
+            .and_then(|b| b.next),
+        Err(e) => {
+            tracing::warn!(scope = %scope, error = %ErrorChain(&e), "could not read the last prompt");
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(
@@ -125,7 +155,6 @@ mod tests {
     use memory_inmem::InMemoryBackend;
 
     use super::*;
-    use crate::agent::Agent;
 
     /// A prompt kept reads back as it was built, newest first, in its scope only; one too
     /// large to keep is refused by the store and said so to the caller, which goes on.
@@ -141,7 +170,7 @@ mod tests {
             )
             .await
             .unwrap();
-        let agent = Agent::new(Arc::clone(&store), None, 4000).unwrap();
+        let config = hydrate::product::config(Arc::clone(&store), None).unwrap();
         let mut ids = Vec::new();
         for (i, question) in [
             "Where did Pixel sleep last June?",
@@ -150,10 +179,12 @@ mod tests {
         .into_iter()
         .enumerate()
         {
-            let prompt = agent
-                .prepare(&scope, hydrate::SessionState::default(), None, question)
-                .await
-                .unwrap();
+            let request = prompt_ir::ContextRequest::new(
+                question,
+                prompt_ir::TokenBudget::new(4000).unwrap(),
+            );
+            let input = hydrate::HydrateInput::new(scope.clone(), request);
+            let prompt = hydrate::prepare(&config, &input).await.unwrap();
             let built = Built::new(Builder::Bot, None, prompt.report);
             let at = Timestamp::from_millis(1_767_225_600_000 + i as i64).unwrap();
             assert!(keep(store.as_ref(), &scope, at, &built).await);
@@ -178,5 +209,42 @@ mod tests {
         huge.report.sections = vec![section; memory_core::MAX_RECORD_BYTES / 100];
         assert!(!keep(store.as_ref(), &scope, Timestamp::now(), &huge).await);
         assert_eq!(newest(store.as_ref(), &scope).await.unwrap().len(), 2);
+    }
+
+    /// The next prompt of a scope extends what the newest one kept says of itself; a newest
+    /// prompt that says nothing (kept by an older version) gives nothing to extend.
+    #[tokio::test]
+    async fn the_next_prompt_reads_what_the_newest_one_kept_of_itself() {
+        let store: Arc<dyn MemoryBackend> = Arc::new(InMemoryBackend::new(None));
+        let scope = Scope::for_user("42").unwrap().in_chat("7").unwrap();
+        let config = hydrate::product::config(Arc::clone(&store), None).unwrap();
+        let request = prompt_ir::ContextRequest::new(
+            "hello there",
+            prompt_ir::TokenBudget::new(4000).unwrap(),
+        );
+        let prompt = hydrate::prepare(&config, &hydrate::HydrateInput::new(scope.clone(), request))
+            .await
+            .unwrap();
+        assert_eq!(previous(store.as_ref(), &scope).await, None);
+        let first = Timestamp::from_millis(1_767_225_600_000).unwrap();
+        let built =
+            Built::new(Builder::Bot, None, prompt.report.clone()).with_next(prompt.previous());
+        assert!(keep(store.as_ref(), &scope, first, &built).await);
+        assert_eq!(
+            previous(store.as_ref(), &scope).await,
+            Some(prompt.previous())
+        );
+        assert!(prompt.previous().print.tokens() > 0);
+        let bare = Built::new(Builder::Proxy, None, prompt.report);
+        assert!(
+            keep(
+                store.as_ref(),
+                &scope,
+                first.plus(std::time::Duration::from_secs(1)),
+                &bare
+            )
+            .await
+        );
+        assert_eq!(previous(store.as_ref(), &scope).await, None);
     }
 }

@@ -35,14 +35,15 @@ fn demo_recalls_the_right_memories_and_keeps_scopes_apart() {
         after.lines().nth(1).unwrap_or_default().to_owned()
     };
     assert!(first_hit("name of my cat").contains("Pixel"), "{out}");
-    // Under the demo's tight budget the conversation loses its oldest turns, never its
-    // newest (the conversation is months old, which once made every turn tie at value 0).
-    let dropped = |text: &str| {
+    // Under the demo's tight budget the conversation block holds its newest turns, never
+    // its oldest, which compete with what else is recalled (the conversation is months old,
+    // which once made every turn tie at value 0).
+    let in_conversation = |text: &str| {
         out.lines()
-            .any(|l| l.contains("[temporal]") && l.contains(text) && l.contains("dropped"))
+            .any(|l| l.contains("+ [temporal]") && l.contains(text))
     };
-    assert!(dropped("Hi! I'm Maya"), "{out}");
-    assert!(!dropped("Tomás asked me to present"), "{out}");
+    assert!(!in_conversation("Hi! I'm Maya"), "{out}");
+    assert!(in_conversation("Tomás asked me to present"), "{out}");
     assert!(first_hit("allergic to?").contains("peanuts"), "{out}");
     assert!(first_hit("my manager").contains("Tomás"), "{out}");
     assert!(first_hit("going to Kyoto").contains("Kyoto"), "{out}");
@@ -61,7 +62,10 @@ fn demo_recalls_the_right_memories_and_keeps_scopes_apart() {
         "{out}"
     );
     assert!(out.contains("memories dropped: "), "{out}");
-    assert!(!out.contains("memories dropped: 0"), "{out}");
+    // Something is cut for the budget in most prompts (older talk no search found is left
+    // out before compile, as over the conversation's limits).
+    assert!(out.matches("memories dropped: 0").count() < 2, "{out}");
+    assert!(out.contains("over limits 4"), "{out}");
 }
 
 /// `text` with every memory id (a UUID, new each run) replaced by `[id]`.
@@ -106,7 +110,7 @@ fn demo_manager_question_puts_the_manager_in_the_prompt() {
         .find("| [2026-03-02 Mon]\n")
         .expect("the day's header");
     let line = prompt
-        .find("| - 09:00 user: Motion planning for warehouse robots. My manager is called Tomás.")
+        .find("| - user: Motion planning for warehouse robots. My manager is called Tomás.")
         .expect("the manager's message");
     assert!(
         day < line && !prompt[day + 1..line].contains("| [2026-"),

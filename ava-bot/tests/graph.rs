@@ -53,7 +53,7 @@ async fn graph_index_then_context_shows_a_one_hop_memory() {
         "Bob moved to Porto last spring.".to_owned(),
         BAKERY.to_owned(),
     ];
-    alice.extend((0..25).map(|n| format!("ok, talk at {n} then")));
+    alice.extend((0..150).map(|n| format!("ok, talk at {n} then")));
     store_untagged(&db, "42", "2024-01-01T10:00:00Z", &alice).await;
     let mallory = [
         "Dave keeps the spare key in Porto.".to_owned(),
@@ -81,11 +81,11 @@ async fn graph_index_then_context_shows_a_one_hop_memory() {
 
     let first = run(&["graph", "index", "--user", "42"]);
     assert!(
-        first.contains("27 memories read, 2 tagged, 2 entities"),
+        first.contains("152 memories read, 2 tagged, 2 entities"),
         "{first}"
     );
     let again = run(&["graph", "index", "--user", "42", "--chat", "7"]);
-    assert!(again.contains("27 memories read, 0 tagged"), "{again}");
+    assert!(again.contains("152 memories read, 0 tagged"), "{again}");
     run(&["graph", "index", "--user", "43"]);
 
     let prompt = context();

@@ -102,9 +102,29 @@ async fn the_local_model_finds_a_long_answer_by_meaning_through_its_last_passage
         "found through a passage at {found}, the head alone is at {head}"
     );
 
+    // The user's own question about the launch matches every keyword and sets the scale of
+    // the fused scores, so the answer's relevance is below the product's floor: the prompt
+    // leaves it out (it is not worth its tokens by that measure). Without the floor, the part
+    // of it that answers the question reaches the prompt as an excerpt.
+    let product = hydrate::product::config(Arc::clone(&store), Some(embedder)).unwrap();
+    let request = ContextRequest::new(LONG_ANSWER_QUESTION, TokenBudget::new(600).unwrap());
+    let input = HydrateInput::new(scope.clone(), request).at(at("2026-03-10T09:30:00Z"));
+    let floored = compile(&product, &hydrate(&product, &input).await.unwrap()).unwrap();
+    let answer = floored
+        .report
+        .sections
+        .iter()
+        .find(|s| s.memory_id == Some(id))
+        .expect("the long answer was retrieved");
+    assert_eq!(
+        answer.reason,
+        prompt_ir::Reason::BelowRelevanceFloor.to_string(),
+        "{answer:?}"
+    );
     let config = HydrationConfig {
         memory_tools: false,
-        ..hydrate::product::config(Arc::clone(&store), Some(embedder)).unwrap()
+        relevance_floor: 0.0,
+        ..product
     };
     let request = ContextRequest::new(LONG_ANSWER_QUESTION, TokenBudget::new(600).unwrap());
     let input = HydrateInput::new(scope, request).at(at("2026-03-10T09:30:00Z"));
@@ -115,7 +135,11 @@ async fn the_local_model_finds_a_long_answer_by_meaning_through_its_last_passage
         .map(|m| m.content.as_str())
         .collect::<Vec<_>>()
         .join("\n");
-    assert!(data.contains(LONG_ANSWER_SENTENCE), "{data}");
+    assert!(
+        data.contains(LONG_ANSWER_SENTENCE),
+        "{data}\n{:#?}",
+        p.report.sections
+    );
     let section = p
         .report
         .sections

@@ -234,8 +234,8 @@ async fn an_app_gets_what_ava_recalls_and_its_exchanges_are_remembered() {
     assert!(kept.contains("Noted: Maya lives in Lisbon."), "{kept}");
 
     // 2. Raw: the body comes back byte for byte, with the upstream's headers and the
-    // explain report's id; the upstream got the app's system message first, then what Ava
-    // recalls, then the app's messages, and every other field as sent.
+    // explain report's id; the upstream got the app's messages as sent, in their order, then
+    // what Ava recalls right before the last user message, and every other field as sent.
     let tools = json!([{"type": "function", "function": {"name": "book", "parameters": {"type": "object"}}}]);
     let body = json!({
     "model": "gpt-test", "temperature": 0.25, "tools": tools, "user": "someone",
@@ -263,22 +263,28 @@ async fn an_app_gets_what_ava_recalls_and_its_exchanges_are_remembered() {
         assert_eq!(last[field], body[field], "{field} passed on unchanged");
     }
     let messages = last["messages"].as_array().unwrap();
+    let app = body["messages"].as_array().unwrap();
+    // The app's history is the start of what the upstream got, byte for byte.
+    let bytes_of = |m: &[Value]| serde_json::to_string(m).unwrap();
+    let history = bytes_of(&app[..3]);
     assert_eq!(
-        messages[0], body["messages"][0],
-        "the app's system message first"
+        bytes_of(&messages[..3]),
+        history,
+        "the app's messages first, as sent"
     );
-    assert_eq!(messages[1]["role"], "system");
-    let memory = messages[1]["content"].as_str().unwrap();
+    assert_eq!(messages.len(), 5);
+    assert_eq!(messages[3]["role"], "system");
+    let memory = messages[3]["content"].as_str().unwrap();
     assert!(memory.contains("<recalled-memory"), "{memory}");
     assert!(
         memory.contains("My sister Maya lives in Lisbon."),
         "{memory}"
     );
-    assert_eq!(
-        &messages[2..],
-        &body["messages"].as_array().unwrap()[1..],
-        "history kept"
+    assert!(
+        !memory.contains("Hello!"),
+        "nothing the app sent is recalled again: {memory}"
     );
+    assert_eq!(messages[4], app[3], "the new message last");
 
     // The explain report, for this token only.
     let get = |token: &'static str| {
@@ -750,4 +756,90 @@ async fn a_turn_with_tool_calls_is_passed_on_and_kept_once() {
         "{kept}"
     );
     assert!(kept.contains("Booked a table for two at 8pm."), "{kept}");
+}
+
+/// Answers each chat completion with the answer `exchanges` gives its last user message, as a
+/// model that answers what the app replays.
+struct Scripted(std::collections::HashMap<String, String>);
+
+impl wiremock::Respond for Scripted {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let body: Value = serde_json::from_slice(&request.body).unwrap_or_default();
+        let last = body["messages"]
+            .as_array()
+            .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or_default();
+        let answer = self.0.get(last).cloned().unwrap_or_else(|| "Noted.".into());
+        ResponseTemplate::new(200)
+            .set_body_raw(completion(&answer).into_bytes(), "application/json")
+    }
+}
+
+/// An app replays a conversation through the proxy, sending its whole history each call (as
+/// apps do): in the default mode every call's prompt repeats nearly all of the one before,
+/// as the app's own would, and with `--history replace` Ava's conversation block is extended
+/// from call to call. Prints the shares (BENCHMARKS.md records them for the dev files, with
+/// `AVA_REPLAY_FILE`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_app_replaying_a_conversation_gets_prompts_a_provider_can_cache() {
+    let exchanges = common::replay::exchanges();
+    let up = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(Scripted(exchanges.iter().cloned().collect()))
+        .mount(&up)
+        .await;
+    for (mode, floor) in [("keep", 0.85), ("replace", 0.60)] {
+        let s = serve(
+            &format!("{}/v1", up.uri()),
+            &["--no-facts", "--history", mode],
+        )
+        .await;
+        let seen = up.received_requests().await.unwrap().len();
+        let mut history =
+            vec![json!({"role": "system", "content": "You are a helpful assistant."})];
+        let mut apps = Vec::new();
+        for (said, answer) in &exchanges {
+            history.push(json!({"role": "user", "content": said}));
+            let body = json!({"model": "gpt-test", "messages": history});
+            apps.push(common::replay::prompt_text(history.as_slice()));
+            let response = post(&s, TOKEN_A, &body, None).await;
+            assert_eq!(response.status(), 200);
+            let reply: Value = response.json().await.unwrap();
+            assert_eq!(reply["choices"][0]["message"]["content"], answer.as_str());
+            history.push(json!({"role": "assistant", "content": answer}));
+        }
+        let sent: Vec<String> = up.received_requests().await.unwrap()[seen..]
+            .iter()
+            .map(|r| {
+                let body: Value = serde_json::from_slice(&r.body).unwrap();
+                common::replay::prompt_text(body["messages"].as_array().unwrap())
+            })
+            .collect();
+        assert_eq!(sent.len(), exchanges.len());
+        let (app, ava) = (
+            common::replay::mean_shared_prefix(&apps),
+            common::replay::mean_shared_prefix(&sent),
+        );
+        eprintln!(
+            "history {mode}: {} calls, the app alone {app:.3}, through ava serve {ava:.3}",
+            sent.len()
+        );
+        assert!(
+            ava >= floor,
+            "history {mode}: shared prefix {ava:.3} < {floor}"
+        );
+        if mode == "keep" {
+            // The app's messages are the start of what the upstream got, byte for byte.
+            let last = up.received_requests().await.unwrap();
+            let body: Value = serde_json::from_slice(&last.last().unwrap().body).unwrap();
+            let got = body["messages"].as_array().unwrap();
+            let n = history.len() - 2;
+            assert_eq!(
+                serde_json::to_string(&got[..n]).unwrap(),
+                serde_json::to_string(&history[..n]).unwrap()
+            );
+        }
+    }
 }

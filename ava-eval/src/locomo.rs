@@ -62,6 +62,13 @@ pub(crate) struct Args {
     /// Print the results as JSON instead of a table.
     #[arg(long)]
     pub(crate) json: bool,
+    /// With `--context-budget`: play each conversation through the product as the bot does
+    /// (each of the first speaker's turns is a prompt built after the one before, then the
+    /// turn and the answers to it are stored), report each budget's mean prompt tokens and
+    /// the share of each prompt that repeats the start of the one before (what a provider's
+    /// prompt cache can serve), then ask the questions one after another.
+    #[arg(long)]
+    pub(crate) replay: bool,
     /// With `--context-budget`, an experiment: a setting other than the product's
     /// (repeatable), one of `semantic_threshold`, `semantic_limit`, `semantic_weight`, `neighbours`,
     /// `nearby_lift`, `temporal_window`, `keep_recent`, `item_tokens`, `unmatched_relevance`, `decay_floor`,

@@ -26,6 +26,9 @@ pub enum ChatRole {
     Tool,
 }
 
+/// Tokens a chat format adds around each message (role markers), as an estimate.
+pub const MESSAGE_OVERHEAD_TOKENS: u32 = 4;
+
 /// One message of a chat.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ChatMessage {

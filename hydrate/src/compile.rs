@@ -1,40 +1,50 @@
 //! `compile`: a hydrated Prompt IR becomes chat messages and tool specs within the budget,
 //! with an explain report.
 //!
-//! Layout of the messages, in order:
+//! Layout of the messages, ordered by how often their content changes from one message of a
+//! conversation to the next ([`Stability`]), so each prompt repeats the start of the one
+//! before and a provider's prompt cache can serve that part:
 //!
-//! 1. **system**: the system prompt and constraints: the *stable prefix*, byte-identical
+//! 1. **system**: the system prompt and constraints ([`Stability::Fixed`]): byte-identical
 //!    for every request with the same config (the tools, sent beside the messages, are part
-//!    of it too), so providers can cache it;
-//! 2. **system**: current state (time, project, user, goal);
-//! 3. **user**, one per kind of recalled data (knowledge, related messages, ..., the recent
-//!    conversation last): a `<recalled-memory>` block that says it is data, not
-//!    instructions, with every item escaped ([`crate::escape_data`]) so it cannot close the
-//!    block;
-//! 4. **user**: the observation.
+//!    of it too);
+//! 2. **system**: who is talking, the project and goal; then **user** blocks of the
+//!    person's newest facts and standing instructions, in the order they were told
+//!    ([`Stability::Slow`]);
+//! 3. **user**: the conversation, oldest first, which the next prompt extends
+//!    ([`Stability::Growing`]);
+//! 4. **user**, one per kind of data recalled for this message (facts a search found,
+//!    related messages, graph, documents, web), then **system**: the current time
+//!    ([`Stability::Volatile`]);
+//! 5. **user**: the observation.
+//!
+//! Recalled data is in `<recalled-memory>` blocks that say it is data, not instructions,
+//! with every item escaped ([`crate::escape_data`]) so it cannot close the block.
 //!
 //! The budget is enforced by the Prompt IR's `compress` on what is left of the available
 //! budget after the framing (block headers, separators, about
-//! [`MESSAGE_OVERHEAD_TOKENS`] per message), so the messages as sent fit.
+//! [`MESSAGE_OVERHEAD_TOKENS`] per message), so the messages as sent fit. The report's
+//! [`CacheExplain`] says where the stable part ends and, given the previous prompt of the
+//! conversation ([`HydrateInput::after`](crate::HydrateInput::after)), how many of this
+//! prompt's tokens repeat its start.
 
 use std::collections::HashMap;
 use std::time::Instant;
 
 use prompt_ir::{
-    Action, Compressed, ContentHash, PromptIR, Section, TokenBudget, Tokenizer, compress,
+    Action, Compressed, ContentHash, PromptIR, PromptMeta, Section, Stability, TokenBudget,
+    Tokenizer, compress,
 };
 use serde::Serialize;
 
-use crate::chat::{ChatMessage, ChatRole, ToolSpec};
+use crate::cache::{CacheExplain, PreviousPrompt, PromptPrint};
+use crate::chat::{ChatMessage, ChatRole, MESSAGE_OVERHEAD_TOKENS, ToolSpec};
 use crate::config::{HydrateInput, HydrationConfig, canonical_json};
 use crate::error::Result;
 use crate::hydrate::{Block, Hydrated, hydrate};
 use crate::render::{self, BLOCK_CLOSE};
 use crate::report::{BudgetExplain, ExplainReport, SectionExplain, ToolExplain};
 use crate::source::{Degradation, DegradationKind, SourceKind};
-
-/// Tokens a chat format adds around each message (role markers), as an estimate.
-pub const MESSAGE_OVERHEAD_TOKENS: u32 = 4;
 
 /// A prompt ready to send, with its explanation.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -43,12 +53,50 @@ pub struct CompiledPrompt {
     pub messages: Vec<ChatMessage>,
     /// What each message holds, one entry per message.
     pub layout: Vec<Block>,
+    /// How often each message changes from one prompt of the conversation to the next, one
+    /// entry per message.
+    pub stability: Vec<Stability>,
+    /// The messages' print, to give the next request of the conversation
+    /// ([`CompiledPrompt::previous`]).
+    pub print: PromptPrint,
+    /// The compiled IR's meta: its tokens, how much compression took off, and whether a
+    /// provider's prompt cache can serve its stable part (`cache_hit`, as
+    /// [`CacheExplain::hit`]).
+    pub meta: PromptMeta,
     /// The tools to offer (part of the stable prefix).
     pub tools: Vec<ToolSpec>,
     /// What happened to every section, tool and source, and why.
     pub report: ExplainReport,
     /// The request's hash.
     pub request_hash: String,
+}
+
+impl CompiledPrompt {
+    /// What the next request of this conversation needs of this prompt
+    /// ([`HydrateInput::after`](crate::HydrateInput::after)).
+    pub fn previous(&self) -> PreviousPrompt {
+        PreviousPrompt {
+            print: self.print.clone(),
+            conversation_from: self.report.cache.conversation_from,
+            stable_tokens: self.report.cache.stable_tokens,
+        }
+    }
+}
+
+/// Where a section renders: how often it changes, and its block.
+type Group = (Stability, Block);
+
+/// Where a group's message goes: by stability, then (within it) who is talking first, the
+/// data blocks in their order, and the clock last, right before the observation.
+fn group_rank((stability, block): Group) -> (Stability, u8) {
+    let at = match block {
+        Block::System => 0,
+        Block::State if stability == Stability::Volatile => 10,
+        Block::State => 1,
+        Block::Data(kind) => 2 + kind.render_rank(),
+        Block::Observation => 11,
+    };
+    (stability, at)
 }
 
 fn block_of(hydrated: &Hydrated, ir: &PromptIR, id: &str) -> Block {
@@ -60,33 +108,31 @@ fn block_of(hydrated: &Hydrated, ir: &PromptIR, id: &str) -> Block {
         .unwrap_or(Block::State)
 }
 
-/// The sections of `ir` grouped by block: system, state, then data blocks in order of first
-/// appearance; each with the day header its line sits under, if any.
-fn grouped<'a>(hydrated: &'a Hydrated, ir: &'a PromptIR) -> Vec<(Block, Vec<Part<'a>>)> {
-    let mut groups: Vec<(Block, Vec<Part<'a>>)> = Vec::new();
+/// The sections of `ir` grouped by stability and block, in [`group_rank`] order; each with
+/// the day header its line sits under, if any.
+fn grouped<'a>(hydrated: &'a Hydrated, ir: &'a PromptIR) -> Vec<(Group, Vec<Part<'a>>)> {
+    let mut groups: Vec<(Group, Vec<Part<'a>>)> = Vec::new();
     for s in ir.sections() {
-        let (block, day) = placement(hydrated, s);
+        let (group, day) = placement(hydrated, s);
         let part = (day, s.content());
-        match groups.iter_mut().find(|(b, _)| *b == block) {
+        match groups.iter_mut().find(|(g, _)| *g == group) {
             Some((_, parts)) => parts.push(part),
-            None => groups.push((block, vec![part])),
+            None => groups.push((group, vec![part])),
         }
     }
-    groups.sort_by_key(|(b, _)| match b {
-        Block::System => 0,
-        Block::State => 1,
-        Block::Data(_) => 2,
-        Block::Observation => 3,
-    });
+    groups.sort_by_key(|(g, _)| group_rank(*g));
     groups
 }
 
-/// Where `section` (of the hydrated IR or a compressed copy) renders: its block and the day
+/// Where `section` (of the hydrated IR or a compressed copy) renders: its group and the day
 /// header its line sits under, if any.
-fn placement<'a>(hydrated: &'a Hydrated, section: &Section) -> (Block, Option<&'a str>) {
+fn placement<'a>(hydrated: &'a Hydrated, section: &Section) -> (Group, Option<&'a str>) {
     match hydrated.sections.get(section.id()) {
-        Some(info) => (info.block, info.day.as_deref()),
-        None => (Block::of_source(section.source()), None),
+        Some(info) => ((section.stability(), info.block), info.day.as_deref()),
+        None => (
+            (section.stability(), Block::of_source(section.source())),
+            None,
+        ),
     }
 }
 
@@ -102,7 +148,7 @@ fn contents<'a>(parts: &[Part<'a>]) -> Vec<&'a str> {
 /// header, and the token counts of each block's opening and closing and of each header.
 struct Frame<'a> {
     /// Per section of the hydrated IR, in order.
-    parts: Vec<(Block, Option<&'a str>)>,
+    parts: Vec<(Group, Option<&'a str>)>,
     /// Block opening and closing, per kind of data block.
     data: Vec<(SourceKind, u32)>,
     /// Each header line (days, [`render::UNDATED`]) with its line break.
@@ -121,8 +167,8 @@ impl<'a> Frame<'a> {
             tokenizer.count(render::UNDATED).saturating_add(1),
         );
         for s in ir.sections() {
-            let (block, day) = placement(hydrated, s);
-            if let Block::Data(kind) = block
+            let (group, day) = placement(hydrated, s);
+            if let Block::Data(kind) = group.1
                 && !data.iter().any(|(k, _)| *k == kind)
             {
                 let open = render::block_open(kind, hydrated.partial.contains(&kind));
@@ -136,7 +182,7 @@ impl<'a> Frame<'a> {
                     .entry(d)
                     .or_insert_with(|| tokenizer.count(d).saturating_add(1));
             }
-            parts.push((block, day));
+            parts.push((group, day));
         }
         Self {
             parts,
@@ -150,8 +196,8 @@ impl<'a> Frame<'a> {
     /// counted generously (one token per separator): message overheads, block openings and
     /// closings, separators, and day headers as [`render::with_days`] writes them.
     fn cost(&self, kept: impl Iterator<Item = bool>) -> u32 {
-        // Per block: (block, sections, current day run, header tokens).
-        let mut blocks: Vec<(Block, u32, Option<&str>, u32)> = Vec::with_capacity(6);
+        // Per group: (group, sections, current day run, header tokens).
+        let mut blocks: Vec<(Group, u32, Option<&str>, u32)> = Vec::with_capacity(8);
         for (&(block, day), keep) in self.parts.iter().zip(kept) {
             if !keep {
                 continue;
@@ -172,7 +218,7 @@ impl<'a> Frame<'a> {
             b.2 = day;
         }
         let mut total = 0u32;
-        for (block, n, _, headers) in blocks {
+        for ((_, block), n, _, headers) in blocks {
             total = total.saturating_add(MESSAGE_OVERHEAD_TOKENS);
             total = total.saturating_add(match block {
                 Block::System | Block::State | Block::Observation => n.saturating_sub(1),
@@ -202,9 +248,9 @@ impl<'a> Frame<'a> {
     }
 }
 
-fn render_messages(hydrated: &Hydrated, ir: &PromptIR) -> Vec<(Block, ChatMessage)> {
+fn render_messages(hydrated: &Hydrated, ir: &PromptIR) -> Vec<(Group, ChatMessage)> {
     let mut messages = Vec::new();
-    for (block, parts) in grouped(hydrated, ir) {
+    for ((stability, block), parts) in grouped(hydrated, ir) {
         let message = match block {
             Block::System => ChatMessage::system(contents(&parts).join("\n\n")),
             Block::State => ChatMessage::system(contents(&parts).join("\n")),
@@ -216,10 +262,13 @@ fn render_messages(hydrated: &Hydrated, ir: &PromptIR) -> Vec<(Block, ChatMessag
             // Sections never claim the observation's block; treat one that does as data.
             Block::Observation => ChatMessage::user(contents(&parts).join("\n")),
         };
-        messages.push((block, message));
+        messages.push(((stability, block), message));
     }
     if let Some(o) = ir.observation() {
-        messages.push((Block::Observation, ChatMessage::user(o.content())));
+        messages.push((
+            (Stability::Volatile, Block::Observation),
+            ChatMessage::user(o.content()),
+        ));
     }
     messages
 }
@@ -252,18 +301,28 @@ pub fn compile(config: &HydrationConfig, hydrated: &Hydrated) -> Result<Compiled
     );
     let _entered = span.enter();
     let started = Instant::now();
-    let fitted = fit(config, hydrated)?;
+    let mut fitted = fit(config, hydrated)?;
+    let (groups, messages): (Vec<Group>, Vec<ChatMessage>) =
+        render_messages(hydrated, &fitted.compressed.ir)
+            .into_iter()
+            .unzip();
+    let (stability, layout): (Vec<Stability>, Vec<Block>) = groups.into_iter().unzip();
+    let print = PromptPrint::of_messages(&messages, config.tokenizer.as_ref());
+    let cache = cache_explain(hydrated, &stability, &print);
+    fitted.compressed.ir.set_cache_hit(cache.hit);
     let ir = &fitted.compressed.ir;
-    let (layout, messages): (Vec<Block>, Vec<ChatMessage>) =
-        render_messages(hydrated, ir).into_iter().unzip();
+    let meta = ir.meta().clone();
     let tools: Vec<ToolSpec> = ir.tools().iter().map(ToolSpec::from).collect();
-    let report = explain(hydrated, &fitted, &messages, &tools);
+    let report = explain(hydrated, &fitted, &messages, &tools, cache);
     trace(config, &span, &report, &messages);
     span.record("duration_ms", started.elapsed().as_secs_f64() * 1e3);
 
     Ok(CompiledPrompt {
         messages,
         layout,
+        stability,
+        print,
+        meta,
         tools,
         request_hash: report.request_hash.clone(),
         report,
@@ -353,6 +412,37 @@ fn fit(config: &HydrationConfig, hydrated: &Hydrated) -> Result<Fitted> {
     })
 }
 
+/// What a provider's cache can make of a prompt whose messages have `stability` and `print`:
+/// where its stable part and its conversation end, and what it shares with the previous
+/// prompt of the conversation.
+fn cache_explain(
+    hydrated: &Hydrated,
+    stability: &[Stability],
+    print: &PromptPrint,
+) -> CacheExplain {
+    let upto = |last: Stability| stability.iter().take_while(|s| **s <= last).count();
+    let (stable_messages, through_conversation) = (upto(Stability::Slow), upto(Stability::Growing));
+    let stable_tokens = print.tokens_of_first(stable_messages);
+    let shared = hydrated
+        .previous
+        .as_ref()
+        .map(|p| print.shared_with(&p.print));
+    CacheExplain {
+        prompt_tokens: print.tokens(),
+        stable_messages,
+        stable_tokens,
+        through_conversation,
+        through_conversation_tokens: print.tokens_of_first(through_conversation),
+        conversation_from: hydrated.conversation_from,
+        conversation_kept: hydrated.conversation_kept,
+        shared_prefix_tokens: shared,
+        hit: match (&hydrated.previous, shared) {
+            (Some(p), Some(shared)) => p.stable_tokens > 0 && shared >= p.stable_tokens,
+            _ => false,
+        },
+    }
+}
+
 /// The explain report of a fitted prompt: every section and tool with what happened to it,
 /// the sources, and every degradation (hydrate's, and an overflow of what may not be cut).
 fn explain(
@@ -360,6 +450,7 @@ fn explain(
     fitted: &Fitted,
     messages: &[ChatMessage],
     tools: &[ToolSpec],
+    cache: CacheExplain,
 ) -> ExplainReport {
     let Fitted {
         compressed,
@@ -391,6 +482,10 @@ fn explain(
                 id: o.id.clone(),
                 label: o.label.clone(),
                 block: block_of(hydrated, &hydrated.ir, &o.id).as_str().to_owned(),
+                stability: hydrated
+                    .ir
+                    .section(&o.id)
+                    .map_or(Stability::Volatile, Section::stability),
                 memory_id: info.and_then(|i| i.memory_id),
                 priority: o.priority,
                 value: o.value,
@@ -458,6 +553,7 @@ fn explain(
         tools: tool_report,
         sources: hydrated.sources.clone(),
         degradations,
+        cache,
     }
 }
 

@@ -11,6 +11,7 @@ use memory_core::{Embedding, Scope, Timestamp};
 use prompt_ir::{BudgetAllocation, ContentHash, ContextRequest, Tokenizer, ToolDef};
 use serde::Serialize;
 
+use crate::cache::PreviousPrompt;
 use crate::chat::ToolHandler;
 use crate::cues::CueWeights;
 use crate::error::{Error, Result};
@@ -19,6 +20,11 @@ use crate::render::DEFAULT_CONSTRAINTS;
 use crate::scoring::ScoringWeights;
 use crate::source::{ContextSource, SourceKind};
 use crate::texts::TextCache;
+
+/// The default [`HydrationConfig::conversation_share`]: the conversation may take up to half
+/// of what a prompt's fixed part leaves, and holds a quarter when it starts again. Measured in BENCHMARKS.md
+/// ("Prompts a provider can cache").
+pub const CONVERSATION_SHARE: f64 = 0.5;
 
 /// Everything about hydration that does not change from request to request: the static
 /// prompt, tools, which kinds of context to fetch and from whom, limits, deadlines, scoring.
@@ -63,10 +69,24 @@ pub struct HydrationConfig {
     /// (before compression chooses among all of them). Default 1: no cap, compression
     /// decides by value across sources.
     pub source_token_share: f64,
-    /// The newest this many messages of the conversation are always kept (High priority);
-    /// older ones in the window compete on relevance with everything else. Default 2: the
-    /// last exchange.
+    /// The newest this many messages of the conversation are always candidates of High
+    /// priority, even when they do not fit in the conversation's room. Default 2: the last
+    /// exchange.
     pub keep_recent: usize,
+    /// The share of the budget the conversation may take, from 0 to 1, of what the system
+    /// prompt, tools, state and message leave: the newest messages, oldest first, in a block
+    /// that the next prompt extends. Without a previous prompt it holds the newest
+    /// [`Self::keep_recent`] messages (within half the room); then it starts where the previous prompt's did
+    /// ([`HydrateInput::after`]) while it fits this room, and when it outgrows it, starts
+    /// again holding half of it, so most prompts extend the one before instead of sliding.
+    /// Older messages compete with what is recalled. 0: no conversation block (every message
+    /// competes on relevance). Default [`CONVERSATION_SHARE`].
+    pub conversation_share: f64,
+    /// Least relevance, from 0 to 1, for what is recalled for one message (related messages,
+    /// graph, documents, web, facts found by a search) to enter the prompt at all: below it
+    /// a candidate is unlikely to be worth its tokens. The request's strategy may ask more
+    /// ([`prompt_ir::ContextStrategy::relevance_floor`]). Default 0.
+    pub relevance_floor: f64,
     /// Roughly how many tokens one retrieved item takes: search limits grow with the
     /// budget to `available / item_tokens` candidates (never below the strategy's and the
     /// config's own limits), so a larger budget is filled with more evidence rather than
@@ -128,6 +148,8 @@ impl HydrationConfig {
             extra_limit: 5,
             source_token_share: 1.0,
             keep_recent: 2,
+            conversation_share: CONVERSATION_SHARE,
+            relevance_floor: 0.0,
             item_tokens: 25,
             unmatched_relevance: 0.35,
             allocation: None,
@@ -228,7 +250,17 @@ impl HydrationConfig {
     pub fn deadline_for(&self, kind: SourceKind) -> Duration {
         self.deadlines.get(&kind).copied().unwrap_or(self.deadline)
     }
+
+    /// The tokens the conversation block may take when `available` tokens are left for what
+    /// is remembered ([`Self::conversation_share`] of them).
+    pub fn conversation_room(&self, available: u32) -> u32 {
+        (f64::from(available) * self.conversation_share.clamp(0.0, 1.0)) as u32
+    }
 }
+
+/// The fewest tokens a line of the conversation takes (`- 09:00 user: ok`): the temporal
+/// source fetches as many messages as the conversation's room could hold of such lines.
+pub(crate) const SHORTEST_TURN_TOKENS: u32 = 8;
 
 impl fmt::Debug for HydrationConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -255,6 +287,8 @@ impl fmt::Debug for HydrationConfig {
             .field("extra_limit", &self.extra_limit)
             .field("source_token_share", &self.source_token_share)
             .field("keep_recent", &self.keep_recent)
+            .field("conversation_share", &self.conversation_share)
+            .field("relevance_floor", &self.relevance_floor)
             .field("item_tokens", &self.item_tokens)
             .field("unmatched_relevance", &self.unmatched_relevance)
             .field("allocation", &self.allocation)
@@ -294,6 +328,13 @@ pub struct HydrateInput {
     pub provider_options: BTreeMap<String, ProviderOptions>,
     /// A precomputed vector of the observation, used instead of embedding it.
     pub query_vector: Option<Embedding>,
+    /// The previous prompt of this conversation, if the caller kept it: the conversation
+    /// block starts where its did while it fits, and the report counts the prefix the two
+    /// share.
+    pub previous: Option<PreviousPrompt>,
+    /// Texts the caller's prompt already holds (an app's own history): a candidate whose
+    /// text is one of them is left out, counted as a duplicate.
+    pub present: Vec<String>,
 }
 
 impl HydrateInput {
@@ -306,7 +347,22 @@ impl HydrateInput {
             state: SessionState::default(),
             provider_options: BTreeMap::new(),
             query_vector: None,
+            previous: None,
+            present: Vec::new(),
         }
+    }
+
+    /// The request that follows `previous`, the last prompt built in this conversation.
+    pub fn after(mut self, previous: Option<PreviousPrompt>) -> Self {
+        self.previous = previous;
+        self
+    }
+
+    /// Leaves out candidates saying what `texts` already say (compared without the
+    /// whitespace at either end).
+    pub fn with_present(mut self, texts: Vec<String>) -> Self {
+        self.present = texts;
+        self
     }
 
     /// Sets "now".

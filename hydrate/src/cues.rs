@@ -26,6 +26,11 @@ pub struct QueryCues {
     /// themselves is in their own messages, not in the agent's answers.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub first_person: bool,
+    /// It asks nothing to look up: every word is a greeting, thanks, an acknowledgement or
+    /// a common word ("hi", "thanks!", "ok, cool"), or it has no words at all (an emoji).
+    /// Such a message gets the stable part of a prompt and nothing recalled for it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub small_talk: bool,
 }
 
 /// A stretch of time a question refers to.
@@ -184,6 +189,12 @@ impl QueryCues {
             first_person: words
                 .iter()
                 .any(|w| FIRST_PERSON.contains(&w.lower.as_str())),
+            // A time it asks about is something to look up ("what about this morning?").
+            small_talk: window(&words, now.to_datetime()).is_none()
+                && words.iter().all(|w| {
+                    memory_core::keyword::is_stopword(&w.lower)
+                        || SMALL_TALK.binary_search(&w.lower.as_str()).is_ok()
+                }),
         }
     }
 
@@ -287,6 +298,9 @@ impl QueryCues {
         if !self.names.is_empty() {
             parts.push(format!("names {}", self.names.join(" ")));
         }
+        if self.small_talk {
+            parts.push("small talk: nothing to recall for it".to_owned());
+        }
         (!parts.is_empty()).then(|| parts.join("; "))
     }
 }
@@ -370,6 +384,80 @@ fn phrases(text: &str) -> Vec<String> {
 }
 
 /// The words of a speaker naming themselves (lowercased, as [`words`] reads them).
+/// Words of greeting, thanks, acknowledgement, farewell and laughter, and the fillers
+/// around them: a message of these and stopwords only is small talk
+/// ([`QueryCues::small_talk`]). Sorted, for a binary search.
+const SMALL_TALK: &[&str] = &[
+    "agreed",
+    "ah",
+    "ahh",
+    "alright",
+    "appreciate",
+    "awesome",
+    "aww",
+    "bye",
+    "cheers",
+    "cool",
+    "cya",
+    "exactly",
+    "fine",
+    "good",
+    "goodbye",
+    "great",
+    "ha",
+    "haha",
+    "hahaha",
+    "hehe",
+    "hello",
+    "hey",
+    "heya",
+    "hi",
+    "hiya",
+    "hm",
+    "hmm",
+    "howdy",
+    "indeed",
+    "k",
+    "kk",
+    "lol",
+    "lot",
+    "lots",
+    "much",
+    "nah",
+    "nice",
+    "np",
+    "oh",
+    "ok",
+    "okay",
+    "ooh",
+    "perfect",
+    "please",
+    "really",
+    "right",
+    "see",
+    "so",
+    "sounds",
+    "sure",
+    "ta",
+    "thank",
+    "thanks",
+    "thx",
+    "true",
+    "ty",
+    "uh",
+    "um",
+    "very",
+    "welcome",
+    "well",
+    "wow",
+    "yay",
+    "yeah",
+    "yep",
+    "yes",
+    "yo",
+    "yup",
+];
+
 const FIRST_PERSON: &[&str] = &[
     "i", "i'm", "i've", "i'd", "i'll", "me", "my", "mine", "myself", "i’m", "i’ve", "i’d", "i’ll",
 ];
@@ -814,6 +902,38 @@ fn window(words: &[Word], now: DateTime<Utc>) -> Option<TimeWindow> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn small_talk_is_a_message_with_nothing_to_look_up() {
+        assert!(SMALL_TALK.windows(2).all(|w| w[0] < w[1]), "sorted");
+        let now = Timestamp::from_millis(1_767_225_600_000).unwrap();
+        for said in [
+            "hi",
+            "Thanks!",
+            "ok",
+            "ok, cool",
+            "Thank you so much!",
+            "👍",
+            "lol yes",
+            "hey there",
+        ] {
+            assert!(QueryCues::read(said, now).small_talk, "{said}");
+        }
+        for said in [
+            "What is my cat called?",
+            "thanks, and where did I park?",
+            "ok what happened yesterday?",
+            "Pixel",
+        ] {
+            assert!(!QueryCues::read(said, now).small_talk, "{said}");
+        }
+        let cues = QueryCues::read("thanks!", now);
+        assert!(cues.is_empty(), "small talk lifts nothing");
+        assert_eq!(
+            cues.describe().as_deref(),
+            Some("small talk: nothing to recall for it")
+        );
+    }
 
     /// Monday 2023-10-16 15:00 UTC.
     fn now() -> Timestamp {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use memory_core::{ErrorChain, MemoryError, MemoryId};
 
-use crate::config::{HydrateInput, HydrationConfig};
+use crate::config::{HydrateInput, HydrationConfig, SHORTEST_TURN_TOKENS};
 use crate::cues::QueryCues;
 use crate::error::Error;
 use crate::provider::{KindLimits, ResolvedOptions, SourceProvider, plan_sources};
@@ -78,7 +78,7 @@ pub(crate) async fn gather(
 ) -> Gathered {
     let request = &input.request;
     let mut acc = Gathered::default();
-    let runnables = acc.plan(config, input);
+    let runnables = acc.plan(config, input, cues);
 
     let mut embeddings = QueryEmbeddings::new(request.observation.clone());
     if let Some(v) = &input.query_vector {
@@ -147,9 +147,21 @@ impl Gathered {
 
     /// Who serves each wanted kind, with its parameters; skipped, missing and unbuildable
     /// kinds are reported here.
-    fn plan(&mut self, config: &HydrationConfig, input: &HydrateInput) -> Vec<Runnable> {
+    fn plan(
+        &mut self,
+        config: &HydrationConfig,
+        input: &HydrateInput,
+        cues: &QueryCues,
+    ) -> Vec<Runnable> {
         let strategy = &input.request.strategy;
         let disabled = |kind: SourceKind| match kind {
+            // Small talk ("thanks!") has nothing to recall: only the stable part (the
+            // conversation, the person's facts) comes to its prompt.
+            SourceKind::Semantic | SourceKind::Graph | SourceKind::Vector | SourceKind::Web
+                if cues.small_talk =>
+            {
+                true
+            }
             SourceKind::Temporal => strategy.temporal_window == 0,
             SourceKind::Semantic => strategy.semantic_limit == 0,
             SourceKind::Knowledge => !strategy.include_knowledge || config.knowledge_limit == 0,
@@ -172,7 +184,10 @@ impl Gathered {
         };
         let params_for = |kind: SourceKind| SourceParams {
             max_items: match kind {
-                SourceKind::Temporal => count(strategy.temporal_window),
+                // Enough for the conversation's room, whatever the window says.
+                SourceKind::Temporal => count(strategy.temporal_window).max(count(
+                    config.conversation_room(available) / SHORTEST_TURN_TOKENS,
+                )),
                 SourceKind::Semantic => count(strategy.semantic_limit).max(fill),
                 SourceKind::Knowledge => config.knowledge_limit.max(fill / 4),
                 _ => config.extra_limit,

@@ -7,13 +7,15 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
-use memory_core::{MemoryId, Timestamp};
+use memory_core::MemoryId;
 use prompt_ir::{
-    ContextRequest, Passage, Priority, PromptIR, Relevance, Section, SectionSource, TokenBudget,
+    ContextRequest, Passage, Priority, PromptIR, Relevance, Section, SectionSource, Stability,
+    TokenBudget,
 };
 use serde::Serialize;
 use tracing::Instrument;
 
+use crate::cache::PreviousPrompt;
 use crate::config::{HydrateInput, HydrationConfig};
 use crate::cues::{CueMatch, CueWeights, QueryCues};
 use crate::error::Result;
@@ -62,6 +64,7 @@ impl Block {
             SectionSource::Static(_) => Block::System,
             SectionSource::State(_) => Block::State,
             SectionSource::Conditional(name) if name == "web" => Block::Data(SourceKind::Web),
+            SectionSource::Conditional(name) if name == "graph" => Block::Data(SourceKind::Graph),
             SectionSource::Conditional(_) => Block::State,
             SectionSource::Temporal => Block::Data(SourceKind::Temporal),
             SectionSource::Semantic(_) => Block::Data(SourceKind::Semantic),
@@ -109,6 +112,12 @@ pub struct Hydrated {
     pub budget: TokenBudget,
     /// What the observation said beyond its meaning (time, quoted phrases, names).
     pub cues: QueryCues,
+    /// The conversation block's first message, if it has one.
+    pub conversation_from: Option<MemoryId>,
+    /// Whether the conversation block starts where the previous prompt's did.
+    pub conversation_kept: bool,
+    /// The previous prompt of the conversation, as the caller gave it.
+    pub previous: Option<PreviousPrompt>,
 }
 
 fn round4(x: f32) -> f64 {
@@ -172,27 +181,36 @@ async fn hydrate_inner(
     let started = Instant::now();
     let request = &input.request;
     let (mut ir, mut infos) = fixed_sections(config, input)?;
+    // What the system prompt, tools, state and message leave for what is remembered.
+    let fixed = ir.count_tokens(config.tokenizer.as_ref());
+    let context_room = input.request.budget.available().saturating_sub(fixed);
     let cues = QueryCues::read(&request.observation, input.now);
     let gathered = gather(config, input, &cues).await;
     let mut reports = gathered.reports;
-    let mut retrieved = merge(
+    let merged = merge(
         config,
-        &request.observation,
+        input,
+        context_room,
         &cues,
         gathered.collected,
         &mut reports,
     )?;
+    let mut retrieved = merged.retrieved;
     reports.sort_by_key(|r| r.kind);
 
     // Retrieved sections in render order: background first, the conversation last; messages
-    // (the conversation, related messages) in time order, so a day's lines share one header;
-    // within other blocks, best first.
+    // (the conversation, related messages) and facts in time order, so a day's lines share
+    // one header and a fact keeps its place from prompt to prompt; within other blocks,
+    // best first.
     retrieved.sort_by(|(a, _, _), (b, _, _)| {
         a.kind
             .render_rank()
             .cmp(&b.kind.render_rank())
             .then_with(|| {
-                if matches!(a.kind, SourceKind::Temporal | SourceKind::Semantic) {
+                if matches!(
+                    a.kind,
+                    SourceKind::Temporal | SourceKind::Semantic | SourceKind::Knowledge
+                ) {
                     a.item
                         .created_at
                         .cmp(&b.item.created_at)
@@ -239,6 +257,9 @@ async fn hydrate_inner(
         request_hash: input.request_hash(),
         budget: budget_of(config, request),
         cues,
+        conversation_from: merged.conversation_from,
+        conversation_kept: merged.conversation_kept,
+        previous: input.previous.clone(),
     })
 }
 
@@ -260,7 +281,12 @@ fn fixed_sections(
     let mut ir = PromptIR::new(input.now.to_datetime());
     ir.set_observation(request.observation.clone());
     ir.set_budget(budget_of(config, request));
-    ir.set_strategy(request.strategy.clone());
+    let mut strategy = request.strategy.clone();
+    let floor = Relevance::clamped(config.relevance_floor);
+    if floor > strategy.relevance_floor {
+        strategy.relevance_floor = floor;
+    }
+    ir.set_strategy(strategy);
     let mut infos = BTreeMap::new();
     let mut push = |ir: &mut PromptIR, section: Section, block: Block| -> Result<()> {
         let info = SectionInfo {
@@ -294,7 +320,7 @@ fn fixed_sections(
         }
     }
 
-    // State: changes between requests, so it comes after the prefix.
+    // State: who is talking (changes rarely) and the clock (with every message).
     let now = input.now.to_datetime();
     let time = format!(
         "Current time: {} UTC ({})",
@@ -320,7 +346,13 @@ fn fixed_sections(
     }
     for (name, label, content) in state {
         let id = format!("state:{name}");
-        let s = Section::new(id, label, SectionSource::State(name), content)?;
+        // Who is talking changes rarely; the clock with every message, so it goes last.
+        let stability = match name.as_str() {
+            "time" => Stability::Volatile,
+            _ => Stability::Slow,
+        };
+        let s =
+            Section::new(id, label, SectionSource::State(name), content)?.with_stability(stability);
         push(&mut ir, s, Block::State)?;
     }
     Ok((ir, infos))
@@ -336,25 +368,45 @@ struct Candidate {
     found_by: Vec<SourceKind>,
     /// The question's cues it matches (names only when informative among the candidates).
     cues: CueMatch,
+    /// The notes later finders gave it (a graph path), should it render in their block.
+    notes: Vec<(SourceKind, String)>,
 }
 
 /// A candidate, its section, and its passages as character ranges (see [`item_section`]).
 type Retrieved = (Candidate, Section, Vec<(usize, usize)>);
 
+/// What [`merge`] hands on: the sections, and where the conversation block starts.
+struct Merged {
+    retrieved: Vec<Retrieved>,
+    conversation_from: Option<MemoryId>,
+    conversation_kept: bool,
+}
+
 /// One ranking across sources: a memory found by several sources becomes one candidate with
 /// its best similarity and all its provenance, placed in the block of the first source that
 /// found it; then every candidate becomes a section whose value for compression is its
 /// relevance (similarity to the observation, or [`HydrationConfig::unmatched_relevance`]
-/// when no search matched it) and its age (the strategy's recency decay). The newest
-/// [`HydrationConfig::keep_recent`] messages of the conversation and pinned facts are kept
-/// first (High priority). Each source's report is added to `reports` with what it kept.
+/// when no search matched it) and its age (the strategy's recency decay).
+///
+/// What the prompt keeps from one message to the next is marked stable, so compile puts it
+/// first and compression gives it room first: the conversation's newest messages within its
+/// room ([`conversation_window`], [`Stability::Growing`]) and the person's newest facts and
+/// standing instructions ([`Stability::Slow`]), whatever the message asks. Older messages of
+/// the conversation compete with the related ones, and facts only a search found with
+/// everything else recalled ([`Stability::Volatile`]). The newest
+/// [`HydrationConfig::keep_recent`] messages are kept first (High priority) even when they
+/// do not fit in the conversation's room. A candidate saying what the caller's prompt
+/// already holds ([`HydrateInput::present`]) is left out. Each source's report is added to
+/// `reports` with what it kept.
 fn merge(
     config: &HydrationConfig,
-    question: &str,
+    input: &HydrateInput,
+    context_room: u32,
     cues: &QueryCues,
     mut collected: Vec<Collected>,
     reports_out: &mut Vec<SourceReport>,
-) -> Result<Vec<Retrieved>> {
+) -> Result<Merged> {
+    let question = input.request.observation.as_str();
     let mut retrieved = Vec::new();
     collected.sort_by_key(|c| c.kind);
     // A search sees every memory of its kind in the scope, so one it did not return
@@ -374,6 +426,7 @@ fn merge(
         capped(weakest(SourceKind::Semantic)),
         capped(weakest(SourceKind::Knowledge)),
     );
+    let present: HashSet<&str> = input.present.iter().map(|t| t.trim()).collect();
     let mut candidates: Vec<Candidate> = Vec::new();
     let mut at: HashMap<MemoryId, usize> = HashMap::new();
     for c in &mut collected {
@@ -386,11 +439,18 @@ fn merge(
                 item.similarity = None;
                 item.lifted_from = None;
             }
+            if !present.is_empty() && present.contains(item.content.trim()) {
+                c.report.duplicates += 1;
+                continue;
+            }
             if let Some(id) = item.memory_id
                 && let Some(&i) = at.get(&id)
             {
                 let cand = &mut candidates[i];
                 cand.found_by.push(c.kind);
+                if let Some(note) = item.note.take() {
+                    cand.notes.push((c.kind, note));
+                }
                 if item.similarity.unwrap_or(f32::MIN) > cand.item.similarity.unwrap_or(f32::MIN) {
                     cand.item.similarity = item.similarity;
                     cand.item.lifted_from = item.lifted_from;
@@ -408,33 +468,94 @@ fn merge(
                 item,
                 found_by: vec![c.kind],
                 cues: CueMatch::default(),
+                notes: Vec::new(),
             });
         }
     }
     if !cues.is_empty() {
         mark_cues(&mut candidates, cues, config.cue_weights);
     }
-    // The protected tail: the newest messages of the conversation block.
-    let mut conversation: Vec<(Option<Timestamp>, &str, usize)> = candidates
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| c.kind == SourceKind::Temporal)
-        .map(|(i, c)| (c.item.created_at, c.item.key.as_str(), i))
+    // The conversation, oldest first.
+    let mut conversation: Vec<usize> = (0..candidates.len())
+        .filter(|&i| candidates[i].kind == SourceKind::Temporal)
         .collect();
-    conversation.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
-    let tail: HashSet<usize> = conversation
+    conversation.sort_by(|&a, &b| {
+        let (a, b) = (&candidates[a].item, &candidates[b].item);
+        a.created_at.cmp(&b.created_at).then(a.key.cmp(&b.key))
+    });
+    let room = config.conversation_room(context_room);
+    let previous = input.previous.as_ref().map(|p| p.conversation_from);
+    let anchor = previous.flatten();
+    let costs: Vec<u32> = conversation
         .iter()
+        .map(|&i| {
+            let line = render::item_line(SourceKind::Temporal, &candidates[i].item);
+            config.tokenizer.count(&line).saturating_add(1)
+        })
+        .collect();
+    let ids: Vec<Option<MemoryId>> = conversation
+        .iter()
+        .map(|&i| candidates[i].item.memory_id)
+        .collect();
+    let start = conversation_window(&costs, &ids, room, previous, config.keep_recent);
+    let window: HashSet<usize> = conversation[start..].iter().copied().collect();
+    let conversation_from = conversation
+        .get(start)
+        .and_then(|&i| candidates[i].item.memory_id);
+    let conversation_kept = anchor.is_some() && conversation_from == anchor;
+    // The newest messages are kept first, in the window or not.
+    let mut tail: HashSet<usize> = conversation
+        .iter()
+        .rev()
         .take(config.keep_recent)
-        .map(|(_, _, i)| *i)
+        .copied()
         .collect();
+    tail.extend(window.iter().copied());
     let mut reports: BTreeMap<SourceKind, SourceReport> =
         collected.into_iter().map(|c| (c.kind, c.report)).collect();
+    // Older messages of the conversation are recalled like related ones: in the block of
+    // the next source that found them (which counts them as its own, no longer a duplicate
+    // of the conversation's), or among related messages. One no search found for this
+    // message shows no sign of being worth its tokens: under a relevance floor it stays out
+    // (counted as over the conversation's limits).
+    let floored =
+        config.relevance_floor > 0.0 || input.request.strategy.relevance_floor.get() > 0.0;
+    let mut report_as: HashMap<usize, SourceKind> = HashMap::new();
+    let mut left_out: HashSet<usize> = HashSet::new();
+    for &i in &conversation[..start] {
+        let next = candidates[i]
+            .found_by
+            .iter()
+            .copied()
+            .find(|k| *k != SourceKind::Temporal);
+        if floored && next.is_none() && !tail.contains(&i) {
+            left_out.insert(i);
+            if let Some(r) = reports.get_mut(&SourceKind::Temporal) {
+                r.over_limits += 1;
+            }
+        }
+        candidates[i].kind = next.unwrap_or(SourceKind::Semantic);
+        if let Some(kind) = next {
+            let cand = &mut candidates[i];
+            if let Some((_, note)) = cand.notes.iter().find(|(k, _)| *k == kind) {
+                cand.item.note = Some(note.clone());
+            }
+            report_as.insert(i, kind);
+            if let Some(r) = reports.get_mut(&kind) {
+                r.duplicates = r.duplicates.saturating_sub(1);
+            }
+        }
+    }
+    let slow = stable_knowledge(&candidates, config.knowledge_limit);
     let relevance: Vec<Relevance> = candidates
         .iter()
         .enumerate()
         .map(|(i, cand)| {
             let unmatched = match cand.kind {
                 SourceKind::Temporal | SourceKind::Graph => unmatched_message,
+                SourceKind::Semantic if cand.found_by.first() == Some(&SourceKind::Temporal) => {
+                    unmatched_message
+                }
                 SourceKind::Knowledge => unmatched_fact,
                 _ => config.unmatched_relevance,
             };
@@ -455,36 +576,134 @@ fn merge(
     let question_terms = config.excerpts.then(|| passages::terms(question));
     // Section ids are `kind:key`; gathering keeps one item per key and kind, and this
     // keeps it so, whatever a source returned: a repeat is a duplicate, never an error.
-    let mut ids: HashSet<String> = HashSet::new();
+    let mut section_ids: HashSet<String> = HashSet::new();
     for (i, cand) in candidates.into_iter().enumerate() {
+        if left_out.contains(&i) {
+            continue;
+        }
+        // Counted under the kind that found it first (or the search that found an older
+        // message of the conversation).
+        let reported = report_as
+            .get(&i)
+            .copied()
+            .or(cand.found_by.first().copied())
+            .unwrap_or(cand.kind);
         if collapsed.contains(&i) {
-            if let Some(report) = reports.get_mut(&cand.kind) {
+            if let Some(report) = reports.get_mut(&reported) {
                 report.near_duplicates += 1;
             }
             continue;
         }
+        let stability = if window.contains(&i) {
+            Stability::Growing
+        } else if slow.contains(&i) {
+            Stability::Slow
+        } else {
+            Stability::Volatile
+        };
+        // The conversation is kept whole, as it was in the prompt before.
+        let terms = match stability {
+            Stability::Growing => None,
+            _ => question_terms.as_deref(),
+        };
         let (mut section, passages) = item_section(
             &cand,
             &facts[i],
-            question_terms.as_deref(),
+            terms,
             tail.contains(&i),
             relevance[i],
+            stability,
         )?;
-        if !ids.insert(section.id().to_owned()) {
-            if let Some(report) = reports.get_mut(&cand.kind) {
+        if !section_ids.insert(section.id().to_owned()) {
+            if let Some(report) = reports.get_mut(&reported) {
                 report.duplicates += 1;
             }
             continue;
         }
         let tokens = section.count_tokens(config.tokenizer.as_ref());
-        if let Some(report) = reports.get_mut(&cand.kind) {
+        if let Some(report) = reports.get_mut(&reported) {
             report.kept += 1;
             report.tokens = report.tokens.saturating_add(tokens);
         }
         retrieved.push((cand, section, passages));
     }
     reports_out.extend(reports.into_values());
-    Ok(retrieved)
+    Ok(Merged {
+        retrieved,
+        conversation_from,
+        conversation_kept,
+    })
+}
+
+/// Where the conversation block starts among messages of `costs` tokens each, oldest first
+/// (`ids` their memories), given `room` tokens for it and what the previous prompt of the
+/// conversation said (`previous`: where its block started, if it had one):
+///
+/// - where the previous prompt's started while everything from there fits, so the block
+///   grows by appending;
+/// - when it outgrew its room (or its first message is gone), again, holding at most half the
+///   room, so the next prompts append to it for a while rather than slide it a message at a
+///   time;
+/// - with no previous prompt (nothing to extend: a first message, a dry run), the newest
+///   `newest` messages (those of them within half the room), from which it grows.
+///
+/// `costs.len()` when nothing fits.
+fn conversation_window(
+    costs: &[u32],
+    ids: &[Option<MemoryId>],
+    room: u32,
+    previous: Option<Option<MemoryId>>,
+    newest: usize,
+) -> usize {
+    // Tokens from each message to the newest.
+    let mut from = vec![0u32; costs.len() + 1];
+    for i in (0..costs.len()).rev() {
+        from[i] = from[i + 1].saturating_add(costs[i]);
+    }
+    let fits = |i: usize, room: u32| from[i] <= room;
+    match previous {
+        Some(Some(a)) => {
+            if let Some(p) = ids.iter().position(|id| *id == Some(a))
+                && fits(p, room)
+            {
+                return p;
+            }
+        }
+        Some(None) => {}
+        None => {
+            let start = costs.len().saturating_sub(newest);
+            return (start..costs.len())
+                .find(|&i| fits(i, room / 2))
+                .unwrap_or(costs.len());
+        }
+    }
+    match (0..costs.len()).find(|&i| fits(i, room / 2)) {
+        Some(i) => i,
+        // The newest alone takes more than half the room: it alone, if it fits.
+        None if costs.last().is_some_and(|&c| c <= room) => costs.len() - 1,
+        None => costs.len(),
+    }
+}
+
+/// The knowledge candidates that are the same whatever the message: the person's newest
+/// `limit` facts, pinned facts and standing instructions. A fact older than those that a
+/// search found for this message is recalled for it alone.
+fn stable_knowledge(candidates: &[Candidate], limit: usize) -> HashSet<usize> {
+    let mut facts: Vec<usize> = (0..candidates.len())
+        .filter(|&i| candidates[i].kind == SourceKind::Knowledge)
+        .collect();
+    let (always, mut dated): (Vec<usize>, Vec<usize>) = facts.drain(..).partition(|&i| {
+        let item = &candidates[i].item;
+        item.pinned || item.memory_kind == Some(memory_core::MemoryKind::Message)
+    });
+    dated.sort_by(|&a, &b| {
+        let (a, b) = (&candidates[a].item, &candidates[b].item);
+        b.created_at.cmp(&a.created_at).then(a.key.cmp(&b.key))
+    });
+    always
+        .into_iter()
+        .chain(dated.into_iter().take(limit))
+        .collect()
 }
 
 /// A candidate's relevance to the observation: its best similarity, or `unmatched` when no
@@ -671,6 +890,7 @@ fn item_section(
     question: Option<&[String]>,
     protected: bool,
     relevance: Relevance,
+    stability: Stability,
 ) -> Result<(Section, Vec<(usize, usize)>)> {
     let (kind, item) = (cand.kind, &cand.item);
     // One rendering: the passages only mark where each piece lands in the same line.
@@ -692,7 +912,8 @@ fn item_section(
         line,
     )?
     .with_relevance(relevance)
-    .with_priority(priority);
+    .with_priority(priority)
+    .with_stability(stability);
     if !item.pinned
         && let Some(at) = item.created_at
     {
@@ -716,7 +937,8 @@ fn item_section(
         let chars = facts.chars.clone();
         return Ok((s, chars));
     }
-    if long {
+    // The conversation is kept whole or not at all: a cut would change it for the next prompt.
+    if long && stability != Stability::Growing {
         s = s.with_min_tokens(MIN_ITEM_TOKENS);
     }
     Ok((s, Vec::new()))

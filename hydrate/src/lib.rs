@@ -48,6 +48,8 @@
 //!   its formula in the module docs.
 //! - `render`: the `<recalled-memory>` blocks, [`escape_data`] and [`memory_block`].
 //! - `tools`: [`memory_tools`] (`remember`, `recall`, `forget` as tool definitions).
+//! - `cache`: what a provider's prompt cache can reuse: [`PromptPrint`], [`PreviousPrompt`],
+//!   [`CacheExplain`].
 //! - `config`: [`HydrationConfig`] and its builders, [`HydrateInput`], [`SessionState`].
 //! - `report`: [`ExplainReport`], [`SourceReport`], [`ScoreExplain`].
 //! - `gather` (private): routing each wanted kind to a source, running the sources under their
@@ -97,6 +99,7 @@
 //! # Ok(()) }
 //! ```
 
+mod cache;
 mod chat;
 mod compile;
 mod config;
@@ -125,9 +128,13 @@ mod texts;
 mod tools;
 mod web;
 
-pub use chat::{ChatMessage, ChatModel, ChatResponse, ChatRole, ToolCall, ToolHandler, ToolSpec};
-pub use compile::{CompiledPrompt, MESSAGE_OVERHEAD_TOKENS, compile, prepare};
-pub use config::{HydrateInput, HydrationConfig, SessionState};
+pub use cache::{CacheExplain, PreviousPrompt, PromptPrint};
+pub use chat::{
+    ChatMessage, ChatModel, ChatResponse, ChatRole, MESSAGE_OVERHEAD_TOKENS, ToolCall, ToolHandler,
+    ToolSpec,
+};
+pub use compile::{CompiledPrompt, compile, prepare};
+pub use config::{CONVERSATION_SHARE, HydrateInput, HydrationConfig, SessionState};
 pub use cues::{CueMatch, CueWeights, QueryCues, TimeWindow};
 pub use docs::{
     Added, CHUNK_DESIRED_CHARS, CHUNK_MAX_CHARS, Change, Chunk, DOCUMENT_EXTENSIONS, DOCUMENT_TAG,

@@ -422,10 +422,14 @@ impl MemorySource {
         if self.backend.capabilities().supports(Capability::TimeFilter) {
             filter.valid_at = Some(query.now);
         }
-        let request = self
-            .search_request(query, out)
-            .await?
-            .map(|r| r.limit(limit).filter(filter.clone()));
+        // Small talk looks nothing up: the newest facts and the instructions still come.
+        let request = match query.cues.small_talk {
+            true => None,
+            false => self
+                .search_request(query, out)
+                .await?
+                .map(|r| r.limit(limit).filter(filter.clone())),
+        };
         let marked = Filter {
             kinds: vec![MemoryKind::Message],
             roles: vec![Role::User],

@@ -192,8 +192,12 @@ impl Ops {
 
     /// Answers `request`: hydrate and compile now, then [`Ops::infer_with`].
     pub async fn infer(&self, model: &dyn ChatModel, request: ContextRequest) -> Result<Inference> {
-        let input = HydrateInput::new(self.scope.clone(), request).with_state(self.state.clone());
-        self.infer_with(model, input).await
+        self.infer_with(model, self.input(request)).await
+    }
+
+    /// The hydrate input of `request` in this scope, now, with this state.
+    pub fn input(&self, request: ContextRequest) -> HydrateInput {
+        HydrateInput::new(self.scope.clone(), request).with_state(self.state.clone())
     }
 
     /// Answers a fully specified request: compile it, call the model, run the tools it calls

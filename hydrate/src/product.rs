@@ -29,11 +29,17 @@ pub const DEFAULT_BUDGET: u32 = 4000;
 /// The model whose tokenizer counts prompt tokens.
 pub const TOKENIZER_MODEL: &str = "gpt-4o";
 
+/// The least relevance for what is recalled for one message to enter `ava`'s prompts
+/// ([`HydrationConfig::relevance_floor`]): over the candidates of every prompt of both
+/// evaluation files, fewer than one in a hundred below it held evidence (BENCHMARKS.md,
+/// "Whole first", the calibration), so below it a candidate is not worth its tokens.
+pub const RELEVANCE_FLOOR: f64 = 0.3;
+
 /// How many characters of the answered message a chat turn keeps as its context.
 pub const REPLY_CONTEXT_CHARS: usize = 500;
 
 /// The hydration config of `ava` over `store`: [`SYSTEM_PROMPT`], the tokenizer of
-/// [`TOKENIZER_MODEL`], the memory provider over `store`, the entity graph over `store`
+/// [`TOKENIZER_MODEL`], [`RELEVANCE_FLOOR`], the memory provider over `store`, the entity graph over `store`
 /// (in a build with the `graph` feature), and [`HydrationConfig::new`]'s defaults for
 /// everything else. `embedder` is the store's own (of its embedding space): with it the
 /// observation is embedded once per prompt and shared by every search; without it each
@@ -42,8 +48,9 @@ pub fn config(
     store: Arc<dyn MemoryBackend>,
     embedder: Option<Arc<dyn EmbeddingProvider>>,
 ) -> Result<HydrationConfig> {
-    let config = HydrationConfig::new(SYSTEM_PROMPT, tokenizer()?)
+    let mut config = HydrationConfig::new(SYSTEM_PROMPT, tokenizer()?)
         .with_provider(memory_provider(Arc::clone(&store), embedder));
+    config.relevance_floor = RELEVANCE_FLOOR;
     Ok(match GraphSource::new(store) {
         Ok(graph) => config.with_source(SourceKind::Graph, Arc::new(graph)),
         // A build without the `graph` feature: no graph.
@@ -110,5 +117,6 @@ mod tests {
         assert_eq!(graph, crate::graph_available().is_ok());
         assert_eq!(config.providers.len(), 1 + usize::from(graph));
         assert!(config.memory_tools);
+        assert_eq!(config.relevance_floor, RELEVANCE_FLOOR);
     }
 }

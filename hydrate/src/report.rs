@@ -4,9 +4,10 @@
 //! so an app can keep it and explain the prompt later.
 
 use memory_core::MemoryId;
-use prompt_ir::{Action, Priority};
+use prompt_ir::{Action, Priority, Stability};
 use serde::{Deserialize, Serialize};
 
+use crate::cache::CacheExplain;
 use crate::provider::ResolvedOptions;
 use crate::source::{Degradation, DegradationKind, SourceKind, SourceParams};
 
@@ -138,6 +139,10 @@ pub struct SectionExplain {
     pub label: String,
     /// The block it renders into (`system`, `state`, or a source kind).
     pub block: String,
+    /// How often it changes from one prompt of the conversation to the next: what is kept
+    /// from prompt to prompt comes first ([`Stability`]).
+    #[serde(default = "volatile")]
+    pub stability: Stability,
     /// The memory it shows, if one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_id: Option<MemoryId>,
@@ -208,7 +213,7 @@ pub struct ExplainReport {
     pub budget: BudgetExplain,
     /// What was read from the question beyond its meaning: the time it asks about, quoted
     /// phrases, names (see [`crate::QueryCues`]).
-    #[serde(default, skip_serializing_if = "crate::QueryCues::is_empty")]
+    #[serde(default, skip_serializing_if = "no_cues")]
     pub cues: crate::QueryCues,
     /// Tokens of sections, tools and observation before compression.
     pub tokens_before: u32,
@@ -227,6 +232,18 @@ pub struct ExplainReport {
     pub sources: Vec<SourceReport>,
     /// Everything that was served less well than asked.
     pub degradations: Vec<Degradation>,
+    /// What a provider's prompt cache can make of it: where its stable part ends, and what
+    /// it shares with the previous prompt of the conversation.
+    #[serde(default)]
+    pub cache: CacheExplain,
+}
+
+fn no_cues(cues: &crate::QueryCues) -> bool {
+    cues.is_empty() && !cues.small_talk
+}
+
+fn volatile() -> Stability {
+    Stability::Volatile
 }
 
 impl ExplainReport {

@@ -55,12 +55,15 @@ impl SourceKind {
     }
 
     /// Where a section of this kind comes from, for the Prompt IR (which decides its default
-    /// priority: knowledge Medium, the conversation Medium, similarity hits Low).
+    /// priority: knowledge Medium, the conversation Medium, similarity hits Low). What a
+    /// condition brought rather than a search's score (a web result for the question, a
+    /// graph path from an entity it names) is conditional: no relevance floor applies to it.
     pub fn section_source(self, relevance: Relevance) -> SectionSource {
         match self {
             Self::Temporal => SectionSource::Temporal,
-            Self::Knowledge | Self::Graph => SectionSource::Knowledge,
+            Self::Knowledge => SectionSource::Knowledge,
             Self::Semantic | Self::Vector => SectionSource::Semantic(relevance),
+            Self::Graph => SectionSource::Conditional("graph".into()),
             Self::Web => SectionSource::Conditional("web".into()),
         }
     }

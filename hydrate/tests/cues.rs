@@ -31,6 +31,8 @@ fn cfg(backend: &Arc<dyn MemoryBackend>) -> HydrationConfig {
         memory_provider(Arc::clone(backend), Some(common::embedder())),
     );
     c.memory_tools = false;
+    // How cues rank what is recalled: no conversation block, so every message competes.
+    c.conversation_share = 0.0;
     c
 }
 

@@ -62,10 +62,12 @@ async fn seed_bob(backend: &dyn MemoryBackend) {
 }
 
 fn cfg(backend: &Arc<dyn MemoryBackend>, with_embedder: bool) -> HydrationConfig {
-    HydrationConfig::new(common::SYSTEM_PROMPT, tokenizer()).with_provider(memory_provider(
-        Arc::clone(backend),
-        with_embedder.then(common::embedder),
-    ))
+    let mut c = HydrationConfig::new(common::SYSTEM_PROMPT, tokenizer()).with_provider(
+        memory_provider(Arc::clone(backend), with_embedder.then(common::embedder)),
+    );
+    // A conversation block of the newest few messages, so the older ones are searched for.
+    c.conversation_share = 0.02;
+    c
 }
 
 async fn prompt_for(config: &HydrationConfig, scope: Scope, budget: u32) -> CompiledPrompt {

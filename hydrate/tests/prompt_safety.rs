@@ -54,14 +54,17 @@ async fn memories_cannot_close_their_block() {
     )
     .unwrap();
 
+    // What changes least first: the system prompt, who is talking, the facts, the
+    // conversation, then what is recalled for this message, the clock and the message.
     assert_eq!(
         prompt.layout,
         [
             Block::System,
             Block::State,
             Block::Data(SourceKind::Knowledge),
-            Block::Data(SourceKind::Semantic),
             Block::Data(SourceKind::Temporal),
+            Block::Data(SourceKind::Semantic),
+            Block::State,
             Block::Observation,
         ]
     );
@@ -157,9 +160,9 @@ async fn stable_prefix_is_byte_identical() {
         serde_json::to_string(&b.tools).unwrap()
     );
     assert_eq!(a.report.prefix_hash, b.report.prefix_hash);
-    assert_ne!(
-        a.messages[1].content, b.messages[1].content,
-        "state differs after the prefix"
-    );
+    // The clock changes with every message: it comes last, right before the message.
+    let clock = |p: &hydrate::CompiledPrompt| p.messages[p.messages.len() - 2].content.clone();
+    assert!(clock(&a).starts_with("Current time:"), "{}", clock(&a));
+    assert_ne!(clock(&a), clock(&b), "the clock differs, at the end");
     assert_ne!(a.request_hash, b.request_hash);
 }

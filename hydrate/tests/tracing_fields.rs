@@ -99,11 +99,11 @@ async fn spans_carry_counts_and_text_only_when_enabled() {
     for expected in [
         "span hydrate",
         "gen_ai.operation.name=hydrate",
-        "hydrate.sections=10",
+        "hydrate.sections=11",
         "hydrate.degradations=0",
         "span compile",
         "gen_ai.operation.name=compile",
-        "gen_ai.prompt.sections=14",
+        "gen_ai.prompt.sections=15",
         "gen_ai.prompt.sections.dropped=0",
         "gen_ai.prompt.section.action=kept",
         "gen_ai.source.kind=semantic",

@@ -321,6 +321,13 @@ pub struct ContextStrategy {
     /// before shorter ones that are worth about as much, and gives its room to them; 0 ranks
     /// every section by its value alone. Default [`LONG_ITEM_TOKENS`].
     pub long_item_tokens: u32,
+    /// Least relevance for a section retrieved per message ([`Stability::Volatile`], other
+    /// than conditional text) to enter the prompt at all, whatever room is left: below it a
+    /// candidate is unlikely to be worth its tokens. Default 0: every candidate competes on
+    /// value alone.
+    ///
+    /// [`Stability::Volatile`]: crate::Stability::Volatile
+    pub relevance_floor: Relevance,
 }
 
 /// The default [`ContextStrategy::long_item_tokens`]: 192 tokens, about one passage of the
@@ -332,7 +339,7 @@ pub const LONG_ITEM_TOKENS: u32 = 192;
 
 impl Default for ContextStrategy {
     /// 20 recent messages, 5 related ones (however similar), a one-week half-life,
-    /// knowledge included, long sections ranked per [`LONG_ITEM_TOKENS`].
+    /// knowledge included, long sections ranked per [`LONG_ITEM_TOKENS`], no relevance floor.
     fn default() -> Self {
         ContextStrategy {
             temporal_window: 20,
@@ -341,6 +348,7 @@ impl Default for ContextStrategy {
             recency_decay: RecencyDecay::default(),
             include_knowledge: true,
             long_item_tokens: LONG_ITEM_TOKENS,
+            relevance_floor: Relevance::ZERO,
         }
     }
 }

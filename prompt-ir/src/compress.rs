@@ -13,8 +13,13 @@
 //! 1. Items that may not be cut are set aside: **Critical** sections and tools (never
 //!    truncated, never dropped) and the observation. If they alone exceed the pool, every
 //!    other item is dropped and the report says by how much the pool is over
-//!    ([`PoolReport::overflow`]); nothing panics.
-//! 2. The rest are ranked by value, lowest first: `priority weight × relevance × recency
+//!    ([`PoolReport::overflow`]); nothing panics. A section retrieved for this message
+//!    ([`Stability::Volatile`], not conditional text such as a web result, which a
+//!    condition brought) whose relevance is below the strategy's `relevance_floor` is
+//!    dropped whatever the room: it is not worth its tokens.
+//! 2. The rest are ranked: the **stable part** (sections of any other [`Stability`]: what
+//!    the caller keeps from one prompt to the next, so a provider's prompt cache can serve
+//!    it) above everything chosen per message, then by value, lowest first: `priority weight × relevance × recency
 //!    decay` ([`BudgetAllocation::RelevanceWeighted`] and `FixedRatios`), or
 //!    [`estimate_impact`]'s score × recency decay ([`BudgetAllocation::InformationWeighted`]);
 //!    a section longer than the strategy's `long_item_tokens` (default
@@ -42,6 +47,8 @@
 //! them, so a counted IR is not re-encoded except for the sections actually truncated.
 //!
 //! [`TokenBudget::available`]: crate::TokenBudget::available
+//! [`Stability::Volatile`]: crate::Stability::Volatile
+//! [`Stability`]: crate::Stability
 //! [`estimate_impact`]: crate::estimate_impact
 
 use std::fmt;
@@ -52,7 +59,7 @@ use crate::budget::{BudgetAllocation, FixedRatios, TokenBudget};
 use crate::excerpt;
 use crate::impact::estimate_impact;
 use crate::ir::PromptIR;
-use crate::section::{CompositionMode, Priority, Section, TokenCount};
+use crate::section::{CompositionMode, Priority, Section, SectionSource, TokenCount};
 use crate::tokenizer::Tokenizer;
 use crate::truncate;
 use crate::unit::Ratio;
@@ -114,6 +121,9 @@ pub enum Reason {
     LowValueDropped,
     /// Dropped: Critical items and the observation alone fill the pool.
     NoRoomAfterCritical,
+    /// Dropped: chosen per message, and less relevant than the strategy's
+    /// `relevance_floor`, below which a candidate is not worth its tokens.
+    BelowRelevanceFloor,
 }
 
 impl fmt::Display for Reason {
@@ -134,6 +144,10 @@ impl fmt::Display for Reason {
             }
             Reason::NoRoomAfterCritical => {
                 "dropped: critical items and the observation alone fill the budget"
+            }
+            Reason::BelowRelevanceFloor => {
+                "dropped: less relevant than the floor below which a candidate is not worth its \
+                 tokens"
             }
         })
     }
@@ -238,6 +252,10 @@ struct Item {
     tokens: u32,
     floor: u32,
     critical: bool,
+    /// Part of the stable prefix: ranked above everything chosen per message.
+    stable: bool,
+    /// Chosen per message and below the relevance floor: dropped whatever the room.
+    below_floor: bool,
     value: f64,
     position: usize,
     state: State,
@@ -252,6 +270,7 @@ pub fn compress(budget: &TokenBudget, ir: &PromptIR, tokenizer: &dyn Tokenizer) 
     let now = out.meta().timestamp;
     let strategy = out.meta().strategy.clone().unwrap_or_default();
     let (decay, long_item) = (strategy.recency_decay, strategy.long_item_tokens);
+    let floor = strategy.relevance_floor;
     let (sections, tools, observation, meta) = out.parts_mut();
     let observation_tokens = observation.as_ref().and_then(|o| o.tokens()).unwrap_or(0);
 
@@ -274,6 +293,11 @@ pub fn compress(budget: &TokenBudget, ir: &PromptIR, tokenizer: &dyn Tokenizer) 
             tokens,
             floor: count.map_or(tokens, |c| c.floor.min(tokens)),
             critical: s.priority() == Priority::Critical,
+            stable: s.stability().is_stable(),
+            below_floor: !s.stability().is_stable()
+                && s.priority() != Priority::Critical
+                && !matches!(s.source(), SectionSource::Conditional(_))
+                && s.relevance() < floor,
             value: round6(base * decay.factor(s.recency(), now) * per_piece(tokens, long_item)),
             position: i,
             state: State::Kept(Reason::WithinBudget),
@@ -287,6 +311,8 @@ pub fn compress(budget: &TokenBudget, ir: &PromptIR, tokenizer: &dyn Tokenizer) 
             tokens,
             floor: tokens,
             critical: t.priority() == Priority::Critical,
+            stable: true,
+            below_floor: false,
             value: round6(t.priority().weight()),
             position: sections.len() + j,
             state: State::Kept(Reason::WithinBudget),
@@ -438,24 +464,34 @@ fn fit_pool(
     let members: Vec<usize> = (0..items.len())
         .filter(|&i| items.get(i).is_some_and(|it| it.pool == pool))
         .collect();
-    let (critical, mut flexible): (Vec<usize>, Vec<usize>) = members
-        .iter()
-        .partition(|&&m| items.get(m).is_some_and(|it| it.critical));
-    // Lowest value first; among equals, the later item first.
-    flexible.sort_by(|&x, &y| match (items.get(x), items.get(y)) {
-        (Some(a), Some(b)) => a
-            .value
-            .total_cmp(&b.value)
-            .then(b.position.cmp(&a.position)),
-        _ => std::cmp::Ordering::Equal,
-    });
     let set = |items: &mut [Item], m: usize, state: State| {
         if let Some(it) = items.get_mut(m) {
             it.state = state;
         }
     };
+    // Not worth their tokens, whatever the room.
+    let (gated, members): (Vec<usize>, Vec<usize>) = members
+        .iter()
+        .partition(|&&m| items.get(m).is_some_and(|it| it.below_floor));
+    for &m in &gated {
+        set(items, m, State::Dropped(Reason::BelowRelevanceFloor));
+    }
+    let (critical, mut flexible): (Vec<usize>, Vec<usize>) = members
+        .iter()
+        .partition(|&&m| items.get(m).is_some_and(|it| it.critical));
+    // What is chosen per message before the stable part, then lowest value first; among
+    // equals, the later item first.
+    flexible.sort_by(|&x, &y| match (items.get(x), items.get(y)) {
+        (Some(a), Some(b)) => a
+            .stable
+            .cmp(&b.stable)
+            .then(a.value.total_cmp(&b.value))
+            .then(b.position.cmp(&a.position)),
+        _ => std::cmp::Ordering::Equal,
+    });
 
-    let before = fixed_cost.saturating_add(sum(items, &members, |it| it.tokens));
+    let candidates = fixed_cost.saturating_add(sum(items, &members, |it| it.tokens));
+    let before = candidates.saturating_add(sum(items, &gated, |it| it.tokens));
     let must_keep = fixed_cost.saturating_add(sum(items, &critical, |it| it.tokens));
     for &m in &critical {
         set(items, m, State::Kept(Reason::Critical));
@@ -464,10 +500,10 @@ fn fit_pool(
         pool,
         cap,
         before,
-        after: before,
+        after: candidates,
         overflow: None,
     };
-    if before <= cap {
+    if candidates <= cap {
         return report;
     }
     if must_keep > cap {
@@ -846,6 +882,83 @@ mod tests {
                 .all(|o| o.reason == Reason::WithinBudget)
         );
         assert_eq!(once.ir.meta().uncompressed_tokens, Some(72));
+    }
+
+    #[test]
+    fn the_stable_part_is_given_room_before_what_is_chosen_per_message() {
+        use crate::section::Stability;
+        // The volatile section is worth more, but the stable one is kept from prompt to
+        // prompt: it gets the room first, and the volatile one what is left.
+        let stable = knowledge("talk", 2)
+            .with_priority(Priority::Low)
+            .with_stability(Stability::Growing);
+        let hit = Section::new(
+            "hit",
+            "hit",
+            SectionSource::Semantic(Relevance::ONE),
+            text("hit", 2),
+        )
+        .unwrap()
+        .with_priority(Priority::High);
+        let c = compress(&budget(10), &ir_of(vec![stable, hit]), &TOK);
+        assert_eq!(
+            c.report.section("talk").unwrap().action,
+            Action::Kept { tokens: 8 }
+        );
+        assert_eq!(
+            c.report.section("hit").unwrap().reason,
+            Reason::LowValueDropped
+        );
+    }
+
+    #[test]
+    fn a_volatile_section_below_the_relevance_floor_is_dropped_whatever_the_room() {
+        use crate::section::Stability;
+        let weak = |id: &str, r: f64| {
+            Section::new(
+                id,
+                id,
+                SectionSource::Semantic(Relevance::new(r).unwrap()),
+                text(id, 1),
+            )
+            .unwrap()
+        };
+        // A stable section as weak is kept: the floor is for what is chosen per message.
+        let fact = knowledge("fact", 1).with_relevance(Relevance::new(0.1).unwrap());
+        let mut ir = ir_of(vec![weak("weak", 0.3), weak("strong", 0.8), fact]);
+        ir.set_strategy(ContextStrategy {
+            relevance_floor: Relevance::new(0.5).unwrap(),
+            ..ContextStrategy::default()
+        });
+        let c = compress(&budget(1000), &ir, &TOK);
+        let weak = c.report.section("weak").unwrap();
+        assert_eq!(weak.action, Action::Dropped { tokens: 4 });
+        assert_eq!(weak.reason, Reason::BelowRelevanceFloor);
+        assert!(weak.reason.to_string().contains("worth its tokens"));
+        assert_eq!(
+            c.report.section("strong").unwrap().reason,
+            Reason::WithinBudget
+        );
+        assert_eq!(
+            c.report.section("fact").unwrap().reason,
+            Reason::WithinBudget
+        );
+        assert_eq!(c.report.tokens_before, 12);
+        assert_eq!(c.report.tokens_after, 8);
+        assert_eq!(c.report.pools[0].before, 12);
+        assert_eq!(c.report.pools[0].after, 8);
+        // A volatile fact is floored like any hit.
+        let mut ir = ir_of(vec![
+            knowledge("older", 1)
+                .with_relevance(Relevance::new(0.1).unwrap())
+                .with_stability(Stability::Volatile),
+        ]);
+        ir.set_strategy(ContextStrategy {
+            relevance_floor: Relevance::new(0.5).unwrap(),
+            ..ContextStrategy::default()
+        });
+        let c = compress(&budget(1000), &ir, &TOK);
+        assert!(c.ir.sections().is_empty());
     }
 
     #[test]

@@ -218,7 +218,10 @@ pub struct PromptMeta {
     /// Estimated information of the sections in bits (sum of
     /// [`Information::bits`](crate::Information)).
     pub estimated_entropy_bits: f64,
-    /// Whether the caller served this prompt from a cache.
+    /// Whether a provider's prompt cache can serve this prompt's stable part: it starts with
+    /// the whole stable part ([`Stability`](crate::Stability) other than volatile) of the
+    /// previous prompt of its conversation. Set by whoever compares the two (hydrate's
+    /// compile does); `false` when nobody did.
     pub cache_hit: bool,
 }
 

@@ -7,7 +7,7 @@
 //!
 //! # Code map
 //!
-//! - `section`: [`Section`] and its parts ([`Priority`], [`CompositionMode`],
+//! - `section`: [`Section`] and its parts ([`Priority`], [`Stability`], [`CompositionMode`],
 //!   [`SectionSource`], [`ContentHash`], [`Embedding`], [`TokenCount`]).
 //! - `ir`: [`PromptIR`] (sections, [`ToolDef`]s, [`Observation`], [`PromptMeta`]).
 //! - `budget`: [`TokenBudget`], [`BudgetAllocation`], [`FixedRatios`], [`ContextStrategy`],
@@ -75,7 +75,8 @@ pub use excerpt::{ELISION, Passage};
 pub use impact::{Embedder, Impact, equivalent, estimate_impact};
 pub use ir::{Observation, PromptIR, PromptMeta, ToolDef};
 pub use section::{
-    CompositionMode, ContentHash, Embedding, Priority, Section, SectionSource, TokenCount,
+    CompositionMode, ContentHash, Embedding, Priority, Section, SectionSource, Stability,
+    TokenCount,
 };
 pub use tokenizer::{CountCache, TiktokenTokenizer, Tokenizer, WhitespaceTokenizer};
 pub use unit::{Ratio, Relevance};

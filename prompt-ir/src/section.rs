@@ -64,6 +64,42 @@ impl CompositionMode {
     ];
 }
 
+/// How often a section's content changes from one prompt of a conversation to the next.
+/// Compile lays a prompt out in this order, so what changes least comes first and each
+/// prompt extends the previous one's prefix, which providers cache and bill at a fraction of
+/// its price; compression gives the stable part (everything but [`Stability::Volatile`])
+/// room before what is chosen per message. Ordered `Fixed < Slow < Growing < Volatile`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stability {
+    /// Never changes within a conversation: the system prompt, constraints, tools.
+    Fixed,
+    /// Changes rarely, and is rendered in a stable order: the person's facts, standing
+    /// instructions, who is talking.
+    Slow,
+    /// Grows by appending: the conversation, oldest first.
+    Growing,
+    /// Chosen for this message: what is recalled for it, the clock.
+    Volatile,
+}
+
+impl Stability {
+    /// Whether it belongs to the part of a prompt kept from one call to the next.
+    pub fn is_stable(self) -> bool {
+        self != Stability::Volatile
+    }
+
+    /// Its name: `fixed`, `slow`, `growing` or `volatile`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stability::Fixed => "fixed",
+            Stability::Slow => "slow",
+            Stability::Growing => "growing",
+            Stability::Volatile => "volatile",
+        }
+    }
+}
+
 /// Where a section came from.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -96,6 +132,19 @@ impl SectionSource {
             SectionSource::Semantic(_) | SectionSource::Conditional(_) => {
                 (CompositionMode::Additive, Priority::Low)
             }
+        }
+    }
+
+    /// The stability a section from this source gets unless told otherwise: static text is
+    /// fixed, state and knowledge slow, the conversation growing, semantic hits and
+    /// conditional text volatile. A caller marks what it chose for one message (a fact found
+    /// by a search, the clock) [`Stability::Volatile`].
+    pub fn stability(&self) -> Stability {
+        match self {
+            SectionSource::Static(_) => Stability::Fixed,
+            SectionSource::State(_) | SectionSource::Knowledge => Stability::Slow,
+            SectionSource::Temporal => Stability::Growing,
+            SectionSource::Semantic(_) | SectionSource::Conditional(_) => Stability::Volatile,
         }
     }
 }
@@ -244,6 +293,7 @@ pub struct Section {
     source: SectionSource,
     mode: CompositionMode,
     priority: Priority,
+    stability: Stability,
     relevance: Relevance,
     #[serde(skip_serializing_if = "Option::is_none")]
     recency: Option<DateTime<Utc>>,
@@ -275,6 +325,9 @@ struct SectionRepr {
     source: SectionSource,
     mode: CompositionMode,
     priority: Priority,
+    /// Absent in IRs written before sections carried it: the source's default.
+    #[serde(default)]
+    stability: Option<Stability>,
     relevance: Relevance,
     #[serde(default)]
     recency: Option<DateTime<Utc>>,
@@ -300,6 +353,9 @@ impl TryFrom<SectionRepr> for Section {
             .with_mode(r.mode)
             .with_priority(r.priority)
             .with_relevance(r.relevance);
+        if let Some(stability) = r.stability {
+            s.stability = stability;
+        }
         if let Some(stored) = r.hash
             && stored != s.hash
         {
@@ -323,8 +379,8 @@ impl TryFrom<SectionRepr> for Section {
 }
 
 impl Section {
-    /// A section with the composition mode and priority its source implies
-    /// ([`SectionSource::defaults`]), relevance 1 (or the score of a `Semantic` source), no
+    /// A section with the composition mode, priority and stability its source implies
+    /// ([`SectionSource::defaults`], [`SectionSource::stability`]), relevance 1 (or the score of a `Semantic` source), no
     /// recency, no embedding, and no `min_tokens` (it is kept whole or dropped).
     ///
     /// Fails when `id` is empty.
@@ -340,6 +396,7 @@ impl Section {
         }
         let content = content.into();
         let (mode, priority) = source.defaults();
+        let stability = source.stability();
         let relevance = match &source {
             SectionSource::Semantic(score) => *score,
             _ => Relevance::ONE,
@@ -350,6 +407,7 @@ impl Section {
             source,
             mode,
             priority,
+            stability,
             relevance,
             recency: None,
             min_tokens: None,
@@ -372,6 +430,12 @@ impl Section {
     /// Sets the priority.
     pub fn with_priority(mut self, priority: Priority) -> Self {
         self.priority = priority;
+        self
+    }
+
+    /// Sets how often the content changes between prompts of one conversation.
+    pub fn with_stability(mut self, stability: Stability) -> Self {
+        self.stability = stability;
         self
     }
 
@@ -451,6 +515,11 @@ impl Section {
     /// Its priority.
     pub fn priority(&self) -> Priority {
         self.priority
+    }
+
+    /// How often its content changes between prompts of one conversation.
+    pub fn stability(&self) -> Stability {
+        self.stability
     }
 
     /// Its relevance.
@@ -594,6 +663,31 @@ mod tests {
         let s = Section::new("m", "Past", SectionSource::Semantic(score), "hi").unwrap();
         assert_eq!(s.relevance(), score);
         assert_eq!(s.priority(), Priority::Low);
+        assert_eq!(s.stability(), Stability::Volatile);
+        let state = Section::new("t", "Time", SectionSource::State("time".into()), "9:00").unwrap();
+        assert_eq!(state.stability(), Stability::Slow);
+        assert_eq!(
+            state.with_stability(Stability::Volatile).stability(),
+            Stability::Volatile
+        );
+        let talk = Section::new("c", "Talk", SectionSource::Temporal, "hi").unwrap();
+        assert_eq!(talk.stability(), Stability::Growing);
+        assert!(Stability::Fixed < Stability::Slow && Stability::Growing < Stability::Volatile);
+    }
+
+    #[test]
+    fn stability_round_trips_and_defaults_to_the_sources_when_absent() {
+        let s = Section::new("k", "K", SectionSource::Knowledge, "Miso is a cat.")
+            .unwrap()
+            .with_stability(Stability::Volatile);
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["stability"], "volatile");
+        let back: Section = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(back.stability(), Stability::Volatile);
+        let mut older = json;
+        older.as_object_mut().unwrap().remove("stability");
+        let back: Section = serde_json::from_value(older).unwrap();
+        assert_eq!(back.stability(), Stability::Slow, "knowledge's default");
     }
 
     #[test]

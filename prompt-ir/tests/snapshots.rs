@@ -43,9 +43,9 @@ fn seed_before_compression() {
     insta::assert_yaml_snapshot!("seed_0_before", ir);
 }
 
-/// 800 tokens with a quarter kept for the reply: the most valuable sections fit whole, and
-/// the room they leave is less than the smallest useful size of any of the three least
-/// valuable, which go.
+/// 800 tokens with a quarter kept for the reply: the stable part (state, knowledge, the
+/// conversation) fits whole, then the most valuable related messages, and the room they
+/// leave is less than the smallest useful size of the two least valuable, which go.
 #[test]
 fn seed_roomy_budget_keeps_the_valuable_whole() {
     let budget = TokenBudget::new(800).unwrap().with_reserve(0.25).unwrap();
@@ -58,10 +58,15 @@ fn seed_roomy_budget_keeps_the_valuable_whole() {
         .iter()
         .partition(|s| !matches!(s.action, prompt_ir::Action::Dropped { .. }));
     let dropped: Vec<&str> = dropped.iter().map(|s| s.id.as_str()).collect();
-    assert_eq!(dropped, ["knowledge:db", "past:shared-client", "past:cron"]);
+    assert_eq!(dropped, ["past:shared-client", "past:cron"]);
     for s in &kept {
-        assert!(matches!(s.action, prompt_ir::Action::Kept { .. }), "{s:?}");
-        assert!(s.value > 0.721, "{s:?}");
+        if s.id.starts_with("past:") {
+            // Of what is chosen per message, only the most valuable, whole or in the room
+            // left.
+            assert!(s.value > 0.721, "{s:?}");
+        } else {
+            assert!(matches!(s.action, prompt_ir::Action::Kept { .. }), "{s:?}");
+        }
     }
     insta::assert_yaml_snapshot!(
         "seed_1_roomy_800_reserve_25",

@@ -423,6 +423,158 @@ async fn remembered_facts_reach_the_prompt_and_users_stay_apart() {
     assert_eq!(h.store.count(&scope.user_wide()).await.unwrap(), 1);
 }
 
+/// The model's messages of each call, as the fake Ollama received them: (role, content).
+fn llm_messages(requests: &[Request]) -> Vec<Vec<(String, String)>> {
+    requests
+        .iter()
+        .map(|r| {
+            let body: Value = serde_json::from_slice(&r.body).unwrap();
+            body["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| {
+                    (
+                        m["role"].as_str().unwrap_or_default().to_owned(),
+                        m["content"].as_str().unwrap_or_default().to_owned(),
+                    )
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Consecutive messages of one chat get prompts a provider can cache: each starts with the
+/// one before up to where its conversation ends (the conversation extended, not re-rendered),
+/// the clock and what is recalled come last, small talk gets nothing recalled, and the
+/// report kept for `/context` counts the shared prefix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_prompt_of_a_chat_starts_with_the_one_before() {
+    let (alice, chat) = (111_u64, 1001_i64);
+    let telegram = fake_telegram(vec![
+        text_update(1, alice, chat, "/remember My cat is called Pixel"),
+        text_update(
+            2,
+            alice,
+            chat,
+            "My sister moved to Porto and works as a nurse there.",
+        ),
+        text_update(3, alice, chat, "Which train goes from Lisbon to Porto?"),
+        text_update(4, alice, chat, "thanks!"),
+    ])
+    .await;
+    let llm = fake_ollama(ResponseTemplate::new(200).set_body_json(ollama_answer("Fine."))).await;
+    let h = Harness::new(telegram).await;
+    h.run(&llm, PATIENCE, None, 4).await;
+    let calls = llm_messages(&llm.received_requests().await.unwrap());
+    assert_eq!(calls.len(), 3, "{calls:#?}");
+    let talk = |call: &[(String, String)]| {
+        call.iter()
+            .position(|(_, c)| c.starts_with("<recalled-memory kind=\"temporal\">"))
+    };
+    for pair in calls.windows(2) {
+        let (before, after) = (&pair[0], &pair[1]);
+        let at = talk(after).expect("the conversation so far");
+        // Everything before the conversation is the same; the conversation goes on where
+        // the one before ended (or starts, at the second message).
+        assert_eq!(before[..at], after[..at], "{before:#?}\n{after:#?}");
+        if let Some(was) = talk(before) {
+            assert_eq!(was, at);
+            let open = before[at].1.strip_suffix("\n</recalled-memory>").unwrap();
+            assert!(after[at].1.starts_with(open), "{before:#?}\n{after:#?}");
+        }
+        // The clock, then the message, last.
+        let n = after.len();
+        assert!(after[n - 2].1.starts_with("Current time:"), "{after:#?}");
+    }
+    // "thanks!" has nothing recalled for it: no data block after the conversation.
+    let thanks = &calls[2];
+    assert_eq!(thanks.last().unwrap().1, "thanks!");
+    let at = talk(thanks).unwrap();
+    assert!(
+        thanks[at + 1..]
+            .iter()
+            .all(|(_, c)| !c.starts_with("<recalled-memory")),
+        "{thanks:#?}"
+    );
+    // The report kept for /context says how much of it repeats the prompt before.
+    let scope = Scope::for_user(alice.to_string())
+        .unwrap()
+        .in_chat(chat.to_string())
+        .unwrap();
+    let kept = crate::prompts::newest(h.store.as_ref(), &scope)
+        .await
+        .unwrap();
+    assert_eq!(kept.len(), 3);
+    let cache = &kept[0].1.report.cache;
+    assert!(cache.hit, "{cache:?}");
+    let shared = cache.shared_prefix_tokens.unwrap();
+    assert!(
+        shared >= cache.stable_tokens && shared < cache.prompt_tokens,
+        "{cache:?}"
+    );
+    assert!(kept[0].1.next.is_some());
+}
+
+#[path = "../../tests/common/replay.rs"]
+mod replay;
+
+/// Answers each model call with the answer the replayed conversation gives its message.
+struct Scripted(std::collections::HashMap<String, String>);
+
+impl Respond for Scripted {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let body: Value = serde_json::from_slice(&request.body).unwrap_or_default();
+        let last = body["messages"]
+            .as_array()
+            .and_then(|m| m.last())
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or_default();
+        let answer = self.0.get(last).cloned().unwrap_or_else(|| "Noted.".into());
+        ResponseTemplate::new(200).set_body_json(ollama_answer(&answer))
+    }
+}
+
+/// Thirty messages of one private chat, replayed through the bot: each prompt repeats most
+/// of the one before (the system prompt, who is talking, the conversation so far), since
+/// what changes with each message comes last. Prints the share (BENCHMARKS.md records it for
+/// the dev files, with `AVA_REPLAY_FILE`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_replayed_through_the_bot_gets_prompts_a_provider_can_cache() {
+    let (alice, chat) = (111_u64, 1001_i64);
+    let exchanges: Vec<(String, String)> = replay::exchanges().into_iter().take(30).collect();
+    let updates = exchanges
+        .iter()
+        .enumerate()
+        .map(|(i, (said, _))| text_update(i as i64 + 1, alice, chat, said))
+        .collect();
+    let llm = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/api/chat"))
+        .respond_with(Scripted(exchanges.iter().cloned().collect()))
+        .mount(&llm)
+        .await;
+    let h = Harness::new(fake_telegram(updates).await).await;
+    h.run(&llm, PATIENCE, None, exchanges.len()).await;
+    let prompts: Vec<String> = llm
+        .received_requests()
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let body: Value = serde_json::from_slice(&r.body).unwrap();
+            replay::prompt_text(body["messages"].as_array().unwrap())
+        })
+        .collect();
+    assert_eq!(prompts.len(), exchanges.len());
+    let share = replay::mean_shared_prefix(&prompts);
+    eprintln!(
+        "the bot, {} messages of one chat: shared prefix {share:.3}",
+        prompts.len()
+    );
+    assert!(share >= 0.70, "shared prefix {share:.3}");
+}
+
 /// `/context` reads the prompt from the store: a bot on another connection to the same file
 /// (another replica, or this bot after a restart) explains what the first built; in a group
 /// each member their own, and none to a member it built none for. Forgetting the question

@@ -7,6 +7,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use crate::agent::{Audience, DEFAULT_BUDGET, Speaker, named};
 use crate::config::{Identity, Settings};
 use crate::llm::LlmSettings;
+use crate::prompts::{self, Builder, Built};
 use crate::upkeep::UpkeepArgs;
 
 #[derive(Debug, clap::Args)]
@@ -82,6 +83,17 @@ pub(crate) async fn run(
                 match turn.answer {
                     Ok(inference) => {
                         writeln!(out, "ava> {}", inference.reply)?;
+                        // Kept as the bot keeps its prompts, only with the question stored,
+                        // so the next prompt extends this one.
+                        if turn.stored.is_ok() {
+                            let next = inference.prompt.previous();
+                            let built =
+                                Built::new(Builder::Chat, None, inference.prompt.report.clone())
+                                    .with_next(next);
+                            let store = agent.store().as_ref();
+                            prompts::keep(store, &scope, memory_core::Timestamp::now(), &built)
+                                .await;
+                        }
                         last_report = Some(inference.prompt.report);
                     }
                     Err((_, e)) => {

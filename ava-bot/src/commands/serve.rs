@@ -139,12 +139,10 @@ impl Server {
                 shown["budget"] = serde_json::json!(self.budget);
                 shown["history"] = serde_json::json!(history_name);
                 shown["facts"] = serde_json::json!(learning.describe());
-                Some(Arc::new(Proxy::new(
-                    agent.clone(),
-                    upstream,
-                    history,
-                    learning,
-                )))
+                Some(Arc::new(
+                    Proxy::new(agent.clone(), upstream, history, learning)
+                        .context("load the tokenizer")?,
+                ))
             }
         };
         // The inspector reads through the same agent (see `Inspector::new`).

@@ -207,6 +207,18 @@ async function explain() {
   render(data, "built in " + data.ms.toFixed(1) + " ms");
 }
 
+// What a provider's prompt cache can make of a prompt (`report.cache`), as text.
+function cacheText(cache) {
+  if (!cache) return "";
+  let text = "; stable part: the first " + cache.stable_messages + " message(s), " +
+    cache.stable_tokens + " tokens";
+  if (cache.shared_prefix_tokens !== undefined && cache.shared_prefix_tokens !== null) {
+    text += "; " + cache.shared_prefix_tokens + " of " + cache.prompt_tokens +
+      " tokens repeat the previous prompt's start";
+  }
+  return text;
+}
+
 // Shows one prompt's explain report (`data.report`, the candidates' texts in
 // `data.memories`, the messages in `data.messages` when there are some).
 function render(data, when) {
@@ -214,7 +226,7 @@ function render(data, when) {
   $("summary").textContent =
     report.estimated_prompt_tokens + " of " + report.budget.total + " tokens (" +
     report.budget.available + " for what is recalled); " +
-    (report.fits ? "fits" : "does not fit") + "; " + when;
+    (report.fits ? "fits" : "does not fit") + "; " + when + cacheText(report.cache);
 
   // The budget as a bar: one part per block, in tokens kept.
   const used = new Map();

@@ -192,16 +192,11 @@ impl AvaMcp {
         let budget = in_range("budget", a.budget, DEFAULT_BUDGET, CONTEXT_BUDGET)?;
         // The memories do go into a model's prompt, so this counts as recalling them, as
         // in the bot (`ava context` is a dry run that does not).
-        let agent = self.memory.agent.with_budget(budget)?;
+        // Only the recalled blocks are compiled: the client's own prompt has its
+        // instructions and says who the user is.
+        let agent = self.memory.agent.for_apps().with_budget(budget)?;
         let prompt = agent
-            // The recalled data goes into the client's own prompt, which says who the user
-            // is; no state of ours.
-            .prepare(
-                &self.scope,
-                hydrate::SessionState::default(),
-                None,
-                &a.message,
-            )
+            .recall_for_app(&self.scope, &a.message, true, Vec::new())
             .await?;
         let blocks: Vec<String> = prompt
             .messages

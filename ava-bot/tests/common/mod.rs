@@ -9,6 +9,8 @@
     reason = "each test binary uses a different part of the shared helpers, which fail loudly"
 )]
 
+pub(crate) mod replay;
+
 use std::ffi::OsStr;
 use std::io::Write;
 use std::path::Path;

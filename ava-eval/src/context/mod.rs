@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use hydrate::{
     CompiledPrompt, HydrateInput, HydrationConfig, OPT_NEARBY_LIFT, OPT_NEIGHBOURS,
-    OPT_RECORD_ACCESS, OPT_SEMANTIC_WEIGHT, ProviderOptions, SourceKind, prepare, product,
+    OPT_RECORD_ACCESS, OPT_SEMANTIC_WEIGHT, PreviousPrompt, ProviderOptions, SourceKind, prepare,
+    product,
 };
 use memory_core::{
     Embedding, EmbeddingProvider, Filter, HashingEmbedder, MemoryBackend, MemoryId, MemoryKind,
@@ -44,6 +45,8 @@ pub(super) struct Options {
     pub(super) embedder: Embedder,
     pub(super) explain_misses: usize,
     pub(super) json: bool,
+    /// Replay each conversation through the product before the questions (`--replay`).
+    pub(super) replay: bool,
     /// Experiments: settings that differ from the product's (`--set KEY=VALUE`).
     pub(super) overrides: Overrides,
 }
@@ -77,7 +80,9 @@ impl Overrides {
         Ok(Self { set })
     }
 
-    const KEYS: [&'static str; 20] = [
+    const KEYS: [&'static str; 22] = [
+        "conversation_share",
+        "relevance_floor",
         "allocation",
         "neighbours",
         "nearby_lift",
@@ -116,6 +121,12 @@ impl Overrides {
         }
         if let Some(v) = self.get("keep_recent") {
             config.keep_recent = v as usize;
+        }
+        if let Some(v) = self.get("conversation_share") {
+            config.conversation_share = v;
+        }
+        if let Some(v) = self.get("relevance_floor") {
+            config.relevance_floor = v;
         }
         if let Some(v) = self.get("item_tokens") {
             config.item_tokens = v as u32;
@@ -207,12 +218,15 @@ struct Conversation {
     overrides: Overrides,
 }
 
-/// Stores `sample` as `ava` stores a chat (see the module docs) in `store`.
+/// Stores `sample` as `ava` stores a chat (see the module docs) in `store`: all at once, or
+/// with `replay`, turn by turn, each of the first speaker's turns asked first at every
+/// budget of `replay` as the bot asks a message.
 async fn ingest(
     sample: &Sample,
     store: Arc<dyn MemoryBackend>,
     embedder: Arc<dyn EmbeddingProvider>,
     overrides: &Overrides,
+    replay: Option<&mut [Replayed]>,
 ) -> anyhow::Result<Conversation> {
     let scope = Scope::for_user(&sample.id)?.in_chat(CHAT)?;
     let mut previous: Option<&str> = None;
@@ -229,21 +243,6 @@ async fn ingest(
         previous = Some(&t.text);
         memories.push(m);
     }
-    let stored = store_turns(store.as_ref(), &scope, memories)
-        .await
-        .with_context(|| format!("store the turns of {}", sample.id))?;
-    let mut ids = HashMap::new();
-    let mut parts: HashMap<String, Vec<Part>> = HashMap::new();
-    for (i, e) in stored {
-        let t = &sample.turns[i];
-        ids.entry(t.dia_id.clone()).or_insert(e.id);
-        parts.entry(t.dia_id.clone()).or_default().push(Part {
-            id: e.id,
-            text: e.content,
-            role: t.role,
-            at: e.created_at,
-        });
-    }
     let last = sample
         .turns
         .iter()
@@ -253,10 +252,13 @@ async fn ingest(
     let product =
         product::config(Arc::clone(&store), Some(embedder)).context("the product's config")?;
     let config = overrides.config(product.clone());
-    // The baseline is the product's, whatever the experiment.
+    // The baseline is the product's, whatever the experiment: the newest turns, each
+    // competing on recency alone.
     let mut newest = product;
     newest.kinds = [SourceKind::Temporal].into_iter().collect();
     newest.source_token_share = 1.0;
+    newest.conversation_share = 0.0;
+    newest.relevance_floor = 0.0;
     // The memory provider, by what it serves (the graph's provider may come first).
     let provider = config
         .providers
@@ -264,7 +266,7 @@ async fn ingest(
         .find(|p| p.supports(SourceKind::Semantic))
         .map(|p| p.name().to_owned())
         .context("the product's config has no memory provider")?;
-    Ok(Conversation {
+    let mut conv = Conversation {
         scope,
         store,
         config,
@@ -282,12 +284,86 @@ async fn ingest(
             }
             o
         }),
-        ids,
-        parts,
+        ids: HashMap::new(),
+        parts: HashMap::new(),
         turns: sample.turns.len(),
         now: last.plus(NOW_AFTER_LAST_TURN),
         overrides: overrides.clone(),
-    })
+    };
+    let stored = match replay {
+        None => store_turns(conv.store.as_ref(), &conv.scope, memories)
+            .await
+            .with_context(|| format!("store the turns of {}", sample.id))?,
+        Some(replayed) => {
+            let mut out = Vec::with_capacity(memories.len());
+            for (i, m) in memories.into_iter().enumerate() {
+                let t = &sample.turns[i];
+                if t.role == memory_core::Role::User {
+                    for r in replayed.iter_mut() {
+                        r.call(&conv, &t.text, t.chat_at).await?;
+                    }
+                }
+                let one = store_turns(conv.store.as_ref(), &conv.scope, vec![m])
+                    .await
+                    .with_context(|| format!("store turn {} of {}", t.dia_id, sample.id))?;
+                out.extend(one.into_iter().map(|(_, e)| (i, e)));
+            }
+            out
+        }
+    };
+    for (i, e) in stored {
+        let t = &sample.turns[i];
+        conv.ids.entry(t.dia_id.clone()).or_insert(e.id);
+        conv.parts.entry(t.dia_id.clone()).or_default().push(Part {
+            id: e.id,
+            text: e.content,
+            role: t.role,
+            at: e.created_at,
+        });
+    }
+    Ok(conv)
+}
+
+/// One budget's replay of the conversations: the prompts built one after another, and what
+/// each shares with the one before.
+#[derive(Default)]
+struct Replayed {
+    budget: u32,
+    /// The last prompt of the conversation under way.
+    previous: Option<PreviousPrompt>,
+    /// Per prompt of the turns: its tokens, and the share of them that repeat the start of
+    /// the prompt before (the first of each conversation has none).
+    tokens: Vec<u32>,
+    shared: Vec<f64>,
+    /// Prompts that start with the whole stable part of the one before.
+    hits: usize,
+    /// The same of the questions, asked one after another after the conversation.
+    question_shared: Vec<f64>,
+}
+
+impl Replayed {
+    fn new(budget: u32) -> Self {
+        Self {
+            budget,
+            ..Self::default()
+        }
+    }
+
+    /// The bot's prompt for `text` said at `at`, after the previous one.
+    async fn call(&mut self, conv: &Conversation, text: &str, at: Timestamp) -> anyhow::Result<()> {
+        let prompt = conv
+            .prompt_after(text, self.budget, at, self.previous.take(), None)
+            .await?;
+        let cache = &prompt.report.cache;
+        self.tokens.push(cache.prompt_tokens);
+        if let Some(shared) = cache.shared_prefix_tokens {
+            self.shared
+                .push(f64::from(shared) / f64::from(cache.prompt_tokens.max(1)));
+        }
+        self.hits += usize::from(cache.hit);
+        self.previous = Some(prompt.previous());
+        Ok(())
+    }
 }
 
 impl Conversation {
@@ -306,9 +382,22 @@ impl Conversation {
         budget: u32,
         vector: Option<Embedding>,
     ) -> anyhow::Result<CompiledPrompt> {
+        self.prompt_after(question, budget, self.now, None, vector)
+            .await
+    }
+
+    /// [`Conversation::prompt`] at `now`, after `previous` (the conversation's last prompt).
+    async fn prompt_after(
+        &self,
+        question: &str,
+        budget: u32,
+        now: Timestamp,
+        previous: Option<PreviousPrompt>,
+        vector: Option<Embedding>,
+    ) -> anyhow::Result<CompiledPrompt> {
         let mut request = ContextRequest::new(question, TokenBudget::new(budget)?);
         request.strategy = self.overrides.strategy(request.strategy);
-        let mut input = self.input(request);
+        let mut input = self.input(request).at(now).after(previous);
         if let Some(v) = vector {
             input = input.with_query_vector(v);
         }
@@ -360,6 +449,13 @@ struct BudgetResult {
     tokens_by_block: BTreeMap<String, usize>,
     lost: BTreeMap<Lost, usize>,
     evidence_turns: usize,
+    /// With `--replay`: each prompt of the turns, its tokens and the share that repeats the
+    /// start of the one before; how many start with its whole stable part; the same share
+    /// for the questions.
+    replay_tokens: Vec<u32>,
+    replay_shared: Vec<f64>,
+    replay_hits: usize,
+    question_shared: Vec<f64>,
     /// Evidence turns where the text check and the explain report disagree (should be 0).
     disagreements: usize,
     examples: Vec<String>,
@@ -530,6 +626,7 @@ pub(crate) fn run(args: &super::locomo::Args) -> anyhow::Result<()> {
         embedder: args.embedder,
         explain_misses: args.explain_misses,
         json: args.json,
+        replay: args.replay,
         overrides: Overrides::parse(&args.set)?,
     };
     let samples = super::locomo::samples(args)?;
@@ -588,7 +685,17 @@ pub(super) async fn evaluate(options: &Options, samples: &[Sample]) -> anyhow::R
             .join(format!("{}.db", sample.id.replace(['/', '\\'], "_")));
         let store = open_store(&path, Arc::clone(&embedder)).await?;
         let started = Instant::now();
-        let conv = ingest(sample, store, Arc::clone(&embedder), &options.overrides).await?;
+        let mut replayed: Vec<Replayed> =
+            options.budgets.iter().map(|&b| Replayed::new(b)).collect();
+        let replay = options.replay.then_some(replayed.as_mut_slice());
+        let conv = ingest(
+            sample,
+            store,
+            Arc::clone(&embedder),
+            &options.overrides,
+            replay,
+        )
+        .await?;
         ingest_time += started.elapsed();
         store_bytes += ["", "-wal"]
             .iter()
@@ -633,19 +740,36 @@ pub(super) async fn evaluate(options: &Options, samples: &[Sample]) -> anyhow::R
                 .iter()
                 .map(|h| (h.entry.id, h.score))
                 .collect();
-            for r in &mut results {
+            for (r, played) in results.iter_mut().zip(replayed.iter_mut()) {
                 let before = cache.as_ref().map(|c| {
                     c.set_live(true);
                     c.live_texts()
                 });
                 let started = Instant::now();
-                let prompt = conv.prompt(&q.text, r.budget, None).await;
+                // Replayed: each question after the one before, as a person asks them.
+                let after = if options.replay {
+                    played.previous.take()
+                } else {
+                    None
+                };
+                let prompt = conv
+                    .prompt_after(&q.text, r.budget, conv.now, after, None)
+                    .await;
                 r.latency.push(started.elapsed());
                 if let (Some(c), Some(before)) = (&cache, before) {
                     c.set_live(false);
                     r.embeddings_per_call.push(c.live_texts() - before);
                 }
                 let prompt = prompt?;
+                if options.replay {
+                    let cache = &prompt.report.cache;
+                    if let Some(shared) = cache.shared_prefix_tokens {
+                        played
+                            .question_shared
+                            .push(f64::from(shared) / f64::from(cache.prompt_tokens.max(1)));
+                    }
+                    played.previous = Some(prompt.previous());
+                }
                 let started = Instant::now();
                 let again = conv.prompt(&q.text, r.budget, Some(vector.clone())).await?;
                 r.latency_given_vector.push(started.elapsed());
@@ -697,6 +821,12 @@ pub(super) async fn evaluate(options: &Options, samples: &[Sample]) -> anyhow::R
                 r.newest_tokens.push(base.report.estimated_prompt_tokens);
             }
             bar.inc(1);
+        }
+        for (r, played) in results.iter_mut().zip(replayed) {
+            r.replay_tokens.extend(played.tokens);
+            r.replay_shared.extend(played.shared);
+            r.replay_hits += played.hits;
+            r.question_shared.extend(played.question_shared);
         }
     }
     bar.finish_and_clear();
@@ -801,7 +931,7 @@ mod tests {
         let store = open_store(&dir.path().join("t.db"), Arc::clone(&embedder))
             .await
             .unwrap();
-        ingest(sample, store, embedder, &Overrides::default())
+        ingest(sample, store, embedder, &Overrides::default(), None)
             .await
             .unwrap()
     }

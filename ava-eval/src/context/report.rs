@@ -44,6 +44,7 @@ pub(super) fn json(options: &Options, m: &Measured) -> anyhow::Result<()> {
                 "newest_turns_baseline": r.newest.json(),
                 "avg_prompt_tokens": mean(&r.tokens),
                 "newest_turns_avg_prompt_tokens": mean(&r.newest_tokens),
+                "replay": options.replay.then(|| replay_json(r)),
                 "latency_ms": {
                     "p50": percentile(&r.latency, 0.5),
                     "p95": percentile(&r.latency, 0.95),
@@ -84,6 +85,22 @@ pub(super) fn json(options: &Options, m: &Measured) -> anyhow::Result<()> {
     });
     println!("{}", serde_json::to_string_pretty(&out)?);
     Ok(())
+}
+
+/// The mean of `shares` (0 when there are none).
+fn mean_share(shares: &[f64]) -> f64 {
+    shares.iter().sum::<f64>() / shares.len().max(1) as f64
+}
+
+/// What a replay measured at one budget (`--replay`).
+fn replay_json(r: &BudgetResult) -> Value {
+    json!({
+        "prompts": r.replay_tokens.len(),
+        "avg_prompt_tokens": mean(&r.replay_tokens),
+        "avg_shared_prefix": mean_share(&r.replay_shared),
+        "stable_part_reused": r.replay_hits as f64 / r.replay_shared.len().max(1) as f64,
+        "questions_avg_shared_prefix": mean_share(&r.question_shared),
+    })
 }
 
 /// Prints `m` as tables, and the missed evidence asked for (`--explain-misses`) on stderr.
@@ -127,6 +144,27 @@ pub(super) fn text(options: &Options, m: &Measured) {
             percentile(&r.latency, 0.95),
             percentile(&r.latency_given_vector, 0.5),
         );
+    }
+    if options.replay {
+        println!(
+            "\nreplayed as the bot: each turn of the first speaker a prompt after the one before"
+        );
+        println!(
+            "{:>7}{:>10}{:>12}{:>14}{:>14}{:>16}",
+            "budget", "prompts", "avg tokens", "shared prefix", "stable reused", "questions shared"
+        );
+        for r in &m.results {
+            let v = replay_json(r);
+            println!(
+                "{:>7}{:>10}{:>12.0}{:>14.3}{:>14.3}{:>16.3}",
+                r.budget,
+                r.replay_tokens.len(),
+                v["avg_prompt_tokens"].as_f64().unwrap_or(0.0),
+                v["avg_shared_prefix"].as_f64().unwrap_or(0.0),
+                v["stable_part_reused"].as_f64().unwrap_or(0.0),
+                v["questions_avg_shared_prefix"].as_f64().unwrap_or(0.0),
+            );
+        }
     }
     if let Some(embed_latency) = &m.embed_latency {
         let per: Vec<String> = m

@@ -140,8 +140,12 @@ pub(crate) fn config(
     backend: Arc<dyn MemoryBackend>,
     embedder: Option<Arc<dyn EmbeddingProvider>>,
 ) -> HydrationConfig {
-    HydrationConfig::new(SYSTEM_PROMPT, tokenizer())
-        .with_provider(memory_provider(backend, embedder))
+    let mut c = HydrationConfig::new(SYSTEM_PROMPT, tokenizer())
+        .with_provider(memory_provider(backend, embedder));
+    // A conversation block of the newest few messages (about 80 tokens of an 8,000-token
+    // prompt when it starts), so the fixtures' older talk is searched for.
+    c.conversation_share = 0.02;
+    c
 }
 
 /// What a snapshot shows: the messages and the explain report, memory ids replaced by
