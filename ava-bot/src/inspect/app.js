@@ -301,7 +301,7 @@ async function prompts() {
   list.replaceChildren();
   for (const p of data.prompts) {
     const r = p.report;
-    const by = "built by the " + (p.by === "bot" ? "bot" : "proxy") +
+    const by = "built by " + ({ bot: "the bot", proxy: "the proxy", chat: "ava chat" }[p.by] || p.by) +
       (p.member ? " for member " + p.member : "");
     const link = el("a", p.at.slice(0, 19).replace("T", " ") + ": " + r.estimated_prompt_tokens +
       " of " + r.budget.total + " tokens, " + r.sections.filter((s) => s.action === "dropped").length +
