@@ -45,21 +45,69 @@ pub(crate) struct Agent {
     learners: Arc<Learners>,
     /// Work started after a reply: fact learning and pruning.
     background: Arc<Background>,
-    /// The last change learning made, per place facts are kept (for `/undo`).
-    learned: Arc<LastLearned>,
 }
 
-/// The last non-empty change fact learning made, per place facts are kept.
-#[derive(Debug, Default)]
-struct LastLearned(std::sync::Mutex<HashMap<Scope, ConsolidationReport>>);
+/// What `/undo` can take back of one learning, kept in the store as a record of kind
+/// [`LEARNED_KIND`] where the facts are kept (so it survives a restart and reaches every
+/// replica): the facts to end and those to hold again, and in a group the member whose
+/// message taught them (only they may take it back). A record with nothing to do marks the
+/// member's last learning as taken back.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct Learned {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    member: Option<String>,
+    #[serde(default)]
+    end: Vec<MemoryId>,
+    #[serde(default)]
+    restore: Vec<MemoryId>,
+}
 
-impl LastLearned {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Scope, ConsolidationReport>> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+impl Learned {
+    /// What undoing `report` takes: added and replacing facts end, replaced and ended ones
+    /// hold again.
+    fn of(report: &ConsolidationReport, member: Option<&memory_core::Tag>) -> Self {
+        Self {
+            member: member.map(|t| t.as_str().to_owned()),
+            end: report
+                .added
+                .iter()
+                .copied()
+                .chain(report.superseded.iter().map(|s| s.new))
+                .collect(),
+            restore: report
+                .superseded
+                .iter()
+                .map(|s| s.old)
+                .chain(report.invalidated.iter().map(|i| i.id))
+                .collect(),
+        }
+    }
+
+    /// Keeps it as the newest learning of `scope`; a failure is logged (only `/undo` loses).
+    async fn keep(&self, store: &dyn MemoryBackend, scope: &Scope) {
+        let kept = match serde_json::to_string(self) {
+            Ok(body) => store
+                .keep_record(
+                    scope,
+                    memory_core::Record::new(LEARNED_KIND, Timestamp::now(), body),
+                    LEARNED_KEPT,
+                )
+                .await
+                .map_err(|e| memory_core::ErrorChain(&e).to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(e) = kept {
+            tracing::warn!(scope = %scope, error = %e, "could not note what was learned; /undo cannot take it back");
+        }
     }
 }
+
+/// The record kind of what learning changed ([`Learned`]).
+const LEARNED_KIND: &str = "learned";
+
+/// How many learnings a place facts are kept remembers for `/undo` (members of a group
+/// each take back their own newest).
+const LEARNED_KEPT: usize = 50;
 
 /// At most this many facts are listed (`/facts`, `ava facts`, MCP `facts`): the newest.
 pub(crate) const MAX_FACTS_LISTED: usize = 100;
@@ -287,7 +335,6 @@ impl Agent {
             facts: None,
             learners: Arc::default(),
             background: Arc::default(),
-            learned: Arc::default(),
         })
     }
 
@@ -428,14 +475,20 @@ impl Agent {
     }
 
     /// The memory operations that answer `speaker`: their scope, heard by their audience,
-    /// with their state, and their own facts in a group where they share them.
+    /// with their state; in a group, acting for them ([`Ops::acting_for`]) and with their
+    /// own facts where they share them.
     pub(crate) fn speaker_ops(&self, speaker: &Speaker) -> Ops {
         let ops = self
             .ops(speaker.scope.clone(), speaker.audience)
             .with_state(speaker.state.clone());
-        match speaker.member.as_ref().filter(|m| m.shares) {
-            Some(m) => ops.sharing_facts_of(&m.user),
-            None => ops,
+        let Some(member) = &speaker.member else {
+            return ops;
+        };
+        let ops = ops.acting_for(member.tag.clone());
+        if member.shares {
+            ops.sharing_facts_of(&member.user)
+        } else {
+            ops
         }
     }
 
@@ -634,9 +687,12 @@ impl Agent {
         let member_tag = speaker.member.as_ref().map(|m| m.tag.clone());
         // The turn this message answers (usually Ava's last reply), kept as its context so
         // keyword search also finds a reply by what it was about. Not worth losing the
-        // message over: without it the message is stored without that context.
+        // message over: without it the message is stored without that context. In a group,
+        // the member's own part only: a member's message never quotes another's words,
+        // which erasing that other member could not find.
         let messages_only = Filter {
             kinds: vec![MemoryKind::Message],
+            tags: member_tag.clone().map(|t| memory_core::TagQuery::any([t])),
             ..Filter::default()
         };
         let previous = match self.store.recent(scope, 1, &messages_only).await {
@@ -650,6 +706,7 @@ impl Agent {
             }
         };
         let mut stored = Ok(());
+        let mut said_id = None;
         if let Some(said) = &said {
             // Tagged with the names it mentions (the graph source's index); a standing
             // instruction ("always ...") is marked so that every prompt carries it.
@@ -660,11 +717,13 @@ impl Agent {
             if let Some(previous) = &previous {
                 user_turn = user_turn.with_context(in_reply_to(&previous.content));
             }
-            stored = self
-                .store_whole(scope, user_turn)
-                .await
-                .map(drop)
-                .context("store the message");
+            stored = match self.store_whole(scope, user_turn).await {
+                Ok(ids) => {
+                    said_id = ids.first().copied();
+                    Ok(())
+                }
+                Err(e) => Err(anyhow::Error::new(e).context("store the message")),
+            };
         }
         // What the reply answers: this message, or (continuing a turn) the last one kept.
         let answered = said
@@ -703,10 +762,16 @@ impl Agent {
                     extractor.clone(),
                     lock,
                     Arc::clone(&self.store),
-                    Arc::clone(&self.learned),
                     told,
                     scopes,
-                    (said, reply.map(str::to_owned), received, source.to_owned()),
+                    Heard {
+                        message: said_id.map(|id| (scope.clone(), id)),
+                        member: speaker.member.as_ref().map(|m| m.tag.clone()),
+                        user: said,
+                        reply: reply.map(str::to_owned),
+                        at: received,
+                        source: source.to_owned(),
+                    },
                 );
                 self.background.push(tokio::spawn(task)).await;
             }
@@ -742,18 +807,40 @@ fn token_budget(tokens: u32) -> anyhow::Result<TokenBudget> {
     TokenBudget::new(tokens).with_context(|| format!("token budget {tokens}: expected at least 1"))
 }
 
+/// One exchange as the learner takes it ([`learn`]).
+struct Heard {
+    /// Where the message was kept and its id (its first part): learning waits its turn, and
+    /// a message forgotten or erased meanwhile teaches nothing.
+    message: Option<(Scope, MemoryId)>,
+    /// In a group, the member who said it: what is learned is tagged as theirs.
+    member: Option<memory_core::Tag>,
+    user: String,
+    reply: Option<String>,
+    at: Timestamp,
+    source: String,
+}
+
 /// Learns facts from one exchange into the first of `scopes` (after the exchanges before
 /// it there; see [`FactExtractor::learn`]) and logs what changed and how long it waited for
-/// its turn; a failure changes nothing and is logged.
+/// its turn; a failure changes nothing and is logged. Its turn is the scope's learning
+/// lease, which erasing takes too ([`crate::erase`]): when the message is gone once the
+/// turn comes (forgotten, wiped, erased), nothing is learned from it.
 async fn learn(
     extractor: FactExtractor,
     one_at_a_time: Arc<tokio::sync::Mutex<()>>,
     store: Arc<dyn MemoryBackend>,
-    learned: Arc<LastLearned>,
     told: tokio::sync::oneshot::Sender<bool>,
     scopes: Vec<Scope>,
-    (user, reply, at, source): (String, Option<String>, Timestamp, String),
+    heard: Heard,
 ) {
+    let Heard {
+        message,
+        member,
+        user,
+        reply,
+        at,
+        source,
+    } = heard;
     let Some(scope) = scopes.first() else {
         return;
     };
@@ -778,9 +865,23 @@ async fn learn(
         assistant: reply.as_deref(),
         at,
         source: &source,
+        member: member.as_ref(),
+    };
+    let gone = match &message {
+        Some((kept_in, id)) => matches!(
+            store.get(kept_in, *id).await,
+            Err(memory_core::MemoryError::NotFound { .. })
+        ),
+        None => false,
     };
     let mut changed = false;
-    match extractor.learn(&*store, &scopes, exchange).await {
+    let outcome = if gone {
+        tracing::info!(scope = %scope, "the message was deleted before its facts were learned; nothing learned");
+        Ok(memory_core::ConsolidationReport::default())
+    } else {
+        extractor.learn(&*store, &scopes, exchange).await
+    };
+    match outcome {
         Ok(report) if report.is_empty() => {}
         Ok(report) => {
             changed = !(report.added.is_empty()
@@ -798,7 +899,9 @@ async fn learn(
                 tracing::warn!(scope = %scope, "a learned fact was not saved: {f}");
             }
             if changed {
-                learned.lock().insert(scope.clone(), report);
+                Learned::of(&report, member.as_ref())
+                    .keep(&*store, scope)
+                    .await;
             }
         }
         Err(e) => tracing::warn!(
@@ -893,27 +996,47 @@ impl Agent {
         current_facts(self.store.as_ref(), &scopes).await
     }
 
-    /// Reverts the last change fact learning made where this context keeps facts: a fact
-    /// it added ends, one it replaced holds again (and its replacement ends), one it ended
-    /// holds again. Nothing is deleted: the history keeps every version. `None` when
-    /// learning changed nothing here since the process started (or since the last undo);
-    /// otherwise one line per fact, saying what became of it.
+    /// Reverts the last change fact learning made where this context keeps facts (in a
+    /// group, from the messages of `member`: a member takes back only what was learned from
+    /// them): a fact it added ends, one it replaced holds again (and its replacement ends),
+    /// one it ended holds again. Nothing is deleted: the history keeps every version. What
+    /// can be taken back is kept in the store ([`Learned`]), so it survives a restart and
+    /// any replica can take it back. `None` when learning changed nothing here (among the
+    /// newest [`LEARNED_KEPT`] learnings, or since the last undo); otherwise one line per
+    /// fact, saying what became of it.
     pub(crate) async fn undo_learning(
         &self,
         scope: &Scope,
         audience: Audience,
+        member: Option<&memory_core::Tag>,
     ) -> anyhow::Result<Option<Vec<String>>> {
         let ops = self.ops(scope.clone(), audience);
-        let Some(report) = self.learned.lock().remove(&ops.facts_scope()) else {
+        let home = ops.facts_scope();
+        let store = self.store.as_ref();
+        let who = member.map(|t| t.as_str().to_owned());
+        let newest = store
+            .records(&home, LEARNED_KIND, LEARNED_KEPT)
+            .await
+            .context("read what I learned")?
+            .into_iter()
+            .filter_map(|r| serde_json::from_str::<Learned>(&r.body).ok())
+            .find(|l| l.member == who);
+        let Some(learned) = newest.filter(|l| !(l.end.is_empty() && l.restore.is_empty())) else {
             return Ok(None);
         };
+        // Taken back once: the member's newest learning is now this empty one.
+        Learned {
+            member: who,
+            ..Learned::default()
+        }
+        .keep(store, &home)
+        .await;
         let scopes = ops.readable_scopes();
-        let store = self.store.as_ref();
         let now = Timestamp::now();
         // Where the fact `id` is, and its text.
         let find = async |id: MemoryId| find_memory(store, &scopes, id).await;
         let mut done = Vec::new();
-        let end = async |id: MemoryId, done: &mut Vec<String>| {
+        for &id in &learned.end {
             if let Some(e) = find(id).await {
                 let line = match memory_core::invalidate(store, &e.scope, id, now).await {
                     Ok(_) => format!("no longer: {}", preview(&e.content, 120)),
@@ -921,19 +1044,8 @@ impl Agent {
                 };
                 done.push(line);
             }
-        };
-        for &id in &report.added {
-            end(id, &mut done).await;
         }
-        for s in &report.superseded {
-            end(s.new, &mut done).await;
-        }
-        for id in report
-            .superseded
-            .iter()
-            .map(|s| s.old)
-            .chain(report.invalidated.iter().map(|i| i.id))
-        {
+        for &id in &learned.restore {
             if let Some(e) = find(id).await {
                 let line = match memory_core::restore(store, &e.scope, id).await {
                     Ok(_) => format!("holds again: {}", preview(&e.content, 120)),

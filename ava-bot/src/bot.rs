@@ -212,11 +212,25 @@ fn who(msg: &Message) -> Option<Who> {
     })
 }
 
-/// A sender as people call them: their name, and their username when they have one.
+/// A sender as people call them: their name, and their username when they have one. The
+/// name is the sender's own choice, so the characters this line is made of (`(`, `)`, `@`,
+/// and `:`, which separates a stored line's speaker from their words) are taken out of it:
+/// a first name "Alice (@alice)" cannot pass for the member whose username is `alice`.
 fn display_name(from: &teloxide::types::User) -> String {
+    let name: String = from
+        .full_name()
+        .chars()
+        .map(|c| if "()@:[]".contains(c) { ' ' } else { c })
+        .collect();
+    let name = name.split_whitespace().collect::<Vec<_>>().join(" ");
+    let name = if name.is_empty() {
+        format!("user {}", from.id.0)
+    } else {
+        name
+    };
     match &from.username {
-        Some(username) => format!("{} (@{username})", from.full_name()),
-        None => from.full_name(),
+        Some(username) => format!("{name} (@{username})"),
+        None => name,
     }
 }
 
@@ -648,6 +662,12 @@ async fn command_reply(
     state: &BotState,
 ) -> anyhow::Result<String> {
     let ops = state.agent.ops(who.scope.clone(), who.audience);
+    // In a group a member acts on their own part: what they remember is tagged as theirs,
+    // and they forget only what is.
+    let ops = match &who.member {
+        Some(member) => ops.acting_for(member.tag.clone()),
+        None => ops,
+    };
     Ok(match cmd {
         Command::Start => format!(
             "Hi! I am {}. Talk to me and I will remember what matters. /help shows what else I can do.",
@@ -704,7 +724,11 @@ async fn command_reply(
         }
         Command::Undo => match state
             .agent
-            .undo_learning(&who.scope, who.audience)
+            .undo_learning(
+                &who.scope,
+                who.audience,
+                who.member.as_ref().map(|m| &m.tag),
+            )
             .await
             .context("take back what I learned")?
         {
@@ -850,6 +874,17 @@ async fn end_listed(n: usize, who: &Who, state: &BotState) -> anyhow::Result<Str
         .ops(who.scope.clone(), who.audience)
         .readable_scopes();
     if let Some(fact) = crate::agent::find_memory(store.as_ref(), &scopes, id).await {
+        // In a group, a member ends only the facts that are theirs (told or learned from
+        // their messages).
+        if let Some(member) = &who.member
+            && !fact.tags.contains(&member.tag)
+        {
+            return Ok(
+                "That fact is not yours: only the member it was learned from or who told it \
+                 can end it."
+                    .into(),
+            );
+        }
         return Ok(
             match memory_core::invalidate(
                 store.as_ref(),
@@ -1090,7 +1125,9 @@ async fn share(arg: &str, who: &Who, state: &BotState) -> anyhow::Result<String>
             ))
             .with_kind(memory_core::MemoryKind::Note)
             .with_source("telegram")
-            .with_tag(Tag::new(format!("shares:{}", member.user))?);
+            .with_tag(Tag::new(format!("shares:{}", member.user))?)
+            // Pruning never removes a pinned memory: sharing lasts until `/share off`.
+            .pinned();
             store
                 .store(&who.scope, note)
                 .await

@@ -1,11 +1,14 @@
 //! Erasing a person: everything Ava keeps of one user, for `ava erase` and the bot's
 //! `/erase`. Their own scopes (every chat and thread, their user-wide facts, their
 //! documents), and their part of every group conversation (their messages, Ava's answers to
-//! them and their `/share` note, found by the `from:<id>` and `shares:<id>` tags); nothing
+//! them, the facts they told or that were learned from their messages, and their `/share`
+//! note, found by the `from:<id>` and `shares:<id>` tags; in a store from before facts
+//! carried that tag, learned facts are found by the speaker their context quotes); nothing
 //! of anyone else's. The prompts kept of those scopes ([`crate::prompts`]) go with the
 //! memories: the store removes a scope's records with any deletion there.
 
 use std::fmt::Write as _;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use memory_core::{Filter, MemoryBackend, MemoryError, Scope, Tag, TagQuery};
@@ -79,9 +82,17 @@ fn their_leases(tenant: &str, user: &str, own: &[Scope], groups: &[Scope]) -> Ve
     names
 }
 
+/// How long erasing waits for a fact being learned in one of the person's places to be
+/// written (it is then erased with the rest); beyond it, nothing is erased and the error
+/// says so. A learner holds its turn for at most twice its model timeout and a margin.
+const WAIT_FOR_LEARNING: Duration = Duration::from_secs(300);
+
 /// Erases everything of `user` in `tenant` from `store` (with `apply`), or counts it (a dry
-/// run); says what, per scope. Erasing also ends the leases that name them
-/// ([`their_leases`]).
+/// run); says what, per scope. Erasing first takes the learning turn of every place it
+/// erases ([`crate::agent::learning_lease`], in this process and any other on the store),
+/// so a fact being learned from the person is written before the erase (and erased) or
+/// never: a learner whose message is gone once its turn comes learns nothing. Then it
+/// deletes, then ends the leases that name the person ([`their_leases`]).
 pub(crate) async fn erase_person(
     store: &dyn MemoryBackend,
     tenant: &str,
@@ -89,11 +100,138 @@ pub(crate) async fn erase_person(
     apply: bool,
 ) -> anyhow::Result<Erased> {
     let mut erased = Erased::default();
+    let theirs = Filter {
+        tags: Some(TagQuery::any([
+            Tag::new(format!("from:{user}"))?,
+            Tag::new(format!("shares:{user}"))?,
+        ])),
+        include_superseded: true,
+        ..Filter::default()
+    };
+    let (own, groups) = places(store, tenant, user, &theirs).await?;
+    let holder = format!("erase:{}", memory_core::MemoryId::new());
+    let held = if apply {
+        // Where their facts are kept is learned into even before it holds anything.
+        let home = Scope::for_user(user)
+            .and_then(|s| s.in_tenant(tenant))
+            .context("the user's scope")?;
+        let home = (!own.contains(&home)).then_some(home);
+        hold_learning(store, own.iter().chain(&groups).chain(&home), &holder).await?
+    } else {
+        Vec::new()
+    };
+    let result = async {
+        // What a learner wrote while we waited is erased too.
+        let (own, groups) = if apply {
+            places(store, tenant, user, &theirs).await?
+        } else {
+            (own, groups)
+        };
+        erase_held(store, &own, &groups, &theirs, apply, &mut erased).await?;
+        anyhow::Ok((own, groups))
+    }
+    .await;
+    for name in &held {
+        // Ended below too when it names the person; a group's is only given back.
+        if let Err(e) = store.release_lease(name, &holder).await {
+            tracing::warn!(lease = name, error = %memory_core::ErrorChain(&e), "could not give back a learning turn; it runs out by itself");
+        }
+    }
+    let (own, groups) = result?;
+    if apply {
+        for name in their_leases(tenant, user, &own, &groups) {
+            store
+                .end_lease(&name)
+                .await
+                .context("end the leases that name the user")?;
+        }
+    }
+    Ok(erased)
+}
+
+/// The person's own scopes, and the groups where they have a part (`theirs`).
+async fn places(
+    store: &dyn MemoryBackend,
+    tenant: &str,
+    user: &str,
+    theirs: &Filter,
+) -> anyhow::Result<(Vec<Scope>, Vec<Scope>)> {
     let own = store
         .user_scopes(tenant, user)
         .await
         .context("list the user's chats")?;
-    for scope in &own {
+    let mut groups = Vec::new();
+    if user == GROUP_USER {
+        // The key groups are kept under is no person: no group part to look for.
+        return Ok((own, groups));
+    }
+    for group in store
+        .user_scopes(tenant, GROUP_USER)
+        .await
+        .context("list the groups")?
+    {
+        let part = store
+            .recent(&group, 1, theirs)
+            .await
+            .with_context(|| format!("read the user's part of {group}"))?;
+        if !part.is_empty() {
+            groups.push(group);
+        }
+    }
+    Ok((own, groups))
+}
+
+/// Takes the learning turn of each of `scopes` as `holder`, waiting for a learner that
+/// holds one; says which it took. When one stays held past [`WAIT_FOR_LEARNING`], gives
+/// back those taken and fails: nothing has been erased.
+async fn hold_learning<'a>(
+    store: &dyn MemoryBackend,
+    scopes: impl Iterator<Item = &'a Scope>,
+    holder: &str,
+) -> anyhow::Result<Vec<String>> {
+    let mut held: Vec<String> = Vec::new();
+    for scope in scopes {
+        let name = crate::agent::learning_lease(scope);
+        let deadline = Instant::now() + WAIT_FOR_LEARNING;
+        let taken = loop {
+            match store.try_lease(&name, holder, WAIT_FOR_LEARNING).await {
+                Ok(true) => break Ok(()),
+                Ok(false) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Ok(false) => {
+                    break Err(anyhow::anyhow!(
+                        "facts are still being learned in {scope} after {} s; nothing was \
+                         erased, try again",
+                        WAIT_FOR_LEARNING.as_secs()
+                    ));
+                }
+                Err(e) => break Err(anyhow::Error::new(e).context("wait for learning to end")),
+            }
+        };
+        if let Err(e) = taken {
+            for name in &held {
+                let _ = store.release_lease(name, holder).await;
+            }
+            return Err(e);
+        }
+        held.push(name);
+    }
+    Ok(held)
+}
+
+/// The deleting (or counting) part of [`erase_person`]: the person's own scopes whole, and
+/// `theirs` of each of `groups`, with the group facts an older store learned from them
+/// without the tag ([`untagged_learned`]).
+async fn erase_held(
+    store: &dyn MemoryBackend,
+    own: &[Scope],
+    groups: &[Scope],
+    theirs: &Filter,
+    apply: bool,
+    erased: &mut Erased,
+) -> anyhow::Result<()> {
+    for scope in own {
         let n = if apply {
             store
                 .delete_scope(scope)
@@ -109,33 +247,24 @@ pub(crate) async fn erase_person(
             erased.own.push((scope.clone(), n));
         }
     }
-    if user == GROUP_USER {
-        // The key groups are kept under is no person.
-        return Ok(erased);
-    }
-    let theirs = Filter {
-        tags: Some(TagQuery::any([
-            Tag::new(format!("from:{user}"))?,
-            Tag::new(format!("shares:{user}"))?,
-        ])),
-        include_superseded: true,
-        ..Filter::default()
-    };
-    let groups = store
-        .user_scopes(tenant, GROUP_USER)
-        .await
-        .context("list the groups")?;
-    for group in &groups {
+    for group in groups {
         let mut n = 0;
         if apply {
+            let mut names = Vec::new();
             loop {
                 // Each round deletes what it read, so the next reads what is left.
                 let part = store
-                    .recent(group, BATCH, &theirs)
+                    .recent(group, BATCH, theirs)
                     .await
                     .with_context(|| format!("read the user's part of {group}"))?;
                 let before = n;
                 for m in &part {
+                    if m.kind == memory_core::MemoryKind::Message
+                        && let Some((name, _)) = m.content.split_once(": ")
+                        && !names.iter().any(|n| n == name)
+                    {
+                        names.push(name.to_owned());
+                    }
                     match store.delete(group, m.id).await {
                         Ok(()) => n += 1,
                         Err(MemoryError::NotFound { .. }) => {}
@@ -147,10 +276,17 @@ pub(crate) async fn erase_person(
                     break;
                 }
             }
+            for m in untagged_learned(store, group, &names).await? {
+                match store.delete(group, m.id).await {
+                    Ok(()) => n += 1,
+                    Err(MemoryError::NotFound { .. }) => {}
+                    Err(e) => return Err(e).context("delete the user's part of a group"),
+                }
+            }
         } else {
             let most = store.info().limits.max_results;
             n = store
-                .recent(group, most, &theirs)
+                .recent(group, most, theirs)
                 .await
                 .with_context(|| format!("read the user's part of {group}"))?
                 .len() as u64;
@@ -159,13 +295,47 @@ pub(crate) async fn erase_person(
             erased.in_groups.push((group.clone(), n));
         }
     }
-    if apply {
-        for name in their_leases(tenant, user, &own, &groups) {
-            store
-                .end_lease(&name)
-                .await
-                .context("end the leases that name the user")?;
-        }
-    }
-    Ok(erased)
+    Ok(())
 }
+
+/// The facts of `group` that a store from before facts carried their member learned from
+/// the messages of a member who went by one of `names` (the speaker part of their stored
+/// messages): their context quoted the message, speaker first
+/// (`learned from the user's message: Alice (@alice): ...`).
+async fn untagged_learned(
+    store: &dyn MemoryBackend,
+    group: &Scope,
+    names: &[String],
+) -> anyhow::Result<Vec<memory_core::MemoryEntry>> {
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
+    let facts = Filter {
+        kinds: vec![memory_core::MemoryKind::Fact],
+        include_superseded: true,
+        ..Filter::default()
+    };
+    let most = store.info().limits.max_results;
+    let all = store
+        .recent(group, most, &facts)
+        .await
+        .with_context(|| format!("read the facts of {group}"))?;
+    Ok(all
+        .into_iter()
+        .filter(|f| {
+            f.context.as_deref().is_some_and(|c| {
+                c.strip_prefix(OLD_LEARNED_CONTEXT).is_some_and(|quote| {
+                    names.iter().any(|n| {
+                        quote
+                            .strip_prefix(n.as_str())
+                            .is_some_and(|r| r.starts_with(':'))
+                    })
+                })
+            })
+        })
+        .collect())
+}
+
+/// How a learned fact's context began before it quoted nothing of its message: the
+/// message's first 80 characters followed.
+const OLD_LEARNED_CONTEXT: &str = "learned from the user's message: ";

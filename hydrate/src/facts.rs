@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use memory_core::{
     Capability, ConsolidationReport, ErrorChain, Filter, Invalidated, MemoryBackend, MemoryEntry,
-    MemoryKind, NewMemory, Scope, SearchRequest, Superseded, Timestamp, invalidate, normalise,
+    MemoryKind, NewMemory, Scope, SearchRequest, Superseded, Tag, Timestamp, invalidate, normalise,
     remember_once, supersede,
 };
 use serde::Deserialize;
@@ -55,6 +55,9 @@ only, exactly {\"decisions\": [{\"new\": \"N1\", \"op\": \"ADD\"}, {\"new\": \"N
 {\"op\": \"INVALIDATE\", \"existing\": \"E3\"}]}, one decision for every new fact; a \
 decision may carry a short \"reason\".";
 
+/// The context of every learned fact: where it came from, quoting nothing of the message.
+pub const LEARNED_CONTEXT: &str = "learned from the user's message";
+
 /// One exchange to learn from.
 #[derive(Clone, Copy, Debug)]
 pub struct Exchange<'a> {
@@ -66,6 +69,10 @@ pub struct Exchange<'a> {
     pub at: Timestamp,
     /// Where the facts came from (`telegram`, `cli`), kept as their source.
     pub source: &'a str,
+    /// In a shared chat, the member who said it: every fact learned from it carries this
+    /// tag (the bot's `from:<id>`), so erasing the member erases what was learned from
+    /// them. `None` in a private context, whose facts are the person's own scope.
+    pub member: Option<&'a Tag>,
 }
 
 /// Learns facts from exchanges with a chat model. Cheap to clone.
@@ -153,15 +160,15 @@ impl FactExtractor {
         } else {
             self.decide(&fresh, &existing).await?
         };
-        // Tagged with the entities they mention, like every memory hydrate writes.
+        // Tagged with the entities they mention, like every memory hydrate writes, and with
+        // the member who said it. The context quotes nothing of the message: a fact keeps
+        // what it says, and no more of the words it came from.
         let learned = |content: &str| {
             crate::graph::with_entity_tags(NewMemory::new(content))
                 .with_kind(MemoryKind::Fact)
                 .with_source(exchange.source)
-                .with_context(format!(
-                    "learned from the user's message: {}",
-                    preview(exchange.user, 80)
-                ))
+                .with_tags(exchange.member.cloned())
+                .with_context(LEARNED_CONTEXT)
                 .at(exchange.at)
         };
         for plan in plans {

@@ -143,7 +143,9 @@ pub use docs::{
     list_documents, read_document, remove_documents, split_document,
 };
 pub use error::{Error, Result};
-pub use facts::{DEFAULT_EXTRACTION_TIMEOUT, Exchange, FactExtractor, MAX_FACT_BYTES, MAX_FACTS};
+pub use facts::{
+    DEFAULT_EXTRACTION_TIMEOUT, Exchange, FactExtractor, LEARNED_CONTEXT, MAX_FACT_BYTES, MAX_FACTS,
+};
 pub use graph::{
     ENTITY_TAG_PREFIX, Entity, GRAPH_FEATURE, GraphSource, HOP_ENTITIES, Indexed, MAX_ENTITIES,
     MAX_ENTITY_KEY_BYTES, entity_key, entity_tags, extract_entities, graph_available,

@@ -84,6 +84,9 @@ pub struct Ops {
     /// The store's embedder's window ([`memory_core::EmbeddingProvider::window_bytes`]):
     /// `recall` does not lift a hit longer than this, as the semantic source does not.
     window: Option<usize>,
+    /// In a shared chat, the tag of the member these operations act for
+    /// ([`Ops::acting_for`]).
+    member: Option<memory_core::Tag>,
 }
 
 impl Ops {
@@ -101,6 +104,7 @@ impl Ops {
             max_steps: DEFAULT_MAX_STEPS,
             shared: false,
             window: None,
+            member: None,
         }
     }
 
@@ -138,6 +142,23 @@ impl Ops {
             self.config = Arc::new(config.with_runtime_option(OPT_SHARED_FACTS_OF, user));
         }
         self
+    }
+
+    /// In a shared chat, the same operations acting for the member whose memories carry
+    /// `tag` (the bot's `from:<id>`): what `remember` keeps is tagged with them, so that
+    /// erasing the member erases it, and `forget` ends only memories tagged with them (a
+    /// member acts on their own part of the chat, not on another's). Outside a shared chat
+    /// it changes nothing.
+    pub fn acting_for(mut self, tag: memory_core::Tag) -> Self {
+        if self.shared {
+            self.member = Some(tag);
+        }
+        self
+    }
+
+    /// The member these operations act for in a shared chat ([`Ops::acting_for`]).
+    pub fn member(&self) -> Option<&memory_core::Tag> {
+        self.member.as_ref()
     }
 
     /// Where a fact told here is kept: the user-wide scope in a private context, the chat
@@ -259,7 +280,8 @@ impl Ops {
     /// Stores a fact in [`Ops::facts_scope`] (user-wide unless the chat is shared), or, when
     /// the same fact (same normalised content) is already there, merges into it
     /// ([`memory_core::remember_once`]); says which. The fact is tagged with the entities it
-    /// mentions ([`crate::with_entity_tags`]).
+    /// mentions ([`crate::with_entity_tags`]) and, in a shared chat, with the member who told
+    /// it ([`Ops::acting_for`]).
     pub async fn remember(
         &self,
         content: &str,
@@ -269,7 +291,8 @@ impl Ops {
         let mut memory = NewMemory::new(content)
             .with_kind(MemoryKind::Fact)
             .with_source(format!("tool:{REMEMBER}"))
-            .with_tags(tags(tag_names)?);
+            .with_tags(tags(tag_names)?)
+            .with_tags(self.member.clone());
         if let Some(c) = context {
             memory = memory.with_context(c);
         }
@@ -340,10 +363,27 @@ impl Ops {
     }
 
     /// Deletes a memory of [`Ops::readable_scopes`] (an id of any other scope is not found).
+    /// Acting for a member of a shared chat ([`Ops::acting_for`]), a memory not tagged with
+    /// them is refused ([`Error::InvalidInput`]) and stays.
     pub async fn forget(&self, id: MemoryId) -> Result<()> {
         let mut result = Ok(());
         for scope in self.readable_scopes() {
-            result = self.backend.delete(&scope, id).await;
+            result = match &self.member {
+                None => self.backend.delete(&scope, id).await,
+                Some(member) => match self.backend.get(&scope, id).await {
+                    Ok(m) if !m.tags.contains(member) => {
+                        return Err(Error::invalid(
+                            "forget",
+                            format!(
+                                "memory {id} is not yours in this shared chat; a member \
+                                 forgets only their own part of it"
+                            ),
+                        ));
+                    }
+                    Ok(_) => self.backend.delete(&scope, id).await,
+                    Err(e) => Err(e),
+                },
+            };
             if !matches!(result, Err(memory_core::MemoryError::NotFound { .. })) {
                 break;
             }

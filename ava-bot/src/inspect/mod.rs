@@ -588,7 +588,7 @@ impl Inspector {
             _ => {
                 let lines = self
                     .live
-                    .undo_learning(&scope, Audience::Private)
+                    .undo_learning(&scope, Audience::Private, None)
                     .await
                     .map_err(|e| {
                         Refusal(StatusCode::INTERNAL_SERVER_ERROR, crate::error_chain(&e))

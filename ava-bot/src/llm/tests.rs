@@ -366,11 +366,14 @@ async fn learned_facts_are_added_ended_and_not_repeated() {
         .await
         .unwrap();
     let at = Timestamp::parse_rfc3339("2026-03-02T10:00:00Z").unwrap();
+    // Said by a member of a shared chat: what is learned is theirs.
+    let member = memory_core::Tag::new("from:42").unwrap();
     let exchange = Exchange {
         user: "Sold my bike <finally>; I still work at Acme, and I started Welsh lessons!",
         assistant: Some("Congratulations!"),
         at,
         source: "test",
+        member: Some(&member),
     };
     let report = FactExtractor::new(model)
         .learn(&backend, std::slice::from_ref(&scope), exchange)
@@ -413,6 +416,9 @@ async fn learned_facts_are_added_ended_and_not_repeated() {
     let learned = backend.get(&scope, report.added[0]).await.unwrap();
     assert_eq!(learned.created_at, at);
     assert_eq!(learned.source.as_deref(), Some("test"));
+    assert!(learned.tags.contains(&member), "{:?}", learned.tags);
+    // It quotes nothing of the message it came from.
+    assert_eq!(learned.context.as_deref(), Some(hydrate::LEARNED_CONTEXT));
 
     // The conversation reached the model escaped, inside its data block.
     let sent = bodies(&server.received_requests().await.unwrap());
