@@ -14,6 +14,9 @@
 //! one process on a SQLite file, and 1, 2 and 4 on one Postgres when `MEMORY_PG_URL` is set
 //! (a fresh schema each, dropped afterwards). After each run the store is counted: every
 //! answered request must have left its two turns (`lost` is what is missing).
+//!
+//! Between the two, one client's message of `AVA_BENCH_HUGE_MIB` MiB (default 4) of
+//! distinct words, and another client's latency while it runs (issue 54, D1).
 
 use std::convert::Infallible;
 use std::path::Path;
@@ -218,6 +221,90 @@ fn percentile(sorted: &[Duration], q: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)].as_secs_f64() * 1e3
 }
 
+/// A request whose user message is `bytes` bytes of distinct words (`w<hex>`), and how
+/// many words it holds.
+fn huge_body(bytes: usize) -> (String, usize) {
+    use std::fmt::Write as _;
+    let mut text = String::with_capacity(bytes + 32);
+    let mut words = 0_u64;
+    while text.len() < bytes {
+        let _ = write!(
+            text,
+            "w{:x} ",
+            words.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 24
+        );
+        words += 1;
+    }
+    let body = serde_json::json!({"model": "gpt-bench", "messages": [
+        {"role": "user", "content": text},
+    ]});
+    (
+        body.to_string(),
+        usize::try_from(words).unwrap_or(usize::MAX),
+    )
+}
+
+/// Issue 54's D1: one client (user 0) sends a message of `mib` MiB of distinct words
+/// through the proxy at `url` while another (user 1) keeps sending small requests; prints
+/// the other client's latencies meanwhile, and how long the huge one took.
+async fn huge_query(url: &str, mib: usize) {
+    let client = reqwest::Client::new();
+    let (body, words) = huge_body(mib << 20);
+    let big = {
+        let (client, url) = (client.clone(), url.to_owned());
+        tokio::spawn(async move {
+            let t = Instant::now();
+            let status = client
+                .post(url)
+                .bearer_auth(token(0))
+                .header("content-type", "application/json")
+                .body(body)
+                .timeout(Duration::from_secs(900))
+                .send()
+                .await
+                .map(|r| r.status().as_u16().to_string())
+                .unwrap_or_else(|e| format!("error: {e}"));
+            (status, t.elapsed())
+        })
+    };
+    let (mut times, mut failed, mut n) = (Vec::new(), 0, 0);
+    while !big.is_finished() {
+        let t = Instant::now();
+        let response = client
+            .post(url)
+            .bearer_auth(token(1))
+            .header("content-type", "application/json")
+            .body(body(1, n))
+            .timeout(Duration::from_secs(60))
+            .send()
+            .await;
+        n += 1;
+        match response {
+            Ok(r) if r.status().is_success() => {
+                let _ = r.bytes().await;
+                times.push(t.elapsed());
+            }
+            _ => failed += 1,
+        }
+    }
+    let (status, took) = big
+        .await
+        .unwrap_or_else(|e| panic!("the huge request: {e}"));
+    times.sort_unstable();
+    let id = "serve/huge_message_other_client";
+    println!(
+        "ava-bench: percentiles {id} p50={:.3}ms p95={:.3}ms n={}",
+        percentile(&times, 0.5),
+        percentile(&times, 0.95),
+        times.len()
+    );
+    println!(
+        "ava-bench: note {id} meanwhile one client's {mib} MiB message of {words} distinct words took {:.1} s (status {status}); the other client's slowest call {:.0} ms, {failed} failed",
+        took.as_secs_f64(),
+        percentile(&times, 1.0)
+    );
+}
+
 /// Clients of the replica runs.
 const REPLICA_CLIENTS: usize = 8;
 
@@ -336,6 +423,11 @@ fn main() {
             }
         }
         println!("ava-bench: note serve/proxy_01_clients store: {embedder}; {HISTORY} stored exchanges per user before measuring, each proxied request stores 2 more");
+        let mib = std::env::var("AVA_BENCH_HUGE_MIB")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(4);
+        huge_query(&proxy[0], mib).await;
         drop(child);
 
         // Replicas on one store.

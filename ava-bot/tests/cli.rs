@@ -1328,6 +1328,36 @@ fn erase_lists_then_removes_everything_of_one_person_only() {
     assert!(ok(ava(&db, &["erase", "--user", "alice"])).contains("nothing stored for user alice"));
     let bobs = ok(ava(&db, &["facts", "--user", "bob"]));
     assert!(bobs.contains("my dog is called Rex"), "{bobs}");
+    // Erased means gone from the files: none of her words is readable in the store, its
+    // write-ahead log or its shared memory, while Bob's are.
+    let holding = |needle: &str| -> Vec<String> {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| {
+                let name = p.file_name().unwrap().to_string_lossy().into_owned();
+                name.starts_with(db.file_name().unwrap().to_str().unwrap())
+            })
+            .filter(|p| {
+                let bytes = std::fs::read(p).unwrap();
+                bytes.windows(needle.len()).any(|w| w == needle.as_bytes())
+            })
+            .map(|p| p.display().to_string())
+            .collect()
+    };
+    for hers in [
+        "door code is 4711",
+        "Pixel",
+        "lunch on Fridays",
+        "ferry leaves",
+    ] {
+        assert_eq!(
+            holding(hers),
+            Vec::<String>::new(),
+            "{hers} is still readable"
+        );
+    }
+    assert!(!holding("dog is called Rex").is_empty(), "Bob's stays");
 }
 
 #[test]

@@ -659,3 +659,57 @@ async fn recall_reads_a_message_in_the_talk_around_it() {
         "{texts:?}"
     );
 }
+
+/// In a shared chat, operations acting for a member tag what they remember with the member
+/// (the model's `remember` tool included), and forget only what is tagged with them.
+#[tokio::test]
+async fn a_member_of_a_shared_chat_remembers_as_themself_and_forgets_only_their_own() {
+    let backend: Arc<dyn MemoryBackend> = Arc::new(InMemoryBackend::new(Some(embedder())));
+    let cfg = Arc::new(config(Arc::clone(&backend), Some(embedder())));
+    let group = Scope::for_user("group").unwrap().in_chat("-100").unwrap();
+    let shared = Ops::new(Arc::clone(&cfg), Arc::clone(&backend), group.clone()).in_shared_chat();
+    let (alice, bob) = (
+        memory_core::Tag::new("from:111").unwrap(),
+        memory_core::Tag::new("from:222").unwrap(),
+    );
+    let as_alice = shared.clone().acting_for(alice.clone());
+    let as_bob = shared.clone().acting_for(bob.clone());
+    let told = as_alice
+        .remember("Alice is allergic to kumquats.", None, &[])
+        .await
+        .unwrap();
+    assert!(told.entry.tags.contains(&alice), "{:?}", told.entry.tags);
+    // The model's tool, answering Bob.
+    let model = Scripted::new(vec![
+        calls(vec![call(
+            "c1",
+            REMEMBER,
+            json!({"content": "Bob prefers oolong."}),
+        )]),
+        text("Noted."),
+    ]);
+    as_bob
+        .infer(&model, request("I prefer oolong", 4000))
+        .await
+        .unwrap();
+    let facts = memory_core::Filter {
+        kinds: vec![MemoryKind::Fact],
+        ..memory_core::Filter::default()
+    };
+    let kept = backend.recent(&group, 10, &facts).await.unwrap();
+    let bobs = kept
+        .iter()
+        .find(|m| m.content == "Bob prefers oolong.")
+        .unwrap();
+    assert!(bobs.tags.contains(&bob) && !bobs.tags.contains(&alice));
+    // Bob cannot forget Alice's; she can.
+    let refused = as_bob.forget(told.entry.id).await.unwrap_err();
+    assert!(matches!(refused, Error::InvalidInput { .. }), "{refused}");
+    assert!(refused.to_string().contains("not yours"), "{refused}");
+    assert!(backend.get(&group, told.entry.id).await.is_ok());
+    as_alice.forget(told.entry.id).await.unwrap();
+    assert!(backend.get(&group, told.entry.id).await.is_err());
+    // Outside a shared chat acting for someone changes nothing.
+    let private = Ops::new(cfg, Arc::clone(&backend), chat_scope("alice")).acting_for(bob);
+    assert_eq!(private.member(), None);
+}
