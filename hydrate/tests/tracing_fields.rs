@@ -8,6 +8,7 @@
     reason = "a test fails loudly on an unexpected error"
 )]
 
+#[path = "it/common/mod.rs"]
 mod common;
 
 use std::collections::BTreeMap;

@@ -2,9 +2,10 @@
 //! accepts their snapshots, without needing `cargo-insta` installed.
 //!
 //! The snapshot tests are the integration-test targets of every workspace crate that
-//! dev-depends on `insta` (today `tests/snapshots.rs` of `prompt-ir` and `hydrate`). They are
-//! run with `cargo test --workspace --all-features --test <name>…`, so the build shares the
-//! feature set (and the compiled artefacts) of the README's test command.
+//! dev-depends on `insta` (today `tests/snapshots.rs` of `prompt-ir`, and `tests/it` of
+//! `hydrate`, whose `snapshots` module holds its snapshots). They are run with `cargo test
+//! --workspace --all-features --test <name>…`, so the build shares the feature set (and the
+//! compiled artefacts) of the README's test command.
 //!
 //! - `--check` (CI): fails if a snapshot differs or is missing, if a pending `.snap.new`
 //!   is lying around, or if a `.snap` file is no longer asserted by any test (unreferenced).

@@ -12,7 +12,7 @@
     reason = "a test fails loudly on an unexpected error"
 )]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;
