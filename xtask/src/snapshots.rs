@@ -2,8 +2,8 @@
 //! accepts their snapshots, without needing `cargo-insta` installed.
 //!
 //! The snapshot tests are the integration-test targets of every workspace crate that
-//! dev-depends on `insta` (today `tests/snapshots.rs` of `prompt-ir`, and `tests/it` of
-//! `hydrate`, whose `snapshots` module holds its snapshots). They are run with `cargo test
+//! dev-depends on `insta` (today `tests/it` of `prompt-ir` and of `hydrate`, whose
+//! `snapshots` modules hold their snapshots). They are run with `cargo test
 //! --workspace --all-features --test <name>…`, so the build shares the feature set (and the
 //! compiled artefacts) of the README's test command.
 //!

@@ -13,11 +13,19 @@ use memory_embedders::{
 };
 
 /// The model directory when it is complete; otherwise prints one line saying the test is
-/// skipped and which command fetches the model.
+/// skipped and which command fetches the model, or, with `AVA_REQUIRE_SERVICES=1` (CI,
+/// which fetches the model first), fails.
 fn model_dir(test: &str) -> Option<ModelDir> {
-    let dir = resolve_model_dir(None).ok()?;
+    let dir = resolve_model_dir(None).unwrap();
     if dir.is_complete() {
         Some(dir)
+    } else if std::env::var(memory_core::testing::REQUIRE_SERVICES_ENV).is_ok_and(|v| v == "1") {
+        panic!(
+            "{test}: no local model in {} ({}) but {}=1 requires it; run `{FETCH_MODEL_COMMAND}`",
+            dir.path.display(),
+            dir.source,
+            memory_core::testing::REQUIRE_SERVICES_ENV
+        )
     } else {
         println!(
             "SKIPPED {test}: no local model in {} ({}); run `{FETCH_MODEL_COMMAND}` to fetch it",

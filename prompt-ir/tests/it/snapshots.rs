@@ -7,7 +7,7 @@
     reason = "a test fails loudly on an unexpected error"
 )]
 
-mod common;
+use crate::common;
 
 use prompt_ir::{
     BudgetAllocation, Compressed, Encoding, FixedRatios, PromptIR, TiktokenTokenizer, TokenBudget,

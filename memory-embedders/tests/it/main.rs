@@ -1,0 +1,11 @@
+//! memory-embedders' integration tests, one crate (one link), a module per provider, each
+//! built with its provider's feature: Ollama and OpenAI-compatible clients against loopback
+//! servers speaking their wire protocols, and the local model against its published
+//! reference similarities.
+
+#[cfg(feature = "local")]
+mod embed_local;
+#[cfg(feature = "ollama")]
+mod embed_ollama;
+#[cfg(feature = "openai")]
+mod embed_openai;
