@@ -23,9 +23,10 @@ use crate::PostgresBackend;
 use crate::error::{BACKEND, Cells, InSchema, PostgresError, query_error};
 use crate::index::Indexes;
 use crate::sql::{
-    Passages, Query, SCORE_COL, entries, entry, entry_cols, push_filter, scored, scored_entries,
-    tsquery,
+    Passages, Query, SCORE_COL, TsQuery, entries, entry, entry_cols, push_filter,
+    rarest_lexemes_sql, scored, scored_entries, tsquery,
 };
+use memory_core::keyword::{self, MAX_QUERY_TERMS};
 
 /// What a candidate statement found: `(pk, id, score)` best first, the entries by pk
 /// when it read them, and how the score is spread over the scope when it was asked to tell.
@@ -351,6 +352,39 @@ impl PostgresBackend {
         query
     }
 
+    /// The keyword query for `text` in `scope`: any of its distinct words (of its first
+    /// [`keyword::MAX_QUERY_BYTES`] bytes), or of more than [`MAX_QUERY_TERMS`] the
+    /// [`MAX_QUERY_TERMS`] rarest lexemes the scope holds ([`rarest_lexemes_sql`]), so no
+    /// query gives the server an expression of thousands of alternatives to parse. `None`
+    /// when there is no word to search for.
+    pub(crate) async fn keyword_query(
+        &self,
+        c: &Object,
+        scope: &Scope,
+        text: &str,
+    ) -> std::result::Result<Option<TsQuery>, PostgresError> {
+        let words = keyword::query_words(text);
+        if words.len() <= MAX_QUERY_TERMS {
+            return Ok(tsquery(&words).map(TsQuery::Words));
+        }
+        let sql = rarest_lexemes_sql(&self.names.memories, &self.names.scopes);
+        let rows = self
+            .rows(c, &{
+                let mut q = Query::default();
+                q.bind(words);
+                q.bind(scope.tenant().to_owned());
+                q.bind(scope.key());
+                q.push(&sql);
+                q
+            })
+            .await?;
+        let picked: Option<String> = match rows.first() {
+            Some(row) => Cells::new(row, &self.schema).get(0)?,
+            None => None,
+        };
+        Ok(picked.map(TsQuery::Lexemes))
+    }
+
     /// Top-`limit` full-text matches (raw `ts_rank`, higher is better) in the scope, with
     /// their entries if `entries`. With `spread`, the same statement sums how the ranks are
     /// spread over the scope's memories (every one of them, a memory that does not match or
@@ -369,19 +403,19 @@ impl PostgresBackend {
         entries: bool,
         spread: bool,
     ) -> std::result::Result<Found, PostgresError> {
-        let Some(tsq) = tsquery(text) else {
+        let Some(tsq) = self.keyword_query(c, scope, text).await? else {
             return Ok(Found::default());
         };
         let m = &self.names.memories;
         let mut query = Query::default();
         let (in_scope, t) = self.in_scope(&mut query, scope);
-        let tq = query.bind(tsq);
+        let tq = tsq.sql(&query.bind(tsq.text().to_owned()));
         // Weights {D, C, B, A}: content is A, context B at 0.3 of it (as memory-sqlite's
         // bm25 column weights); normalization 1 divides by 1 + log(document length).
         query.push(&format!(
             "WITH k AS (SELECT m.pk, m.id, \
              ts_rank('{{0, 0, 0.3, 1}}'::float4[], m.fts, q.q, 1) AS score \
-             FROM {m} m, to_tsquery('english', {tq}) AS q(q) \
+             FROM {m} m, {tq} AS q(q) \
              WHERE {in_scope} AND m.fts @@ q.q"
         ));
         push_filter(&mut query, filter);
@@ -1431,6 +1465,93 @@ mod tests {
         );
         drop(tx);
         drop(client);
+        let client = store.client().await.unwrap();
+        client
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+            .await
+            .unwrap();
+        drop(client);
+        store.close();
+    }
+
+    /// D1: a query of 100 000 distinct words reaches the server as a tsquery of at most
+    /// `MAX_QUERY_TERMS` lexemes, the rarest the scope holds, and still finds the memory
+    /// holding its one rare word.
+    #[tokio::test]
+    async fn a_query_of_100k_words_is_searched_for_its_rarest_held_words() {
+        let Some(url) = memory_core::testing::env_or_skip(
+            "MEMORY_PG_URL",
+            "memory-postgres",
+            "a Postgres URL whose server has pgvector (e.g. start one with .ci/postgres.sh start)",
+        ) else {
+            return;
+        };
+        let schema = format!("ava_unit_words_{}", std::process::id());
+        let config = PostgresConfig {
+            schema: schema.clone(),
+            pool_size: 2,
+            ..PostgresConfig::default()
+        };
+        let store = PostgresBackend::connect(&url, None, config).await.unwrap();
+        let scope = Scope::for_user("u").unwrap();
+        let mut memories: Vec<NewMemory> = (0..100)
+            .map(|k| {
+                NewMemory::new(format!(
+                    "a note on topic{k} and topic{} by the garden",
+                    k + 1
+                ))
+            })
+            .collect();
+        memories.push(NewMemory::new(
+            "the quetzalcoatl statue stands in the garden",
+        ));
+        let rare = store.store_batch(&scope, memories).await.unwrap()[100].id;
+        let mut words: Vec<String> = (0..100_000usize)
+            .map(|mut i| {
+                let mut w = String::from("zx");
+                for _ in 0..4 {
+                    w.push(char::from(b'a' + (i % 26) as u8));
+                    i /= 26;
+                }
+                w
+            })
+            .collect();
+        words.insert(50_000, "quetzalcoatl".into());
+        let only_rare = words.join(" ");
+        words.insert(70_000, "garden".into());
+        words.extend((0..100).map(|k| format!("topic{k}")));
+        let with_topics = words.join(" ");
+
+        let c = store.client().await.unwrap();
+        let q = store.keyword_query(&c, &scope, &only_rare).await.unwrap();
+        assert_eq!(q, Some(TsQuery::Lexemes("'quetzalcoatl'".into())));
+        let Some(TsQuery::Lexemes(q)) =
+            store.keyword_query(&c, &scope, &with_topics).await.unwrap()
+        else {
+            panic!("a long query is searched for lexemes");
+        };
+        assert_eq!(q.matches(" | ").count() + 1, MAX_QUERY_TERMS, "{q}");
+        assert!(
+            q.contains("'quetzalcoatl'") && !q.contains("'garden'"),
+            "{q}"
+        );
+        let q = store
+            .keyword_query(&c, &scope, "Garden statue, garden")
+            .await
+            .unwrap();
+        assert_eq!(q, Some(TsQuery::Words("garden | statue".into())));
+        drop(c);
+        for text in [only_rare, with_topics] {
+            let hits = store
+                .search(&scope, &SearchRequest::keyword(text).limit(100))
+                .await
+                .unwrap();
+            assert!(
+                hits.iter().any(|h| h.entry.id == rare),
+                "{} hits",
+                hits.len()
+            );
+        }
         let client = store.client().await.unwrap();
         client
             .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))

@@ -236,8 +236,9 @@ impl MemoryBackend for SqliteBackend {
                             valid_at: Some(now),
                             ..Filter::default()
                         };
+                        let fts = sql.fts_query(scope_id, &entry.content)?;
                         let pks: Vec<i64> = sql
-                            .keyword(scope_id, &entry.content, &filter, REMEMBER_CANDIDATES)?
+                            .keyword(scope_id, fts.as_deref(), &filter, REMEMBER_CANDIDATES)?
                             .into_iter()
                             .map(|(pk, ..)| pk)
                             .collect();
@@ -574,6 +575,10 @@ impl MemoryBackend for SqliteBackend {
     }
 }
 
+/// Longest query text searched on the caller's thread (see [`crate::read`]); a longer one
+/// goes to the worker's.
+const CALLER_MAX_QUERY_BYTES: usize = 2048;
+
 /// Backfill rounds a search runs at most before it searches anyway.
 const MAX_BACKFILL_ROUNDS: usize = 64;
 
@@ -593,7 +598,12 @@ impl SqliteBackend {
         backfill: bool,
     ) -> Result<Searched> {
         let pool = (request.limit * self.config.hybrid_pool_factor).max(50);
-        if let Some(cache) = &self.cache {
+        // A long query text (its words are looked up to choose the rarest, `Sql::fts_query`)
+        // is searched on the worker's thread, never on the caller's runtime thread.
+        let short_text = request
+            .query_text()
+            .is_none_or(|t| t.len() <= CALLER_MAX_QUERY_BYTES);
+        if let Some(cache) = self.cache.as_ref().filter(|_| short_text) {
             let job = SearchJob {
                 scope,
                 request,
