@@ -169,6 +169,18 @@ pub trait MemoryBackend: Send + Sync + fmt::Debug {
         })
     }
 
+    /// Makes what deletions removed unreadable where the store still keeps a copy of it, as
+    /// far as the store itself can: for an erase, after the deletions. SQLite (which
+    /// overwrites what it deletes, and checkpoints its log after [`delete`](Self::delete)
+    /// and [`delete_scope`](Self::delete_scope)) copies the log into the file and empties
+    /// it; Postgres runs `VACUUM` on its tables, so deleted rows leave the tables and their
+    /// indexes (the server's own log and backups, and freed space inside its pages until
+    /// reused, are beyond a store's reach). The default does nothing: a store in memory
+    /// keeps no copy.
+    async fn reclaim_deleted(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// Every scope of one user in one tenant that holds memories or records (their chats and
     /// threads, and the user-wide scope), sorted: [`MemoryBackend::scopes`] of that tenant
     /// and user.
@@ -480,6 +492,9 @@ macro_rules! forward_backend {
             }
             async fn records(&self, scope: &Scope, kind: &str, limit: usize) -> Result<Vec<Record>> {
                 (**self).records(scope, kind, limit).await
+            }
+            async fn reclaim_deleted(&self) -> Result<()> {
+                (**self).reclaim_deleted().await
             }
         }
     )*};

@@ -941,6 +941,35 @@ impl MemoryBackend for PostgresBackend {
         Ok(())
     }
 
+    /// `VACUUM` of the store's tables: rows deleted (and the old versions of rows changed)
+    /// leave the tables, their TOAST and their indexes (the full-text one too), instead of
+    /// staying there, dead, until autovacuum comes by. What the server keeps past that is
+    /// beyond the store's reach: its write-ahead log and archives, backups, replicas' copies,
+    /// and the bytes of freed space inside pages until new rows overwrite them (only
+    /// `VACUUM FULL`, which locks each table while it rewrites it, leaves none).
+    async fn reclaim_deleted(&self) -> Result<()> {
+        let c = self.client().await?;
+        let n = &self.names;
+        let mut tables = vec![
+            n.memories.clone(),
+            n.access.clone(),
+            n.records.clone(),
+            n.scopes.clone(),
+            n.leases.clone(),
+        ];
+        let passages = self
+            .on(&c)
+            .one("SELECT to_regclass($1) IS NOT NULL", &[&n.passages])
+            .await?;
+        if Cells::new(&passages, &self.schema).get::<bool>(0)? {
+            tables.push(n.passages.clone());
+        }
+        c.batch_execute(&format!("VACUUM {}", tables.join(", ")))
+            .await
+            .in_schema(&self.schema)?;
+        Ok(())
+    }
+
     async fn records(&self, scope: &Scope, kind: &str, limit: usize) -> Result<Vec<Record>> {
         check_record_kind(kind)?;
         check_limit(limit, &self.config.limits)?;

@@ -405,9 +405,13 @@ impl MemoryBackend for SqliteBackend {
                     let sql = Sql { conn: tx, path: &path };
                     let scope_id = sql.scope_id(&scope_c)?.ok_or(MemoryError::NotFound { id })?;
                     let pk = sql.find_pk(scope_id, id)?.ok_or(MemoryError::NotFound { id })?;
-                    // The old vectors go while the row still says how many there are.
+                    // The old vectors go while the row still says how many there are, and
+                    // the old words while it still holds them.
                     if content_changed && sql.has_vec_table()? {
                         sql.delete_vectors(pk)?;
+                    }
+                    if reindex {
+                        sql.remove_fts(pk)?;
                     }
                     tx.execute(
                         "UPDATE memories SET kind = ?1, content = ?2, context = ?3, importance = ?4, pinned = ?5, \
@@ -429,7 +433,6 @@ impl MemoryBackend for SqliteBackend {
                         sql.replace_tags(pk, e.tags.iter())?;
                     }
                     if reindex {
-                        tx.execute("DELETE FROM memory_fts WHERE rowid = ?1", [pk])?;
                         sql.insert_fts(pk, scope_id, &e.content, e.context.as_deref())?;
                     }
                     if content_changed {
@@ -465,7 +468,9 @@ impl MemoryBackend for SqliteBackend {
                     sql.delete_records(scope_id)?;
                     ops.invalidate(scope_id);
                     Ok(())
-                })
+                })?;
+                checkpoint_deleted(conn);
+                Ok(())
             })
             .await
     }
@@ -474,7 +479,7 @@ impl MemoryBackend for SqliteBackend {
         let (scope, path) = (scope.clone(), self.path.clone());
         self.worker
             .call(move |conn| {
-                conn.write(|tx, _, ops| {
+                let n = conn.write(|tx, _, ops| {
                     let sql = Sql {
                         conn: tx,
                         path: &path,
@@ -491,7 +496,39 @@ impl MemoryBackend for SqliteBackend {
                     tx.execute("DELETE FROM scopes WHERE id = ?1", [scope_id])?;
                     ops.invalidate(scope_id);
                     Ok(pks.len() as u64)
-                })
+                })?;
+                checkpoint_deleted(conn);
+                Ok(n)
+            })
+            .await
+    }
+
+    /// Copies the log into the file and empties it (`wal_checkpoint(TRUNCATE)`), so no
+    /// older copy of a deleted row stays in the `-wal` file; what was deleted was
+    /// overwritten in the file already (`secure_delete`). Fails with
+    /// [`MemoryError::Backend`] when a reader of another connection kept the log from being
+    /// emptied (try again when it is done).
+    async fn reclaim_deleted(&self) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        let path = self.path.clone();
+        self.worker
+            .call(move |conn| {
+                if checkpoint_deleted(conn) {
+                    Ok(())
+                } else {
+                    Err(MemoryError::Backend {
+                        backend: BACKEND.to_owned(),
+                        message: format!(
+                            "the write-ahead log of `{}` could not be emptied: another \
+                             connection is reading; try again when it is done",
+                            path.display()
+                        ),
+                        source: None,
+                    }
+                    .into())
+                }
             })
             .await
     }
@@ -578,6 +615,17 @@ impl MemoryBackend for SqliteBackend {
 /// Longest query text searched on the caller's thread (see [`crate::read`]); a longer one
 /// goes to the worker's.
 const CALLER_MAX_QUERY_BYTES: usize = 2048;
+
+/// After a deletion: copies the write-ahead log into the file and truncates it, so the log
+/// keeps no older copy of what was deleted (the file's own copy was overwritten,
+/// `secure_delete`). `false` when a reader of another connection kept it from finishing:
+/// the log is emptied by a later checkpoint then (the deletion itself has committed).
+fn checkpoint_deleted(conn: &rusqlite::Connection) -> bool {
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+        r.get::<_, i64>(0)
+    })
+    .is_ok_and(|busy| busy == 0)
+}
 
 /// Backfill rounds a search runs at most before it searches anyway.
 const MAX_BACKFILL_ROUNDS: usize = 64;

@@ -45,7 +45,12 @@ pub(crate) const APPLICATION_ID: i32 = 0x4156_4131;
 /// - 8: records (`records`), each scope's newest notes of each kind beside its memories
 ///   (`MemoryBackend::keep_record`). Older builds would delete a scope's memories and leave
 ///   its records, which may quote them; they refuse a version 8 store as newer.
-pub(crate) const SCHEMA_VERSION: i64 = 8;
+/// - 9: deleted text leaves the file (issue 54): the full-text index removes a row's terms
+///   from its segments (`secure-delete`, rows removed by FTS5's `delete` command with the
+///   values indexed, so no more `contentless_delete`), and writers overwrite what they
+///   delete (`secure_delete`). Older builds would delete rows the old way, which this
+///   index refuses; they refuse a version 9 store as newer. The upgrade rebuilds the index.
+pub(crate) const SCHEMA_VERSION: i64 = 9;
 
 /// The records' table (schema 8): a scope's records (`kind`, `at` in Unix milliseconds,
 /// `body`), in the order kept (`id`); read and trimmed newest first by scope and kind.
@@ -92,10 +97,16 @@ macro_rules! create_unembedded_index {
 /// query is narrowed to its scope by the full-text index itself; bm25() weighs that column
 /// 0. `context` (how the memory was learned, e.g. the message it answered) counts for less
 /// than `content`. Nothing is read back from it but rowids and scores.
+///
+/// Schema 9: a row is removed with FTS5's `delete` command and the values it was indexed
+/// with (`Sql::remove_fts`), in `secure-delete` mode, which takes its terms out of the
+/// index's segments; schema 2 to 8 had `contentless_delete = 1`, whose `DELETE` leaves
+/// them there under a tombstone until a merge, readable in the file.
 macro_rules! create_fts {
     () => {
         "CREATE VIRTUAL TABLE memory_fts USING fts5(scope, content, context, \
-         tokenize = 'porter unicode61 remove_diacritics 2', content = '', contentless_delete = 1);"
+         tokenize = 'porter unicode61 remove_diacritics 2', content = '');\
+         INSERT INTO memory_fts (memory_fts, rank) VALUES ('secure-delete', 1);"
     };
 }
 
@@ -129,6 +140,13 @@ const MIGRATIONS: &[Migration] = &[
     Migration::Codes,
     // 7 -> 8: records.
     Migration::Sql(create_records!()),
+    // 8 -> 9: the full-text index rebuilt to delete securely.
+    Migration::Sql(concat!(
+        "DROP TABLE memory_fts;",
+        create_fts!(),
+        "INSERT INTO memory_fts (rowid, scope, content, context) \
+         SELECT pk, 's' || scope_id, content, context FROM memories;"
+    )),
 ];
 
 /// Rewrites the vector table, if the store has one, with each vector's code beside it
@@ -602,10 +620,13 @@ pub(crate) fn open_conn(
     }
     let sync = if p.synchronous_full { "FULL" } else { "NORMAL" };
     // A no-op on a store that is in WAL mode already (every Ava store but a fresh file).
+    // A writer overwrites what it deletes (`secure_delete`): a deleted memory's text is not
+    // left readable in freed cells and pages of the file or the log (see
+    // `Sql::checkpoint_deleted` for the log's older copies).
     let wal = if read_only {
         ""
     } else {
-        "PRAGMA journal_mode = WAL;"
+        "PRAGMA journal_mode = WAL; PRAGMA secure_delete = ON;"
     };
     conn.execute_batch(&format!(
         "{wal}

@@ -460,6 +460,28 @@ impl Sql<'_> {
         Ok(())
     }
 
+    /// Removes memory `pk`'s terms from the full-text index; call it while its row still
+    /// holds what was indexed. FTS5's `delete` command with the indexed values, in the
+    /// index's `secure-delete` mode, takes the terms out of the
+    /// index's segments (see `schema::create_fts`).
+    pub(crate) fn remove_fts(&self, pk: i64) -> R<()> {
+        let row: Option<(i64, String, Option<String>)> = self
+            .conn
+            .prepare_cached("SELECT scope_id, content, context FROM memories WHERE pk = ?1")?
+            .query_row([pk], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .optional()?;
+        // A memory with no row has nothing indexed under its pk.
+        if let Some((scope_id, content, context)) = row {
+            self.conn
+                .prepare_cached(
+                    "INSERT INTO memory_fts (memory_fts, rowid, scope, content, context) \
+                     VALUES ('delete', ?1, ?2, ?3, ?4)",
+                )?
+                .execute(params![pk, format!("s{scope_id}"), content, context])?;
+        }
+        Ok(())
+    }
+
     /// Removes memories from every table.
     pub(crate) fn delete_pks(&self, pks: &[i64]) -> R<()> {
         let vec_table = !pks.is_empty() && self.has_vec_table()?;
@@ -467,9 +489,7 @@ impl Sql<'_> {
             if vec_table {
                 self.delete_vectors(pk)?;
             }
-            self.conn
-                .prepare_cached("DELETE FROM memory_fts WHERE rowid = ?1")
-                .and_then(|mut s| s.execute([pk]))?;
+            self.remove_fts(pk)?;
             // Tags go with it (ON DELETE CASCADE).
             self.conn
                 .prepare_cached("DELETE FROM memories WHERE pk = ?1")
