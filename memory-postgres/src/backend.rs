@@ -9,10 +9,11 @@ use async_trait::async_trait;
 use deadpool_postgres::Object;
 use memory_core::{
     BackendInfo, Capabilities, Capability, Filter, MemoryBackend, MemoryEntry, MemoryError,
-    MemoryId, MemoryPatch, NewMemory, PrunePolicy, PruneReport, Record, Remembered, Result, Scope,
-    ScopeSpread, ScoredMemory, SearchMode, SearchRequest, Spread, StoreVectors, Timestamp,
-    check_lease, check_limit, check_record_kind, ensure_scope, expected_max, merge_patch,
-    normalise, passage_similarity, plan_prune, rank, same_fact, validate_content,
+    MemoryId, MemoryPatch, NewMemory, PrunePolicy, PruneReport, Record, Remembered, Result,
+    SUPERSEDER_NOT_IN_SCOPE, Scope, ScopeSpread, ScoredMemory, SearchMode, SearchRequest, Spread,
+    StoreVectors, Timestamp, check_lease, check_limit, check_record_kind, ensure_scope,
+    expected_max, merge_patch, normalise, passage_similarity, plan_prune, rank, same_fact,
+    superseded_by_refused, validate_content,
 };
 use pgvector::Vector;
 use tokio_postgres::Row;
@@ -916,7 +917,8 @@ impl MemoryBackend for PostgresBackend {
         self.on(&tx)
             .execute(
                 &format!(
-                    "INSERT INTO {r} (tenant, scope_id, kind, at, body) VALUES ($1, $2, $3, $4, $5)"
+                    "INSERT INTO {r} (tenant, scope_id, kind, at, body, quotes) \
+                     VALUES ($1, $2, $3, $4, $5, $6)"
                 ),
                 &[
                     &tenant,
@@ -924,6 +926,11 @@ impl MemoryBackend for PostgresBackend {
                     &record.kind,
                     &record.at.as_millis(),
                     &record.body,
+                    &record
+                        .quotes
+                        .iter()
+                        .map(|m| *m.as_uuid())
+                        .collect::<Vec<Uuid>>(),
                 ],
             )
             .await?;
@@ -978,7 +985,7 @@ impl MemoryBackend for PostgresBackend {
         let kp = q.bind(kind.to_owned());
         let lim = q.bind(i64::try_from(limit).unwrap_or(i64::MAX));
         q.push(&format!(
-            "SELECT r.kind, r.at, r.body FROM {} r WHERE {in_scope} AND r.kind = {kp} \
+            "SELECT r.kind, r.at, r.body, r.quotes FROM {} r WHERE {in_scope} AND r.kind = {kp} \
              ORDER BY r.at DESC, r.id DESC LIMIT {lim}",
             self.names.records
         ));
@@ -992,11 +999,11 @@ impl MemoryBackend for PostgresBackend {
                 schema: self.schema.clone(),
                 what: format!("a record's time {at} is out of range"),
             })?;
-            out.push(Record {
-                kind: cells.get(0)?,
-                at,
-                body: cells.get(2)?,
-            });
+            let quotes: Vec<Uuid> = cells.get(3)?;
+            out.push(
+                Record::new(cells.get::<String>(0)?, at, cells.get::<String>(2)?)
+                    .quoting(quotes.into_iter().map(MemoryId::from_uuid)),
+            );
         }
         Ok(out)
     }
@@ -1206,8 +1213,19 @@ impl MemoryBackend for PostgresBackend {
         };
         let head = vectors.next();
         let content_changed = patch.content.is_some();
+        let superseding = patch.superseding(id)?;
         let mut client = self.client().await?;
         let tx = client.transaction().await.in_schema(&self.schema)?;
+        if let Some(t) = superseding {
+            let sql = self.select_entries("WHERE m.tenant = $3 AND m.id = $1 AND sc.key = $2");
+            let found = tx
+                .query_opt(&sql, &[t.as_uuid(), &scope.key(), &scope.tenant()])
+                .await
+                .in_schema(&self.schema)?;
+            if found.is_none() {
+                return Err(superseded_by_refused(t, SUPERSEDER_NOT_IN_SCOPE));
+            }
+        }
         let sql = self
             .select_entries("WHERE m.tenant = $3 AND m.id = $1 AND sc.key = $2 FOR UPDATE OF m");
         let row = tx
@@ -1293,7 +1311,8 @@ impl MemoryBackend for PostgresBackend {
         Ok(entry)
     }
 
-    /// One statement: the memory, and with it the scope's records.
+    /// One statement: the memory, and with it the scope's records that quote it or name
+    /// nothing they quote.
     async fn delete(&self, scope: &Scope, id: MemoryId) -> Result<()> {
         let mut q = Query::default();
         let idp = q.bind(*id.as_uuid());
@@ -1301,7 +1320,8 @@ impl MemoryBackend for PostgresBackend {
         q.push(&format!(
             "WITH gone AS (DELETE FROM {m} m WHERE {in_scope} AND m.id = {idp} RETURNING m.scope_id), \
              notes AS (DELETE FROM {r} r WHERE r.tenant = {t} \
-             AND r.scope_id IN (SELECT scope_id FROM gone)) \
+             AND r.scope_id IN (SELECT scope_id FROM gone) \
+             AND ({idp} = ANY(r.quotes) OR cardinality(r.quotes) = 0)) \
              SELECT count(*) FROM gone",
             m = self.names.memories,
             r = self.names.records,
@@ -1360,6 +1380,17 @@ impl MemoryBackend for PostgresBackend {
             q.push(&format!(
                 "DELETE FROM {} m WHERE {in_scope} AND m.pk = ANY({p})",
                 self.names.memories
+            ));
+            tx.execute(&q.sql, &q.params())
+                .await
+                .in_schema(&self.schema)?;
+            // The records that quote what was pruned go with it.
+            let mut q = Query::default();
+            let ids = q.bind(gone.iter().map(|id| *id.as_uuid()).collect::<Vec<Uuid>>());
+            let (of_scope, _) = self.rows_of(&mut q, scope, "r");
+            q.push(&format!(
+                "DELETE FROM {} r WHERE {of_scope} AND r.quotes && {ids}::uuid[]",
+                self.names.records
             ));
             tx.execute(&q.sql, &q.params())
                 .await

@@ -8,10 +8,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use memory_core::{
     BackendInfo, Capabilities, Capability, Filter, MemoryBackend, MemoryEntry, MemoryError,
-    MemoryId, MemoryPatch, NewMemory, PrunePolicy, PruneReport, Record, Remembered, Result, Scope,
-    ScoredMemory, SearchMode, SearchRequest, StoreVectors, Timestamp, check_lease, check_limit,
-    check_record_kind, ensure_scope, merge_patch, normalise, plan_prune, same_fact,
-    validate_content,
+    MemoryId, MemoryPatch, NewMemory, PrunePolicy, PruneReport, Record, Remembered, Result,
+    SUPERSEDER_NOT_IN_SCOPE, Scope, ScoredMemory, SearchMode, SearchRequest, StoreVectors,
+    Timestamp, check_lease, check_limit, check_record_kind, ensure_scope, merge_patch, normalise,
+    plan_prune, same_fact, superseded_by_refused, validate_content,
 };
 use rusqlite::types::Value;
 
@@ -375,6 +375,7 @@ impl MemoryBackend for SqliteBackend {
         if let Some(c) = &patch.content {
             validate_content(c, self.config.limits.max_content_bytes)?;
         }
+        let superseding = patch.superseding(id)?;
         let mut entry = self.get(scope, id).await?;
         let vectors = match &patch.content {
             Some(c) => self.vectors().embed_text(c).await?,
@@ -405,6 +406,11 @@ impl MemoryBackend for SqliteBackend {
                     let sql = Sql { conn: tx, path: &path };
                     let scope_id = sql.scope_id(&scope_c)?.ok_or(MemoryError::NotFound { id })?;
                     let pk = sql.find_pk(scope_id, id)?.ok_or(MemoryError::NotFound { id })?;
+                    if let Some(t) = superseding
+                        && sql.find_pk(scope_id, t)?.is_none()
+                    {
+                        return Err(superseded_by_refused(t, SUPERSEDER_NOT_IN_SCOPE).into());
+                    }
                     // The old vectors go while the row still says how many there are, and
                     // the old words while it still holds them.
                     if content_changed && sql.has_vec_table()? {
@@ -465,7 +471,7 @@ impl MemoryBackend for SqliteBackend {
                         .find_pk(scope_id, id)?
                         .ok_or(MemoryError::NotFound { id })?;
                     sql.delete_pks(&[pk])?;
-                    sql.delete_records(scope_id)?;
+                    sql.delete_records_quoting(scope_id, id, true)?;
                     ops.invalidate(scope_id);
                     Ok(())
                 })?;
@@ -560,6 +566,9 @@ impl MemoryBackend for SqliteBackend {
                         .map(|(pk, _)| *pk)
                         .collect();
                     sql.delete_pks(&pks)?;
+                    for id in &gone {
+                        sql.delete_records_quoting(scope_id, *id, false)?;
+                    }
                     ops.invalidate(scope_id);
                     Ok(report)
                 })

@@ -48,8 +48,10 @@ pub(crate) const APPLICATION_ID: i32 = 0x4156_4131;
 /// - 9: deleted text leaves the file (issue 54): the full-text index removes a row's terms
 ///   from its segments (`secure-delete`, rows removed by FTS5's `delete` command with the
 ///   values indexed, so no more `contentless_delete`), and writers overwrite what they
-///   delete (`secure_delete`). Older builds would delete rows the old way, which this
-///   index refuses; they refuse a version 9 store as newer. The upgrade rebuilds the index.
+///   delete (`secure_delete`); records name the memories they quote (`record_quotes`), so
+///   deleting one memory removes only the records that quote it (or name none). Older
+///   builds would delete rows the old way, which this index refuses; they refuse a version
+///   9 store as newer. The upgrade rebuilds the index.
 pub(crate) const SCHEMA_VERSION: i64 = 9;
 
 /// The records' table (schema 8): a scope's records (`kind`, `at` in Unix milliseconds,
@@ -60,6 +62,16 @@ macro_rules! create_records {
          scope_id INTEGER NOT NULL REFERENCES scopes(id), kind TEXT NOT NULL, \
          at INTEGER NOT NULL, body TEXT NOT NULL) STRICT;\
          CREATE INDEX records_by_scope ON records (scope_id, kind, at DESC, id DESC);"
+    };
+}
+
+/// The records' quotes (schema 9): the memories (by id) each record quotes, in the order
+/// named (`k`), gone with their record; found by memory when one is deleted or pruned.
+macro_rules! create_record_quotes {
+    () => {
+        "CREATE TABLE record_quotes (record INTEGER NOT NULL REFERENCES records(id) ON DELETE CASCADE, \
+         k INTEGER NOT NULL, memory BLOB NOT NULL, PRIMARY KEY (record, k)) STRICT, WITHOUT ROWID;\
+         CREATE INDEX record_quotes_by_memory ON record_quotes (memory);"
     };
 }
 
@@ -140,8 +152,9 @@ const MIGRATIONS: &[Migration] = &[
     Migration::Codes,
     // 7 -> 8: records.
     Migration::Sql(create_records!()),
-    // 8 -> 9: the full-text index rebuilt to delete securely.
+    // 8 -> 9: the full-text index rebuilt to delete securely; the records' quotes.
     Migration::Sql(concat!(
+        create_record_quotes!(),
         "DROP TABLE memory_fts;",
         create_fts!(),
         "INSERT INTO memory_fts (rowid, scope, content, context) \
@@ -843,6 +856,7 @@ fn create_schema(tx: &Connection) -> rusqlite::Result<()> {
     tx.execute_batch(create_write_seq!())?;
     tx.execute_batch(create_leases!())?;
     tx.execute_batch(create_records!())?;
+    tx.execute_batch(create_record_quotes!())?;
     tx.execute_batch(&format!(
         "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};"
     ))?;

@@ -510,6 +510,15 @@ impl Sql<'_> {
                 record.at.as_millis(),
                 record.body
             ])?;
+        if !record.quotes.is_empty() {
+            let id = self.conn.last_insert_rowid();
+            let mut quote = self.conn.prepare_cached(
+                "INSERT INTO record_quotes (record, k, memory) VALUES (?1, ?2, ?3)",
+            )?;
+            for (k, m) in record.quotes.iter().enumerate() {
+                quote.execute(params![id, k as i64, m.as_uuid().as_bytes().as_slice()])?;
+            }
+        }
         self.conn
             .prepare_cached(
                 "DELETE FROM records WHERE scope_id = ?1 AND kind = ?2 AND id NOT IN \
@@ -526,28 +535,56 @@ impl Sql<'_> {
 
     /// The newest `limit` records of `kind` in scope `scope_id`, newest first.
     pub(crate) fn records(&self, scope_id: i64, kind: &str, limit: usize) -> R<Vec<Record>> {
-        let rows: Vec<(String, i64, String)> = self
+        let rows: Vec<(i64, String, i64, String)> = self
             .conn
             .prepare_cached(
-                "SELECT kind, at, body FROM records WHERE scope_id = ?1 AND kind = ?2 \
+                "SELECT id, kind, at, body FROM records WHERE scope_id = ?1 AND kind = ?2 \
                  ORDER BY at DESC, id DESC LIMIT ?3",
             )?
             .query_map(
                 params![scope_id, kind, i64::try_from(limit).unwrap_or(i64::MAX)],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
             )?
             .collect::<rusqlite::Result<_>>()?;
+        let mut quotes = self
+            .conn
+            .prepare_cached("SELECT memory FROM record_quotes WHERE record = ?1 ORDER BY k")?;
         rows.into_iter()
-            .map(|(kind, at, body)| {
+            .map(|(id, kind, at, body)| {
                 let at = Timestamp::from_millis(at)
                     .ok_or_else(|| self.invalid(format!("a record's time {at} is out of range")))?;
-                Ok(Record { kind, at, body })
+                let quoted: Vec<Vec<u8>> = quotes
+                    .query_map([id], |r| r.get(0))?
+                    .collect::<rusqlite::Result<_>>()?;
+                let quoted = quoted
+                    .iter()
+                    .map(|b| self.id(b))
+                    .collect::<R<Vec<MemoryId>>>()?;
+                Ok(Record::new(kind, at, body).quoting(quoted))
             })
             .collect()
     }
 
-    /// Deletes every record of scope `scope_id`: with any deletion of its memories, which
-    /// they may quote (`MemoryBackend::keep_record`).
+    /// Deletes the records of scope `scope_id` that quote memory `id`, and with
+    /// `unnamed` those that name nothing they quote (`MemoryBackend::keep_record`): on the
+    /// deletion (`unnamed`) or the pruning of that memory.
+    pub(crate) fn delete_records_quoting(
+        &self,
+        scope_id: i64,
+        id: MemoryId,
+        unnamed: bool,
+    ) -> R<()> {
+        self.conn
+            .prepare_cached(
+                "DELETE FROM records WHERE scope_id = ?1 AND (id IN \
+                 (SELECT record FROM record_quotes WHERE memory = ?2) \
+                 OR (?3 AND NOT EXISTS (SELECT 1 FROM record_quotes q WHERE q.record = records.id)))",
+            )?
+            .execute(params![scope_id, id.as_uuid().as_bytes().as_slice(), unnamed])?;
+        Ok(())
+    }
+
+    /// Deletes every record of scope `scope_id`, with the scope.
     pub(crate) fn delete_records(&self, scope_id: i64) -> R<()> {
         self.conn
             .prepare_cached("DELETE FROM records WHERE scope_id = ?1")?
