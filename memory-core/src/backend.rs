@@ -95,14 +95,15 @@ pub trait MemoryBackend: Send + Sync + fmt::Debug {
     /// Changes a memory in place (re-embedding and re-indexing changed content).
     async fn update(&self, scope: &Scope, id: MemoryId, patch: MemoryPatch) -> Result<MemoryEntry>;
 
-    /// Deletes a memory from every index, and the scope's records (see
-    /// [`MemoryBackend::keep_record`]).
+    /// Deletes a memory from every index, and the scope's records that quote it or name
+    /// nothing they quote (see [`MemoryBackend::keep_record`]).
     async fn delete(&self, scope: &Scope, id: MemoryId) -> Result<()>;
 
     /// Deletes every memory and record of a scope; returns how many memories there were.
     async fn delete_scope(&self, scope: &Scope) -> Result<u64>;
 
-    /// Applies a prune policy to a scope.
+    /// Applies a prune policy to a scope; the scope's records that quote a memory it
+    /// removes go too (see [`MemoryBackend::keep_record`]).
     async fn prune(&self, scope: &Scope, policy: &PrunePolicy) -> Result<PruneReport>;
 
     /// How many memories a scope holds (superseded ones included).
@@ -142,11 +143,14 @@ pub trait MemoryBackend: Send + Sync + fmt::Debug {
     ///
     /// What the bot and the proxy note of each prompt they built (its explain report), so
     /// that another process, or this one after a restart, can explain it. A record is not a
-    /// memory: never searched, counted, exported or pruned. It may quote what the scope's
-    /// memories say (a report quotes its question's words), so it does not outlive a
-    /// person's deletion there: [`delete`](Self::delete) and
-    /// [`delete_scope`](Self::delete_scope) remove the scope's records too, of every kind.
-    /// (Pruning does not: it removes what is stale, not what someone asked to forget.)
+    /// memory: never searched, counted or exported. It may quote what the scope's memories
+    /// say (a report quotes its question's words and what was recalled), so it follows
+    /// them: a record naming the memories it quotes ([`Record::quoting`]) is removed when
+    /// one of them is deleted ([`delete`](Self::delete)) or pruned
+    /// ([`prune`](Self::prune)); a record naming none may quote any, so the deletion of any
+    /// memory of its scope removes it (pruning leaves it: it removes what is stale, not
+    /// what someone asked to forget); [`delete_scope`](Self::delete_scope) removes every
+    /// record of the scope, of every kind.
     ///
     /// Needs [`Capability::Records`]; the default refuses with [`MemoryError::Unsupported`].
     /// See [`Record::validate`] for what is accepted.
@@ -167,6 +171,18 @@ pub trait MemoryBackend: Send + Sync + fmt::Debug {
             capability: Capability::Records,
             provider: self.info().name,
         })
+    }
+
+    /// Makes what deletions removed unreadable where the store still keeps a copy of it, as
+    /// far as the store itself can: for an erase, after the deletions. SQLite (which
+    /// overwrites what it deletes, and checkpoints its log after [`delete`](Self::delete)
+    /// and [`delete_scope`](Self::delete_scope)) copies the log into the file and empties
+    /// it; Postgres runs `VACUUM` on its tables, so deleted rows leave the tables and their
+    /// indexes (the server's own log and backups, and freed space inside its pages until
+    /// reused, are beyond a store's reach). The default does nothing: a store in memory
+    /// keeps no copy.
+    async fn reclaim_deleted(&self) -> Result<()> {
+        Ok(())
     }
 
     /// Every scope of one user in one tenant that holds memories or records (their chats and
@@ -480,6 +496,9 @@ macro_rules! forward_backend {
             }
             async fn records(&self, scope: &Scope, kind: &str, limit: usize) -> Result<Vec<Record>> {
                 (**self).records(scope, kind, limit).await
+            }
+            async fn reclaim_deleted(&self) -> Result<()> {
+                (**self).reclaim_deleted().await
             }
         }
     )*};

@@ -637,10 +637,33 @@ pub struct MemoryPatch {
     pub superseded_by: Option<Option<MemoryId>>,
 }
 
+/// The refusal of a patch whose `superseded_by` names `target`, which `why` (is not a
+/// memory of the patched memory's scope, is the memory itself).
+pub fn superseded_by_refused(target: MemoryId, why: &str) -> MemoryError {
+    MemoryError::invalid(
+        "superseded_by",
+        format!("{target} {why}; expected the id of another memory of the same scope"),
+    )
+}
+
+/// Why a `superseded_by` naming no memory of the scope is refused ([`superseded_by_refused`]).
+pub const SUPERSEDER_NOT_IN_SCOPE: &str = "is not a memory of this scope";
+
 impl MemoryPatch {
     /// Whether the patch changes nothing.
     pub fn is_empty(&self) -> bool {
         *self == Self::default()
+    }
+
+    /// The memory this patch names as superseding the memory `id` it patches, if it names
+    /// one: a backend accepts it only when it is another memory of the same scope, and else
+    /// refuses the patch with [`superseded_by_refused`] before changing anything.
+    pub fn superseding(&self, id: MemoryId) -> Result<Option<MemoryId>> {
+        match self.superseded_by {
+            Some(Some(t)) if t == id => Err(superseded_by_refused(t, "is the memory itself")),
+            Some(Some(t)) => Ok(Some(t)),
+            _ => Ok(None),
+        }
     }
 
     /// Applies the patch to an entry (after [`validate_content`] on new content).

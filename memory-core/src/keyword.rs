@@ -24,6 +24,56 @@ pub fn tokenize(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// Most words a keyword query searches for. A query of more distinct words searches for
+/// the [`MAX_QUERY_TERMS`] rarest of those the store holds ([`rarest`]): a full-text engine
+/// parses an expression of thousands of alternatives in quadratic time (SQLite FTS5 took
+/// 29-56 s for 80 000), so an unbounded one would let any caller hold the store. A query of
+/// at most this many distinct words is searched as it is.
+pub const MAX_QUERY_TERMS: usize = 64;
+
+/// Most bytes of a query's text a keyword search reads (1 MiB; at most ~200 000 words of
+/// which [`rarest`] chooses): the rest is not tokenized. Cut at a character boundary.
+pub const MAX_QUERY_BYTES: usize = 1 << 20;
+
+/// The distinct words of a keyword query, sorted: [`tokenize`] of its first
+/// [`MAX_QUERY_BYTES`] bytes.
+pub fn query_words(text: &str) -> Vec<String> {
+    let mut end = text.len().min(MAX_QUERY_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut words = tokenize(&text[..end]);
+    words.sort_unstable();
+    words.dedup();
+    words
+}
+
+/// The words to search for of a query's distinct `words` ([`query_words`]): all of them
+/// when there are at most [`MAX_QUERY_TERMS`]; else the [`MAX_QUERY_TERMS`] rarest of those
+/// some document holds, by `documents` (how many documents hold a word; ties by word), the
+/// others left out. A word no document holds matches nothing, so leaving it out changes no
+/// score; the rarest are those BM25 weighs most. Returned sorted.
+///
+/// `documents` is called only when there are more than [`MAX_QUERY_TERMS`] words, so an
+/// ordinary query costs no look-up.
+pub fn rarest(words: Vec<String>, mut documents: impl FnMut(&str) -> u64) -> Vec<String> {
+    if words.len() <= MAX_QUERY_TERMS {
+        return words;
+    }
+    let mut held: Vec<(u64, String)> = words
+        .into_iter()
+        .filter_map(|w| {
+            let n = documents(&w);
+            (n > 0).then_some((n, w))
+        })
+        .collect();
+    held.sort_unstable();
+    held.truncate(MAX_QUERY_TERMS);
+    let mut out: Vec<String> = held.into_iter().map(|(_, w)| w).collect();
+    out.sort_unstable();
+    out
+}
+
 /// Okapi BM25 parameters.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Bm25 {
@@ -110,6 +160,37 @@ mod tests {
             tokenize("The Cat's mat, Zoë 北京!"),
             ["cat", "s", "mat", "zoë", "北京"]
         );
+    }
+
+    #[test]
+    fn a_long_query_keeps_its_rarest_held_words() {
+        // At most the bound: as given, with no look-up.
+        let few: Vec<String> = (0..MAX_QUERY_TERMS).map(|i| format!("w{i}")).collect();
+        let kept = rarest(few.clone(), |_| panic!("no look-up for a short query"));
+        assert_eq!(kept, few);
+        // Above it: words no document holds go, then the rarest are kept.
+        let many: Vec<String> = (0..10 * MAX_QUERY_TERMS)
+            .map(|i| format!("w{i:04}"))
+            .collect();
+        let kept = rarest(many, |w| {
+            let i: u64 = w[1..].parse().unwrap_or(0);
+            if i.is_multiple_of(2) { 0 } else { 1000 - i }
+        });
+        assert_eq!(kept.len(), MAX_QUERY_TERMS);
+        assert!(
+            kept.iter()
+                .all(|w| w[1..].parse::<u64>().unwrap_or(0) % 2 == 1)
+        );
+        assert!(kept.contains(&"w0639".to_owned()) && !kept.contains(&"w0001".to_owned()));
+    }
+
+    #[test]
+    fn a_query_is_read_up_to_its_bound() {
+        let text = format!("a{} zebra", "é".repeat(MAX_QUERY_BYTES / 2));
+        // The bound falls inside the last two-byte character: cut before it, no panic.
+        assert_eq!(query_words(&text).len(), 1);
+        assert!(!query_words(&text).contains(&"zebra".to_owned()));
+        assert_eq!(query_words("b a b c"), ["b", "c"]);
     }
 
     #[test]

@@ -48,8 +48,8 @@ pub use embedding::{
 };
 pub use entry::{
     DEFAULT_MAX_CONTENT_BYTES, Importance, MAX_TAG_BYTES, MemoryEntry, MemoryId, MemoryKind,
-    MemoryPatch, NewMemory, PART_OF_TAG_PREFIX, Role, Tag, TagSet, split_text, tags,
-    validate_content,
+    MemoryPatch, NewMemory, PART_OF_TAG_PREFIX, Role, SUPERSEDER_NOT_IN_SCOPE, Tag, TagSet,
+    split_text, superseded_by_refused, tags, validate_content,
 };
 pub use error::{BoxError, ErrorChain, MemoryError, Result, repeated_cause};
 pub use hash_embedder::HashingEmbedder;
@@ -63,7 +63,8 @@ pub use query::{
     SearchRequest, TagMatch, TagQuery, check_limit, fuse, rank,
 };
 pub use record::{
-    MAX_RECORD_BYTES, MAX_RECORD_KIND_BYTES, MAX_RECORDS_KEPT, Record, check_record_kind,
+    MAX_RECORD_BYTES, MAX_RECORD_KIND_BYTES, MAX_RECORD_QUOTES, MAX_RECORDS_KEPT, Record,
+    check_record_kind,
 };
 pub use remember::{FactKept, history, keep_fact, remember_once, supersede};
 pub use same_fact::{merge_patch, normalise, same_fact};

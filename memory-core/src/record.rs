@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::entry::MemoryId;
 use crate::error::{MemoryError, Result};
 use crate::time::Timestamp;
 
@@ -14,6 +15,9 @@ pub const MAX_RECORD_KIND_BYTES: usize = 64;
 
 /// The largest ring: most records of one kind a scope keeps.
 pub const MAX_RECORDS_KEPT: usize = 1000;
+
+/// Most memories one record may name as quoted ([`Record::quoting`]).
+pub const MAX_RECORD_QUOTES: usize = 1000;
 
 /// One record of a scope: what it is, when it happened, and what its writer noted.
 ///
@@ -29,6 +33,13 @@ pub struct Record {
     /// The note itself, JSON or text as its writer chose: at most [`MAX_RECORD_BYTES`]
     /// bytes, no NUL character.
     pub body: String,
+    /// The memories of the scope whose words the record quotes (a prompt's recalled
+    /// memories): deleting one of them removes the record, and so does pruning one. Empty
+    /// when the writer did not say: such a record is removed by the deletion of any memory
+    /// of its scope, since it may quote any (see [`crate::MemoryBackend::keep_record`]).
+    /// At most [`MAX_RECORD_QUOTES`]; absent from records kept before it existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quotes: Vec<MemoryId>,
 }
 
 impl Record {
@@ -38,7 +49,20 @@ impl Record {
             kind: kind.into(),
             at,
             body: body.into(),
+            quotes: Vec::new(),
         }
+    }
+
+    /// The record, naming `ids` as the memories it quotes (see [`Record::quotes`]); each
+    /// named once, in the order first given.
+    #[must_use]
+    pub fn quoting(mut self, ids: impl IntoIterator<Item = MemoryId>) -> Self {
+        for id in ids {
+            if !self.quotes.contains(&id) {
+                self.quotes.push(id);
+            }
+        }
+        self
     }
 
     /// Checks the record, and a ring of `keep` (1 to [`MAX_RECORDS_KEPT`]), before a backend
@@ -56,6 +80,15 @@ impl Record {
             return Err(MemoryError::invalid(
                 "record body",
                 "contains a NUL character",
+            ));
+        }
+        if self.quotes.len() > MAX_RECORD_QUOTES {
+            return Err(MemoryError::invalid(
+                "record quotes",
+                format!(
+                    "names {} memories, at most {MAX_RECORD_QUOTES} are accepted",
+                    self.quotes.len()
+                ),
             ));
         }
         if keep == 0 || keep > MAX_RECORDS_KEPT {
@@ -190,6 +223,26 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_record_names_what_it_quotes_and_older_ones_load_without() {
+        let (a, b) = (MemoryId::new(), MemoryId::new());
+        let r = Record::new("prompt", Timestamp::now(), "{}").quoting([a, b, a]);
+        assert_eq!(r.quotes, [a, b]);
+        let json = serde_json::to_string(&r).unwrap();
+        assert_eq!(serde_json::from_str::<Record>(&json).unwrap(), r);
+        let old = r#"{"kind":"prompt","at":"2026-01-01T00:00:00Z","body":"x"}"#;
+        let old: Record = serde_json::from_str(old).unwrap();
+        assert!(old.quotes.is_empty());
+        assert!(!serde_json::to_string(&old).unwrap().contains("quotes"));
+        let many = Record::new("prompt", Timestamp::now(), "")
+            .quoting((0..=MAX_RECORD_QUOTES).map(|_| MemoryId::new()));
+        let e = many.validate(1).unwrap_err().to_string();
+        assert!(
+            e.starts_with("invalid record quotes: names 1001 memories"),
+            "{e}"
+        );
     }
 
     #[test]

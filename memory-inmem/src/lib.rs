@@ -7,14 +7,14 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use memory_core::keyword::{Bm25, tokenize};
+use memory_core::keyword::{self, Bm25, MAX_QUERY_TERMS, tokenize};
 use memory_core::{
     BackendInfo, Capabilities, Capability, EmbeddingProvider, EmbeddingSpace, Filter, Limits,
     MemoryBackend, MemoryEntry, MemoryError, MemoryId, MemoryPatch, NewMemory, PrunePolicy,
-    PruneReport, Record, Remembered, Result, Scope, ScopeSpread, ScoreBreakdown, ScoredMemory,
-    SearchMode, SearchRequest, Spread, StoreVectors, Timestamp, check_lease, check_limit,
-    check_record_kind, cosine, ensure_scope, merge_patch, normalise, passage_similarity,
-    plan_prune, rank, same_fact, validate_content,
+    PruneReport, Record, Remembered, Result, SUPERSEDER_NOT_IN_SCOPE, Scope, ScopeSpread,
+    ScoreBreakdown, ScoredMemory, SearchMode, SearchRequest, Spread, StoreVectors, Timestamp,
+    check_lease, check_limit, check_record_kind, cosine, ensure_scope, merge_patch, normalise,
+    passage_similarity, plan_prune, rank, same_fact, superseded_by_refused, validate_content,
 };
 
 const NAME: &str = "memory-inmem";
@@ -121,6 +121,29 @@ fn sort_hits<T>(hits: &mut [T], of: impl Fn(&T) -> (MemoryId, f32)) {
         let ((a_id, a_score), (b_id, b_score)) = (of(a), of(b));
         b_score.total_cmp(&a_score).then(a_id.cmp(&b_id))
     });
+}
+
+/// The words a keyword query searches for ([`keyword::query_words`]): of more than
+/// [`MAX_QUERY_TERMS`], the rarest among `docs` ([`keyword::rarest`], with the documents
+/// holding each counted in one pass over them).
+fn query_terms<'a>(text: &str, docs: impl Iterator<Item = &'a [String]>) -> Vec<String> {
+    let words = keyword::query_words(text);
+    if words.len() <= MAX_QUERY_TERMS {
+        return words;
+    }
+    let mut held: HashMap<&str, u64> = words.iter().map(|w| (w.as_str(), 0)).collect();
+    for doc in docs {
+        let mut seen: Vec<&str> = doc.iter().map(String::as_str).collect();
+        seen.sort_unstable();
+        seen.dedup();
+        for w in seen {
+            if let Some(n) = held.get_mut(w) {
+                *n += 1;
+            }
+        }
+    }
+    let held: HashMap<String, u64> = held.into_iter().map(|(w, n)| (w.to_owned(), n)).collect();
+    keyword::rarest(words, |w| held.get(w).copied().unwrap_or(0))
 }
 
 #[async_trait]
@@ -299,7 +322,10 @@ impl MemoryBackend for InMemoryBackend {
             // Each keyword hit carries how many passages its memory is stored as.
             let mut keyword_hits: Vec<(MemoryId, MemoryId, f32, usize)> = Vec::new();
             if request.mode != SearchMode::Semantic {
-                let terms = tokenize(request.query_text().unwrap_or_default());
+                let terms = query_terms(
+                    request.query_text().unwrap_or_default(),
+                    candidates.iter().map(|i| i.terms.as_slice()),
+                );
                 keyword_hits = Bm25::default()
                     .score(&terms, candidates.iter().map(|i| i.terms.as_slice()))
                     .into_iter()
@@ -431,6 +457,7 @@ impl MemoryBackend for InMemoryBackend {
         if let Some(c) = &patch.content {
             validate_content(c, self.limits.max_content_bytes)?;
         }
+        let superseding = patch.superseding(id)?;
         // Exists in this scope? (checked before embedding, so a foreign id costs nothing)
         self.get(scope, id).await?;
         let new_vectors = match &patch.content {
@@ -438,6 +465,11 @@ impl MemoryBackend for InMemoryBackend {
             None => None,
         };
         let mut state = self.write();
+        if let Some(t) = superseding
+            && !state.scopes.get(scope).is_some_and(|m| m.contains_key(&t))
+        {
+            return Err(superseded_by_refused(t, SUPERSEDER_NOT_IN_SCOPE));
+        }
         let item = state
             .scopes
             .get_mut(scope)
@@ -460,8 +492,10 @@ impl MemoryBackend for InMemoryBackend {
         match removed {
             Some(_) => {
                 state.ids.remove(&id);
-                // They may quote what was deleted (see `MemoryBackend::keep_record`).
-                state.records.remove(scope);
+                // Those that quote it, or may (see `MemoryBackend::keep_record`).
+                if let Some(kept) = state.records.get_mut(scope) {
+                    kept.retain(|(_, r)| !r.quotes.is_empty() && !r.quotes.contains(&id));
+                }
                 Ok(())
             }
             None => Err(MemoryError::NotFound { id }),
@@ -492,6 +526,10 @@ impl MemoryBackend for InMemoryBackend {
         for (id, _) in &report.removed {
             items.remove(id);
             state.ids.remove(id);
+        }
+        // The records that quote what was pruned go with it.
+        if let Some(kept) = state.records.get_mut(scope) {
+            kept.retain(|(_, r)| !report.removed.iter().any(|(id, _)| r.quotes.contains(id)));
         }
         Ok(report)
     }

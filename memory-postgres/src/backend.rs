@@ -9,10 +9,11 @@ use async_trait::async_trait;
 use deadpool_postgres::Object;
 use memory_core::{
     BackendInfo, Capabilities, Capability, Filter, MemoryBackend, MemoryEntry, MemoryError,
-    MemoryId, MemoryPatch, NewMemory, PrunePolicy, PruneReport, Record, Remembered, Result, Scope,
-    ScopeSpread, ScoredMemory, SearchMode, SearchRequest, Spread, StoreVectors, Timestamp,
-    check_lease, check_limit, check_record_kind, ensure_scope, expected_max, merge_patch,
-    normalise, passage_similarity, plan_prune, rank, same_fact, validate_content,
+    MemoryId, MemoryPatch, NewMemory, PrunePolicy, PruneReport, Record, Remembered, Result,
+    SUPERSEDER_NOT_IN_SCOPE, Scope, ScopeSpread, ScoredMemory, SearchMode, SearchRequest, Spread,
+    StoreVectors, Timestamp, check_lease, check_limit, check_record_kind, ensure_scope,
+    expected_max, merge_patch, normalise, passage_similarity, plan_prune, rank, same_fact,
+    superseded_by_refused, validate_content,
 };
 use pgvector::Vector;
 use tokio_postgres::Row;
@@ -23,9 +24,10 @@ use crate::PostgresBackend;
 use crate::error::{BACKEND, Cells, InSchema, PostgresError, query_error};
 use crate::index::Indexes;
 use crate::sql::{
-    Passages, Query, SCORE_COL, entries, entry, entry_cols, push_filter, scored, scored_entries,
-    tsquery,
+    Passages, Query, SCORE_COL, TsQuery, entries, entry, entry_cols, push_filter,
+    rarest_lexemes_sql, scored, scored_entries, tsquery,
 };
+use memory_core::keyword::{self, MAX_QUERY_TERMS};
 
 /// What a candidate statement found: `(pk, id, score)` best first, the entries by pk
 /// when it read them, and how the score is spread over the scope when it was asked to tell.
@@ -351,6 +353,39 @@ impl PostgresBackend {
         query
     }
 
+    /// The keyword query for `text` in `scope`: any of its distinct words (of its first
+    /// [`keyword::MAX_QUERY_BYTES`] bytes), or of more than [`MAX_QUERY_TERMS`] the
+    /// [`MAX_QUERY_TERMS`] rarest lexemes the scope holds ([`rarest_lexemes_sql`]), so no
+    /// query gives the server an expression of thousands of alternatives to parse. `None`
+    /// when there is no word to search for.
+    pub(crate) async fn keyword_query(
+        &self,
+        c: &Object,
+        scope: &Scope,
+        text: &str,
+    ) -> std::result::Result<Option<TsQuery>, PostgresError> {
+        let words = keyword::query_words(text);
+        if words.len() <= MAX_QUERY_TERMS {
+            return Ok(tsquery(&words).map(TsQuery::Words));
+        }
+        let sql = rarest_lexemes_sql(&self.names.memories, &self.names.scopes);
+        let rows = self
+            .rows(c, &{
+                let mut q = Query::default();
+                q.bind(words);
+                q.bind(scope.tenant().to_owned());
+                q.bind(scope.key());
+                q.push(&sql);
+                q
+            })
+            .await?;
+        let picked: Option<String> = match rows.first() {
+            Some(row) => Cells::new(row, &self.schema).get(0)?,
+            None => None,
+        };
+        Ok(picked.map(TsQuery::Lexemes))
+    }
+
     /// Top-`limit` full-text matches (raw `ts_rank`, higher is better) in the scope, with
     /// their entries if `entries`. With `spread`, the same statement sums how the ranks are
     /// spread over the scope's memories (every one of them, a memory that does not match or
@@ -369,19 +404,19 @@ impl PostgresBackend {
         entries: bool,
         spread: bool,
     ) -> std::result::Result<Found, PostgresError> {
-        let Some(tsq) = tsquery(text) else {
+        let Some(tsq) = self.keyword_query(c, scope, text).await? else {
             return Ok(Found::default());
         };
         let m = &self.names.memories;
         let mut query = Query::default();
         let (in_scope, t) = self.in_scope(&mut query, scope);
-        let tq = query.bind(tsq);
+        let tq = tsq.sql(&query.bind(tsq.text().to_owned()));
         // Weights {D, C, B, A}: content is A, context B at 0.3 of it (as memory-sqlite's
         // bm25 column weights); normalization 1 divides by 1 + log(document length).
         query.push(&format!(
             "WITH k AS (SELECT m.pk, m.id, \
              ts_rank('{{0, 0, 0.3, 1}}'::float4[], m.fts, q.q, 1) AS score \
-             FROM {m} m, to_tsquery('english', {tq}) AS q(q) \
+             FROM {m} m, {tq} AS q(q) \
              WHERE {in_scope} AND m.fts @@ q.q"
         ));
         push_filter(&mut query, filter);
@@ -882,7 +917,8 @@ impl MemoryBackend for PostgresBackend {
         self.on(&tx)
             .execute(
                 &format!(
-                    "INSERT INTO {r} (tenant, scope_id, kind, at, body) VALUES ($1, $2, $3, $4, $5)"
+                    "INSERT INTO {r} (tenant, scope_id, kind, at, body, quotes) \
+                     VALUES ($1, $2, $3, $4, $5, $6)"
                 ),
                 &[
                     &tenant,
@@ -890,6 +926,11 @@ impl MemoryBackend for PostgresBackend {
                     &record.kind,
                     &record.at.as_millis(),
                     &record.body,
+                    &record
+                        .quotes
+                        .iter()
+                        .map(|m| *m.as_uuid())
+                        .collect::<Vec<Uuid>>(),
                 ],
             )
             .await?;
@@ -907,6 +948,35 @@ impl MemoryBackend for PostgresBackend {
         Ok(())
     }
 
+    /// `VACUUM` of the store's tables: rows deleted (and the old versions of rows changed)
+    /// leave the tables, their TOAST and their indexes (the full-text one too), instead of
+    /// staying there, dead, until autovacuum comes by. What the server keeps past that is
+    /// beyond the store's reach: its write-ahead log and archives, backups, replicas' copies,
+    /// and the bytes of freed space inside pages until new rows overwrite them (only
+    /// `VACUUM FULL`, which locks each table while it rewrites it, leaves none).
+    async fn reclaim_deleted(&self) -> Result<()> {
+        let c = self.client().await?;
+        let n = &self.names;
+        let mut tables = vec![
+            n.memories.clone(),
+            n.access.clone(),
+            n.records.clone(),
+            n.scopes.clone(),
+            n.leases.clone(),
+        ];
+        let passages = self
+            .on(&c)
+            .one("SELECT to_regclass($1) IS NOT NULL", &[&n.passages])
+            .await?;
+        if Cells::new(&passages, &self.schema).get::<bool>(0)? {
+            tables.push(n.passages.clone());
+        }
+        c.batch_execute(&format!("VACUUM {}", tables.join(", ")))
+            .await
+            .in_schema(&self.schema)?;
+        Ok(())
+    }
+
     async fn records(&self, scope: &Scope, kind: &str, limit: usize) -> Result<Vec<Record>> {
         check_record_kind(kind)?;
         check_limit(limit, &self.config.limits)?;
@@ -915,7 +985,7 @@ impl MemoryBackend for PostgresBackend {
         let kp = q.bind(kind.to_owned());
         let lim = q.bind(i64::try_from(limit).unwrap_or(i64::MAX));
         q.push(&format!(
-            "SELECT r.kind, r.at, r.body FROM {} r WHERE {in_scope} AND r.kind = {kp} \
+            "SELECT r.kind, r.at, r.body, r.quotes FROM {} r WHERE {in_scope} AND r.kind = {kp} \
              ORDER BY r.at DESC, r.id DESC LIMIT {lim}",
             self.names.records
         ));
@@ -929,11 +999,11 @@ impl MemoryBackend for PostgresBackend {
                 schema: self.schema.clone(),
                 what: format!("a record's time {at} is out of range"),
             })?;
-            out.push(Record {
-                kind: cells.get(0)?,
-                at,
-                body: cells.get(2)?,
-            });
+            let quotes: Vec<Uuid> = cells.get(3)?;
+            out.push(
+                Record::new(cells.get::<String>(0)?, at, cells.get::<String>(2)?)
+                    .quoting(quotes.into_iter().map(MemoryId::from_uuid)),
+            );
         }
         Ok(out)
     }
@@ -1143,8 +1213,19 @@ impl MemoryBackend for PostgresBackend {
         };
         let head = vectors.next();
         let content_changed = patch.content.is_some();
+        let superseding = patch.superseding(id)?;
         let mut client = self.client().await?;
         let tx = client.transaction().await.in_schema(&self.schema)?;
+        if let Some(t) = superseding {
+            let sql = self.select_entries("WHERE m.tenant = $3 AND m.id = $1 AND sc.key = $2");
+            let found = tx
+                .query_opt(&sql, &[t.as_uuid(), &scope.key(), &scope.tenant()])
+                .await
+                .in_schema(&self.schema)?;
+            if found.is_none() {
+                return Err(superseded_by_refused(t, SUPERSEDER_NOT_IN_SCOPE));
+            }
+        }
         let sql = self
             .select_entries("WHERE m.tenant = $3 AND m.id = $1 AND sc.key = $2 FOR UPDATE OF m");
         let row = tx
@@ -1230,7 +1311,8 @@ impl MemoryBackend for PostgresBackend {
         Ok(entry)
     }
 
-    /// One statement: the memory, and with it the scope's records.
+    /// One statement: the memory, and with it the scope's records that quote it or name
+    /// nothing they quote.
     async fn delete(&self, scope: &Scope, id: MemoryId) -> Result<()> {
         let mut q = Query::default();
         let idp = q.bind(*id.as_uuid());
@@ -1238,7 +1320,8 @@ impl MemoryBackend for PostgresBackend {
         q.push(&format!(
             "WITH gone AS (DELETE FROM {m} m WHERE {in_scope} AND m.id = {idp} RETURNING m.scope_id), \
              notes AS (DELETE FROM {r} r WHERE r.tenant = {t} \
-             AND r.scope_id IN (SELECT scope_id FROM gone)) \
+             AND r.scope_id IN (SELECT scope_id FROM gone) \
+             AND ({idp} = ANY(r.quotes) OR cardinality(r.quotes) = 0)) \
              SELECT count(*) FROM gone",
             m = self.names.memories,
             r = self.names.records,
@@ -1297,6 +1380,17 @@ impl MemoryBackend for PostgresBackend {
             q.push(&format!(
                 "DELETE FROM {} m WHERE {in_scope} AND m.pk = ANY({p})",
                 self.names.memories
+            ));
+            tx.execute(&q.sql, &q.params())
+                .await
+                .in_schema(&self.schema)?;
+            // The records that quote what was pruned go with it.
+            let mut q = Query::default();
+            let ids = q.bind(gone.iter().map(|id| *id.as_uuid()).collect::<Vec<Uuid>>());
+            let (of_scope, _) = self.rows_of(&mut q, scope, "r");
+            q.push(&format!(
+                "DELETE FROM {} r WHERE {of_scope} AND r.quotes && {ids}::uuid[]",
+                self.names.records
             ));
             tx.execute(&q.sql, &q.params())
                 .await
@@ -1431,6 +1525,93 @@ mod tests {
         );
         drop(tx);
         drop(client);
+        let client = store.client().await.unwrap();
+        client
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+            .await
+            .unwrap();
+        drop(client);
+        store.close();
+    }
+
+    /// D1: a query of 100 000 distinct words reaches the server as a tsquery of at most
+    /// `MAX_QUERY_TERMS` lexemes, the rarest the scope holds, and still finds the memory
+    /// holding its one rare word.
+    #[tokio::test]
+    async fn a_query_of_100k_words_is_searched_for_its_rarest_held_words() {
+        let Some(url) = memory_core::testing::env_or_skip(
+            "MEMORY_PG_URL",
+            "memory-postgres",
+            "a Postgres URL whose server has pgvector (e.g. start one with .ci/postgres.sh start)",
+        ) else {
+            return;
+        };
+        let schema = format!("ava_unit_words_{}", std::process::id());
+        let config = PostgresConfig {
+            schema: schema.clone(),
+            pool_size: 2,
+            ..PostgresConfig::default()
+        };
+        let store = PostgresBackend::connect(&url, None, config).await.unwrap();
+        let scope = Scope::for_user("u").unwrap();
+        let mut memories: Vec<NewMemory> = (0..100)
+            .map(|k| {
+                NewMemory::new(format!(
+                    "a note on topic{k} and topic{} by the garden",
+                    k + 1
+                ))
+            })
+            .collect();
+        memories.push(NewMemory::new(
+            "the quetzalcoatl statue stands in the garden",
+        ));
+        let rare = store.store_batch(&scope, memories).await.unwrap()[100].id;
+        let mut words: Vec<String> = (0..100_000usize)
+            .map(|mut i| {
+                let mut w = String::from("zx");
+                for _ in 0..4 {
+                    w.push(char::from(b'a' + (i % 26) as u8));
+                    i /= 26;
+                }
+                w
+            })
+            .collect();
+        words.insert(50_000, "quetzalcoatl".into());
+        let only_rare = words.join(" ");
+        words.insert(70_000, "garden".into());
+        words.extend((0..100).map(|k| format!("topic{k}")));
+        let with_topics = words.join(" ");
+
+        let c = store.client().await.unwrap();
+        let q = store.keyword_query(&c, &scope, &only_rare).await.unwrap();
+        assert_eq!(q, Some(TsQuery::Lexemes("'quetzalcoatl'".into())));
+        let Some(TsQuery::Lexemes(q)) =
+            store.keyword_query(&c, &scope, &with_topics).await.unwrap()
+        else {
+            panic!("a long query is searched for lexemes");
+        };
+        assert_eq!(q.matches(" | ").count() + 1, MAX_QUERY_TERMS, "{q}");
+        assert!(
+            q.contains("'quetzalcoatl'") && !q.contains("'garden'"),
+            "{q}"
+        );
+        let q = store
+            .keyword_query(&c, &scope, "Garden statue, garden")
+            .await
+            .unwrap();
+        assert_eq!(q, Some(TsQuery::Words("garden | statue".into())));
+        drop(c);
+        for text in [only_rare, with_topics] {
+            let hits = store
+                .search(&scope, &SearchRequest::keyword(text).limit(100))
+                .await
+                .unwrap();
+            assert!(
+                hits.iter().any(|h| h.entry.id == rare),
+                "{} hits",
+                hits.len()
+            );
+        }
         let client = store.client().await.unwrap();
         client
             .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))

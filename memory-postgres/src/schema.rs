@@ -14,7 +14,7 @@ use tokio_postgres::Transaction;
 use crate::error::{InSchema, PostgresError};
 
 /// The schema version this build writes and understands.
-pub(crate) const SCHEMA_VERSION: i64 = 6;
+pub(crate) const SCHEMA_VERSION: i64 = 7;
 
 /// `meta.format` of Ava stores.
 pub(crate) const FORMAT: &str = "ava-memory-store";
@@ -70,6 +70,14 @@ const MIGRATIONS: &[Migration] = &[
     // (Older builds would delete a scope's memories and leave its records, which may quote
     // them; they refuse a version 6 store as newer.)
     Migration::Records,
+    // 7: each record names the memories it quotes, so deleting one memory removes the
+    // records that quote it (or name none), not every record of its scope, and pruning
+    // removes the records of what it pruned. (Older builds would keep a record quoting a
+    // pruned memory; they refuse a version 7 store as newer.)
+        // (`IF NOT EXISTS`: a store created at version 6 or later got the column with the table.)
+    Migration::Sql(
+        "ALTER TABLE {s}.records ADD COLUMN IF NOT EXISTS quotes uuid[] NOT NULL DEFAULT '{}';",
+    ),
 ];
 
 /// Migration 5 on the memories, recall counts and scopes. Constraint names are Postgres's
@@ -252,7 +260,8 @@ CREATE TABLE {s}.leases (
 }
 
 /// The records' table in schema `s` (quoted), in `partitions` hash partitions of the tenant
-/// if any: a scope's records (`kind`, `at` in Unix milliseconds, `body`) in the order kept
+/// if any: a scope's records (`kind`, `at` in Unix milliseconds, `body`, the ids of the
+/// memories it `quotes`) in the order kept
 /// (`id`), read and trimmed newest first through their index by scope and kind.
 fn create_records(s: &str, partitions: u16) -> String {
     let (by, parts) = if partitions > 0 {
@@ -271,6 +280,7 @@ fn create_records(s: &str, partitions: u16) -> String {
              kind     text NOT NULL,
              at       bigint NOT NULL,
              body     text NOT NULL,
+             quotes   uuid[] NOT NULL DEFAULT '{{}}',
              PRIMARY KEY (tenant, id),
              FOREIGN KEY (tenant, scope_id) REFERENCES {s}.scopes (tenant, id)
          ){by};

@@ -3,6 +3,7 @@
 //! memories names the scope (`scope_id` or the scope key) in its WHERE clause, and its tenant
 //! first.
 
+use memory_core::keyword::MAX_QUERY_TERMS;
 use memory_core::{
     Filter, Importance, MemoryEntry, MemoryId, MemoryKind, Role, Scope, Tag, TagMatch, TagSet,
     Timestamp,
@@ -141,17 +142,62 @@ pub(crate) fn push_filter(q: &mut Query, filter: &Filter) {
     }
 }
 
-/// The `to_tsquery` text for a keyword query: any of its words. `None` when the text has
-/// no searchable word. The shared tokenizer yields only alphanumeric words, so no word can
-/// carry tsquery syntax.
-pub(crate) fn tsquery(text: &str) -> Option<String> {
-    let mut words = memory_core::keyword::tokenize(text);
-    words.sort();
-    words.dedup();
+/// A keyword query's words, as a statement takes them: the text given to
+/// `to_tsquery('english', ..)` or, already as the index holds them, to `..::tsquery`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum TsQuery {
+    /// Any of these words (at most [`MAX_QUERY_TERMS`]), stemmed by `to_tsquery`.
+    Words(String),
+    /// Any of these lexemes (the rarest of a longer query, [`memory_core::keyword::rarest`]), as stored.
+    Lexemes(String),
+}
+
+impl TsQuery {
+    /// The SQL of the query, its text bound at `param`: a function call or a subquery, so
+    /// it may stand in a FROM list.
+    pub(crate) fn sql(&self, param: &str) -> String {
+        match self {
+            Self::Words(_) => format!("to_tsquery('english', {param})"),
+            Self::Lexemes(_) => format!("(SELECT {param}::text::tsquery)"),
+        }
+    }
+
+    /// The text to bind.
+    pub(crate) fn text(&self) -> &str {
+        match self {
+            Self::Words(t) | Self::Lexemes(t) => t,
+        }
+    }
+}
+
+/// The `to_tsquery` text for a keyword query of at most [`MAX_QUERY_TERMS`] distinct
+/// `words`: any of them. `None` when there is no word. The shared tokenizer yields only
+/// alphanumeric words, so no word can carry tsquery syntax.
+pub(crate) fn tsquery(words: &[String]) -> Option<String> {
     if words.is_empty() {
         return None;
     }
     Some(words.join(" | "))
+}
+
+/// The statement choosing a long query's words (more than [`MAX_QUERY_TERMS`] distinct):
+/// of the query's lexemes (its words `$1`, each stemmed as the index stems them), the
+/// [`MAX_QUERY_TERMS`] rarest that the scope's memories hold, by how many of them hold each
+/// (`ts_stat` over the scope: a pass over its memories' `fts`, made only for such a query),
+/// ties by lexeme; joined as a `tsquery` text. `$2` is the tenant and `$3` the scope key;
+/// `memories` and `scopes` are the quoted table names.
+pub(crate) fn rarest_lexemes_sql(memories: &str, scopes: &str) -> String {
+    // The table names go into format()'s pattern: `%` there would be a directive.
+    let (memories, scopes) = (memories.replace('%', "%%"), scopes.replace('%', "%%"));
+    format!(
+        "SELECT string_agg(quote_literal(r.word), ' | ' ORDER BY r.word) FROM \
+         (SELECT s.word FROM ts_stat(format('SELECT fts FROM {memories} WHERE tenant = %L \
+         AND scope_id = (SELECT id FROM {scopes} WHERE tenant = %L AND key = %L)', \
+         $2::text, $2::text, $3::text)) s \
+         WHERE s.word IN (SELECT unnest(tsvector_to_array(to_tsvector('english', w))) \
+         FROM unnest($1::text[]) w) \
+         ORDER BY s.ndoc, s.word LIMIT {MAX_QUERY_TERMS}) r"
+    )
 }
 
 /// Maps a row of [`entry_cols`] to `(pk, entry)`.

@@ -348,6 +348,37 @@ fn measure(
     group.finish();
 }
 
+/// A keyword search whose query is 4 MiB of distinct words (issue 54, D1), in a scope of a
+/// 10k-memory store over 100 scopes: its time, printed as `ava-bench: long_query ...` (one
+/// search, not a Criterion case: before the bound on a query's words it took minutes).
+fn bench_long_query(rt: &Runtime) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = rt.block_on(build(dir.path(), 10_000, SCOPES));
+    let mut text = String::with_capacity(4 << 20);
+    let mut i = 0usize;
+    while text.len() < 4 << 20 {
+        let (mut n, mut w) = (i, String::from("q"));
+        for _ in 0..5 {
+            w.push(char::from(b'a' + (n % 26) as u8));
+            n /= 26;
+        }
+        text.push_str(&w);
+        text.push(' ');
+        i += 1;
+    }
+    let t = Instant::now();
+    let hits = rt
+        .block_on(store.search(&scope(0), &SearchRequest::keyword(text.as_str()).limit(10)))
+        .unwrap();
+    println!(
+        "ava-bench: long_query bytes={} words={i} hits={} seconds={:.3}",
+        text.len(),
+        hits.len(),
+        t.elapsed().as_secs_f64()
+    );
+    rt.block_on(store.close());
+}
+
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -355,7 +386,8 @@ fn main() {
         .build()
         .unwrap();
     let mut c = Criterion::default().configure_from_args();
-    // `AVA_BENCH_CASES` picks cases (comma separated): ingest, 10k, 100k, 100k1, 1m.
+    // `AVA_BENCH_CASES` picks cases (comma separated): ingest, long_query, 10k, 100k,
+    // 100k1, 1m.
     let cases = std::env::var("AVA_BENCH_CASES").unwrap_or_else(|_| "ingest,10k,100k".into());
     let on = |name: &str| {
         cases
@@ -364,6 +396,9 @@ fn main() {
     };
     if on("ingest") {
         bench_ingest(&mut c, &rt);
+    }
+    if on("long_query") {
+        bench_long_query(&rt);
     }
     if on("10k") {
         bench_search(&mut c, &rt, 10_000, SCOPES, "10k_in_100_scopes", None);

@@ -8,10 +8,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use memory_core::{
     BackendInfo, Capabilities, Capability, Filter, MemoryBackend, MemoryEntry, MemoryError,
-    MemoryId, MemoryPatch, NewMemory, PrunePolicy, PruneReport, Record, Remembered, Result, Scope,
-    ScoredMemory, SearchMode, SearchRequest, StoreVectors, Timestamp, check_lease, check_limit,
-    check_record_kind, ensure_scope, merge_patch, normalise, plan_prune, same_fact,
-    validate_content,
+    MemoryId, MemoryPatch, NewMemory, PrunePolicy, PruneReport, Record, Remembered, Result,
+    SUPERSEDER_NOT_IN_SCOPE, Scope, ScoredMemory, SearchMode, SearchRequest, StoreVectors,
+    Timestamp, check_lease, check_limit, check_record_kind, ensure_scope, merge_patch, normalise,
+    plan_prune, same_fact, superseded_by_refused, validate_content,
 };
 use rusqlite::types::Value;
 
@@ -236,8 +236,9 @@ impl MemoryBackend for SqliteBackend {
                             valid_at: Some(now),
                             ..Filter::default()
                         };
+                        let fts = sql.fts_query(scope_id, &entry.content)?;
                         let pks: Vec<i64> = sql
-                            .keyword(scope_id, &entry.content, &filter, REMEMBER_CANDIDATES)?
+                            .keyword(scope_id, fts.as_deref(), &filter, REMEMBER_CANDIDATES)?
                             .into_iter()
                             .map(|(pk, ..)| pk)
                             .collect();
@@ -374,6 +375,7 @@ impl MemoryBackend for SqliteBackend {
         if let Some(c) = &patch.content {
             validate_content(c, self.config.limits.max_content_bytes)?;
         }
+        let superseding = patch.superseding(id)?;
         let mut entry = self.get(scope, id).await?;
         let vectors = match &patch.content {
             Some(c) => self.vectors().embed_text(c).await?,
@@ -404,9 +406,18 @@ impl MemoryBackend for SqliteBackend {
                     let sql = Sql { conn: tx, path: &path };
                     let scope_id = sql.scope_id(&scope_c)?.ok_or(MemoryError::NotFound { id })?;
                     let pk = sql.find_pk(scope_id, id)?.ok_or(MemoryError::NotFound { id })?;
-                    // The old vectors go while the row still says how many there are.
+                    if let Some(t) = superseding
+                        && sql.find_pk(scope_id, t)?.is_none()
+                    {
+                        return Err(superseded_by_refused(t, SUPERSEDER_NOT_IN_SCOPE).into());
+                    }
+                    // The old vectors go while the row still says how many there are, and
+                    // the old words while it still holds them.
                     if content_changed && sql.has_vec_table()? {
                         sql.delete_vectors(pk)?;
+                    }
+                    if reindex {
+                        sql.remove_fts(pk)?;
                     }
                     tx.execute(
                         "UPDATE memories SET kind = ?1, content = ?2, context = ?3, importance = ?4, pinned = ?5, \
@@ -428,7 +439,6 @@ impl MemoryBackend for SqliteBackend {
                         sql.replace_tags(pk, e.tags.iter())?;
                     }
                     if reindex {
-                        tx.execute("DELETE FROM memory_fts WHERE rowid = ?1", [pk])?;
                         sql.insert_fts(pk, scope_id, &e.content, e.context.as_deref())?;
                     }
                     if content_changed {
@@ -461,10 +471,12 @@ impl MemoryBackend for SqliteBackend {
                         .find_pk(scope_id, id)?
                         .ok_or(MemoryError::NotFound { id })?;
                     sql.delete_pks(&[pk])?;
-                    sql.delete_records(scope_id)?;
+                    sql.delete_records_quoting(scope_id, id, true)?;
                     ops.invalidate(scope_id);
                     Ok(())
-                })
+                })?;
+                checkpoint_deleted(conn);
+                Ok(())
             })
             .await
     }
@@ -473,7 +485,7 @@ impl MemoryBackend for SqliteBackend {
         let (scope, path) = (scope.clone(), self.path.clone());
         self.worker
             .call(move |conn| {
-                conn.write(|tx, _, ops| {
+                let n = conn.write(|tx, _, ops| {
                     let sql = Sql {
                         conn: tx,
                         path: &path,
@@ -490,7 +502,39 @@ impl MemoryBackend for SqliteBackend {
                     tx.execute("DELETE FROM scopes WHERE id = ?1", [scope_id])?;
                     ops.invalidate(scope_id);
                     Ok(pks.len() as u64)
-                })
+                })?;
+                checkpoint_deleted(conn);
+                Ok(n)
+            })
+            .await
+    }
+
+    /// Copies the log into the file and empties it (`wal_checkpoint(TRUNCATE)`), so no
+    /// older copy of a deleted row stays in the `-wal` file; what was deleted was
+    /// overwritten in the file already (`secure_delete`). Fails with
+    /// [`MemoryError::Backend`] when a reader of another connection kept the log from being
+    /// emptied (try again when it is done).
+    async fn reclaim_deleted(&self) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        let path = self.path.clone();
+        self.worker
+            .call(move |conn| {
+                if checkpoint_deleted(conn) {
+                    Ok(())
+                } else {
+                    Err(MemoryError::Backend {
+                        backend: BACKEND.to_owned(),
+                        message: format!(
+                            "the write-ahead log of `{}` could not be emptied: another \
+                             connection is reading; try again when it is done",
+                            path.display()
+                        ),
+                        source: None,
+                    }
+                    .into())
+                }
             })
             .await
     }
@@ -522,6 +566,9 @@ impl MemoryBackend for SqliteBackend {
                         .map(|(pk, _)| *pk)
                         .collect();
                     sql.delete_pks(&pks)?;
+                    for id in &gone {
+                        sql.delete_records_quoting(scope_id, *id, false)?;
+                    }
                     ops.invalidate(scope_id);
                     Ok(report)
                 })
@@ -574,6 +621,21 @@ impl MemoryBackend for SqliteBackend {
     }
 }
 
+/// Longest query text searched on the caller's thread (see [`crate::read`]); a longer one
+/// goes to the worker's.
+const CALLER_MAX_QUERY_BYTES: usize = 2048;
+
+/// After a deletion: copies the write-ahead log into the file and truncates it, so the log
+/// keeps no older copy of what was deleted (the file's own copy was overwritten,
+/// `secure_delete`). `false` when a reader of another connection kept it from finishing:
+/// the log is emptied by a later checkpoint then (the deletion itself has committed).
+fn checkpoint_deleted(conn: &rusqlite::Connection) -> bool {
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+        r.get::<_, i64>(0)
+    })
+    .is_ok_and(|busy| busy == 0)
+}
+
 /// Backfill rounds a search runs at most before it searches anyway.
 const MAX_BACKFILL_ROUNDS: usize = 64;
 
@@ -593,7 +655,12 @@ impl SqliteBackend {
         backfill: bool,
     ) -> Result<Searched> {
         let pool = (request.limit * self.config.hybrid_pool_factor).max(50);
-        if let Some(cache) = &self.cache {
+        // A long query text (its words are looked up to choose the rarest, `Sql::fts_query`)
+        // is searched on the worker's thread, never on the caller's runtime thread.
+        let short_text = request
+            .query_text()
+            .is_none_or(|t| t.len() <= CALLER_MAX_QUERY_BYTES);
+        if let Some(cache) = self.cache.as_ref().filter(|_| short_text) {
             let job = SearchJob {
                 scope,
                 request,

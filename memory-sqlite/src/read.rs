@@ -111,12 +111,22 @@ pub(crate) fn search_snapshot(
                 .hits,
             Vec::new(),
         ),
-        SearchMode::Keyword => (Vec::new(), sql.keyword(scope_id, text, f, request.limit)?),
+        SearchMode::Keyword => {
+            let fts = sql.fts_query(scope_id, text)?;
+            (
+                Vec::new(),
+                sql.keyword(scope_id, fts.as_deref(), f, request.limit)?,
+            )
+        }
         SearchMode::Hybrid(_) => {
             let semantic = sql.semantic(scope_id, q, f, job.pool, guard.as_deref_mut())?;
             spread.semantic = semantic.spread;
-            spread.keyword = sql.keyword_spread(scope_id, text, f)?;
-            (semantic.hits, sql.keyword(scope_id, text, f, job.pool)?)
+            let fts = sql.fts_query(scope_id, text)?;
+            spread.keyword = sql.keyword_spread(scope_id, fts.as_deref(), f)?;
+            (
+                semantic.hits,
+                sql.keyword(scope_id, fts.as_deref(), f, job.pool)?,
+            )
         }
     };
     let scored = rank(request, &sem, &kw, spread);

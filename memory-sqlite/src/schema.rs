@@ -45,7 +45,14 @@ pub(crate) const APPLICATION_ID: i32 = 0x4156_4131;
 /// - 8: records (`records`), each scope's newest notes of each kind beside its memories
 ///   (`MemoryBackend::keep_record`). Older builds would delete a scope's memories and leave
 ///   its records, which may quote them; they refuse a version 8 store as newer.
-pub(crate) const SCHEMA_VERSION: i64 = 8;
+/// - 9: deleted text leaves the file (issue 54): the full-text index removes a row's terms
+///   from its segments (`secure-delete`, rows removed by FTS5's `delete` command with the
+///   values indexed, so no more `contentless_delete`), and writers overwrite what they
+///   delete (`secure_delete`); records name the memories they quote (`record_quotes`), so
+///   deleting one memory removes only the records that quote it (or name none). Older
+///   builds would delete rows the old way, which this index refuses; they refuse a version
+///   9 store as newer. The upgrade rebuilds the index.
+pub(crate) const SCHEMA_VERSION: i64 = 9;
 
 /// The records' table (schema 8): a scope's records (`kind`, `at` in Unix milliseconds,
 /// `body`), in the order kept (`id`); read and trimmed newest first by scope and kind.
@@ -55,6 +62,16 @@ macro_rules! create_records {
          scope_id INTEGER NOT NULL REFERENCES scopes(id), kind TEXT NOT NULL, \
          at INTEGER NOT NULL, body TEXT NOT NULL) STRICT;\
          CREATE INDEX records_by_scope ON records (scope_id, kind, at DESC, id DESC);"
+    };
+}
+
+/// The records' quotes (schema 9): the memories (by id) each record quotes, in the order
+/// named (`k`), gone with their record; found by memory when one is deleted or pruned.
+macro_rules! create_record_quotes {
+    () => {
+        "CREATE TABLE record_quotes (record INTEGER NOT NULL REFERENCES records(id) ON DELETE CASCADE, \
+         k INTEGER NOT NULL, memory BLOB NOT NULL, PRIMARY KEY (record, k)) STRICT, WITHOUT ROWID;\
+         CREATE INDEX record_quotes_by_memory ON record_quotes (memory);"
     };
 }
 
@@ -92,10 +109,16 @@ macro_rules! create_unembedded_index {
 /// query is narrowed to its scope by the full-text index itself; bm25() weighs that column
 /// 0. `context` (how the memory was learned, e.g. the message it answered) counts for less
 /// than `content`. Nothing is read back from it but rowids and scores.
+///
+/// Schema 9: a row is removed with FTS5's `delete` command and the values it was indexed
+/// with (`Sql::remove_fts`), in `secure-delete` mode, which takes its terms out of the
+/// index's segments; schema 2 to 8 had `contentless_delete = 1`, whose `DELETE` leaves
+/// them there under a tombstone until a merge, readable in the file.
 macro_rules! create_fts {
     () => {
         "CREATE VIRTUAL TABLE memory_fts USING fts5(scope, content, context, \
-         tokenize = 'porter unicode61 remove_diacritics 2', content = '', contentless_delete = 1);"
+         tokenize = 'porter unicode61 remove_diacritics 2', content = '');\
+         INSERT INTO memory_fts (memory_fts, rank) VALUES ('secure-delete', 1);"
     };
 }
 
@@ -129,6 +152,14 @@ const MIGRATIONS: &[Migration] = &[
     Migration::Codes,
     // 7 -> 8: records.
     Migration::Sql(create_records!()),
+    // 8 -> 9: the full-text index rebuilt to delete securely; the records' quotes.
+    Migration::Sql(concat!(
+        create_record_quotes!(),
+        "DROP TABLE memory_fts;",
+        create_fts!(),
+        "INSERT INTO memory_fts (rowid, scope, content, context) \
+         SELECT pk, 's' || scope_id, content, context FROM memories;"
+    )),
 ];
 
 /// Rewrites the vector table, if the store has one, with each vector's code beside it
@@ -602,10 +633,13 @@ pub(crate) fn open_conn(
     }
     let sync = if p.synchronous_full { "FULL" } else { "NORMAL" };
     // A no-op on a store that is in WAL mode already (every Ava store but a fresh file).
+    // A writer overwrites what it deletes (`secure_delete`): a deleted memory's text is not
+    // left readable in freed cells and pages of the file or the log (see
+    // `Sql::checkpoint_deleted` for the log's older copies).
     let wal = if read_only {
         ""
     } else {
-        "PRAGMA journal_mode = WAL;"
+        "PRAGMA journal_mode = WAL; PRAGMA secure_delete = ON;"
     };
     conn.execute_batch(&format!(
         "{wal}
@@ -822,6 +856,7 @@ fn create_schema(tx: &Connection) -> rusqlite::Result<()> {
     tx.execute_batch(create_write_seq!())?;
     tx.execute_batch(create_leases!())?;
     tx.execute_batch(create_records!())?;
+    tx.execute_batch(create_record_quotes!())?;
     tx.execute_batch(&format!(
         "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};"
     ))?;

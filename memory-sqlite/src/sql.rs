@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use memory_core::keyword::{self, MAX_QUERY_TERMS};
 use memory_core::{
     Filter, Importance, MemoryEntry, MemoryId, MemoryKind, Record, Role, Scope, Spread, Tag,
     TagMatch, Timestamp, passage_similarity,
@@ -220,10 +221,9 @@ impl<'c> Inserter<'c> {
     }
 }
 
-/// Builds the FTS5 query for `text` in one scope: the scope token AND any of the words.
-/// `None` when the text has no searchable word.
-pub(crate) fn fts_query(scope_id: i64, text: &str) -> Option<String> {
-    let words = memory_core::keyword::tokenize(text);
+/// The FTS5 query for `words` in one scope: the scope token AND any of the words. `None`
+/// when there is no word.
+pub(crate) fn fts_expression(scope_id: i64, words: &[String]) -> Option<String> {
     if words.is_empty() {
         return None;
     }
@@ -236,6 +236,8 @@ pub(crate) fn fts_query(scope_id: i64, text: &str) -> Option<String> {
     Some(format!("scope:s{scope_id} AND ({})", any.join(" OR ")))
 }
 
+/// The tokenizer of the full-text table (`schema::create_fts`), for the query words' table.
+const FTS_TOKENIZE: &str = "porter unicode61 remove_diacritics 2";
 /// The WHERE fragment (starting with ` AND`) and parameters for a filter over alias `m`.
 pub(crate) fn filter_sql(filter: &Filter, sql: &mut String, params: &mut Vec<Value>) {
     if let Some(q) = &filter.tags {
@@ -285,6 +287,79 @@ impl Sql<'_> {
             what: what.into(),
         }
         .into()
+    }
+
+    /// The FTS5 query for `text` in one scope: the scope token AND any of its words, of
+    /// which at most [`MAX_QUERY_TERMS`] (the rarest the index holds when there are more,
+    /// [`keyword::rarest`]) of its first [`keyword::MAX_QUERY_BYTES`] bytes. `None` when the
+    /// text has no searchable word, or none the index holds among more than
+    /// [`MAX_QUERY_TERMS`].
+    pub(crate) fn fts_query(&self, scope_id: i64, text: &str) -> R<Option<String>> {
+        let words = keyword::query_words(text);
+        let words = if words.len() > MAX_QUERY_TERMS {
+            let held = self.documents_holding(&words)?;
+            keyword::rarest(words, |w| held.get(w).copied().unwrap_or(0))
+        } else {
+            words
+        };
+        Ok(fts_expression(scope_id, &words))
+    }
+
+    /// How many rows of the full-text index (of every scope) hold each of `words` (distinct),
+    /// from FTS5's own counts (an `fts5vocab` table over it): the words held by none are left
+    /// out. A word is looked up as the index holds it, stemmed by the index's tokenizer: the
+    /// words are written to a temporary full-text table of that tokenizer, whose own vocabulary
+    /// gives each word's terms (a word of several terms counts as its rarest). All in this
+    /// connection's temporary (in-memory) schema, so a read-only connection can do it too.
+    fn documents_holding(&self, words: &[String]) -> R<HashMap<String, u64>> {
+        self.conn.execute_batch(&format!(
+            "CREATE VIRTUAL TABLE IF NOT EXISTS temp.query_words USING fts5(word, \
+             tokenize = '{FTS_TOKENIZE}', detail = none); \
+             CREATE VIRTUAL TABLE IF NOT EXISTS temp.query_terms \
+             USING fts5vocab(temp, query_words, instance); \
+             CREATE VIRTUAL TABLE IF NOT EXISTS temp.memory_vocab \
+             USING fts5vocab(main, memory_fts, row); \
+             DELETE FROM temp.query_words;"
+        ))?;
+        {
+            let mut put = self
+                .conn
+                .prepare_cached("INSERT INTO temp.query_words (rowid, word) VALUES (?1, ?2)")?;
+            for (i, w) in words.iter().enumerate() {
+                put.execute(params![i as i64, w])?;
+            }
+        }
+        let terms: Vec<(String, i64)> = self
+            .conn
+            .prepare_cached("SELECT term, doc FROM temp.query_terms")?
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        let mut count = self
+            .conn
+            .prepare_cached("SELECT doc FROM temp.memory_vocab WHERE term = ?1")?;
+        let mut seen: HashMap<String, u64> = HashMap::new();
+        let mut held: HashMap<String, u64> = HashMap::new();
+        for (term, row) in terms {
+            let n = match seen.get(&term) {
+                Some(n) => *n,
+                None => {
+                    let n: Option<i64> = count.query_row([&term], |r| r.get(0)).optional()?;
+                    let n = n.and_then(|n| u64::try_from(n).ok()).unwrap_or(0);
+                    seen.insert(term, n);
+                    n
+                }
+            };
+            let Some(word) = usize::try_from(row).ok().and_then(|i| words.get(i)) else {
+                continue;
+            };
+            if n > 0 {
+                held.entry(word.clone())
+                    .and_modify(|m| *m = (*m).min(n))
+                    .or_insert(n);
+            }
+        }
+        self.conn.execute_batch("DELETE FROM temp.query_words;")?;
+        Ok(held)
     }
 
     pub(crate) fn scope_id(&self, scope: &Scope) -> R<Option<i64>> {
@@ -385,6 +460,28 @@ impl Sql<'_> {
         Ok(())
     }
 
+    /// Removes memory `pk`'s terms from the full-text index; call it while its row still
+    /// holds what was indexed. FTS5's `delete` command with the indexed values, in the
+    /// index's `secure-delete` mode, takes the terms out of the
+    /// index's segments (see `schema::create_fts`).
+    pub(crate) fn remove_fts(&self, pk: i64) -> R<()> {
+        let row: Option<(i64, String, Option<String>)> = self
+            .conn
+            .prepare_cached("SELECT scope_id, content, context FROM memories WHERE pk = ?1")?
+            .query_row([pk], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .optional()?;
+        // A memory with no row has nothing indexed under its pk.
+        if let Some((scope_id, content, context)) = row {
+            self.conn
+                .prepare_cached(
+                    "INSERT INTO memory_fts (memory_fts, rowid, scope, content, context) \
+                     VALUES ('delete', ?1, ?2, ?3, ?4)",
+                )?
+                .execute(params![pk, format!("s{scope_id}"), content, context])?;
+        }
+        Ok(())
+    }
+
     /// Removes memories from every table.
     pub(crate) fn delete_pks(&self, pks: &[i64]) -> R<()> {
         let vec_table = !pks.is_empty() && self.has_vec_table()?;
@@ -392,9 +489,7 @@ impl Sql<'_> {
             if vec_table {
                 self.delete_vectors(pk)?;
             }
-            self.conn
-                .prepare_cached("DELETE FROM memory_fts WHERE rowid = ?1")
-                .and_then(|mut s| s.execute([pk]))?;
+            self.remove_fts(pk)?;
             // Tags go with it (ON DELETE CASCADE).
             self.conn
                 .prepare_cached("DELETE FROM memories WHERE pk = ?1")
@@ -415,6 +510,15 @@ impl Sql<'_> {
                 record.at.as_millis(),
                 record.body
             ])?;
+        if !record.quotes.is_empty() {
+            let id = self.conn.last_insert_rowid();
+            let mut quote = self.conn.prepare_cached(
+                "INSERT INTO record_quotes (record, k, memory) VALUES (?1, ?2, ?3)",
+            )?;
+            for (k, m) in record.quotes.iter().enumerate() {
+                quote.execute(params![id, k as i64, m.as_uuid().as_bytes().as_slice()])?;
+            }
+        }
         self.conn
             .prepare_cached(
                 "DELETE FROM records WHERE scope_id = ?1 AND kind = ?2 AND id NOT IN \
@@ -431,28 +535,56 @@ impl Sql<'_> {
 
     /// The newest `limit` records of `kind` in scope `scope_id`, newest first.
     pub(crate) fn records(&self, scope_id: i64, kind: &str, limit: usize) -> R<Vec<Record>> {
-        let rows: Vec<(String, i64, String)> = self
+        let rows: Vec<(i64, String, i64, String)> = self
             .conn
             .prepare_cached(
-                "SELECT kind, at, body FROM records WHERE scope_id = ?1 AND kind = ?2 \
+                "SELECT id, kind, at, body FROM records WHERE scope_id = ?1 AND kind = ?2 \
                  ORDER BY at DESC, id DESC LIMIT ?3",
             )?
             .query_map(
                 params![scope_id, kind, i64::try_from(limit).unwrap_or(i64::MAX)],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
             )?
             .collect::<rusqlite::Result<_>>()?;
+        let mut quotes = self
+            .conn
+            .prepare_cached("SELECT memory FROM record_quotes WHERE record = ?1 ORDER BY k")?;
         rows.into_iter()
-            .map(|(kind, at, body)| {
+            .map(|(id, kind, at, body)| {
                 let at = Timestamp::from_millis(at)
                     .ok_or_else(|| self.invalid(format!("a record's time {at} is out of range")))?;
-                Ok(Record { kind, at, body })
+                let quoted: Vec<Vec<u8>> = quotes
+                    .query_map([id], |r| r.get(0))?
+                    .collect::<rusqlite::Result<_>>()?;
+                let quoted = quoted
+                    .iter()
+                    .map(|b| self.id(b))
+                    .collect::<R<Vec<MemoryId>>>()?;
+                Ok(Record::new(kind, at, body).quoting(quoted))
             })
             .collect()
     }
 
-    /// Deletes every record of scope `scope_id`: with any deletion of its memories, which
-    /// they may quote (`MemoryBackend::keep_record`).
+    /// Deletes the records of scope `scope_id` that quote memory `id`, and with
+    /// `unnamed` those that name nothing they quote (`MemoryBackend::keep_record`): on the
+    /// deletion (`unnamed`) or the pruning of that memory.
+    pub(crate) fn delete_records_quoting(
+        &self,
+        scope_id: i64,
+        id: MemoryId,
+        unnamed: bool,
+    ) -> R<()> {
+        self.conn
+            .prepare_cached(
+                "DELETE FROM records WHERE scope_id = ?1 AND (id IN \
+                 (SELECT record FROM record_quotes WHERE memory = ?2) \
+                 OR (?3 AND NOT EXISTS (SELECT 1 FROM record_quotes q WHERE q.record = records.id)))",
+            )?
+            .execute(params![scope_id, id.as_uuid().as_bytes().as_slice(), unnamed])?;
+        Ok(())
+    }
+
+    /// Deletes every record of scope `scope_id`, with the scope.
     pub(crate) fn delete_records(&self, scope_id: i64) -> R<()> {
         self.conn
             .prepare_cached("DELETE FROM records WHERE scope_id = ?1")?
@@ -887,14 +1019,15 @@ impl Sql<'_> {
 
     /// How the BM25 scores of `text` are spread over the scope's memories (0 for a memory
     /// that does not match; the matches counted are those passing `filter`), read in one
-    /// pass over the matches. `None` when the text has no searchable word.
+    /// pass over the matches, for a query built by [`Sql::fts_query`]. `None` when there is
+    /// no query (no searchable word).
     pub(crate) fn keyword_spread(
         &self,
         scope_id: i64,
-        text: &str,
+        query: Option<&str>,
         filter: &Filter,
     ) -> R<Option<Spread>> {
-        let Some(query) = fts_query(scope_id, text) else {
+        let Some(query) = query else {
             return Ok(None);
         };
         // bm25() is only callable while FTS5 reads its rows: the matches are materialized
@@ -904,7 +1037,7 @@ impl Sql<'_> {
              JOIN memories m ON m.pk = memory_fts.rowid \
              WHERE memory_fts MATCH ? AND m.scope_id = ?",
         );
-        let mut params = vec![Value::Text(query), Value::Integer(scope_id)];
+        let mut params = vec![Value::Text(query.to_owned()), Value::Integer(scope_id)];
         filter_sql(filter, &mut sql, &mut params);
         sql.push_str(
             ") SELECT (SELECT count(*) FROM memories WHERE scope_id = ?), total(x), total(x * x) FROM s",
@@ -920,15 +1053,16 @@ impl Sql<'_> {
     }
 
     /// Top-`limit` BM25 matches (raw score, higher is better) in the scope, filtered, each
-    /// with the number of passages its memory is stored as (1 for one vector or none).
+    /// with the number of passages its memory is stored as (1 for one vector or none), for a
+    /// query built by [`Sql::fts_query`] (none: no match).
     pub(crate) fn keyword(
         &self,
         scope_id: i64,
-        text: &str,
+        query: Option<&str>,
         filter: &Filter,
         limit: usize,
     ) -> R<Vec<(i64, MemoryId, f32, usize)>> {
-        let Some(query) = fts_query(scope_id, text) else {
+        let Some(query) = query else {
             return Ok(Vec::new());
         };
         let mut sql = String::from(
@@ -936,7 +1070,7 @@ impl Sql<'_> {
              FROM memory_fts JOIN memories m ON m.pk = memory_fts.rowid \
              WHERE memory_fts MATCH ? AND m.scope_id = ?",
         );
-        let mut params = vec![Value::Text(query), Value::Integer(scope_id)];
+        let mut params = vec![Value::Text(query.to_owned()), Value::Integer(scope_id)];
         filter_sql(filter, &mut sql, &mut params);
         sql.push_str(" ORDER BY score DESC, m.id LIMIT ?");
         params.push(Value::Integer(limit as i64));
@@ -982,5 +1116,111 @@ impl Sql<'_> {
                 "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'memory_vec')",
             )?
             .query_row([], |r| r.get(0))?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(
+        clippy::unwrap_used,
+        reason = "a test fails loudly on an unexpected error"
+    )]
+
+    use memory_core::keyword::MAX_QUERY_TERMS;
+    use memory_core::{MemoryBackend, NewMemory, Scope, SearchRequest};
+    use rusqlite::Connection;
+
+    use super::Sql;
+    use crate::{SqliteBackend, SqliteConfig};
+
+    /// `n` distinct words no memory holds: `zx` and four letters.
+    fn noise(n: usize) -> Vec<String> {
+        (0..n)
+            .map(|mut i| {
+                let mut w = String::from("zx");
+                for _ in 0..4 {
+                    w.push(char::from(b'a' + (i % 26) as u8));
+                    i /= 26;
+                }
+                w
+            })
+            .collect()
+    }
+
+    fn terms(expression: &str) -> usize {
+        expression.matches(" OR ").count() + 1
+    }
+
+    /// D1: a query of 100 000 distinct words reaches FTS5 as an expression of at most
+    /// `MAX_QUERY_TERMS` words, the rarest the index holds, and still finds the memory
+    /// holding its one rare word.
+    #[tokio::test]
+    async fn a_query_of_100k_words_is_searched_for_its_rarest_held_words() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.db");
+        let store = SqliteBackend::open(&path, None, SqliteConfig::default())
+            .await
+            .unwrap();
+        let scope = Scope::for_user("u").unwrap();
+        let mut memories: Vec<NewMemory> = (0..100)
+            .map(|k| {
+                NewMemory::new(format!(
+                    "a note on topic{k} and topic{} by the garden",
+                    k + 1
+                ))
+            })
+            .collect();
+        memories.push(NewMemory::new(
+            "the quetzalcoatl statue stands in the garden",
+        ));
+        let rare = store.store_batch(&scope, memories).await.unwrap()[100].id;
+
+        let mut words = noise(100_000);
+        words.insert(50_000, "quetzalcoatl".into());
+        let only_rare = words.join(" ");
+        words.insert(70_000, "garden".into());
+        words.extend((0..100).map(|k| format!("topic{k}")));
+        let with_topics = words.join(" ");
+
+        let conn = Connection::open(&path).unwrap();
+        let sql = Sql {
+            conn: &conn,
+            path: &path,
+        };
+        let scope_id = sql.scope_id(&scope).unwrap().unwrap();
+        let e = sql.fts_query(scope_id, &only_rare).unwrap().unwrap();
+        assert_eq!(e, format!("scope:s{scope_id} AND (\"quetzalcoatl\")"));
+        // Above the bound, the rarest held: `garden` (in 101 memories) is left out.
+        let e = sql.fts_query(scope_id, &with_topics).unwrap().unwrap();
+        assert_eq!(terms(&e), MAX_QUERY_TERMS, "{}", &e[..e.len().min(300)]);
+        assert!(e.contains("\"quetzalcoatl\"") && !e.contains("\"garden\""));
+        // An ordinary query is searched as it is.
+        let e = sql
+            .fts_query(scope_id, "Garden statue, garden")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            e,
+            format!("scope:s{scope_id} AND (\"garden\" OR \"statue\")")
+        );
+        drop(conn);
+
+        for text in [only_rare, with_topics] {
+            let hits = store
+                .search(&scope, &SearchRequest::keyword(text).limit(100))
+                .await
+                .unwrap();
+            assert!(
+                hits.iter().any(|h| h.entry.id == rare),
+                "{} hits",
+                hits.len()
+            );
+        }
+        let hits = store
+            .search(&scope, &SearchRequest::keyword(noise(100_000).join(" ")))
+            .await
+            .unwrap();
+        assert!(hits.is_empty(), "no held word: no hit");
+        store.close().await;
     }
 }

@@ -578,7 +578,7 @@ async fn a_schema_1_store_is_migrated_without_losing_a_memory() {
     }
     store.close().await;
 
-    assert_eq!(version(&path), 8);
+    assert_eq!(version(&path), 9);
     let c = rusqlite::Connection::open(&path).unwrap();
     let ok: String = c
         .query_row("PRAGMA integrity_check", [], |r| r.get(0))

@@ -280,6 +280,8 @@ macro_rules! __conformance_tests {
             leases_are_held_by_one_holder_at_a_time,
             records_keep_the_newest_of_each_kind_per_scope,
             records_go_with_their_scopes_deletions,
+            records_follow_the_memories_they_quote,
+            superseded_by_names_a_memory_of_the_scope,
         );
     };
     ($factory:path, $env:expr; $($name:ident),* $(,)?) => {

@@ -382,3 +382,40 @@ pub async fn prune_dry_run_reports_what_a_run_removes(cx: Ctx) -> Outcome {
     b.get(&s, fresh.id).await.unwrap();
     Outcome::Passed
 }
+
+/// D10 (issue 54): a patch whose `superseded_by` names a memory of another scope, one that
+/// does not exist, or the memory itself is refused with what was wrong, and changes
+/// nothing; one naming another memory of the scope is taken.
+pub async fn superseded_by_names_a_memory_of_the_scope(cx: Ctx) -> Outcome {
+    require!(cx, Capability::Update);
+    let b = &*cx.backend;
+    let (s, other) = (scope("sia", Some("1")), scope("sia", Some("2")));
+    let old = store(b, &s, "Sia works at the bakery").await;
+    let new = store(b, &s, "Sia works at the library").await;
+    let elsewhere = store(b, &other, "Sia's other chat").await;
+    let patch = |t: MemoryId| MemoryPatch {
+        superseded_by: Some(Some(t)),
+        ..MemoryPatch::default()
+    };
+    for (t, why) in [
+        (elsewhere.id, "is not a memory of this scope"),
+        (MemoryId::new(), "is not a memory of this scope"),
+        (old.id, "is the memory itself"),
+    ] {
+        match b.update(&s, old.id, patch(t)).await {
+            Err(MemoryError::InvalidInput { field, problem }) => {
+                assert_eq!(field, "superseded_by");
+                assert_eq!(
+                    problem,
+                    format!("{t} {why}; expected the id of another memory of the same scope")
+                );
+            }
+            other => panic!("expected InvalidInput about superseded_by, got {other:?}"),
+        }
+        assert_eq!(b.get(&s, old.id).await.unwrap().superseded_by, None);
+    }
+    let done = b.update(&s, old.id, patch(new.id)).await.unwrap();
+    assert_eq!(done.superseded_by, Some(new.id));
+    assert_eq!(b.get(&s, old.id).await.unwrap().superseded_by, Some(new.id));
+    Outcome::Passed
+}

@@ -215,3 +215,84 @@ pub async fn records_go_with_their_scopes_deletions(cx: Ctx) -> Outcome {
     );
     Outcome::Passed
 }
+
+/// A record naming the memories it quotes ([`Record::quoting`]) follows them: deleting one
+/// of them removes it, and so does pruning one; deleting another memory leaves it. A record
+/// naming none goes with the deletion of any memory of its scope (it may quote any) and
+/// stays when pruning. Another scope's records stay, even one naming the same id. What a
+/// record names comes back as kept.
+pub async fn records_follow_the_memories_they_quote(cx: Ctx) -> Outcome {
+    require!(cx, Capability::Records);
+    let b = &*cx.backend;
+    let (s, other) = (scope("rhea", Some("1")), scope("rhea", Some("2")));
+    let a = store(b, &s, "Rhea's sister is called Ione").await;
+    let c = store(b, &s, "Rhea plays the oboe").await;
+    let d = store(b, &s, "Rhea lives in Lyon").await;
+    let quoting = |i: i64, body: &str, ids: &[MemoryId]| {
+        record("prompt", i, body).quoting(ids.iter().copied())
+    };
+    for r in [
+        quoting(1, "a", &[a.id]),
+        quoting(2, "c", &[c.id]),
+        quoting(3, "a and c", &[c.id, a.id]),
+        quoting(4, "d", &[d.id]),
+        record("prompt", 5, "unnamed"),
+    ] {
+        b.keep_record(&s, r, 10).await.unwrap();
+    }
+    b.keep_record(&s, quoting(6, "note on c", &[c.id]), 10)
+        .await
+        .unwrap();
+    let on_note = record("note", 6, "note on c").quoting([c.id]);
+    b.keep_record(&s, on_note.clone(), 10).await.unwrap();
+    b.keep_record(&other, quoting(7, "elsewhere", &[a.id]), 10)
+        .await
+        .unwrap();
+    let kept = b.records(&s, "prompt", 10).await.unwrap();
+    assert_eq!(
+        kept[3],
+        quoting(3, "a and c", &[c.id, a.id]),
+        "kept as given"
+    );
+
+    b.delete(&s, a.id).await.unwrap();
+    assert_eq!(
+        bodies(b, &s, "prompt", 10).await,
+        ["note on c", "d", "c"],
+        "the records quoting the deleted memory, and the unnamed one, are gone"
+    );
+    assert_eq!(b.records(&s, "note", 10).await.unwrap(), [on_note]);
+    assert_eq!(bodies(b, &other, "prompt", 10).await, ["elsewhere"]);
+
+    if b.capabilities().supports(Capability::PruneMaxCount) {
+        b.keep_record(&s, record("prompt", 8, "unnamed again"), 10)
+            .await
+            .unwrap();
+        let pruned = b
+            .prune(
+                &s,
+                &PrunePolicy {
+                    max_count: Some(1),
+                    ..PrunePolicy::new()
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(pruned.removed.len(), 1, "{pruned:?}");
+        let gone = pruned.removed[0].0;
+        let left = b.records(&s, "prompt", 10).await.unwrap();
+        assert!(
+            left.iter().all(|r| !r.quotes.contains(&gone)),
+            "a record quoting the pruned memory is left: {left:?}"
+        );
+        let stays = if gone == c.id { d.id } else { c.id };
+        assert!(left.iter().any(|r| r.quotes.contains(&stays)), "{left:?}");
+        assert!(left.iter().any(|r| r.body == "unnamed again"), "{left:?}");
+    }
+
+    assert!(b.delete_scope(&s).await.unwrap() >= 1);
+    assert!(b.records(&s, "prompt", 10).await.unwrap().is_empty());
+    assert!(b.records(&s, "note", 10).await.unwrap().is_empty());
+    assert_eq!(bodies(b, &other, "prompt", 10).await, ["elsewhere"]);
+    Outcome::Passed
+}
