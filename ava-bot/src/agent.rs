@@ -83,13 +83,16 @@ impl Learned {
         }
     }
 
-    /// Keeps it as the newest learning of `scope`; a failure is logged (only `/undo` loses).
-    async fn keep(&self, store: &dyn MemoryBackend, scope: &Scope) {
+    /// Keeps it as the newest learning of `scope`, quoting `facts` (a learning's record goes
+    /// when one of its facts is deleted: then there is nothing whole to take back); a
+    /// failure is logged (only `/undo` loses).
+    async fn keep(&self, store: &dyn MemoryBackend, scope: &Scope, facts: &[MemoryId]) {
         let kept = match serde_json::to_string(self) {
             Ok(body) => store
                 .keep_record(
                     scope,
-                    memory_core::Record::new(LEARNED_KIND, Timestamp::now(), body),
+                    memory_core::Record::new(LEARNED_KIND, Timestamp::now(), body)
+                        .quoting(facts.iter().copied()),
                     LEARNED_KEPT,
                 )
                 .await
@@ -638,6 +641,7 @@ impl Agent {
         let extractor = self.facts.as_ref();
         let Kept {
             stored,
+            message_ids,
             answer_ids,
             learning,
         } = self
@@ -654,6 +658,7 @@ impl Agent {
         Ok(Turn {
             answer,
             stored,
+            message_ids,
             answer_ids,
             learning,
         })
@@ -706,7 +711,7 @@ impl Agent {
             }
         };
         let mut stored = Ok(());
-        let mut said_id = None;
+        let mut message_ids = Vec::new();
         if let Some(said) = &said {
             // Tagged with the names it mentions (the graph source's index); a standing
             // instruction ("always ...") is marked so that every prompt carries it.
@@ -719,7 +724,7 @@ impl Agent {
             }
             stored = match self.store_whole(scope, user_turn).await {
                 Ok(ids) => {
-                    said_id = ids.first().copied();
+                    message_ids = ids;
                     Ok(())
                 }
                 Err(e) => Err(anyhow::Error::new(e).context("store the message")),
@@ -765,7 +770,7 @@ impl Agent {
                     told,
                     scopes,
                     Heard {
-                        message: said_id.map(|id| (scope.clone(), id)),
+                        message: message_ids.first().map(|id| (scope.clone(), *id)),
                         member: speaker.member.as_ref().map(|m| m.tag.clone()),
                         user: said,
                         reply: reply.map(str::to_owned),
@@ -785,6 +790,7 @@ impl Agent {
         }
         Kept {
             stored,
+            message_ids,
             answer_ids,
             learning,
         }
@@ -796,6 +802,8 @@ impl Agent {
 pub(crate) struct Kept {
     /// `Ok` when the message, and the answer if there is one, are in the store.
     pub(crate) stored: anyhow::Result<()>,
+    /// The stored message's memories (one, or its linked parts); empty when none was stored.
+    pub(crate) message_ids: Vec<MemoryId>,
     /// The stored answer's memories (one, or its linked parts); empty when none was stored.
     pub(crate) answer_ids: Vec<MemoryId>,
     /// Whether learning changed a fact, once it has run (`None` when nothing is learned).
@@ -899,9 +907,14 @@ async fn learn(
                 tracing::warn!(scope = %scope, "a learned fact was not saved: {f}");
             }
             if changed {
-                Learned::of(&report, member.as_ref())
-                    .keep(&*store, scope)
-                    .await;
+                let learned = Learned::of(&report, member.as_ref());
+                let facts: Vec<MemoryId> = learned
+                    .end
+                    .iter()
+                    .chain(&learned.restore)
+                    .copied()
+                    .collect();
+                learned.keep(&*store, scope, &facts).await;
             }
         }
         Err(e) => tracing::warn!(
@@ -978,6 +991,8 @@ pub(crate) struct Turn {
     pub(crate) answer: Result<Inference, (Blame, anyhow::Error)>,
     /// `Ok` when the message, and the answer if there is one, are in the store.
     pub(crate) stored: anyhow::Result<()>,
+    /// The stored message's memories (one, or its linked parts); empty when none was stored.
+    pub(crate) message_ids: Vec<MemoryId>,
     /// The stored answer's memories (one, or its linked parts); empty when none was stored.
     pub(crate) answer_ids: Vec<MemoryId>,
     /// Whether learning from this exchange changed a fact, once it has run (`None` when
@@ -1024,12 +1039,19 @@ impl Agent {
         let Some(learned) = newest.filter(|l| !(l.end.is_empty() && l.restore.is_empty())) else {
             return Ok(None);
         };
-        // Taken back once: the member's newest learning is now this empty one.
+        // Taken back once: the member's newest learning is now this empty one, which goes
+        // with the same facts as the one it takes back.
+        let facts: Vec<MemoryId> = learned
+            .end
+            .iter()
+            .chain(&learned.restore)
+            .copied()
+            .collect();
         Learned {
             member: who,
             ..Learned::default()
         }
-        .keep(store, &home)
+        .keep(store, &home, &facts)
         .await;
         let scopes = ops.readable_scopes();
         let now = Timestamp::now();

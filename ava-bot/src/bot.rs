@@ -558,7 +558,7 @@ async fn on_text(
                             .with_next(next);
                         let store = state.agent.store().as_ref();
                         let at = memory_core::Timestamp::now();
-                        prompts::keep(store, &who.scope, at, &built).await;
+                        prompts::keep(store, &who.scope, at, &built, &turn.message_ids).await;
                     }
                     let answer = if inference.reply.trim().is_empty() {
                         "(I have nothing to add.)".to_owned()

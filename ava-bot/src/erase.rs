@@ -145,6 +145,11 @@ pub(crate) async fn erase_person(
                 .await
                 .context("end the leases that name the user")?;
         }
+        // No copy left where the store can reach: SQLite's log, Postgres' dead rows.
+        store
+            .reclaim_deleted()
+            .await
+            .context("clear what was erased from the store's files")?;
     }
     Ok(erased)
 }

@@ -6,16 +6,19 @@
 //! What a user deleted does not outlive them here. A report names the memories it weighed
 //! by id only (their text is read again when it is shown, so a memory forgotten since shows
 //! none), but it quotes its question: the names, phrases and time words read from it. The
-//! store removes a scope's records with any deletion of its memories and with the scope
-//! (`MemoryBackend::keep_record`), and the bot keeps a prompt only once its question is
-//! stored in that scope, so forgetting that message, `/wipe`, `/erase` and `ava erase` take
-//! the record along. (The proxy keeps its prompt as it sends it, so that the id it returns
-//! works at once; a question the upstream then refused is stored nowhere else.) Stripping
+//! bot and `ava chat` keep a prompt only once its question is stored in that scope, naming
+//! the question and the memories the report weighed as what the record quotes
+//! (`Record::quoting`): the store removes it when one of them is deleted or pruned
+//! (`MemoryBackend::keep_record`), so forgetting that message, `/wipe`, `/erase` and `ava
+//! erase` take the record along, and forgetting another memory of the chat does not. (The
+//! proxy keeps its prompt as it sends it, so that the id it returns works at once, before
+//! its question is stored: its record names nothing, and any deletion in the scope takes
+//! it. A question the upstream then refused is stored nowhere else.) Stripping
 //! the question's words from reports instead would leave reports that cannot say why a
 //! memory was lifted.
 
 use hydrate::{ExplainReport, PreviousPrompt};
-use memory_core::{ErrorChain, MemoryBackend, Record, Scope, Timestamp};
+use memory_core::{ErrorChain, MemoryBackend, MemoryId, Record, Scope, Timestamp};
 use serde::{Deserialize, Serialize};
 
 /// The kind of the records that hold prompts.
@@ -74,19 +77,27 @@ impl Built {
 }
 
 /// Keeps `built` as the newest prompt of `scope`, built at `at`; says whether it was kept.
-/// Never fails its caller: a prompt not kept is one `/context` cannot explain, not a reason
-/// to fail an answer, so a failure is logged and passed over.
+/// With `question` (its stored message's memories) the record names what it quotes: the
+/// question and the memories its report weighed, and goes when one of them is deleted or
+/// pruned; without it (the question is not stored yet) it names nothing, and the deletion
+/// of any memory of the scope takes it ([`Record::quoting`]). Never fails its caller: a
+/// prompt not kept is one `/context` cannot explain, not a reason to fail an answer, so a
+/// failure is logged and passed over.
 pub(crate) async fn keep(
     store: &dyn MemoryBackend,
     scope: &Scope,
     at: Timestamp,
     built: &Built,
+    question: &[MemoryId],
 ) -> bool {
     let kept = match serde_json::to_string(built) {
         Ok(body) => {
-            store
-                .keep_record(scope, Record::new(KIND, at, body), PROMPTS_KEPT)
-                .await
+            let mut record = Record::new(KIND, at, body);
+            if !question.is_empty() {
+                let weighed = built.report.sections.iter().filter_map(|s| s.memory_id);
+                record = record.quoting(question.iter().copied().chain(weighed));
+            }
+            store.keep_record(scope, record, PROMPTS_KEPT).await
         }
         Err(e) => Err(memory_core::MemoryError::invalid(
             "prompt record",
@@ -187,7 +198,7 @@ mod tests {
             let prompt = hydrate::prepare(&config, &input).await.unwrap();
             let built = Built::new(Builder::Bot, None, prompt.report);
             let at = Timestamp::from_millis(1_767_225_600_000 + i as i64).unwrap();
-            assert!(keep(store.as_ref(), &scope, at, &built).await);
+            assert!(keep(store.as_ref(), &scope, at, &built, &[]).await);
             ids.push((at, serde_json::to_value(&built).unwrap()));
         }
         let kept = newest(store.as_ref(), &scope).await.unwrap();
@@ -207,7 +218,7 @@ mod tests {
         let mut huge = kept[0].1.clone();
         let section = huge.report.sections[0].clone();
         huge.report.sections = vec![section; memory_core::MAX_RECORD_BYTES / 100];
-        assert!(!keep(store.as_ref(), &scope, Timestamp::now(), &huge).await);
+        assert!(!keep(store.as_ref(), &scope, Timestamp::now(), &huge, &[]).await);
         assert_eq!(newest(store.as_ref(), &scope).await.unwrap().len(), 2);
     }
 
@@ -229,7 +240,7 @@ mod tests {
         let first = Timestamp::from_millis(1_767_225_600_000).unwrap();
         let built =
             Built::new(Builder::Bot, None, prompt.report.clone()).with_next(prompt.previous());
-        assert!(keep(store.as_ref(), &scope, first, &built).await);
+        assert!(keep(store.as_ref(), &scope, first, &built, &[]).await);
         assert_eq!(
             previous(store.as_ref(), &scope).await,
             Some(prompt.previous())
@@ -241,10 +252,61 @@ mod tests {
                 store.as_ref(),
                 &scope,
                 first.plus(std::time::Duration::from_secs(1)),
-                &bare
+                &bare,
+                &[]
             )
             .await
         );
         assert_eq!(previous(store.as_ref(), &scope).await, None);
+    }
+
+    /// A prompt kept with its stored question names what it quotes: forgetting another
+    /// memory of the chat leaves it, forgetting the question or a memory it weighed takes it.
+    #[tokio::test]
+    async fn a_prompt_goes_with_its_question_not_with_any_memory_of_the_chat() {
+        let store: Arc<dyn MemoryBackend> = Arc::new(InMemoryBackend::new(None));
+        let scope = Scope::for_user("42").unwrap().in_chat("7").unwrap();
+        let config = hydrate::product::config(Arc::clone(&store), None).unwrap();
+        let store_one = |text: &'static str| {
+            let store = Arc::clone(&store);
+            let scope = scope.clone();
+            async move { store.store(&scope, NewMemory::new(text)).await.unwrap().id }
+        };
+        let pixel = store_one("Pixel sleeps on the window seat").await;
+        let other = store_one("The plumber comes on Tuesday").await;
+        let question = "Where does Pixel sleep?";
+        let request =
+            prompt_ir::ContextRequest::new(question, prompt_ir::TokenBudget::new(4000).unwrap());
+        let prompt = hydrate::prepare(&config, &hydrate::HydrateInput::new(scope.clone(), request))
+            .await
+            .unwrap();
+        let weighed: Vec<MemoryId> = prompt
+            .report
+            .sections
+            .iter()
+            .filter_map(|s| s.memory_id)
+            .collect();
+        assert!(
+            weighed.contains(&pixel) && weighed.contains(&other),
+            "{weighed:?}"
+        );
+        let asked = store_one("Where does Pixel sleep?").await;
+        let built = Built::new(Builder::Bot, None, prompt.report);
+        let kept = |at: i64| {
+            let (store, scope, built) = (Arc::clone(&store), scope.clone(), built.clone());
+            async move {
+                let at = Timestamp::from_millis(1_767_225_600_000 + at).unwrap();
+                assert!(keep(store.as_ref(), &scope, at, &built, &[asked]).await);
+            }
+        };
+        kept(0).await;
+        let unrelated = store_one("Lunch is at noon").await;
+        store.delete(&scope, unrelated).await.unwrap();
+        assert_eq!(newest(store.as_ref(), &scope).await.unwrap().len(), 1);
+        store.delete(&scope, asked).await.unwrap();
+        assert!(newest(store.as_ref(), &scope).await.unwrap().is_empty());
+        kept(1).await;
+        store.delete(&scope, other).await.unwrap();
+        assert!(newest(store.as_ref(), &scope).await.unwrap().is_empty());
     }
 }

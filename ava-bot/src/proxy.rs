@@ -628,7 +628,7 @@ impl Proxy {
         let mut explain = None;
         if answer.status().is_success()
             && let Ok(Some((at, built))) = &hydrated
-            && prompts::keep(self.agent.store().as_ref(), &call.scope, *at, built).await
+            && prompts::keep(self.agent.store().as_ref(), &call.scope, *at, built, &[]).await
         {
             explain = Some(explain_id(&built.id, &call.scope, grant));
         }

@@ -91,8 +91,8 @@ pub(crate) async fn run(
                                 Built::new(Builder::Chat, None, inference.prompt.report.clone())
                                     .with_next(next);
                             let store = agent.store().as_ref();
-                            prompts::keep(store, &scope, memory_core::Timestamp::now(), &built)
-                                .await;
+                            let at = memory_core::Timestamp::now();
+                            prompts::keep(store, &scope, at, &built, &turn.message_ids).await;
                         }
                         last_report = Some(inference.prompt.report);
                     }
