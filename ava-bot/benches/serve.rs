@@ -249,7 +249,7 @@ fn huge_body(bytes: usize) -> (String, usize) {
 /// the other client's latencies meanwhile, and how long the huge one took.
 async fn huge_query(url: &str, mib: usize) {
     let client = reqwest::Client::new();
-    let (body, words) = huge_body(mib << 20);
+    let (huge, words) = huge_body(mib << 20);
     let big = {
         let (client, url) = (client.clone(), url.to_owned());
         tokio::spawn(async move {
@@ -258,7 +258,7 @@ async fn huge_query(url: &str, mib: usize) {
                 .post(url)
                 .bearer_auth(token(0))
                 .header("content-type", "application/json")
-                .body(body)
+                .body(huge)
                 .timeout(Duration::from_secs(900))
                 .send()
                 .await
