@@ -132,3 +132,111 @@ fn migrate_round_trips_sqlite_postgres_sqlite() {
         assert_eq!(exported(b, user), original, "postgres -> sqlite");
     }
 }
+
+/// `ava erase --user --yes` on Postgres: no row of the store's schema holds the person's
+/// words afterwards (every text column of every table read), another user's stay, and the
+/// erase vacuumed the tables (what the server keeps beyond them: see README).
+#[test]
+fn erase_on_postgres_leaves_no_row_with_the_persons_words() {
+    let Some((db, schema, _guard)) = fresh_schema("erase_test") else {
+        return;
+    };
+    for (user, chat, text) in [
+        ("alice", Some("7"), "the door code is 4711"),
+        ("alice", None, "my cat is called Pixel"),
+        ("bob", None, "my dog is called Rex"),
+    ] {
+        let mut args = vec!["remember", "--user", user];
+        if let Some(chat) = chat {
+            args.extend(["--chat", chat]);
+        }
+        args.push(text);
+        ok(ava(&db, &args));
+    }
+    let url = std::env::var("MEMORY_PG_URL").unwrap();
+    let rows_holding = |needle: &str| -> Vec<String> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            let task = tokio::spawn(conn);
+            let columns = client
+                .query(
+                    "SELECT table_name::text, column_name::text FROM information_schema.columns \
+                     WHERE table_schema = $1 AND data_type IN ('text', 'jsonb', 'json', \
+                     'character varying', 'bytea')",
+                    &[&schema],
+                )
+                .await
+                .unwrap();
+            assert!(!columns.is_empty(), "no text column in {schema}");
+            let mut found = Vec::new();
+            for row in columns {
+                let (table, column): (String, String) = (row.get(0), row.get(1));
+                let sql = format!(
+                    "SELECT count(*) FROM \"{schema}\".\"{table}\" \
+                     WHERE position($1 in \"{column}\"::text) > 0"
+                );
+                let n: i64 = client.query_one(&sql, &[&needle]).await.unwrap().get(0);
+                if n > 0 {
+                    found.push(format!("{table}.{column}"));
+                }
+            }
+            drop(client);
+            let _ = task.await;
+            found
+        })
+    };
+    assert!(!rows_holding("4711").is_empty(), "the check sees the rows");
+    let out = ok(ava(&db, &["erase", "--user", "alice", "--yes"]));
+    assert!(out.contains("erased"), "{out}");
+    for hers in ["4711", "Pixel"] {
+        assert_eq!(rows_holding(hers), Vec::<String>::new(), "{hers} is still in a row");
+    }
+    assert!(!rows_holding("dog is called Rex").is_empty(), "Bob's stays");
+    // The erase vacuumed the store's tables (Postgres notes when a table was last
+    // vacuumed by hand; autovacuum never runs on tables this small).
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let vacuumed = runtime.block_on(async {
+        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        let task = tokio::spawn(conn);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut vacuumed = Vec::new();
+        while vacuumed.is_empty() && std::time::Instant::now() < deadline {
+            client
+                .batch_execute("SELECT pg_stat_clear_snapshot()")
+                .await
+                .unwrap();
+            vacuumed = client
+                .query(
+                    "SELECT relname::text FROM pg_stat_user_tables \
+                     WHERE schemaname = $1 AND last_vacuum IS NOT NULL",
+                    &[&schema],
+                )
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|r| r.get::<_, String>(0))
+                .collect();
+            if vacuumed.is_empty() {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+        drop(client);
+        let _ = task.await;
+        vacuumed
+    });
+    assert!(
+        vacuumed.iter().any(|t| t.contains("memories")),
+        "the erase vacuumed: {vacuumed:?}"
+    );
+}
