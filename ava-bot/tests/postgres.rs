@@ -195,7 +195,11 @@ fn erase_on_postgres_leaves_no_row_with_the_persons_words() {
     let out = ok(ava(&db, &["erase", "--user", "alice", "--yes"]));
     assert!(out.contains("erased"), "{out}");
     for hers in ["4711", "Pixel"] {
-        assert_eq!(rows_holding(hers), Vec::<String>::new(), "{hers} is still in a row");
+        assert_eq!(
+            rows_holding(hers),
+            Vec::<String>::new(),
+            "{hers} is still in a row"
+        );
     }
     assert!(!rows_holding("dog is called Rex").is_empty(), "Bob's stays");
     // The erase vacuumed the store's tables (Postgres notes when a table was last
