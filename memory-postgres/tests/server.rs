@@ -215,7 +215,7 @@ async fn newer_schema_is_refused_and_left_untouched() {
                 &err,
                 PostgresError::NewerSchema {
                     found: 99,
-                    supported: 6,
+                    supported: 7,
                     ..
                 }
             ),
@@ -664,7 +664,7 @@ async fn a_version_1_store_is_migrated_and_its_large_scopes_indexed() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(version, "6");
+    assert_eq!(version, "7");
     assert!(has_passages(&client, &schema).await);
     assert!(
         store

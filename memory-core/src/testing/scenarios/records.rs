@@ -139,8 +139,8 @@ pub async fn records_keep_the_newest_of_each_kind_per_scope(cx: Ctx) -> Outcome 
 }
 
 /// Records go with their scope's deletions: deleting one of its memories removes every
-/// record of the scope (of every kind), and so does deleting the scope, while other scopes
-/// keep theirs and pruning keeps them. A scope that holds only records is listed with the
+/// record of the scope (of every kind) that names nothing it quotes, and deleting the scope
+/// removes all, while other scopes keep theirs and pruning keeps them. A scope that holds only records is listed with the
 /// scopes, until they go.
 pub async fn records_go_with_their_scopes_deletions(cx: Ctx) -> Outcome {
     require!(cx, Capability::Records);
