@@ -12,9 +12,14 @@
 //! (model, tools, `stream`, ...) is passed on as sent, and the upstream's answer comes back
 //! byte for byte, streamed or not, with `x-ava-explain-id` naming the explain report
 //! (`GET /v1/ava/explain/<id>`, for the same token), kept in the store as the bot keeps its
-//! prompts ([`crate::prompts`]) once the upstream starts answering. After a successful answer
-//! the user's message and the answer's text are stored and facts learned in the background,
-//! as the bot does; an answer the upstream refused, or a stream it broke off, stores nothing.
+//! prompts ([`crate::prompts`]) once the upstream starts answering. The user's message and the
+//! answer's text are stored before the app has the answer's end (a whole answer before it goes
+//! back; a stream's message when it starts, its answer before the piece that ends it), so the
+//! app's next call recalls them, and facts are learned in the background, as the bot does; an
+//! answer the upstream refused stores nothing, a stream it broke off only the message. An app's
+//! token must name the end user each request is for, unless it opts in to one shared memory
+//! for requests that name no one ([`Grant::anonymous`]). When Ava's side fails the answer
+//! still comes, saying why in `x-ava-degraded` (as [`client_error`] puts it: no paths).
 //! `GET /v1/models` is passed on.
 
 use std::collections::HashMap;
@@ -36,6 +41,7 @@ use serde_json::{Value, json};
 use crate::agent::{Agent, Speaker};
 use crate::body::{BodyError, read_whole};
 use crate::llm::OpenAiChat;
+use crate::mcp::client_error;
 use crate::mcp::tokens::Grant;
 use crate::prompts::{self, Builder, Built, PROMPTS_KEPT};
 
@@ -279,36 +285,59 @@ fn role(message: &Value) -> Option<&str> {
     message.get("role").and_then(Value::as_str)
 }
 
-/// What a streamed answer said: the text of its first choice, and whether it ended as a
-/// stream should (`[DONE]` or a finish reason).
-fn streamed_text(sse: &[u8]) -> (String, bool) {
-    let mut text = String::new();
-    let mut finished = false;
-    for line in String::from_utf8_lossy(sse).lines() {
-        let Some(data) = line.strip_prefix("data:").map(str::trim) else {
-            continue;
+/// What a streamed answer says, read as it passes: the text of its first choice, and
+/// whether that choice has ended as a stream should (`[DONE]` or a finish reason).
+#[derive(Default)]
+struct Streamed {
+    /// The end of what came so far that is not a whole line yet.
+    partial: Vec<u8>,
+    text: String,
+    finished: bool,
+}
+
+impl Streamed {
+    /// Reads the next piece of the stream.
+    fn feed(&mut self, piece: &[u8]) {
+        for part in piece.split_inclusive(|b| *b == b'\n') {
+            self.partial.extend_from_slice(part);
+            if part.ends_with(b"\n") {
+                let line = std::mem::take(&mut self.partial);
+                self.line(&line);
+            }
+        }
+    }
+
+    /// Reads what is left once the stream has ended (a last line without a newline).
+    fn end(&mut self) {
+        let line = std::mem::take(&mut self.partial);
+        self.line(&line);
+    }
+
+    fn line(&mut self, line: &[u8]) {
+        let line = String::from_utf8_lossy(line);
+        let Some(data) = line.trim_end().strip_prefix("data:").map(str::trim) else {
+            return;
         };
         if data == "[DONE]" {
-            finished = true;
-            continue;
+            self.finished = true;
+            return;
         }
         let Ok(chunk) = serde_json::from_str::<Value>(data) else {
-            continue;
+            return;
         };
         let Some(choice) = chunk["choices"]
             .as_array()
             .and_then(|c| c.iter().find(|c| c["index"].as_u64().unwrap_or(0) == 0))
         else {
-            continue;
+            return;
         };
         if let Some(piece) = choice["delta"]["content"].as_str() {
-            text.push_str(piece);
+            self.text.push_str(piece);
         }
         if choice["finish_reason"].is_string() {
-            finished = true;
+            self.finished = true;
         }
     }
-    (text, finished)
 }
 
 /// What one proxied request is about, once read.
@@ -459,10 +488,28 @@ impl Proxy {
                 })?),
                 // OpenAI's own field, which apps send anyway: it names the end user only for a
                 // token allowed to, and is passed on unchanged either way.
-                None if grant.end_users => body["user"].as_str().map(str::to_owned),
+                None if grant.end_users => match body.get("user") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(user)) => Some(user.clone()),
+                    Some(other) => {
+                        return Err(bad(format!(
+                            "`user` is {other}; it must be a string naming the end user this \
+                             request is for"
+                        )));
+                    }
+                },
                 None => None,
             };
         let scope = match named {
+            // An app's token that names no one would mix every such caller in one memory.
+            None if grant.end_users && !grant.anonymous => {
+                return Err(bad(format!(
+                    "this token serves an app's end users and the request names none: give \
+                     the end user's id in `user` or the {END_USER_HEADER} header (a token with \
+                     \"anonymous\": true keeps requests that name no one in one shared memory \
+                     instead)"
+                )));
+            }
             None => grant.scope.clone(),
             Some(user) if !grant.end_users => {
                 return Err(error(
@@ -509,7 +556,7 @@ impl Proxy {
     /// [`History::Replace`] the app's leading system messages are followed by Ava's stable
     /// part (the person's facts, the conversation, which the next call extends), then what is
     /// recalled for this message, then the current turn.
-    async fn hydrate(&self, call: &mut Call) -> Result<Option<(Timestamp, Built)>, String> {
+    async fn hydrate(&self, call: &mut Call) -> anyhow::Result<Option<(Timestamp, Built)>> {
         let messages = call.body["messages"]
             .as_array()
             .cloned()
@@ -535,8 +582,7 @@ impl Proxy {
         let prompt = self
             .agent
             .recall_for_app(&call.scope, &observation, !keep, present)
-            .await
-            .map_err(|e| crate::error_chain(&e))?;
+            .await?;
         let data = |stable: bool| -> Vec<&str> {
             prompt
                 .messages
@@ -610,7 +656,7 @@ impl Proxy {
         if let Err(e) = &hydrated {
             tracing::warn!(
                 scope = %call.scope,
-                error = %e,
+                error = crate::error_chain(e),
                 "no memory for this request; passed on without it"
             );
         }
@@ -632,13 +678,24 @@ impl Proxy {
         {
             explain = Some(explain_id(&built.id, &call.scope, grant));
         }
+        // Why this answer is without part of Ava (memory not recalled, or not stored).
+        let mut degraded = Vec::new();
+        if let Err(e) = &hydrated {
+            degraded.push(format!("no memory recalled: {}", client_error(e)));
+        }
         let mut response = if !answer.status().is_success() {
             // Refused upstream: passed on as it came, and nothing is stored.
             match self.whole(answer).await {
                 Ok(response) | Err(response) => response,
             }
         } else if call.stream {
-            Arc::clone(self).stream(answer, call)
+            // The message is kept before anything of the answer goes back (a server that dies
+            // mid-stream has it), the answer before the piece that ends it (see `stream`).
+            let kept = self.keep(&call, call.new_turn.as_deref(), None, true).await;
+            if let Err(e) = &kept {
+                degraded.push(format!("not stored: {e}"));
+            }
+            Arc::clone(self).stream(answer, call, kept.is_ok())
         } else {
             let (status, headers, bytes) = match self.read_whole(answer).await {
                 Ok(read) => read,
@@ -650,7 +707,10 @@ impl Proxy {
                     .map(str::to_owned)
             });
             // Stored before the answer goes back, so the app's next call finds it.
-            self.keep(&call, reply.as_deref()).await;
+            let message = call.new_turn.as_deref();
+            if let Err(e) = self.keep(&call, message, reply.as_deref(), true).await {
+                degraded.push(format!("not stored: {e}"));
+            }
             passed_on(status, &headers, Full::new(bytes).boxed())
         };
         if let Some(id) = explain
@@ -658,8 +718,9 @@ impl Proxy {
         {
             response.headers_mut().insert(EXPLAIN_HEADER, v);
         }
-        if let Err(e) = hydrated {
-            let reason: String = e
+        if !degraded.is_empty() {
+            let reason: String = degraded
+                .join("; ")
                 .chars()
                 .map(|c| if c.is_ascii_graphic() { c } else { ' ' })
                 .take(200)
@@ -671,24 +732,34 @@ impl Proxy {
         response
     }
 
-    /// Passes a streamed answer on piece by piece as it arrives, and once it has ended as
-    /// a stream should, keeps the exchange. A stream the upstream broke off (or that stopped
-    /// coming within the timeout) stores nothing; one the client left stores the message.
-    fn stream(self: Arc<Self>, mut answer: reqwest::Response, call: Call) -> Response<Body> {
+    /// Passes a streamed answer on piece by piece as it arrives. Once its first choice has
+    /// ended as a stream should, the answer is kept (when `message_kept`: the request's
+    /// message, if any, is in the store already) before the piece that ends it goes back, so
+    /// the app's next call finds it. A stream the upstream broke off (or that stopped coming
+    /// within the timeout) or that the client left keeps no answer.
+    fn stream(
+        self: Arc<Self>,
+        mut answer: reqwest::Response,
+        call: Call,
+        message_kept: bool,
+    ) -> Response<Body> {
         let status = answer.status();
         let headers = answer.headers().clone();
         let body = Channel({
             let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
             tokio::spawn(async move {
-                let mut seen = Vec::new();
-                let mut client_left = false;
+                let mut said = Streamed::default();
+                let mut kept = !message_kept;
                 let broke = loop {
                     match tokio::time::timeout(self.upstream.timeout, answer.chunk()).await {
                         Ok(Ok(Some(piece))) => {
-                            seen.extend_from_slice(&piece);
+                            said.feed(&piece);
+                            if said.finished && !kept {
+                                kept = true;
+                                let _ = self.keep(&call, None, Some(&said.text), false).await;
+                            }
                             if tx.send(piece).await.is_err() {
-                                client_left = true;
-                                break None;
+                                break Some("the client left".to_owned());
                             }
                         }
                         Ok(Ok(None)) => break None,
@@ -701,21 +772,25 @@ impl Proxy {
                         }
                     }
                 };
-                drop(tx);
-                let (text, finished) = streamed_text(&seen);
-                match broke {
-                    Some(why) => tracing::warn!(
-                        upstream = %self.upstream.base,
-                        "the upstream broke off a streamed answer ({why}); nothing was stored"
-                    ),
-                    None if client_left => self.keep(&call, None).await,
-                    None if !finished => tracing::warn!(
-                        upstream = %self.upstream.base,
-                        "a streamed answer ended without [DONE] or a finish reason; \
-                         nothing was stored"
-                    ),
-                    None => self.keep(&call, Some(&text)).await,
+                if broke.is_none() {
+                    said.end();
                 }
+                match broke {
+                    _ if kept => {}
+                    Some(why) => tracing::warn!(
+                        "a streamed answer stopped before its end ({why}); the message is kept, \
+                         the answer is not"
+                    ),
+                    None if said.finished => {
+                        // Its last line had no newline: kept once the stream has ended.
+                        let _ = self.keep(&call, None, Some(&said.text), false).await;
+                    }
+                    None => tracing::warn!(
+                        "a streamed answer ended without [DONE] or a finish reason; the message \
+                         is kept, the answer is not"
+                    ),
+                }
+                drop(tx);
             });
             rx
         })
@@ -723,26 +798,40 @@ impl Proxy {
         passed_on(status, &headers, body)
     }
 
-    /// Keeps what `call` said and the `reply` to it, and learns from them in the background.
-    async fn keep(&self, call: &Call, reply: Option<&str>) {
+    /// Keeps `message` (what the request said; `None` when it was kept already or the
+    /// request continues a turn) and the `reply` to it in the call's scope, and with `learn`
+    /// learns from them in the background; an `Err` says why they were not stored, for the
+    /// app (the log has the whole error).
+    async fn keep(
+        &self,
+        call: &Call,
+        message: Option<&str>,
+        reply: Option<&str>,
+        learn: bool,
+    ) -> Result<(), String> {
         let speaker = Speaker::private(call.scope.clone(), SessionState::default());
         let ops = self.agent.speaker_ops(&speaker);
-        let extractor = self.extractor(call.model.as_deref());
+        let extractor = match learn {
+            true => self.extractor(call.model.as_deref()),
+            false => None,
+        };
         let kept = self
             .agent
             .keep(
                 &ops,
                 &speaker,
-                call.new_turn.as_deref(),
+                message,
                 reply,
                 call.received,
                 SOURCE,
                 extractor.as_ref(),
             )
             .await;
-        if let Err(e) = kept.stored {
-            tracing::error!(scope = %call.scope, error = crate::error_chain(&e), "the exchange was not stored");
-        }
+        kept.stored.map_err(|e| {
+            let why = crate::error_chain(&e);
+            tracing::error!(scope = %call.scope, error = why, "the exchange was not stored");
+            client_error(&e)
+        })
     }
 
     /// The extractor that learns from an exchange of a request for `model`.
@@ -823,13 +912,12 @@ impl Proxy {
         } else {
             (StatusCode::BAD_GATEWAY, "could not be reached or broke off")
         };
+        // Where the upstream is, and what it said, stay in the log.
         error(
             status,
             "upstream_error",
             format!(
-                "the upstream {} {what}: {}; nothing was stored",
-                self.upstream.base,
-                memory_core::ErrorChain(e)
+                "the upstream {what}; nothing was stored (the details are in the server's log)"
             ),
         )
     }
@@ -840,8 +928,7 @@ impl Proxy {
             StatusCode::GATEWAY_TIMEOUT,
             "upstream_error",
             format!(
-                "the upstream {} did not answer within {} s (--upstream-timeout); nothing was stored",
-                self.upstream.base,
+                "the upstream did not answer within {} s (--upstream-timeout); nothing was stored",
                 self.upstream.timeout.as_secs()
             ),
         )

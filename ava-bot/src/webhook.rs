@@ -3,14 +3,18 @@
 //! one load balancer can share one bot, which long polling cannot (Telegram gives a bot's
 //! updates to one poller). Every request must carry the secret Telegram was given, in
 //! `X-Telegram-Bot-Api-Secret-Token` (compared in constant time); anything else is refused
-//! before it is read as an update.
+//! before it is read as an update, logged at debug level and counted in at most one warning a
+//! minute (the listener faces the internet). An update Telegram delivers again (its
+//! `update_id` among the last [`RECENT_UPDATES`] taken) is answered 200 and not handled twice.
 //!
 //! On start, `setWebhook` registers the address and the secret (every replica registers the
 //! same ones). On stop the webhook is left registered: another replica may still be serving
 //! it, and `ava run` without `--webhook-url` removes it before it polls.
 
+use std::collections::{HashSet, VecDeque};
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use anyhow::{Context, bail};
 use bytes::Bytes;
@@ -28,7 +32,7 @@ use tokio::sync::mpsc;
 
 use crate::body::read_whole;
 use crate::bot::AvaBot;
-use crate::mcp::http::{accept_until, bind};
+use crate::mcp::http::{Refusals, accept_until, bind};
 
 /// The header Telegram sends the secret in.
 const SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
@@ -39,6 +43,35 @@ const MAX_BODY: usize = 1 << 20;
 /// Updates received but not yet taken by the dispatcher; when full, Telegram is told to
 /// try again later (503), and it does.
 const QUEUE: usize = 1024;
+
+/// How many of the latest update ids are remembered, to take each update once.
+const RECENT_UPDATES: usize = 4096;
+
+/// The ids of the updates taken most recently, oldest first, at most [`RECENT_UPDATES`].
+#[derive(Default)]
+struct Taken {
+    order: VecDeque<u32>,
+    ids: HashSet<u32>,
+}
+
+impl Taken {
+    /// Whether `id` was taken already.
+    fn contains(&self, id: u32) -> bool {
+        self.ids.contains(&id)
+    }
+
+    /// Remembers `id` as taken, forgetting the oldest beyond [`RECENT_UPDATES`].
+    fn insert(&mut self, id: u32) {
+        if self.ids.insert(id) {
+            self.order.push_back(id);
+        }
+        while self.order.len() > RECENT_UPDATES {
+            if let Some(old) = self.order.pop_front() {
+                self.ids.remove(&old);
+            }
+        }
+    }
+}
 
 /// Where Telegram sends updates, and the secret it proves itself with.
 #[derive(Clone, Debug)]
@@ -119,18 +152,21 @@ pub(crate) async fn listen(
         )?;
     let (tx, rx) = mpsc::channel(QUEUE);
     let (token, flag) = mk_stop_token();
-    let path = hook.url.path().to_owned();
-    let secret = hook.secret.clone();
+    let gate = Gate {
+        path: hook.url.path().to_owned(),
+        secret: hook.secret.clone(),
+        tx,
+        taken: Arc::default(),
+        refused: Arc::new(Refusals::new(
+            "a webhook request without the right secret token",
+        )),
+    };
     // A request being read when the bot stops may finish (its update is then still handled);
     // a client that never finishes one is cut off, so the queue closes and the dispatcher can
     // stop.
-    tokio::spawn(accept_until(tcp, flag, "webhook", move |request, _| {
-        let gate = Gate {
-            path: path.clone(),
-            secret: secret.clone(),
-            tx: tx.clone(),
-        };
-        async move { gate.take(request).await.map(BodyExt::boxed) }
+    tokio::spawn(accept_until(tcp, flag, "webhook", move |request, peer| {
+        let gate = gate.clone();
+        async move { gate.take(request, peer).await.map(BodyExt::boxed) }
     }));
     let listener = StatefulListener::new((rx, token), updates, stop_token);
     Ok((listener, bound))
@@ -142,6 +178,10 @@ struct Gate {
     path: String,
     secret: Secret,
     tx: mpsc::Sender<Update>,
+    /// The updates taken lately, shared by every connection.
+    taken: Arc<Mutex<Taken>>,
+    /// Requests refused for want of the secret.
+    refused: Arc<Refusals>,
 }
 
 fn plain(status: StatusCode, text: &'static str) -> Response<Full<Bytes>> {
@@ -151,7 +191,7 @@ fn plain(status: StatusCode, text: &'static str) -> Response<Full<Bytes>> {
 }
 
 impl Gate {
-    async fn take(&self, request: Request<Incoming>) -> Response<Full<Bytes>> {
+    async fn take(&self, request: Request<Incoming>, peer: SocketAddr) -> Response<Full<Bytes>> {
         if request.uri().path() != self.path {
             return plain(StatusCode::NOT_FOUND, "not found\n");
         }
@@ -164,7 +204,7 @@ impl Gate {
             .map(|v| v.as_bytes())
             .unwrap_or_default();
         if !bool::from(given.ct_eq(self.secret.expose().as_bytes())) {
-            tracing::warn!("refused a webhook request without the right secret token");
+            self.refused.note(peer);
             return plain(StatusCode::UNAUTHORIZED, "wrong or missing secret token\n");
         }
         // Telegram's updates are small: anything unread is refused as too large.
@@ -180,8 +220,22 @@ impl Gate {
                 return plain(StatusCode::OK, "skipped\n");
             }
         };
+        // Held while the update is queued, so two deliveries of one update at once queue it
+        // once.
+        let mut taken = self.taken.lock().unwrap_or_else(PoisonError::into_inner);
+        let id = update.id.0;
+        if taken.contains(id) {
+            tracing::debug!(
+                update_id = id,
+                "an update delivered again; taken once already"
+            );
+            return plain(StatusCode::OK, "ok (taken already)\n");
+        }
         match self.tx.try_send(update) {
-            Ok(()) => plain(StatusCode::OK, "ok\n"),
+            Ok(()) => {
+                taken.insert(id);
+                plain(StatusCode::OK, "ok\n")
+            }
             Err(mpsc::error::TrySendError::Full(_)) => {
                 plain(StatusCode::SERVICE_UNAVAILABLE, "busy; send it again\n")
             }
@@ -204,6 +258,20 @@ mod tests {
             Ok(_) => String::new(),
             Err(e) => format!("{e:#}"),
         }
+    }
+
+    #[test]
+    fn the_latest_update_ids_are_remembered_and_no_more() {
+        let mut taken = Taken::default();
+        for id in 0..(RECENT_UPDATES as u32 + 10) {
+            assert!(!taken.contains(id));
+            taken.insert(id);
+            taken.insert(id);
+            assert!(taken.contains(id));
+        }
+        assert_eq!(taken.ids.len(), RECENT_UPDATES);
+        assert_eq!(taken.order.len(), RECENT_UPDATES);
+        assert!(!taken.contains(9) && taken.contains(10));
     }
 
     #[test]

@@ -1434,11 +1434,166 @@ fn export_then_import_is_lossless_and_idempotent() {
         &other,
         &["import", "--user", "alice", damaged.to_str().unwrap()],
     );
-    assert!(o.status.success(), "{}", stderr(&o));
+    refused(&o, "line 2 is not a memory");
+}
+
+/// An export cut short, changed, or not an export at all is refused before anything is
+/// stored, saying what is wrong; so `ava import x && rm x` never deletes the only copy.
+#[test]
+fn a_damaged_export_is_refused_whole() {
+    let (dir, db) = store();
+    alice_with_a_new_door_code(dir.path(), &db);
+    let export = dir.path().join("alice.jsonl");
+    ok(ava(
+        &db,
+        &[
+            "export",
+            "--user",
+            "alice",
+            "--out",
+            export.to_str().unwrap(),
+        ],
+    ));
+    let text = std::fs::read_to_string(&export).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let other = dir.path().join("other.db");
+    let import = |name: &str, content: &[u8]| {
+        let file = dir.path().join(name);
+        std::fs::write(&file, content).unwrap();
+        ava(
+            &other,
+            &["import", "--user", "alice", file.to_str().unwrap()],
+        )
+    };
+    // The last line gone (cut at a line's end), or half of it.
+    let whole_lines = format!("{}\n", lines[..lines.len() - 1].join("\n"));
+    refused(&import("short.jsonl", whole_lines.as_bytes()), "cut short");
+    let cut = &text.as_bytes()[..text.len() - 40];
+    refused(&import("cut.jsonl", cut), "is not a memory");
+    // A line changed since the export (valid JSON, the same count).
+    let changed = text.replacen("door code is 1234", "door code is 9999", 1);
+    assert_ne!(changed, text);
+    refused(&import("changed.jsonl", changed.as_bytes()), "SHA-256");
+    // Random bytes are no export of any kind, and the message says so.
+    let noise: Vec<u8> = (0..4096u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let o = import("noise.bin", &noise);
+    refused(&o, "neither an `ava export` file");
+    assert!(!stderr(&o).contains("--user is needed"), "{}", stderr(&o));
+    let o = ava(
+        &other,
+        &["import", dir.path().join("noise.bin").to_str().unwrap()],
+    );
+    refused(&o, "neither an `ava export` file");
+    // None of it imported anything; the whole file still does.
+    assert!(exported(&other, "alice").is_empty());
+    let restored = ok(ava(
+        &other,
+        &["import", "--user", "alice", export.to_str().unwrap()],
+    ));
     assert!(
-        stderr(&o).contains("skipped line 2: not a memory"),
-        "{}",
-        stderr(&o)
+        restored.contains(&format!("restored {} memories", lines.len() - 1)),
+        "{restored}"
+    );
+}
+
+/// A file's memories stay with the person and tenant it is the export of: a line naming
+/// another tenant's user of the same name, or a replacement by a memory of another chat, has
+/// the whole file refused; a whole-store file gives `--user` only their part in the tenant
+/// named (`default` unless `--tenant`).
+#[test]
+fn an_export_restores_only_into_the_tenant_and_person_named() {
+    let (dir, db) = store();
+    ok(ava(
+        &db,
+        &[
+            "remember",
+            "--user",
+            "alice",
+            "--chat",
+            "7",
+            "my locker code is 4711",
+        ],
+    ));
+    let export = dir.path().join("alice.jsonl");
+    ok(ava(
+        &db,
+        &[
+            "export",
+            "--user",
+            "alice",
+            "--out",
+            export.to_str().unwrap(),
+        ],
+    ));
+    let text = std::fs::read_to_string(&export).unwrap();
+    let (head, body) = text.split_once('\n').unwrap();
+    let mut header: Value = serde_json::from_str(head).unwrap();
+    // As an older ava wrote it (no checksum), with alice's line moved to an app's tenant.
+    header.as_object_mut().unwrap().remove("sha256");
+    let mut entry: Value = serde_json::from_str(body.lines().next().unwrap()).unwrap();
+    let scope = entry["scope"].to_string();
+    assert!(scope.contains("default"), "{scope}");
+    let moved: Value = serde_json::from_str(&scope.replace("default", "app:shop")).unwrap();
+    entry["scope"] = moved;
+    let crafted = dir.path().join("crafted.jsonl");
+    std::fs::write(&crafted, format!("{header}\n{entry}\n")).unwrap();
+    let other = dir.path().join("other.db");
+    let o = ava(&other, &["import", crafted.to_str().unwrap()]);
+    refused(&o, "tenant `app:shop`");
+    let o = ava(
+        &other,
+        &["import", "--tenant", "app:shop", export.to_str().unwrap()],
+    );
+    refused(&o, "not of `app:shop`");
+    // A replacement by a memory that is not in the chat (here: nowhere).
+    let mut replaced: Value = serde_json::from_str(body.lines().next().unwrap()).unwrap();
+    replaced["superseded_by"] = json!("00000000-0000-4000-8000-000000000001");
+    let linked = dir.path().join("linked.jsonl");
+    std::fs::write(&linked, format!("{header}\n{replaced}\n")).unwrap();
+    let o = ava(&other, &["import", linked.to_str().unwrap()]);
+    refused(&o, "which is no memory of");
+    assert!(exported(&other, "alice").is_empty(), "nothing was imported");
+
+    // A whole-store file holding alice in two tenants: --user alice restores the default
+    // tenant's alice only; --tenant picks the other.
+    let mut everyone = header.clone();
+    everyone["user"] = Value::Null;
+    everyone["tenant"] = Value::Null;
+    everyone["memories"] = json!(2);
+    let mine: Value = serde_json::from_str(body.lines().next().unwrap()).unwrap();
+    let mut theirs = entry.clone();
+    theirs["id"] = json!("00000000-0000-4000-8000-000000000002");
+    theirs["content"] = json!("my bank pin is 0000");
+    let all = dir.path().join("all.jsonl");
+    std::fs::write(&all, format!("{everyone}\n{mine}\n{theirs}\n")).unwrap();
+    let restored = ok(ava(
+        &other,
+        &["import", "--user", "alice", all.to_str().unwrap()],
+    ));
+    assert!(restored.contains("restored 1 memories"), "{restored}");
+    let alices = exported(&other, "alice").join("\n");
+    assert!(
+        alices.contains("4711") && !alices.contains("bank pin"),
+        "{alices}"
+    );
+    let apps = dir.path().join("apps.db");
+    let restored = ok(ava(
+        &apps,
+        &[
+            "import",
+            "--user",
+            "alice",
+            "--tenant",
+            "app:shop",
+            all.to_str().unwrap(),
+        ],
+    ));
+    assert!(restored.contains("restored 1 memories"), "{restored}");
+    assert!(
+        exported(&apps, "alice").is_empty(),
+        "none in the default tenant"
     );
 }
 
@@ -1490,6 +1645,23 @@ fn migrate_copies_a_whole_store_and_continues_an_interrupted_copy() {
 
     // Into itself, or out of a store that is not there: refused, nothing written.
     let o = ava(&db, &["migrate", "--from", from, "--to", from]);
+    refused(&o, "are the same store");
+    // Also when named another way: `./x.db` from its directory, or through a link.
+    let mut beside = command(&db);
+    beside.current_dir(dir.path()).args([
+        "migrate",
+        "--from",
+        "memories.db",
+        "--to",
+        "./memories.db",
+    ]);
+    refused(&beside.output().unwrap(), "are the same store");
+    let link = dir.path().join("link.db");
+    std::os::unix::fs::symlink(&db, &link).unwrap();
+    let o = ava(
+        &db,
+        &["migrate", "--from", from, "--to", link.to_str().unwrap()],
+    );
     refused(&o, "are the same store");
     let missing = dir.path().join("missing.db");
     let o = ava(

@@ -655,6 +655,83 @@ fn raw_to(url: &str, path: &str, headers: &str, body: &str) -> String {
     response
 }
 
+/// A raw HTTP/1.1 GET of `path` from the server at `authority`, naming `host` in `Host`,
+/// with `headers`; the response.
+fn raw_get(authority: &str, host: &str, path: &str, headers: &str) -> String {
+    let mut stream = std::net::TcpStream::connect(authority).unwrap();
+    stream.set_read_timeout(Some(PATIENCE)).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\n{headers}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
+}
+
+/// Recall counts feed ranking, so a read-only token's `recall` and `context` count none; a
+/// token that may write does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_token_records_no_recall() {
+    const READER: &str = "reader-0123456789abcdef0123456789abcdef";
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("memories.db");
+    let tokens = private_token_file(
+        dir.path(),
+        json!([
+            {"token": TOKEN_A, "user": "alice", "chat": "desk"},
+            {"token": READER, "user": "alice", "chat": "desk", "read_only": true},
+        ]),
+    );
+    let (_child, url) = spawn_http(&db, &tokens).await;
+    let alice = http_client(&url, TOKEN_A).await.unwrap();
+    let reader = http_client(&url, READER).await.unwrap();
+    let remembered = data(
+        &call(
+            &alice,
+            "remember",
+            json!({"content": "My cat is called Pixel"}),
+        )
+        .await,
+    );
+    let id = remembered["id"].as_str().unwrap().to_owned();
+    // The count of the fact, once every recall before is written (the store writes pending
+    // counts with its next write, which `remember` is).
+    let mut n = 0;
+    let mut count = async |who: &Client| -> u64 {
+        n += 1;
+        let content = format!("note {n}");
+        data(&call(who, "remember", json!({"content": content})).await);
+        let line = common::exported(&db, "alice")
+            .into_iter()
+            .find(|l| l.contains(&id))
+            .unwrap();
+        serde_json::from_str::<Value>(&line).unwrap()["access_count"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(count(&alice).await, 0);
+    let found = data(&call(&reader, "recall", json!({"query": "cat Pixel"})).await);
+    assert_eq!(contents(&found), ["My cat is called Pixel"]);
+    let context = data(
+        &call(
+            &reader,
+            "context",
+            json!({"message": "what is my cat called?"}),
+        )
+        .await,
+    );
+    assert!(context.to_string().contains("Pixel"), "{context}");
+    assert_eq!(
+        count(&alice).await,
+        0,
+        "the reader's recall and context count none"
+    );
+    data(&call(&alice, "recall", json!({"query": "cat Pixel"})).await);
+    assert_eq!(count(&alice).await, 1, "a writer's recall counts");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_needs_a_token_which_fixes_the_identity() {
     let dir = tempfile::tempdir().unwrap();
@@ -780,12 +857,54 @@ async fn http_answers_protocol_errors_checks_origin_and_reloads_tokens() {
     assert!(response.starts_with("HTTP/1.1 403"), "{response}");
     let response = raw_request(&url, &format!("{alice}Origin: null\r\n"), init);
     assert!(response.starts_with("HTTP/1.1 403"), "{response}");
-    let response = raw_request(
-        &url,
+    // A page of another server on this machine (another port, or https) is another site.
+    let authority = url.trim_start_matches("http://").split('/').next().unwrap();
+    let port = authority.rsplit_once(':').unwrap().1;
+    for origin in [
+        "http://localhost:3000".to_owned(),
+        format!("https://127.0.0.1:{port}"),
+        format!("http://127.0.0.1:{port}/x"),
+    ] {
+        let response = raw_request(&url, &format!("{alice}Origin: {origin}\r\n"), init);
+        assert!(response.starts_with("HTTP/1.1 403"), "{origin}: {response}");
+    }
+    for origin in [
+        format!("http://127.0.0.1:{port}"),
+        format!("http://localhost:{port}"),
+    ] {
+        let response = raw_request(&url, &format!("{alice}Origin: {origin}\r\n"), init);
+        assert!(response.starts_with("HTTP/1.1 200"), "{origin}: {response}");
+        let api = raw_get(
+            authority,
+            authority,
+            "/inspect/api/me",
+            &format!("{alice}Origin: {origin}\r\n"),
+        );
+        assert!(api.starts_with("HTTP/1.1 200"), "{origin}: {api}");
+    }
+    // Every path, the inspector's API too, answers only to a Host naming this server.
+    let api = raw_get(
+        authority,
+        authority,
+        "/inspect/api/me",
         &format!("{alice}Origin: http://localhost:3000\r\n"),
-        init,
     );
-    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(api.starts_with("HTTP/1.1 403"), "{api}");
+    for host in [
+        format!("evil.example:{port}"),
+        "127.0.0.1:1".to_owned(),
+        "localhost".to_owned(),
+    ] {
+        let api = raw_get(authority, &host, "/inspect/api/me", &alice);
+        assert!(api.starts_with("HTTP/1.1 403"), "{host}: {api}");
+    }
+    let api = raw_get(
+        authority,
+        &format!("localhost:{port}"),
+        "/inspect/api/me",
+        &alice,
+    );
+    assert!(api.starts_with("HTTP/1.1 200"), "{api}");
 
     // Bob's token leaves the file: refused at once, alice still served.
     assert!(raw_request(&url, &bob, init).starts_with("HTTP/1.1 200"));

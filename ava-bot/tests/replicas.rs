@@ -528,3 +528,59 @@ async fn two_replicas_on_one_postgres_answer_store_and_learn_each_thing_once() {
     };
     two_replicas_serve_as_one(&db).await;
 }
+
+/// The webhook faces the internet: requests without the secret leave one warning, not one
+/// line each; and an update Telegram delivers twice (it does, when an answer to it is slow
+/// or lost) is answered 200 both times and handled once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_webhook_takes_each_update_once_and_warns_once_about_strangers() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("memories.db");
+    let db = db.to_str().unwrap();
+    ok(ava(db, &["remember", "--user", "setup", "setting up"]));
+    let (telegram, llm) = (fake_bot_api::for_webhooks().await, fake_llm().await);
+    let (mut child, hook, log) = replica(db, &telegram, &llm).await;
+    let client = reqwest::Client::new();
+    for _ in 0..20 {
+        let status = client
+            .post(&hook)
+            .header("X-Telegram-Bot-Api-Secret-Token", "guessed")
+            .json(&update(7, ALICE, "let me in"))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status, 401);
+    }
+    let once = update(8, ALICE, "My parrot is named Kiwi.");
+    deliver(&client, &hook, once.clone()).await;
+    deliver(&client, &hook, once).await;
+    deliver(&client, &hook, update(9, ALICE, "And I live in Lisbon.")).await;
+    assert!(
+        until(async || replies(&telegram).await.get(&ALICE) == Some(&2)).await,
+        "{:?}",
+        replies(&telegram).await
+    );
+    signal(&child, "TERM");
+    let status = tokio::time::timeout(PATIENCE, child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    assert_eq!(
+        replies(&telegram).await.get(&ALICE),
+        Some(&2),
+        "no reply twice"
+    );
+    let kiwi = memories_of(db, ALICE)
+        .iter()
+        .filter(|m| m["content"] == "My parrot is named Kiwi.")
+        .count();
+    assert_eq!(kiwi, 1, "stored once");
+    let log = log.lock().unwrap().join("\n");
+    let warned = log
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("secret"))
+        .count();
+    assert_eq!(warned, 1, "{log}");
+}

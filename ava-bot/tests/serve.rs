@@ -14,6 +14,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_openai::Client;
@@ -22,7 +23,9 @@ use async_openai::types::chat::{
     ChatCompletionRequestSystemMessage, ChatCompletionRequestUserMessage,
     CreateChatCompletionRequestArgs,
 };
-use common::{ava, command, listening, listening_url, ok, private_token_file};
+use common::{
+    as_nobody, ava, command, listening, listening_url, ok, private_token_file, privileged, set_mode,
+};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use wiremock::matchers::{body_partial_json, body_string_contains, method, path};
@@ -31,11 +34,13 @@ use wiremock::{Mock, MockServer, Request, ResponseTemplate};
 const TOKEN_A: &str = "alice-0123456789abcdef0123456789abcdef";
 const TOKEN_B: &str = "bob-0123456789abcdef0123456789abcdef00";
 const TOKEN_APP: &str = "shop-0123456789abcdef0123456789abcdef0";
+const TOKEN_KIOSK: &str = "kiosk-0123456789abcdef0123456789abcdef";
 
 /// Long enough for a debug build on a busy two-core machine; never reached when all is well.
 const PATIENCE: Duration = Duration::from_secs(60);
 
-/// A token file: alice and bob (chat `desk`), and the app `shop` that names its end users.
+/// A token file: alice and bob (chat `desk`), the app `shop` that names its end users, and
+/// the app `kiosk`, whose calls that name no one share one memory.
 fn token_file(dir: &Path) -> PathBuf {
     private_token_file(
         dir,
@@ -43,6 +48,8 @@ fn token_file(dir: &Path) -> PathBuf {
             {"token": TOKEN_A, "user": "alice", "chat": "desk"},
             {"token": TOKEN_B, "user": "bob", "chat": "desk"},
             {"token": TOKEN_APP, "user": "shop", "chat": "assistant", "end_users": true},
+            {"token": TOKEN_KIOSK, "user": "kiosk", "chat": "lobby", "end_users": true,
+             "anonymous": true},
         ]),
     )
 }
@@ -413,13 +420,10 @@ async fn upstream_failures_come_back_as_they_are_and_store_nothing() {
     let response = post(&s2, TOKEN_A, &ask("anyone there?"), None).await;
     assert_eq!(response.status(), 502);
     let said: Value = response.json().await.unwrap();
-    assert!(
-        said["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("could not be reached"),
-        "{said}"
-    );
+    let message = said["error"]["message"].as_str().unwrap();
+    assert!(message.contains("could not be reached"), "{said}");
+    // Where the upstream is stays in the server's log.
+    assert!(!message.contains(&port.to_string()), "{said}");
 
     // Bad requests are refused before the upstream hears of them.
     let raw = reqwest::Client::new()
@@ -842,4 +846,261 @@ async fn an_app_replaying_a_conversation_gets_prompts_a_provider_can_cache() {
             );
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_apps_token_refuses_a_request_that_names_no_one_unless_it_may() {
+    let up = upstream("Got it.", &[]).await;
+    let s = serve(&format!("{}/v1", up.uri()), &["--no-facts"]).await;
+    let say = |user: Option<Value>| {
+        let mut body = json!({"model": "gpt-test",
+            "messages": [{"role": "user", "content": "My phone number is 555-0199."}]});
+        if let Some(u) = user {
+            body["user"] = u;
+        }
+        body
+    };
+    // Two people of the app who are not named would share one memory: refused, with why.
+    for (user, says) in [
+        (None, "names none"),
+        (Some(json!(42)), "must be a string"),
+        (Some(json!(null)), "names none"),
+        (Some(json!("")), "end user"),
+        (Some(json!("   ")), "end user"),
+    ] {
+        let response = post(&s, TOKEN_APP, &say(user.clone()), None).await;
+        assert_eq!(response.status(), 400, "{user:?}");
+        let said: Value = response.json().await.unwrap();
+        assert_eq!(said["error"]["type"], "invalid_request_error", "{said}");
+        let message = said["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{user:?}: {message}");
+    }
+    assert!(received(&up).await.is_empty(), "nothing went upstream");
+    let kept = recall(&s.db, "shop", "assistant", "phone number");
+    assert!(!kept.contains("555-0199"), "{kept}");
+    // Named, it is served; a token that opts in keeps unnamed calls in its own identity.
+    let named = post(&s, TOKEN_APP, &say(Some(json!("carol"))), None).await;
+    assert_eq!(named.status(), 200);
+    let shared = post(&s, TOKEN_KIOSK, &say(None), None).await;
+    assert_eq!(shared.status(), 200);
+    assert!(recall(&s.db, "kiosk", "lobby", "phone number").contains("555-0199"));
+}
+
+/// A fake upstream on raw TCP: a streamed request is answered with `events` (server-sent
+/// events, one chunk each) and then the connection is held open, as by an upstream whose
+/// end is slow to follow its `[DONE]`; a request whose last message says `hold` gets only
+/// the first event. Any other request gets a completion saying "Noted.". Every body it got,
+/// in order, is in the list returned with its base URL.
+async fn holding_upstream(events: Vec<String>) -> (String, Arc<Mutex<Vec<Value>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&bodies);
+    let events = Arc::new(events);
+    tokio::spawn(async move {
+        loop {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let (seen, events) = (Arc::clone(&seen), Arc::clone(&events));
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 16384];
+                let (start, len) = loop {
+                    let n = socket.read(&mut buf).await.unwrap();
+                    if n == 0 {
+                        return;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                    if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&got[..end]).to_lowercase();
+                        let len = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .map_or(0, |v| v.trim().parse::<usize>().unwrap());
+                        break (end + 4, len);
+                    }
+                };
+                while got.len() < start + len {
+                    let n = socket.read(&mut buf).await.unwrap();
+                    assert!(n > 0, "the request was cut short");
+                    got.extend_from_slice(&buf[..n]);
+                }
+                let body: Value = serde_json::from_slice(&got[start..start + len]).unwrap();
+                seen.lock().unwrap().push(body.clone());
+                if body["stream"] != true {
+                    let answer = completion("Noted.");
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: \
+                         {}\r\nconnection: close\r\n\r\n",
+                        answer.len()
+                    );
+                    socket.write_all(head.as_bytes()).await.unwrap();
+                    socket.write_all(answer.as_bytes()).await.unwrap();
+                    return;
+                }
+                let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                            transfer-encoding: chunked\r\n\r\n";
+                socket.write_all(head.as_bytes()).await.unwrap();
+                let hold = body.to_string().contains("hold");
+                for event in events.iter().take(if hold { 1 } else { events.len() }) {
+                    let chunk = format!("{:x}\r\n{event}\r\n", event.len());
+                    socket.write_all(chunk.as_bytes()).await.unwrap();
+                }
+                // Never ends: the connection stays open until the test does.
+                std::future::pending::<()>().await;
+            });
+        }
+    });
+    (base, bodies)
+}
+
+/// Reads the response's streamed body until it holds `end`; what it read.
+async fn read_until(mut response: reqwest::Response, end: &str) -> String {
+    let mut text = String::new();
+    tokio::time::timeout(PATIENCE, async {
+        while !text.contains(end) {
+            let piece = response.chunk().await.unwrap().expect("more of the stream");
+            text.push_str(&String::from_utf8_lossy(&piece));
+        }
+    })
+    .await
+    .expect("the stream came in time");
+    text
+}
+
+/// A streamed exchange is in the store before the app has the stream's end: the user's
+/// message when the answer starts, the answer before the piece that ends it. So the app's
+/// very next call recalls both, whenever the upstream closes its end, and a server killed
+/// mid-stream still has the message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_exchange_is_stored_before_the_app_sees_its_end() {
+    let events: Vec<String> = streamed(&["Noted: her flat ", "is in Alfama."])
+        .split_inclusive("\n\n")
+        .map(str::to_owned)
+        .collect();
+    let (base, bodies) = holding_upstream(events).await;
+    let mut s = serve(&base, &["--no-facts"]).await;
+    let ask = |text: &str, stream: bool| {
+        json!({"model": "gpt-test", "stream": stream,
+               "messages": [{"role": "user", "content": text}]})
+    };
+    let response = post(
+        &s,
+        TOKEN_A,
+        &ask("My sister Maya has a flat in Alfama.", true),
+        None,
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    let text = read_until(response, "data: [DONE]").await;
+    assert!(text.contains("is in Alfama."), "{text}");
+    // At once, while the upstream still holds the stream open: the next call recalls both.
+    let next = post(
+        &s,
+        TOKEN_A,
+        &ask("Which flat in Alfama is my sister's?", false),
+        None,
+    )
+    .await;
+    assert_eq!(next.status(), 200);
+    let sent = bodies.lock().unwrap().last().unwrap().to_string();
+    assert!(
+        sent.contains("My sister Maya has a flat in Alfama."),
+        "{sent}"
+    );
+    assert!(sent.contains("Noted: her flat is in Alfama."), "{sent}");
+
+    // Killed while the answer streams: the message is kept.
+    let response = post(
+        &s,
+        TOKEN_A,
+        &ask("hold: my brother Tom moved to Porto.", true),
+        None,
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    read_until(response, "data:").await;
+    s._child.kill().await.unwrap();
+    let kept = recall(&s.db, "alice", "desk", "brother Tom Porto");
+    assert!(kept.contains("my brother Tom moved to Porto."), "{kept}");
+}
+
+/// A store this server cannot write (read-only to it): each answer still comes, and says in
+/// `x-ava-degraded` that it was not stored, without the store's path; an MCP tool's failure
+/// does not show the path either (the server's log has it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_cannot_be_written_is_said_in_x_ava_degraded() {
+    let up = upstream("Noted.", &["Noted", "."]).await;
+    let dir = tempfile::tempdir().unwrap();
+    set_mode(dir.path(), 0o755);
+    let shared = dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    let db = shared.join("ava.db");
+    ok(ava(
+        &db,
+        &[
+            "remember",
+            "--user",
+            "alice",
+            "--chat",
+            "desk",
+            "I like tea.",
+        ],
+    ));
+    set_mode(&shared, 0o777);
+    set_mode(&db, 0o444);
+    let tokens = token_file(dir.path());
+    let mut cmd = command(&db);
+    cmd.args(["serve", "--addr", "127.0.0.1:0", "--no-facts", "--tokens"])
+        .arg(&tokens)
+        .args(["--upstream", &format!("{}/v1", up.uri())]);
+    // As root, permissions do not apply: the server runs as `nobody`, the token file its own.
+    let cmd = if privileged(dir.path()) {
+        std::os::unix::fs::chown(&tokens, Some(65534), Some(65534)).unwrap();
+        as_nobody(&cmd)
+    } else {
+        cmd
+    };
+    let (_child, line, _log) = listening(cmd, PATIENCE).await;
+    let url = listening_url(&line);
+    let s = Serve {
+        _child,
+        url,
+        _dir: dir,
+        db: db.clone(),
+    };
+    let shown = db.to_str().unwrap();
+    for stream in [false, true] {
+        let body = json!({"model": "gpt-test", "stream": stream,
+                          "messages": [{"role": "user", "content": "Do I like tea?"}]});
+        let response = post(&s, TOKEN_A, &body, None).await;
+        assert_eq!(response.status(), 200, "stream {stream}");
+        let degraded = response
+            .headers()
+            .get("x-ava-degraded")
+            .unwrap_or_else(|| panic!("stream {stream}: no x-ava-degraded"))
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert!(degraded.contains("not stored"), "{degraded}");
+        assert!(!degraded.contains(shown), "{degraded}");
+        let text = response.text().await.unwrap();
+        assert!(text.contains("Noted"), "{text}");
+    }
+    let mcp = reqwest::Client::new()
+        .post(format!("{}/mcp", s.url))
+        .bearer_auth(TOKEN_A)
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                      "params": {"name": "remember", "arguments": {"content": "I like coffee."}}}))
+        .send()
+        .await
+        .unwrap();
+    let answer = mcp.text().await.unwrap();
+    assert!(answer.contains(r#""isError":true"#), "{answer}");
+    assert!(answer.contains("could not store the memory"), "{answer}");
+    assert!(
+        !answer.contains(shown) && !answer.contains("shared/"),
+        "{answer}"
+    );
 }

@@ -13,7 +13,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use common::{ava, command, count_in, ok, stderr, stdout, with_stdin};
+use common::{ava, command, count_in, ok, privileged, set_mode, stderr, stdout, with_stdin};
 use serde_json::{Value, json};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -455,16 +455,6 @@ fn an_import_where_nothing_could_be_read_fails() {
     assert!(ok(ava(&db, &["recall", "--user", "1", "--chat", "1", "kept"])).contains("A: kept"));
 }
 
-/// Whether this process may write where permissions say it may not (root).
-fn privileged(dir: &Path) -> bool {
-    let probe = dir.join("probe");
-    std::fs::create_dir(&probe).unwrap();
-    set_mode(&probe, 0o555);
-    let yes = std::fs::write(probe.join("x"), b"x").is_ok();
-    set_mode(&probe, 0o755);
-    yes
-}
-
 /// A store in `shared/` of a temporary directory others may enter, holding user 1's fact
 /// about Pixel: the directory, `shared` and the store.
 fn store_of_pixel() -> (tempfile::TempDir, PathBuf, PathBuf) {
@@ -504,11 +494,6 @@ fn ava_as_user(root: bool, db: &Path, home: &Path) -> Command {
         .env_remove("RUST_BACKTRACE")
         .current_dir(home);
     c
-}
-
-fn set_mode(path: &Path, mode: u32) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,11 +4,17 @@
 //! source, importance, pinned, times, access, validity, what superseded it). Vectors are
 //! not written: `ava import` embeds each memory again with the store's own embedder.
 //!
+//! The header also gives the number of memories and the SHA-256 of the lines after it, so a
+//! file cut short or changed is found before anything is imported.
+//!
 //! `ava import` reads such a file back ([`restore`]), skipping ids already present, so a
 //! second import adds nothing; an export of the imported store is the same file again
-//! (but for the header's time).
+//! (but for the header's time). A file that is damaged, or holds a memory of another person
+//! or tenant than its header (or the operator) names, or a replacement link to a memory of
+//! another chat, is refused whole, before anything is stored.
 
 use std::collections::HashSet;
+use std::fmt::Write as _;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 
@@ -18,6 +24,7 @@ use memory_core::{
     Timestamp,
 };
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 
 use crate::config::Settings;
 
@@ -110,19 +117,21 @@ pub(crate) async fn run(
     {
         memories.extend(all_of(store, &scope).await?);
     }
+    let mut body = String::new();
+    for m in &memories {
+        body.push_str(&serde_json::to_string(m).context("write a memory as JSON")?);
+        body.push('\n');
+    }
     let header = json!({
         MAGIC: VERSION,
         "tenant": tenant,
         "user": args.user,
         "exported_at": Timestamp::now(),
         "memories": memories.len(),
+        "sha256": hex(&Sha256::digest(body.as_bytes())),
         "vectors": false,
     });
-    let mut text = format!("{header}\n");
-    for m in &memories {
-        text.push_str(&serde_json::to_string(m).context("write a memory as JSON")?);
-        text.push('\n');
-    }
+    let text = format!("{header}\n{body}");
     match &args.out {
         Some(path) => {
             std::fs::write(path, &text).with_context(|| format!("write {}", path.display()))?;
@@ -144,14 +153,30 @@ pub(crate) async fn run(
     Ok(())
 }
 
-/// Whether `path` is an `ava export` file (its first line names the format).
+/// Lowercase hex of `bytes`.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().fold(String::new(), |mut out, b| {
+        let _ = write!(out, "{b:02x}");
+        out
+    })
+}
+
+/// Whether `path` is an `ava export` file (its first line names the format, even when the
+/// rest of that line is damaged).
 pub(crate) fn is_export(path: &Path) -> bool {
     let Ok(file) = std::fs::File::open(path) else {
         return false;
     };
-    let mut first = String::new();
-    let _ = std::io::BufReader::new(file).read_line(&mut first);
-    serde_json::from_str::<Value>(&first).is_ok_and(|v| v.get(MAGIC).is_some())
+    let mut first = Vec::new();
+    let _ = std::io::Read::read_to_end(
+        &mut std::io::Read::take(std::io::BufReader::new(file), 64),
+        &mut first,
+    );
+    let start: String = String::from_utf8_lossy(&first)
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect();
+    start.starts_with(&format!("{{\"{MAGIC}\""))
 }
 
 /// `entry` as a memory to store again elsewhere: the same id, times, access and validity
@@ -184,64 +209,191 @@ pub(crate) struct Restored {
     pub(crate) refused: Vec<String>,
 }
 
+/// Whose memories of a file are restored: every line's person must be the header's (when it
+/// names one) and in its tenant; of those, the lines of `user` (when given) in `tenant`.
+struct Wanted {
+    /// The file's person and tenant, when its header names them.
+    of: Option<(String, String)>,
+    /// The file's tenant, when its header names one (a user's export always does).
+    of_tenant: Option<String>,
+    user: Option<String>,
+    tenant: Option<String>,
+}
+
+impl Wanted {
+    /// Why the memory of `scope` on line `n` makes the file unusable, if it does.
+    fn foreign(&self, n: usize, scope: &Scope) -> Option<String> {
+        let (tenant, user) = (scope.tenant(), scope.user());
+        if let Some((of, of_tenant)) = &self.of
+            && (user != of || tenant != of_tenant)
+        {
+            return Some(format!(
+                "line {n} holds a memory of user `{user}` in tenant `{tenant}`, but the file is \
+                 the export of user `{of}` in tenant `{of_tenant}`"
+            ));
+        }
+        if let Some(of_tenant) = &self.of_tenant
+            && tenant != of_tenant
+        {
+            return Some(format!(
+                "line {n} holds a memory of tenant `{tenant}`, but the file is the export of \
+                 tenant `{of_tenant}`"
+            ));
+        }
+        None
+    }
+
+    /// Whether the memory of `scope` is one to restore.
+    fn wants(&self, scope: &Scope) -> bool {
+        self.user.as_deref().is_none_or(|u| scope.user() == u)
+            && self.tenant.as_deref().is_none_or(|t| scope.tenant() == t)
+    }
+}
+
+/// The header of the `ava export` file at `path` and the lines after it, each with its
+/// number; refuses a file whose header is not one this ava reads.
+fn open_export(
+    path: &Path,
+) -> anyhow::Result<(
+    Value,
+    impl Iterator<Item = (usize, std::io::Result<String>)>,
+)> {
+    let shown = path.display();
+    let file = std::fs::File::open(path).with_context(|| format!("open {shown}"))?;
+    let mut lines = std::io::BufReader::new(file).lines();
+    let header: Value = match lines.next() {
+        Some(line) => serde_json::from_str(&line.with_context(|| format!("read {shown}"))?)
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "{shown} is an ava export whose first line (the header) is damaged ({e}); \
+                     nothing was imported"
+                )
+            })?,
+        None => bail!("{shown} is empty"),
+    };
+    if header[MAGIC].as_u64() != Some(VERSION) {
+        bail!(
+            "{shown} is an ava export of version {}; this ava reads version {VERSION}",
+            header[MAGIC]
+        );
+    }
+    Ok((header, lines.enumerate().map(|(i, l)| (i + 2, l))))
+}
+
 /// Reads an `ava export` file into `store`: each memory in its own scope with its id, times,
 /// access and validity; then the links to what superseded each. Ids already in the store
 /// are skipped. `user`, when given, must be the file's person, or picks one person's part of
-/// a whole-store export. A line that is not a memory of the file's (or that) person, or that
-/// the store refuses, is reported with its number and skipped; the rest is restored.
+/// a whole-store export; `tenant` likewise (a person is in the tenant `default` unless
+/// named). The whole file is checked first, and nothing is stored when any of it is wrong:
+/// fewer or more memories than the header says, lines changed since the export (its
+/// checksum), a line that is not a memory, a memory of another person or tenant than the
+/// file's, or a memory said to be replaced by one that is neither in its chat in the file
+/// nor in the store.
 pub(crate) async fn restore(
     store: &dyn MemoryBackend,
     path: &Path,
     user: Option<&str>,
+    tenant: Option<&str>,
 ) -> anyhow::Result<Restored> {
-    let file = std::fs::File::open(path).with_context(|| format!("open {}", path.display()))?;
-    let mut lines = std::io::BufReader::new(file).lines();
-    let header: Value = match lines.next() {
-        Some(line) => serde_json::from_str(&line.context("read the header")?)
-            .context("the first line is not JSON")?,
-        None => bail!("{} is empty", path.display()),
-    };
-    if header[MAGIC].as_u64() != Some(VERSION) {
+    let shown = path.display();
+    let (header, lines) = open_export(path)?;
+    let of = header["user"].as_str();
+    let of_tenant = header["tenant"].as_str();
+    if let (Some(of), Some(user)) = (of, user)
+        && of != user
+    {
         bail!(
-            "{} is an ava export of version {} ; this ava reads version {VERSION}",
-            path.display(),
-            header[MAGIC]
+            "{shown} is the export of user `{of}`, not of `{user}`; give --user {of} or no --user"
         );
     }
-    let of = header["user"].as_str();
-    let user = match (of, user) {
-        (Some(of), Some(user)) if of != user => bail!(
-            "{} is the export of user `{of}`, not of `{user}`; give --user {of} or no --user",
-            path.display()
-        ),
-        (Some(of), _) => Some(of),
-        (None, user) => user,
+    if let (Some(of_tenant), Some(tenant)) = (of_tenant, tenant)
+        && of_tenant != tenant
+    {
+        bail!(
+            "{shown} holds memories of tenant `{of_tenant}`, not of `{tenant}`; give --tenant \
+             {of_tenant} or no --tenant"
+        );
+    }
+    let user = user.or(of);
+    let wanted = Wanted {
+        of: of.map(|u| {
+            let t = of_tenant.unwrap_or(memory_core::DEFAULT_TENANT);
+            (u.to_owned(), t.to_owned())
+        }),
+        of_tenant: of_tenant.map(str::to_owned),
+        user: user.map(str::to_owned),
+        // One person is in one tenant: the default one unless named.
+        tenant: tenant
+            .or(of_tenant)
+            .or(user.map(|_| memory_core::DEFAULT_TENANT))
+            .map(str::to_owned),
     };
-    let mut done = Restored::default();
+
+    // First the whole file, storing nothing.
+    let damaged = |why: String| anyhow::anyhow!("{shown} is damaged: {why}; nothing was imported");
+    let mut digest = Sha256::new();
+    let mut count = 0u64;
+    let mut ids = HashSet::new();
     let mut links = Vec::new();
-    for (i, line) in lines.enumerate() {
-        let n = i + 2;
-        let line = line.with_context(|| format!("read line {n}"))?;
-        if line.trim().is_empty() {
+    for (n, line) in lines {
+        let line = line.map_err(|e| damaged(format!("line {n} cannot be read ({e})")))?;
+        digest.update(line.as_bytes());
+        digest.update(b"\n");
+        count += 1;
+        let entry: MemoryEntry = serde_json::from_str(&line)
+            .map_err(|e| damaged(format!("line {n} is not a memory ({e})")))?;
+        if let Some(why) = wanted.foreign(n, &entry.scope) {
+            bail!("{shown} is refused: {why}; nothing was imported");
+        }
+        if wanted.wants(&entry.scope) {
+            if let Some(by) = entry.superseded_by {
+                links.push((n, entry.scope.clone(), entry.id, by));
+            }
+            ids.insert((entry.scope, entry.id));
+        }
+    }
+    match header["memories"].as_u64() {
+        Some(said) if said == count => {}
+        Some(said) => {
+            return Err(damaged(format!(
+                "its header says {said} memories but it holds {count} (cut short, or lines \
+                 added)"
+            )));
+        }
+        None => return Err(damaged("its header gives no number of memories".to_owned())),
+    }
+    if let Some(said) = header.get("sha256").and_then(Value::as_str)
+        && said != hex(&digest.finalize())
+    {
+        return Err(damaged(
+            "its lines are not the ones exported (their SHA-256 differs from the header's)"
+                .to_owned(),
+        ));
+    }
+    for (n, scope, id, by) in &links {
+        if ids.contains(&(scope.clone(), *by)) {
             continue;
         }
-        let entry: MemoryEntry = match serde_json::from_str(&line) {
-            Ok(e) => e,
-            Err(e) => {
-                done.refused.push(format!("line {n}: not a memory ({e})"));
-                continue;
-            }
-        };
-        if let Some(user) = user
-            && entry.scope.user() != user
-        {
+        match store.get(scope, *by).await {
+            Ok(_) => {}
+            Err(MemoryError::NotFound { .. }) => bail!(
+                "{shown} is refused: line {n} says memory {id} was replaced by {by}, which is no \
+                 memory of {scope} in the file or the store; nothing was imported"
+            ),
+            Err(e) => return Err(e).context("look up what replaced a memory"),
+        }
+    }
+
+    // Then the memories wanted.
+    let (_, lines) = open_export(path)?;
+    let mut done = Restored::default();
+    let mut links = Vec::new();
+    for (n, line) in lines {
+        let line = line.with_context(|| format!("read line {n} of {shown}"))?;
+        let entry: MemoryEntry = serde_json::from_str(&line)
+            .with_context(|| format!("line {n} of {shown} changed while it was imported"))?;
+        if !wanted.wants(&entry.scope) {
             // A whole-store file holds everyone: another person's line is not damage.
-            if of.is_some() {
-                done.refused.push(format!(
-                    "line {n}: a memory of user `{}`, not `{user}`",
-                    entry.scope.user()
-                ));
-            }
             continue;
         }
         match store.get(&entry.scope, entry.id).await {

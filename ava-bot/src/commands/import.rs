@@ -27,6 +27,10 @@ pub(crate) struct Args {
     /// person to restore of a whole-store export).
     #[arg(long)]
     user: Option<String>,
+    /// The tenant the user belongs to [default: `default`]; an `ava export` file's memories
+    /// must be of this tenant (the file's own, when it names one).
+    #[arg(long)]
+    tenant: Option<String>,
     /// The chat to file them under [default: the export's chat id].
     #[arg(long)]
     chat: Option<String>,
@@ -278,6 +282,19 @@ fn read_export(
         })
 }
 
+/// Whether `file` starts (after white space) as a JSON object does, as a Telegram export.
+fn looks_like_json_object(file: &Path) -> anyhow::Result<bool> {
+    let f = File::open(file).with_context(|| format!("read {}", file.display()))?;
+    let mut start = Vec::new();
+    f.take(4096)
+        .read_to_end(&mut start)
+        .with_context(|| format!("read {}", file.display()))?;
+    Ok(start
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|b| *b == b'{'))
+}
+
 /// What the reading thread sends: a batch of parsed messages, with their indexes.
 type Batch = Vec<(usize, Parsed)>;
 
@@ -291,8 +308,17 @@ pub(crate) async fn run(
             bail!("--chat does not apply to an `ava export` file: its memories keep their chats");
         }
         let opened = settings.open().await?;
-        let done =
-            super::export::restore(opened.store.as_ref(), &args.file, args.user.as_deref()).await?;
+        let done = super::export::restore(
+            opened.store.as_ref(),
+            &args.file,
+            args.user.as_deref(),
+            args.tenant.as_deref(),
+        )
+        .await;
+        if let Some(sqlite) = &opened.sqlite {
+            sqlite.close().await;
+        }
+        let done = done?;
         for why in &done.refused {
             eprintln!("skipped {why}");
         }
@@ -303,10 +329,20 @@ pub(crate) async fn run(
             done.present,
             done.refused.len()
         )?;
-        if let Some(sqlite) = &opened.sqlite {
-            sqlite.close().await;
+        if !done.refused.is_empty() {
+            bail!(
+                "{} of the file's memories could not be restored (listed above); keep the file",
+                done.refused.len()
+            );
         }
         return Ok(());
+    }
+    if !looks_like_json_object(&args.file)? {
+        bail!(
+            "{} is neither an `ava export` file (a first line naming ava_export) nor a Telegram \
+             Desktop chat export (result.json, a JSON object); nothing was imported",
+            args.file.display()
+        );
     }
     let Some(user) = &args.user else {
         bail!("--user is needed to import a Telegram export: whose memories should they be?");
@@ -341,7 +377,11 @@ pub(crate) async fn run(
             }
         }
     };
-    let scope = Scope::for_user(user)?.in_chat(&chat)?;
+    let mut scope = Scope::for_user(user)?;
+    if let Some(tenant) = &args.tenant {
+        scope = scope.in_tenant(tenant)?;
+    }
+    let scope = scope.in_chat(&chat)?;
     let opened = settings.open().await?;
     let store = &*opened.store;
     // Ids of earlier versions are looked up only where an earlier import could have been.

@@ -56,12 +56,35 @@ fn name(db: &Path) -> String {
     }
 }
 
+/// Where the SQLite file `db` is, links and `.`/`..` resolved (its directory's, when the file
+/// is not there yet); `None` for a URL, or a directory that is not there.
+fn located(db: &Path) -> Option<PathBuf> {
+    let shown = db.to_string_lossy();
+    if shown.starts_with("postgres://") || shown.starts_with("postgresql://") {
+        return None;
+    }
+    if let Ok(found) = std::fs::canonicalize(db) {
+        return Some(found);
+    }
+    let name = db.file_name()?;
+    let dir = match db.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    Some(std::fs::canonicalize(dir).ok()?.join(name))
+}
+
+/// Whether `a` and `b` name one store (`x.db` and `./x.db`, or a link to it).
+fn same_store(a: &Path, b: &Path) -> bool {
+    a == b || located(a).is_some_and(|a| Some(a) == located(b))
+}
+
 pub(crate) async fn run(
     settings: &Settings,
     args: &Args,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
-    if args.from == args.to {
+    if same_store(&args.from, &args.to) {
         bail!(
             "--from and --to are the same store ({}); give another one to copy into",
             name(&args.from)

@@ -31,8 +31,9 @@ pub(crate) struct Args {
     /// same as `ava mcp --http`'s (see the README).
     #[arg(long, env = "AVA_MCP_TOKENS", value_name = "FILE")]
     tokens: PathBuf,
-    /// Another Host name clients may use besides localhost, 127.0.0.1 and ::1 (requests
-    /// naming other hosts are refused, against DNS rebinding). Repeatable.
+    /// Another Host name clients may use besides localhost, 127.0.0.1 and ::1 at the port
+    /// listened on (requests naming other hosts are refused, against DNS rebinding): `NAME`
+    /// at any port, or `NAME:PORT`; pages there may be http or https. Repeatable.
     #[arg(long = "allow-host", value_name = "HOST")]
     allow_hosts: Vec<String>,
     /// The OpenAI-compatible server that answers, up to where `/chat/completions` follows:

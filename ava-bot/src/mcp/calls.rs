@@ -127,6 +127,11 @@ impl AvaMcp {
             )),
             None => request,
         };
+        // Recall counts feed ranking: a token that may not change memory changes them neither.
+        let request = match self.read_only {
+            true => request.without_access_tracking(),
+            false => request,
+        };
         let ran = match request.mode {
             memory_core::SearchMode::Hybrid(_) => "hybrid",
             memory_core::SearchMode::Keyword => "keyword",
@@ -191,10 +196,15 @@ impl AvaMcp {
         let a: ContextArgs = parse("context", args)?;
         let budget = in_range("budget", a.budget, DEFAULT_BUDGET, CONTEXT_BUDGET)?;
         // The memories do go into a model's prompt, so this counts as recalling them, as
-        // in the bot (`ava context` is a dry run that does not).
+        // in the bot (`ava context` is a dry run that does not), except for a read-only token.
         // Only the recalled blocks are compiled: the client's own prompt has its
         // instructions and says who the user is.
-        let agent = self.memory.agent.for_apps().with_budget(budget)?;
+        // A read-only token's prompts count as recalling nothing (counts feed ranking).
+        let agent = match self.read_only {
+            true => self.memory.agent.looking_only(),
+            false => self.memory.agent.clone(),
+        };
+        let agent = agent.for_apps().with_budget(budget)?;
         let prompt = agent
             .recall_for_app(&self.scope, &a.message, true, Vec::new())
             .await?;

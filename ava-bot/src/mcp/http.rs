@@ -9,9 +9,10 @@
 //! and with it the scope: each identity has its own rmcp service whose handler was built for
 //! that scope, so nothing a request says (body, session id, arguments) can change whose
 //! memories it reaches. The token file is read again when it changes (or on SIGHUP), so a
-//! token removed from it stops working at once. A request from a web page (`Origin`) of a
-//! host not allowed is refused (403), and a body that is not JSON-RPC is answered as JSON-RPC
-//! says (400 with -32700 or -32600). Refused requests are logged at debug level, and counted
+//! token removed from it stops working at once. A request whose `Host` does not name this
+//! server (a loopback name at its port, or an `--allow-host` name), or that comes from a web
+//! page (`Origin`) that is not this server's (scheme, host and port), is refused (403), and a
+//! body that is not JSON-RPC is answered as JSON-RPC says (400 with -32700 or -32600). Refused requests are logged at debug level, and counted
 //! in at most one warning a minute, so no client can flood the log.
 
 use std::convert::Infallible;
@@ -92,15 +93,15 @@ impl Stamp {
 }
 
 /// Requests refused for one reason, logged at debug level each and counted in at most one
-/// warning per [`WARN_EVERY`].
-struct Refusals {
+/// warning per [`WARN_EVERY`] (every listener of `ava` that faces clients uses these).
+pub(crate) struct Refusals {
     what: &'static str,
     count: AtomicU64,
     warned: Mutex<Option<Instant>>,
 }
 
 impl Refusals {
-    const fn new(what: &'static str) -> Self {
+    pub(crate) const fn new(what: &'static str) -> Self {
         Self {
             what,
             count: AtomicU64::new(0),
@@ -108,7 +109,7 @@ impl Refusals {
         }
     }
 
-    fn note(&self, peer: SocketAddr) {
+    pub(crate) fn note(&self, peer: SocketAddr) {
         tracing::debug!(%peer, "refused a request: {}", self.what);
         self.count.fetch_add(1, Ordering::Relaxed);
         let mut warned = self.warned.lock().unwrap_or_else(PoisonError::into_inner);
@@ -133,8 +134,9 @@ struct Gate {
     file: PathBuf,
     memory: Arc<Memory>,
     rmcp_config: StreamableHttpServerConfig,
-    /// `Host` names a request and a web page's `Origin` may name.
-    hosts: Vec<String>,
+    /// The names (and port) a request's `Host` and a web page's `Origin` may name.
+    names: Names,
+    wrong_host: Refusals,
     unauthenticated: Refusals,
     cross_origin: Refusals,
     /// The OpenAI-compatible proxy under `/v1/`, when there is an upstream.
@@ -154,21 +156,89 @@ fn bearer(request: &Request<Incoming>) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
-/// Whether a request's `Origin` (sent by browsers) names one of `hosts`; a request without
-/// one (any other client) passes. `null` and anything unreadable do not.
-fn origin_allowed(request: &Request<Incoming>, hosts: &[String]) -> bool {
-    let Some(origin) = request.headers().get(header::ORIGIN) else {
-        return true;
-    };
-    let Some((_, rest)) = origin.to_str().ok().and_then(|o| o.split_once("://")) else {
-        return false;
-    };
-    let authority = rest.split('/').next().unwrap_or_default();
-    let host = match authority.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or_default(),
-        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
-    };
-    hosts.iter().any(|h| h.eq_ignore_ascii_case(host))
+/// The names this server answers to: its loopback names at the port it listens on, and the
+/// names `--allow-host` gives (`name`, any port, or `name:port`), for a TLS proxy in front.
+struct Names {
+    /// The port the server listens on.
+    port: u16,
+    /// `--allow-host` entries: a lowercase name, and the port when the entry names one.
+    extra: Vec<(String, Option<u16>)>,
+}
+
+/// The loopback names a request may call this server by (at its own port).
+const LOOPBACK: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
+/// `authority` (`host[:port]`, an IPv6 host in brackets) as a lowercase host without
+/// brackets and the port it names; `None` when it is not one.
+fn authority(text: &str) -> Option<(String, Option<u16>)> {
+    let parsed = http::uri::Authority::try_from(text.trim()).ok()?;
+    if parsed.as_str().contains('@') {
+        return None;
+    }
+    let host = parsed.host().trim_start_matches('[').trim_end_matches(']');
+    Some((host.to_ascii_lowercase(), parsed.port_u16()))
+}
+
+impl Names {
+    fn new(port: u16, extra: &[String]) -> Self {
+        let extra = extra
+            .iter()
+            .map(|e| authority(e).unwrap_or_else(|| (e.trim().to_ascii_lowercase(), None)))
+            .collect();
+        Self { port, extra }
+    }
+
+    /// Whether `host` at `port` (the one given, or `default` when none is) names this server:
+    /// a loopback name at the port it listens on (reached as `http`, so `loopback_ok`), or an
+    /// `--allow-host` name at the port its entry names, if any.
+    fn names(&self, host: &str, port: Option<u16>, default: u16, loopback_ok: bool) -> bool {
+        if LOOPBACK.contains(&host) {
+            return loopback_ok && port.unwrap_or(default) == self.port;
+        }
+        self.extra
+            .iter()
+            .any(|(name, at)| name == host && at.is_none_or(|at| port.unwrap_or(default) == at))
+    }
+
+    /// Whether the request's `Host` names this server (a guard against DNS rebinding: a page
+    /// of another site whose name resolves to this address names that site).
+    fn host_allowed(&self, request: &Request<Incoming>) -> bool {
+        let Some((host, port)) = request
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .and_then(authority)
+        else {
+            return false;
+        };
+        self.names(&host, port, 80, true)
+    }
+
+    /// Whether a request's `Origin` (sent by browsers) is a page of this server: its scheme,
+    /// host and port; a request without one (any other client) passes. `null` and anything
+    /// unreadable do not.
+    fn origin_allowed(&self, request: &Request<Incoming>) -> bool {
+        let Some(origin) = request.headers().get(header::ORIGIN) else {
+            return true;
+        };
+        let Some((scheme, rest)) = origin.to_str().ok().and_then(|o| o.split_once("://")) else {
+            return false;
+        };
+        let default = match scheme.to_ascii_lowercase().as_str() {
+            "http" => 80,
+            "https" => 443,
+            _ => return false,
+        };
+        if rest.contains('/') {
+            return false;
+        }
+        let Some((host, port)) = authority(rest) else {
+            return false;
+        };
+        // This server speaks plain HTTP: a page of its own on a loopback name is `http`; an
+        // `--allow-host` name may sit behind a TLS proxy.
+        self.names(&host, port, default, default == 80)
+    }
 }
 
 fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
@@ -290,7 +360,15 @@ impl Gate {
     }
 
     async fn route(&self, request: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
-        if !origin_allowed(&request, &self.hosts) {
+        if !self.names.host_allowed(&request) {
+            self.wrong_host.note(peer);
+            return plain(
+                StatusCode::FORBIDDEN,
+                "the Host header does not name this server (localhost, 127.0.0.1 or [::1] at \
+                 its port, or an --allow-host name)\n",
+            );
+        }
+        if !self.names.origin_allowed(&request) {
             self.cross_origin.note(peer);
             return plain(
                 StatusCode::FORBIDDEN,
@@ -382,13 +460,18 @@ pub(crate) async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let sessions_end = CancellationToken::new();
-    let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1"].map(str::to_owned).into();
+    let port = listener
+        .local_addr()
+        .context("read the address listened on")?
+        .port();
+    let names = Names::new(port, &config.extra_hosts);
+    let mut hosts: Vec<String> = LOOPBACK.map(str::to_owned).into();
     hosts.extend(config.extra_hosts);
     let rmcp_config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)
         .with_sse_keep_alive(None)
-        .with_allowed_hosts(hosts.clone())
+        .with_allowed_hosts(hosts)
         .with_cancellation_token(sessions_end.clone());
     let stamp = Stamp::of_file(&config.token_file);
     let table = Gate::table(&memory, &rmcp_config, config.tokens);
@@ -397,9 +480,10 @@ pub(crate) async fn serve(
         file: config.token_file,
         memory,
         rmcp_config,
-        hosts,
+        names,
+        wrong_host: Refusals::new("the Host header does not name this server"),
         unauthenticated: Refusals::new("no known bearer token"),
-        cross_origin: Refusals::new("a web page's Origin names a host not allowed"),
+        cross_origin: Refusals::new("a web page's Origin is not this server's"),
         proxy: config.proxy,
         inspector: config.inspector,
     });
@@ -469,6 +553,11 @@ pub(crate) async fn accept_until<H, F>(
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
+                    // Answers go out in small pieces (a stream's events): each at once, not
+                    // held back for the client's acknowledgement of the one before (Nagle).
+                    if let Err(e) = stream.set_nodelay(true) {
+                        tracing::debug!(%peer, error = %e, "could not set TCP_NODELAY");
+                    }
                     let handle = handle.clone();
                     let service = hyper::service::service_fn(move |request| {
                         let answer = handle(request, peer);
@@ -535,4 +624,42 @@ pub(crate) async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
     TcpListener::bind(addr)
         .await
         .with_context(|| format!("listen on {addr}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_is_this_servers_at_its_port_and_scheme() {
+        let names = Names::new(
+            8765,
+            &["ava.example.org".to_owned(), "b.example:8443".to_owned()],
+        );
+        let ok = |host: &str, port: Option<u16>, default: u16, loopback: bool| {
+            names.names(host, port, default, loopback)
+        };
+        assert!(ok("127.0.0.1", Some(8765), 80, true));
+        assert!(ok("::1", Some(8765), 80, true));
+        assert!(!ok("localhost", Some(3000), 80, true), "another port");
+        assert!(!ok("localhost", None, 80, true), "port 80 is not this one");
+        assert!(
+            !ok("localhost", Some(8765), 443, false),
+            "https is not this server"
+        );
+        assert!(
+            ok("ava.example.org", None, 443, false),
+            "behind a TLS proxy"
+        );
+        assert!(ok("ava.example.org", Some(1234), 80, true));
+        assert!(ok("b.example", Some(8443), 443, false));
+        assert!(!ok("b.example", None, 443, false), "its entry names a port");
+        assert!(!ok("evil.example", Some(8765), 80, true));
+        assert_eq!(
+            authority("[::1]:8765"),
+            Some(("::1".to_owned(), Some(8765)))
+        );
+        assert_eq!(authority("LocalHost"), Some(("localhost".to_owned(), None)));
+        assert_eq!(authority("user@localhost:8765"), None);
+    }
 }

@@ -506,15 +506,62 @@ impl ServerHandler for AvaMcp {
         let result = result.unwrap_or_else(|e| {
             let message = crate::error_chain(&e);
             tracing::info!(tool = name, scope = %self.scope, error = %message, "tool call failed");
-            CallToolResult::error(vec![ContentBlock::text(message)])
+            CallToolResult::error(vec![ContentBlock::text(client_error(&e))])
         });
         Ok(result.into())
     }
 }
 
+/// What a client is told of `e`: the whole chain, except that a failure of the store or the
+/// embedder ends at its own first line (`memory-sqlite failed`), with no file path, server
+/// address or URL of ours; the server's log has the rest.
+pub(crate) fn client_error(e: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in e.chain() {
+        let inner = cause.downcast_ref::<MemoryError>();
+        let text = match inner {
+            Some(MemoryError::Backend { backend, .. }) => format!("{backend} failed"),
+            Some(MemoryError::Embedding { provider, .. }) => {
+                format!("embedding provider {provider} failed")
+            }
+            _ => cause.to_string(),
+        };
+        if !text.is_empty() && !parts.last().is_some_and(|last| last.contains(&text)) {
+            parts.push(text);
+        }
+        if matches!(
+            inner,
+            Some(MemoryError::Backend { .. } | MemoryError::Embedding { .. })
+        ) {
+            parts.push("the details are in the server's log".to_owned());
+            break;
+        }
+    }
+    parts.join(": ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_client_is_told_what_failed_without_the_stores_path() {
+        let inner = std::io::Error::other("memory store /srv/ava/secret.db is read-only here");
+        let failed = MemoryError::Backend {
+            backend: "memory-sqlite".to_owned(),
+            message: String::new(),
+            source: Some(Box::new(inner)),
+        };
+        let e = anyhow::Error::new(failed).context("could not store the memory");
+        let told = client_error(&e);
+        assert_eq!(
+            told,
+            "could not store the memory: memory-sqlite failed: the details are in the server's log"
+        );
+        assert!(crate::error_chain(&e).contains("/srv/ava/secret.db"));
+        let plain = anyhow!("`limit` is 0; expected 1 to 20").context("bad arguments");
+        assert_eq!(client_error(&plain), crate::error_chain(&plain));
+    }
 
     #[test]
     fn every_tool_has_an_object_schema_and_no_identity_argument() {

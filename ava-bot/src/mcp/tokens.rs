@@ -15,6 +15,9 @@
 //! A token with `"end_users": true` belongs to an app that serves many people: on the
 //! OpenAI-compatible proxy of `ava serve` it may name the person each request is for, and
 //! each such person is kept apart like any user, in the tenant `app:<user>` of the token.
+//! Such a request that names no one is refused, unless the token also has
+//! `"anonymous": true`: then every request that names no one shares the token's own
+//! identity (one memory for all of them).
 //!
 //! A token with `"read_only": true` may read and never change anything: MCP's `remember`
 //! and `forget` refuse it, and so does the proxy (which stores every exchange). A token with
@@ -50,6 +53,9 @@ pub(crate) struct Grant {
     pub(crate) scope: Scope,
     /// Whether requests may name the end user they are for (`ava serve`'s proxy).
     pub(crate) end_users: bool,
+    /// With `end_users`, whether a request that names no end user is served in the token's
+    /// own identity (shared by every such request) instead of refused.
+    pub(crate) anonymous: bool,
     /// Whether it may only read.
     pub(crate) read_only: bool,
     /// Whether the inspector shows it every identity of its tenant.
@@ -255,12 +261,12 @@ fn entry(item: &Map<String, Value>) -> anyhow::Result<(&str, Grant)> {
     if let Some(key) = item.keys().find(|k| {
         !matches!(
             k.as_str(),
-            "token" | "user" | "chat" | "end_users" | "read_only" | "operator"
+            "token" | "user" | "chat" | "end_users" | "anonymous" | "read_only" | "operator"
         )
     }) {
         bail!(
             "unknown key `{key}`; expected `token`, `user`, `chat` and maybe `end_users`, \
-             `read_only`, `operator`"
+             `anonymous`, `read_only`, `operator`"
         );
     }
     let flag = |key: &str| -> anyhow::Result<bool> {
@@ -272,6 +278,13 @@ fn entry(item: &Map<String, Value>) -> anyhow::Result<(&str, Grant)> {
     };
     let (end_users, read_only, operator) =
         (flag("end_users")?, flag("read_only")?, flag("operator")?);
+    let anonymous = flag("anonymous")?;
+    if anonymous && !end_users {
+        bail!(
+            "`anonymous` applies only to a token with \"end_users\": true (it says what to do \
+             with a request that names no end user)"
+        );
+    }
     let text = |key: &str| -> anyhow::Result<&str> {
         match item.get(key) {
             Some(Value::String(s)) => Ok(s.as_str()),
@@ -297,6 +310,7 @@ fn entry(item: &Map<String, Value>) -> anyhow::Result<(&str, Grant)> {
         Grant {
             scope,
             end_users,
+            anonymous,
             read_only,
             operator,
         },
@@ -383,6 +397,20 @@ mod tests {
             Scope::for_user("carol").unwrap().in_chat("bot").unwrap()
         );
         assert!(grant.end_user("").is_err());
+        assert!(
+            !grant.anonymous,
+            "refuses calls that name no one unless told"
+        );
+        let shared = TokenTable::parse(&format!(
+            r#"{{"tokens": [{{"token": "{A}", "user": "shop", "chat": "bot", "end_users": true,
+                             "anonymous": true}}]}}"#
+        ))
+        .unwrap();
+        assert!(shared.grant(0).unwrap().anonymous);
+        let e = err(&format!(
+            r#"{{"tokens": [{{"token": "{A}", "user": "u", "chat": "c", "anonymous": true}}]}}"#
+        ));
+        assert!(e.contains("only to a token with \"end_users\""), "{e}");
         let e = err(&format!(
             r#"{{"tokens": [{{"token": "{A}", "user": "u", "chat": "c", "end_users": 1}}]}}"#
         ));

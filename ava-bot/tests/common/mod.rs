@@ -65,6 +65,41 @@ pub(crate) fn private_token_file(dir: &Path, tokens: serde_json::Value) -> std::
     path
 }
 
+/// Sets `path`'s permission bits to `mode`.
+pub(crate) fn set_mode(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// Whether this process may write where permissions say it may not (root), probed in `dir`.
+pub(crate) fn privileged(dir: &Path) -> bool {
+    let probe = dir.join("probe");
+    std::fs::create_dir(&probe).unwrap();
+    set_mode(&probe, 0o555);
+    let yes = std::fs::write(probe.join("x"), b"x").is_ok();
+    set_mode(&probe, 0o755);
+    yes
+}
+
+/// `command` run as `nobody` (uid and gid 65534, through `setpriv`), with its environment
+/// and working directory: permissions do not apply to root.
+pub(crate) fn as_nobody(command: &Command) -> Command {
+    let mut c = Command::new("setpriv");
+    c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(command.get_program())
+        .args(command.get_args());
+    for (key, value) in command.get_envs() {
+        match value {
+            Some(v) => c.env(key, v),
+            None => c.env_remove(key),
+        };
+    }
+    if let Some(dir) = command.get_current_dir() {
+        c.current_dir(dir);
+    }
+    c
+}
+
 /// Writes `value` as JSON to `path` with mode 600.
 pub(crate) fn write_private(path: &Path, value: &serde_json::Value) {
     use std::os::unix::fs::PermissionsExt;
