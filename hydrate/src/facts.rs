@@ -27,6 +27,10 @@ pub const DEFAULT_EXTRACTION_TIMEOUT: Duration = Duration::from_secs(60);
 pub const MAX_FACTS: usize = 20;
 /// Longest fact accepted, in bytes.
 pub const MAX_FACT_BYTES: usize = 1000;
+
+/// How much of each side of an exchange fact extraction sends the model (bytes): a long
+/// message is stored whole, but its facts are read from its start.
+pub const MAX_EXTRACT_BYTES: usize = 16 * 1024;
 /// How many current facts are compared with each new one.
 const NEAREST: usize = 5;
 /// Most existing facts shown to the model in one decision.
@@ -211,12 +215,17 @@ impl FactExtractor {
         Ok(report)
     }
 
-    /// Asks the model for the exchange's facts; checks the answer.
+    /// Asks the model for the exchange's facts; checks the answer. Each side of the
+    /// exchange goes to the model up to [`MAX_EXTRACT_BYTES`]: a message of megabytes is
+    /// stored whole, but only its start is read for facts.
     async fn extract(&self, exchange: Exchange<'_>) -> Result<Vec<String>> {
         let mut block = String::from("<conversation>\n");
-        block.push_str(&format!("user: {}\n", escape_data(exchange.user)));
+        block.push_str(&format!(
+            "user: {}\n",
+            escape_data(&start_of(exchange.user))
+        ));
         if let Some(reply) = exchange.assistant {
-            block.push_str(&format!("assistant: {}\n", escape_data(reply)));
+            block.push_str(&format!("assistant: {}\n", escape_data(&start_of(reply))));
         }
         block.push_str("</conversation>");
         let answer: FactsAnswer = self.ask(EXTRACT_INSTRUCTIONS, block).await?;
@@ -416,6 +425,24 @@ impl FactExtractor {
             ))
         })
     }
+}
+
+/// At most [`MAX_EXTRACT_BYTES`] of `text` (cut at a character boundary), saying how much
+/// was left out.
+fn start_of(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.len() <= MAX_EXTRACT_BYTES {
+        return text.into();
+    }
+    let mut end = MAX_EXTRACT_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{} [... {} more bytes not shown]",
+        &text[..end],
+        text.len() - end
+    )
+    .into()
 }
 
 /// The JSON inside an answer: the text itself, or the body of one ``` fence around it.

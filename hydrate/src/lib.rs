@@ -144,7 +144,8 @@ pub use docs::{
 };
 pub use error::{Error, Result};
 pub use facts::{
-    DEFAULT_EXTRACTION_TIMEOUT, Exchange, FactExtractor, LEARNED_CONTEXT, MAX_FACT_BYTES, MAX_FACTS,
+    DEFAULT_EXTRACTION_TIMEOUT, Exchange, FactExtractor, LEARNED_CONTEXT, MAX_EXTRACT_BYTES,
+    MAX_FACT_BYTES, MAX_FACTS,
 };
 pub use graph::{
     ENTITY_TAG_PREFIX, Entity, GRAPH_FEATURE, GraphSource, HOP_ENTITIES, Indexed, MAX_ENTITIES,

@@ -433,3 +433,56 @@ async fn learned_facts_are_added_ended_and_not_repeated() {
     );
     assert_eq!(sent.len(), 2, "one extraction, one decision");
 }
+
+/// A message of a megabyte is read for facts by its start only: what reaches the model is
+/// bounded (issue 54: a 20 MB message went whole to the upstream again for extraction).
+#[tokio::test]
+async fn a_huge_message_reaches_fact_extraction_by_its_start_only() {
+    use hydrate::{Exchange, FactExtractor, MAX_EXTRACT_BYTES};
+    use memory_core::Timestamp;
+
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(openai_response(
+            json!({"role": "assistant", "content": r#"{"facts": []}"#}),
+        )))
+        .mount(&server)
+        .await;
+    let model: Arc<dyn ChatModel> =
+        Arc::new(OpenAiChat::new(&format!("{}/v1", server.uri()), "gpt-test", None, LONG).unwrap());
+    let backend = InMemoryBackend::new(Some(Arc::new(HashingEmbedder::new(64).unwrap())));
+    let scope = Scope::for_user("1").unwrap().in_chat("2").unwrap();
+    // Multi-byte characters, so the cut must find a character boundary.
+    let huge = "Grüße aus München, ".repeat(60_000);
+    assert!(huge.len() > 1_000_000);
+    let exchange = Exchange {
+        user: &huge,
+        assistant: Some(&huge),
+        at: Timestamp::parse_rfc3339("2026-03-02T10:00:00Z").unwrap(),
+        source: "test",
+        member: None,
+    };
+    let report = FactExtractor::new(model)
+        .learn(&backend, std::slice::from_ref(&scope), exchange)
+        .await
+        .unwrap();
+    assert!(report.is_empty());
+    let sent = server.received_requests().await.unwrap();
+    assert_eq!(sent.len(), 1);
+    assert!(
+        sent[0].body.len() < 3 * MAX_EXTRACT_BYTES,
+        "{} bytes went to the model",
+        sent[0].body.len()
+    );
+    let data = bodies(&sent)[0]["messages"][1]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        data.starts_with("<conversation>\nuser: Grüße aus München,"),
+        "{}",
+        &data[..80]
+    );
+    assert!(data.contains("more bytes not shown"));
+}
