@@ -584,3 +584,108 @@ async fn the_webhook_takes_each_update_once_and_warns_once_about_strangers() {
         .count();
     assert_eq!(warned, 1, "{log}");
 }
+
+/// Issue 54's first paragraph through a real `ava run`: Alice tells a fact with /remember
+/// in a group and names her parrot there (a fact is learned from it); in her private chat
+/// she sends /erase and /erase yes. Afterwards none of her words is readable in the store's
+/// files (database, log, shared memory), while Bob's message in the group is, and is
+/// recalled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_erase_yes_none_of_her_words_is_in_the_store_files() {
+    const GROUP: i64 = -100_954;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("bot.db").display().to_string();
+    ok(ava(&db, &["remember", "--user", "setup", "setting up"]));
+    let (telegram, llm) = (fake_bot_api::for_webhooks().await, fake_llm().await);
+    let (mut bot, hook, log) = replica(&db, &telegram, &llm).await;
+    let client = reqwest::Client::new();
+    let in_group = |id: i64, user: i64, text: &str| {
+        let mut u = update(id, user, text);
+        u["message"]["chat"] = json!({"id": GROUP, "type": "supergroup", "title": "the team"});
+        if text.starts_with('/') {
+            let len = text.split_whitespace().next().unwrap().len();
+            u["message"]["entities"] = json!([{"type": "bot_command", "offset": 0, "length": len}]);
+        }
+        u
+    };
+    let privately = |id: i64, text: &str| {
+        let mut u = update(id, ALICE, text);
+        let len = text.split_whitespace().next().unwrap().len();
+        u["message"]["entities"] = json!([{"type": "bot_command", "offset": 0, "length": len}]);
+        u
+    };
+    deliver(
+        &client,
+        &hook,
+        in_group(1, ALICE, "/remember I am allergic to kumquats"),
+    )
+    .await;
+    deliver(
+        &client,
+        &hook,
+        in_group(2, ALICE, "By the way, my parrot is named Kiwi."),
+    )
+    .await;
+    deliver(
+        &client,
+        &hook,
+        in_group(3, BOB, "Bob prefers oolong over espresso"),
+    )
+    .await;
+    assert!(
+        until(async || learned_from(&telegram).await == [2]).await,
+        "the parrot's name was learned: {:?}",
+        log.lock().unwrap()
+    );
+    assert!(until(async || said_to(&telegram, GROUP).await.len() == 3).await);
+    let holding = |needle: &str| -> Vec<String> {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("bot.db")
+            })
+            .filter(|p| {
+                let bytes = std::fs::read(p).unwrap();
+                bytes.windows(needle.len()).any(|w| w == needle.as_bytes())
+            })
+            .map(|p| p.display().to_string())
+            .collect()
+    };
+    assert!(
+        !holding("kumquats").is_empty(),
+        "the check sees her words before"
+    );
+
+    deliver(&client, &hook, privately(4, "/erase")).await;
+    assert!(until(async || said_to(&telegram, ALICE).await.len() == 1).await);
+    deliver(&client, &hook, privately(5, "/erase yes")).await;
+    assert!(until(async || said_to(&telegram, ALICE).await.len() == 2).await);
+    let said = said_to(&telegram, ALICE).await;
+    assert!(said[1].contains("I erased"), "{said:?}");
+    signal(&bot, "TERM");
+    bot.wait().await.unwrap();
+    for hers in ["kumquats", "Kiwi", "parrot"] {
+        assert_eq!(
+            holding(hers),
+            Vec::<String>::new(),
+            "{hers} is still readable in the store's files"
+        );
+    }
+    assert!(!holding("oolong").is_empty(), "Bob's message stays");
+    let recalled = ok(ava(
+        &db,
+        &[
+            "recall",
+            "--user",
+            "group",
+            "--chat",
+            &GROUP.to_string(),
+            "oolong espresso",
+        ],
+    ));
+    assert!(recalled.contains("Bob prefers oolong"), "{recalled}");
+}
