@@ -1,7 +1,8 @@
 //! Retrieval benches for the SQLite store: durable bulk ingest with precomputed 384-d
 //! vectors, and top-10 semantic / keyword / hybrid search in one scope at 10k and 100k
 //! memories over 100 scopes, one scope of 100k memories (`100k1`: a big chat) and one of
-//! 1M (`1m`; slow to build); the default set is `ingest,10k,100k`. Each search case also
+//! 1M (`1m`; slow to build); the default set is `ingest,10k,100k`. `long_query` times one
+//! keyword search whose query is 4 MiB of distinct words (issue 54). Each search case also
 //! prints the store's footprint (file bytes against raw vector and text bytes), the time
 //! of a new process's first query (open the store, search a scope not yet in memory), and a
 //! peer: the same vectors in plain sqlite-vec as a user would write it by hand, searched

@@ -282,6 +282,7 @@ macro_rules! __conformance_tests {
             records_go_with_their_scopes_deletions,
             records_follow_the_memories_they_quote,
             superseded_by_names_a_memory_of_the_scope,
+            reclaim_after_a_deletion_keeps_what_stays,
         );
     };
     ($factory:path, $env:expr; $($name:ident),* $(,)?) => {

@@ -419,3 +419,23 @@ pub async fn superseded_by_names_a_memory_of_the_scope(cx: Ctx) -> Outcome {
     assert_eq!(b.get(&s, old.id).await.unwrap().superseded_by, Some(new.id));
     Outcome::Passed
 }
+
+/// After a deletion, [`MemoryBackend::reclaim_deleted`] (SQLite: the log checkpointed and
+/// emptied; Postgres: `VACUUM`) succeeds and leaves what stays as it was: the deleted
+/// memory is not found, the other one is, by id and by its words.
+pub async fn reclaim_after_a_deletion_keeps_what_stays(cx: Ctx) -> Outcome {
+    let b = &*cx.backend;
+    let s = scope("rey", None);
+    let gone = store(b, &s, "Rey's old address is 9 Quokka Row").await;
+    let kept = store(b, &s, "Rey likes quokkas").await;
+    b.delete(&s, gone.id).await.unwrap();
+    b.reclaim_deleted().await.unwrap();
+    assert_not_found(b.get(&s, gone.id).await, "the deleted memory");
+    assert_eq!(b.get(&s, kept.id).await.unwrap().content, kept.content);
+    let hits = b
+        .search(&s, &SearchRequest::keyword("quokkas"))
+        .await
+        .unwrap();
+    assert_eq!(hit_ids(&hits), [kept.id]);
+    Outcome::Passed
+}
