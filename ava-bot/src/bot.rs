@@ -1049,6 +1049,10 @@ async fn wipe(arg: &str, who: &Who, state: &BotState) -> anyhow::Result<String> 
                 }
             },
         }
+        // No copy left where the store can reach (Postgres' dead rows, SQLite's log).
+        if let Err(e) = store.reclaim_deleted().await {
+            tracing::warn!(error = %memory_core::ErrorChain(&e), "could not clear what was wiped from the store's files; the next deletion tries again");
+        }
         tracing::info!(
             chat = who.key.1,
             deleted = n,

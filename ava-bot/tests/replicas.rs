@@ -682,8 +682,7 @@ async fn after_erase_yes_none_of_her_words_is_in_the_store_files() {
             "recall",
             "--user",
             "group",
-            "--chat",
-            &GROUP.to_string(),
+            &format!("--chat={GROUP}"),
             "oolong espresso",
         ],
     ));
