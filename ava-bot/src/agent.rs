@@ -83,6 +83,11 @@ impl Learned {
         }
     }
 
+    /// The facts it names: those it would end and those it would restore.
+    fn facts(&self) -> Vec<MemoryId> {
+        self.end.iter().chain(&self.restore).copied().collect()
+    }
+
     /// Keeps it as the newest learning of `scope`, quoting `facts` (a learning's record goes
     /// when one of its facts is deleted: then there is nothing whole to take back); a
     /// failure is logged (only `/undo` loses).
@@ -908,13 +913,7 @@ async fn learn(
             }
             if changed {
                 let learned = Learned::of(&report, member.as_ref());
-                let facts: Vec<MemoryId> = learned
-                    .end
-                    .iter()
-                    .chain(&learned.restore)
-                    .copied()
-                    .collect();
-                learned.keep(&*store, scope, &facts).await;
+                learned.keep(&*store, scope, &learned.facts()).await;
             }
         }
         Err(e) => tracing::warn!(
@@ -1041,17 +1040,11 @@ impl Agent {
         };
         // Taken back once: the member's newest learning is now this empty one, which goes
         // with the same facts as the one it takes back.
-        let facts: Vec<MemoryId> = learned
-            .end
-            .iter()
-            .chain(&learned.restore)
-            .copied()
-            .collect();
         Learned {
             member: who,
             ..Learned::default()
         }
-        .keep(store, &home, &facts)
+        .keep(store, &home, &learned.facts())
         .await;
         let scopes = ops.readable_scopes();
         let now = Timestamp::now();

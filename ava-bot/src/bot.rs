@@ -1030,23 +1030,20 @@ async fn wipe(arg: &str, who: &Who, state: &BotState) -> anyhow::Result<String> 
             // In a group, the member's part of the shared conversation only (and their
             // sharing, if they share).
             Some(member) => loop {
-                for note in share_notes(who, state, member).await? {
-                    match store.delete(&who.scope, note.id).await {
-                        Ok(()) | Err(MemoryError::NotFound { .. }) => {}
-                        Err(e) => return Err(e).context("stop sharing"),
-                    }
-                }
+                let notes = share_notes(who, state, member).await?;
+                crate::erase::delete_each(store.as_ref(), &who.scope, &notes, "stop sharing")
+                    .await?;
                 let part = members_part(who, state, member, WIPE_BATCH).await?;
                 if part.is_empty() {
                     break;
                 }
-                for m in part {
-                    match store.delete(&who.scope, m.id).await {
-                        Ok(()) => n += 1,
-                        Err(MemoryError::NotFound { .. }) => {}
-                        Err(e) => return Err(e).context("delete your memories"),
-                    }
-                }
+                n += crate::erase::delete_each(
+                    store.as_ref(),
+                    &who.scope,
+                    &part,
+                    "delete your memories",
+                )
+                .await?;
             },
         }
         // No copy left where the store can reach (Postgres' dead rows, SQLite's log).
@@ -1141,12 +1138,7 @@ async fn share(arg: &str, who: &Who, state: &BotState) -> anyhow::Result<String>
                 .into()
         }
         "off" => {
-            for n in notes {
-                match store.delete(&who.scope, n.id).await {
-                    Ok(()) | Err(MemoryError::NotFound { .. }) => {}
-                    Err(e) => return Err(e).context("stop sharing"),
-                }
-            }
+            crate::erase::delete_each(store.as_ref(), &who.scope, &notes, "stop sharing").await?;
             "Done: your private facts stay out of this group.".into()
         }
         _ => "Say /share to share your facts in this group, or /share off to stop.".into(),

@@ -262,7 +262,6 @@ async fn erase_held(
                     .recent(group, BATCH, theirs)
                     .await
                     .with_context(|| format!("read the user's part of {group}"))?;
-                let before = n;
                 for m in &part {
                     if m.kind == memory_core::MemoryKind::Message
                         && let Some((name, _)) = m.content.split_once(": ")
@@ -270,24 +269,16 @@ async fn erase_held(
                     {
                         names.push(name.to_owned());
                     }
-                    match store.delete(group, m.id).await {
-                        Ok(()) => n += 1,
-                        Err(MemoryError::NotFound { .. }) => {}
-                        Err(e) => return Err(e).context("delete the user's part of a group"),
-                    }
                 }
+                let deleted = delete_each(store, group, &part, PART).await?;
+                n += deleted;
                 // Nothing (more) to delete: done.
-                if n == before {
+                if deleted == 0 {
                     break;
                 }
             }
-            for m in untagged_learned(store, group, &names).await? {
-                match store.delete(group, m.id).await {
-                    Ok(()) => n += 1,
-                    Err(MemoryError::NotFound { .. }) => {}
-                    Err(e) => return Err(e).context("delete the user's part of a group"),
-                }
-            }
+            let untagged = untagged_learned(store, group, &names).await?;
+            n += delete_each(store, group, &untagged, PART).await?;
         } else {
             let most = store.info().limits.max_results;
             n = store
@@ -301,6 +292,25 @@ async fn erase_held(
         }
     }
     Ok(())
+}
+
+/// Deletes `memories` of `scope` one by one (one already gone is passed over); says how
+/// many it deleted. A failure stops it, with `what` it was doing as the error's context.
+pub(crate) async fn delete_each(
+    store: &dyn MemoryBackend,
+    scope: &Scope,
+    memories: &[memory_core::MemoryEntry],
+    what: &'static str,
+) -> anyhow::Result<u64> {
+    let mut n = 0;
+    for m in memories {
+        match store.delete(scope, m.id).await {
+            Ok(()) => n += 1,
+            Err(MemoryError::NotFound { .. }) => {}
+            Err(e) => return Err(e).context(what),
+        }
+    }
+    Ok(n)
 }
 
 /// The facts of `group` that a store from before facts carried their member learned from
@@ -340,6 +350,9 @@ async fn untagged_learned(
         })
         .collect())
 }
+
+/// What deleting a person's group part says when it fails.
+const PART: &str = "delete the user's part of a group";
 
 /// How a learned fact's context began before it quoted nothing of its message: the
 /// message's first 80 characters followed.

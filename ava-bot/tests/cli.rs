@@ -1330,21 +1330,8 @@ fn erase_lists_then_removes_everything_of_one_person_only() {
     assert!(bobs.contains("my dog is called Rex"), "{bobs}");
     // Erased means gone from the files: none of her words is readable in the store, its
     // write-ahead log or its shared memory, while Bob's are.
-    let holding = |needle: &str| -> Vec<String> {
-        std::fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| {
-                let name = p.file_name().unwrap().to_string_lossy().into_owned();
-                name.starts_with(db.file_name().unwrap().to_str().unwrap())
-            })
-            .filter(|p| {
-                let bytes = std::fs::read(p).unwrap();
-                bytes.windows(needle.len()).any(|w| w == needle.as_bytes())
-            })
-            .map(|p| p.display().to_string())
-            .collect()
-    };
+    let db_name = db.file_name().unwrap().to_str().unwrap();
+    let holding = |needle: &str| common::files::holding(dir.path(), db_name, needle);
     for hers in [
         "door code is 4711",
         "Pixel",

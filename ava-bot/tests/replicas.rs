@@ -638,23 +638,7 @@ async fn after_erase_yes_none_of_her_words_is_in_the_store_files() {
         log.lock().unwrap()
     );
     assert!(until(async || said_to(&telegram, GROUP).await.len() == 3).await);
-    let holding = |needle: &str| -> Vec<String> {
-        std::fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| {
-                p.file_name()
-                    .unwrap()
-                    .to_string_lossy()
-                    .starts_with("bot.db")
-            })
-            .filter(|p| {
-                let bytes = std::fs::read(p).unwrap();
-                bytes.windows(needle.len()).any(|w| w == needle.as_bytes())
-            })
-            .map(|p| p.display().to_string())
-            .collect()
-    };
+    let holding = |needle: &str| common::files::holding(dir.path(), "bot.db", needle);
     assert!(
         !holding("kumquats").is_empty(),
         "the check sees her words before"

@@ -1768,28 +1768,12 @@ fn learning_agent(h: &Harness, llm: &MockServer) -> (Agent, Arc<dyn hydrate::Cha
     (agent, model)
 }
 
-/// Every file of the store (the database, its `-wal` and `-shm`), read as bytes.
-fn store_bytes(h: &Harness) -> Vec<(String, Vec<u8>)> {
-    std::fs::read_dir(h._dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("bot.db")
-        })
-        .map(|p| (p.display().to_string(), std::fs::read(&p).unwrap()))
-        .collect()
-}
+#[path = "../../tests/common/files.rs"]
+mod files;
 
-/// Which of the store's files hold `needle` as bytes.
+/// Which of `h`'s store files hold `needle` as bytes.
 fn files_holding(h: &Harness, needle: &str) -> Vec<String> {
-    store_bytes(h)
-        .into_iter()
-        .filter(|(_, bytes)| bytes.windows(needle.len()).any(|w| w == needle.as_bytes()))
-        .map(|(name, _)| name)
-        .collect()
+    files::holding(h._dir.path(), "bot.db", needle)
 }
 
 /// The first paragraph: Alice tells a fact with /remember in a group and says where

@@ -9,6 +9,7 @@
     reason = "each test binary uses a different part of the shared helpers, which fail loudly"
 )]
 
+pub(crate) mod files;
 pub(crate) mod replay;
 
 use std::ffi::OsStr;
