@@ -64,6 +64,8 @@
 //! - `facts`: [`FactExtractor`]: after an exchange, a chat model lists durable facts and
 //!   decides for each ADD, UPDATE (supersede), NOOP or INVALIDATE against the nearest
 //!   current facts; an answer is checked in full before anything is written.
+//! - `recall`: [`recall()`], the one ranking of a lookup for every door (the model's tool,
+//!   `/recall`, `ava recall`, MCP `recall`).
 //! - `ops`: [`Ops`] (`infer`, `remember`, `recall`, `forget`), running the
 //!   memory tools and the application's.
 //! - [`product`]: Ava's own settings (system prompt, tokenizer, default budget, the memory
@@ -121,6 +123,7 @@ mod passages;
 pub mod product;
 mod provider;
 mod reach;
+mod recall;
 mod render;
 mod report;
 mod rerank;
@@ -163,13 +166,14 @@ pub use instructions::{
 pub use memory::{MemorySource, NEARBY_MINUTES, NEIGHBOUR_SHARE, lift_by_nearby, memory_provider};
 /// What an API key is held as (the HTTP reranker's and web search's configs).
 pub use memory_core::Secret;
-pub use ops::{DEFAULT_MAX_STEPS, Inference, Ops, RECALL_POOL, ToolRun};
+pub use ops::{DEFAULT_MAX_STEPS, Inference, Ops, ToolRun};
 pub use passages::{PASSAGE_BYTES, passages, score_passages};
 pub use provider::{
     BuildContext, NoopReranker, ProviderCapabilities, Reranker, SourceBuilder, SourceProvider,
     plan_sources,
 };
 pub use reach::{MAX_NEIGHBOURS, MemoryTuning, NEARBY_LIFT, NEIGHBOURS, Reach, SearchPreference};
+pub use recall::{RECALL_POOL, RecallRanking, recall};
 pub use render::{DATA_TAG, DEFAULT_CONSTRAINTS, day_header, escape_data, memory_block, preview};
 pub use report::{
     BudgetExplain, ExplainReport, ScoreExplain, SectionExplain, SourceReport, SourceStatus,

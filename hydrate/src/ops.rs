@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use memory_core::{
     ErrorChain, MemoryBackend, MemoryEntry, MemoryId, MemoryKind, NewMemory, Remembered, Scope,
-    SearchRequest, tags,
+    ScoredMemory, SearchRequest, tags,
 };
 use prompt_ir::{ContextRequest, RecencyDecay};
 use serde::Serialize;
@@ -31,17 +31,12 @@ use crate::config::{HydrateInput, HydrationConfig, SessionState, canonical_json}
 use crate::error::{Error, Result};
 use crate::hydrate::hydrate;
 use crate::reach::Reach;
+use crate::recall::RecallRanking;
 use crate::render::memory_block;
-use crate::scoring::score_memory;
 use crate::tools::{FORGET, MAX_RECALL, RECALL, REMEMBER};
 
 /// Default bound on model calls in one `infer`.
 pub const DEFAULT_MAX_STEPS: usize = 4;
-
-/// [`Ops::recall`] ranks this many times the hits it returns: a hit said amid talk that
-/// matches may rise from below the cut (measured in BENCHMARKS.md, "Read in the talk around
-/// it").
-pub const RECALL_POOL: usize = 4;
 
 /// One tool call that `infer` ran.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -85,7 +80,7 @@ pub struct Ops {
     /// Whether its searches count what they find as recalled.
     record_access: bool,
     /// The store's embedder's window ([`memory_core::EmbeddingProvider::window_bytes`]):
-    /// `recall` does not lift a hit longer than this, as the semantic source does not.
+    /// recall does not lift a hit longer than this, as the semantic source does not.
     window: Option<usize>,
     /// In a shared chat, the tag of the member these operations act for
     /// ([`Ops::acting_for`]).
@@ -344,10 +339,8 @@ impl Ops {
     }
 
     /// The memories of [`Ops::readable_scopes`] that best match `query` (1 to
-    /// [`MAX_RECALL`]), best first by the combined score: hybrid search where the backend has
-    /// it, else keyword, else semantic, over [`RECALL_POOL`] times `limit` hits, each lifted
-    /// by the talk around it as the semantic source lifts its hits ([`crate::NEARBY_LIFT`];
-    /// a hit longer than [`Ops::with_embedder_window`] keeps its own score).
+    /// [`MAX_RECALL`]), best first: [`Ops::recall_with`] the best search the backend has
+    /// (hybrid, else keyword, else semantic).
     pub async fn recall(&self, query: &str, limit: usize) -> Result<Vec<MemoryEntry>> {
         if !(1..=MAX_RECALL).contains(&limit) {
             return Err(Error::invalid(
@@ -361,37 +354,28 @@ impl Ops {
                 "is empty; say what to look for",
             ));
         }
-        let request = SearchRequest::best(&self.backend.capabilities(), query);
-        let now = memory_core::Timestamp::now();
-        let pool = limit
-            .saturating_mul(RECALL_POOL)
-            .min(self.backend.info().limits.max_results)
-            .max(limit);
-        let mut request = request.limit(pool);
+        let request = SearchRequest::best(&self.backend.capabilities(), query).limit(limit);
+        let hits = self.recall_with(request).await?;
+        Ok(hits.into_iter().map(|h| h.entry).collect())
+    }
+
+    /// The memories of [`Ops::readable_scopes`] that best match `request` (its mode, filter
+    /// and limit as the caller shaped them), ranked by the one recall ranking
+    /// ([`crate::recall()`]) with this config's lift and scoring: what every door's lookup
+    /// gives. Operations only looking ([`Ops::looking_only`]) count nothing as recalled.
+    pub async fn recall_with(&self, mut request: SearchRequest) -> Result<Vec<ScoredMemory>> {
         if !self.record_access {
             request = request.without_access_tracking();
         }
-        let mut hits = Vec::new();
-        for scope in self.readable_scopes() {
-            hits.extend(self.backend.search(&scope, &request).await?);
-        }
-        let lift = self.config.memory.nearby_lift.get() as f32;
-        let lifted = crate::lift_by_nearby(&hits, lift, self.window);
-        let mut hits: Vec<_> = hits
-            .into_iter()
-            .zip(lifted)
-            .map(|(mut h, s)| {
-                h.score = s;
-                score_memory(h, now, RecencyDecay::default(), self.config.scoring)
-            })
-            .collect();
-        hits.sort_by(|a, b| {
-            b.score
-                .total_cmp(&a.score)
-                .then(a.entry.id.cmp(&b.entry.id))
-        });
-        hits.truncate(limit);
-        Ok(hits.into_iter().map(|h| h.entry).collect())
+        let ranking = RecallRanking {
+            nearby_lift: self.config.memory.nearby_lift,
+            window: self.window,
+            scoring: self.config.scoring,
+            decay: RecencyDecay::default(),
+        };
+        let scopes = self.readable_scopes();
+        let now = memory_core::Timestamp::now();
+        crate::recall::recall(self.backend.as_ref(), &scopes, &request, &ranking, now).await
     }
 
     /// Deletes a memory of [`Ops::readable_scopes`] (an id of any other scope is not found).
