@@ -98,7 +98,6 @@ fn usage(cmd: &mut clap::Command) -> String {
     let text = cmd.render_usage().to_string();
     text.trim()
         .trim_start_matches("Usage:")
-        .trim()
         .split_whitespace()
         .collect::<Vec<_>>()
         .join(" ")
@@ -192,11 +191,17 @@ fn push_args<'a>(out: &mut String, args: impl Iterator<Item = &'a clap::Arg>) {
         // Booleans list `true`/`false`; they say nothing either.
         if !flag && values.iter().any(|v| v.get_help().is_some()) {
             for value in values {
-                let help = value.get_help().map(ToString::to_string).unwrap_or_default();
+                let help = value
+                    .get_help()
+                    .map(ToString::to_string)
+                    .unwrap_or_default();
                 let _ = writeln!(out, "  - `{}`: {}", value.get_name(), markdown(&help));
             }
         } else if !flag && !values.is_empty() {
-            let names: Vec<String> = values.iter().map(|v| format!("`{}`", v.get_name())).collect();
+            let names: Vec<String> = values
+                .iter()
+                .map(|v| format!("`{}`", v.get_name()))
+                .collect();
             let _ = writeln!(out, "  One of {}.", names.join(", "));
         }
     }
@@ -258,7 +263,11 @@ fn the_reference_covers_every_command_and_flag() {
         );
         for arg in sub.get_arguments().filter(|a| !a.is_hide_set()) {
             if let Some(long) = arg.get_long() {
-                assert!(text.contains(&format!("--{long}")), "ava {} --{long}", sub.get_name());
+                assert!(
+                    text.contains(&format!("--{long}")),
+                    "ava {} --{long}",
+                    sub.get_name()
+                );
             }
         }
     }

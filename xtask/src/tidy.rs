@@ -445,7 +445,10 @@ mod tests {
                 rest = &body[end + 3..];
             }
         }
-        assert!(blocks >= 2, "found {blocks} rust blocks in README.md and docs/");
+        assert!(
+            blocks >= 2,
+            "found {blocks} rust blocks in README.md and docs/"
+        );
     }
 
     /// The README is a front page, not a manual: the rest is in `docs/`.
