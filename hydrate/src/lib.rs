@@ -44,6 +44,7 @@
 //!   ([`with_instruction_mark`]), so the knowledge source brings them to every prompt.
 //! - `memory`: the memory-backed provider ([`memory_provider`], [`MemorySource`]) over any
 //!   `Arc<dyn MemoryBackend>`, with the hybrid → keyword fallback recorded.
+//! - `when`: the time a question asks about ([`TimeWindow`]), read from its words.
 //! - `cues`: question understanding without a model ([`QueryCues`]: the time a question
 //!   asks about, quoted phrases, names), which widens search and lifts matching candidates.
 //! - `scoring`: the retrieval score (similarity, recency decay, importance, access), with
@@ -134,6 +135,7 @@ pub mod testing;
 mod texts;
 mod tools;
 mod web;
+mod when;
 
 pub use cache::{CacheExplain, PreviousPrompt, PromptPrint};
 pub use chat::{
@@ -142,7 +144,7 @@ pub use chat::{
 };
 pub use compile::{CompiledPrompt, compile, prepare};
 pub use config::{CONVERSATION_SHARE, HydrateInput, HydrationConfig, SessionState};
-pub use cues::{CueMatch, CueWeights, QueryCues, TimeWindow};
+pub use cues::{CueMatch, CueWeights, QueryCues};
 pub use docs::{
     Added, CHUNK_DESIRED_CHARS, CHUNK_MAX_CHARS, Change, Chunk, DOCUMENT_EXTENSIONS, DOCUMENT_TAG,
     DOCUMENTS_CHAT, DOCUMENTS_FEATURE, Document, DocumentFormat, DocumentInfo, DocumentSource,
@@ -188,3 +190,4 @@ pub use source::{
 pub use texts::{TEXT_CACHE_BYTES, TextCache};
 pub use tools::{FORGET, MAX_RECALL, RECALL, REMEMBER, memory_tools};
 pub use web::{WEB_FEATURE, WebSearchConfig, WebSearchSource};
+pub use when::TimeWindow;
