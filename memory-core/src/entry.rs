@@ -468,17 +468,17 @@ impl NewMemory {
     /// The memory as it can be stored under a content limit of `max_bytes`: itself when it
     /// fits, otherwise linked parts of at most `max_bytes` each, cut at a paragraph, line,
     /// sentence or word break in the second half of each part where there is one, so that
-    /// nothing of a long message is refused or lost. The parts together hold the whole text,
-    /// in order; each keeps the memory's kind, context, tags, role, source, importance, pin
-    /// and validity, and is dated a millisecond after the one before (so they stay in order;
-    /// now when the memory has no date). Every part is tagged `part-of:<id of the first
-    /// part>` and `part:<k>-of-<n>` (see [`PART_OF_TAG_PREFIX`]); the first part has the
-    /// memory's id (or a fresh one), the others ids derived from it, so an import that
-    /// chooses ids stays idempotent. A precomputed vector is dropped (it is not a part's).
-    /// Parts that would hold only whitespace are left out. Every part after the first is
-    /// embedded by its head only ([`embeds_head_only`]).
+    /// nothing of a message of up to [`MAX_MESSAGE_BYTES`] is refused or lost. The parts
+    /// together hold the whole text, in order; each keeps the memory's kind, context, tags,
+    /// role, source, importance, pin and validity, and is dated a millisecond after the one
+    /// before (so they stay in order; now when the memory has no date). Every part is tagged
+    /// `part-of:<id of the first part>` and `part:<k>-of-<n>` (see [`PART_OF_TAG_PREFIX`]);
+    /// the first part has the memory's id (or a fresh one), the others ids derived from it,
+    /// so an import that chooses ids stays idempotent. A precomputed vector is dropped (it is
+    /// not a part's). Parts that would hold only whitespace are left out. Every part after
+    /// the first is embedded by its head only ([`embeds_head_only`]).
     ///
-    /// A text longer than [`MAX_MESSAGE_BYTES`] is kept by its first part only (cut at a
+    /// A text longer than [`MAX_MESSAGE_BYTES`] is kept by its first MiB only (cut at a
     /// break, [`MessageCut::of`]), followed by a line saying how many bytes were left out
     /// ([`MessageCut::note`]); its precomputed vector is dropped too.
     pub fn split_to_fit(mut self, max_bytes: usize) -> Vec<NewMemory> {
