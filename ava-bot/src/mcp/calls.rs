@@ -140,8 +140,12 @@ impl AvaMcp {
             memory_core::SearchMode::Keyword => "keyword",
             memory_core::SearchMode::Semantic => "semantic",
         };
-        // The chat's memories and the person's own facts, best first.
-        let hits = crate::commands::search_private(store, &self.scope, &request)
+        // The chat's memories and the person's own facts, ranked as every door's recall.
+        let hits = self
+            .memory
+            .agent
+            .ops(self.scope.clone(), crate::agent::Audience::Private)
+            .recall_with(request)
             .await
             .context("could not search memories")?;
         let entries: Vec<MemoryEntry> = hits.iter().map(|h| h.entry.clone()).collect();
