@@ -38,6 +38,7 @@ impl AvaMcp {
             .map(Tag::new)
             .collect::<Result<Vec<_>, _>>()
             .context("bad `tags`")?;
+        let cut = memory_core::MessageCut::of(&a.content);
         let mut memory = hydrate::with_entity_tags(NewMemory::new(a.content))
             .with_kind(MemoryKind::Fact)
             .with_source("mcp")
@@ -73,10 +74,12 @@ impl AvaMcp {
         let merged = matches!(&kept, FactKept::Once(r) if r.merged);
         let how = match &kept {
             FactKept::Parts(parts) => format!(
-                "Remembered in {} linked parts, all tagged {}{}",
+                "Remembered in {} linked parts, all tagged {}{}{}",
                 parts.len(),
                 memory_core::PART_OF_TAG_PREFIX,
-                entry.id
+                entry.id,
+                cut.map(|c| format!(" (the text is {c})"))
+                    .unwrap_or_default()
             ),
             FactKept::Once(r) if r.merged => {
                 "Already remembered; merged into the same memory".to_owned()
