@@ -28,6 +28,7 @@ mod error;
 mod kernels;
 mod read;
 mod reembed;
+mod scan;
 mod schema;
 mod sql;
 mod vector_rows;

@@ -13,9 +13,10 @@ use rusqlite::types::Value;
 use rusqlite::{CachedStatement, Connection, OptionalExtension, params, params_from_iter};
 use uuid::Uuid;
 
-use crate::cache::{self, Scanned, VectorCache};
+use crate::cache::VectorCache;
 use crate::error::{JobError, SqliteError};
 use crate::kernels;
+use crate::scan::{self, Scanned};
 use crate::schema::INSERT_VECTOR;
 use crate::vector_rows::{
     MAX_VECTORS, PASSAGE_SHIFT, PK_MASK, RowVector, VECTOR_COUNT_SQL, best_per_memory,
@@ -953,7 +954,7 @@ impl Sql<'_> {
     ///
     /// From a quantized block only the best candidates are exact; when the filter sends
     /// the search past them, the scope's passing memories are made exact the same way
-    /// ([`cache::rescore`]) before they are ranked.
+    /// ([`scan::rescore`]) before they are ranked.
     fn filter_ranked(
         &self,
         scope_id: i64,
@@ -998,7 +999,7 @@ impl Sql<'_> {
         let mut all = vectors.unwrap_or(best);
         if let Some(bound) = approximate {
             all.retain(|(rowid, _)| pass.contains_key(&memory_pk(*rowid)));
-            cache::rescore(
+            scan::rescore(
                 self.conn,
                 q.len(),
                 &kernels::unit(q),
