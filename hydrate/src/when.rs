@@ -284,7 +284,7 @@ pub(crate) fn window(words: &[&str], now: DateTime<Utc>) -> Option<TimeWindow> {
         };
         if let Some((start, end, n)) = found {
             // Months, dates and years are calendar times; the rest count from now.
-            let calendar = month(&words[i]).is_some() || year(&words[i]).is_some();
+            let calendar = month(words[i]).is_some() || year(words[i]).is_some();
             return Some(TimeWindow::new(start, end, calendar, said(n)));
         }
     }

@@ -516,7 +516,7 @@ async fn each_prompt_of_a_chat_starts_with_the_one_before() {
     assert!(kept[0].1.next.is_some());
 }
 
-#[path = "../../tests/common/replay.rs"]
+#[path = "../../tests/it/common/replay.rs"]
 mod replay;
 
 /// Answers each model call with the answer the replayed conversation gives its message.
@@ -1768,7 +1768,7 @@ fn learning_agent(h: &Harness, llm: &MockServer) -> (Agent, Arc<dyn hydrate::Cha
     (agent, model)
 }
 
-#[path = "../../tests/common/files.rs"]
+#[path = "../../tests/it/common/files.rs"]
 mod files;
 
 /// Which of `h`'s store files hold `needle` as bytes.

@@ -15,7 +15,7 @@
     reason = "a test fails loudly on an unexpected error"
 )]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -10,7 +10,7 @@
     reason = "a test fails loudly on an unexpected error"
 )]
 
-mod common;
+use crate::common;
 
 #[cfg(feature = "graph")]
 use common::{command, ok};

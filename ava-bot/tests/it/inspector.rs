@@ -11,7 +11,7 @@
     reason = "a test fails loudly on an unexpected error"
 )]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

@@ -10,7 +10,7 @@
     reason = "a test fails loudly on an unexpected error"
 )]
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};

@@ -8,7 +8,7 @@
     reason = "a test fails loudly on an unexpected error"
 )]
 
-mod common;
+use crate::common;
 
 use common::{ava, command, ok, stderr, stdout};
 use serde_json::json;

@@ -1,0 +1,20 @@
+//! ava-bot's integration tests, one module per front door or theme, in one test crate (one
+//! link instead of thirteen). Most run the `ava` binary (`common::command`); the Telegram
+//! dispatcher's own tests are unit tests in `src/bot/tests.rs`.
+
+mod common;
+
+mod check;
+mod cli;
+mod docs;
+mod facts;
+mod graph;
+mod inspector;
+#[cfg(feature = "local")]
+mod long_answers;
+mod mcp;
+mod postgres;
+mod providers;
+mod replicas;
+mod serve;
+mod shared_store;
