@@ -1,7 +1,8 @@
 //! Connecting and opening: a server that is down, bad connection strings, a schema of a
 //! newer Ava or of another application (refused and left untouched), another embedding
-//! space, and a database where pgvector cannot be created. The first three need no server;
-//! the rest need `MEMORY_PG_URL` and skip with one line on stderr without it.
+//! space, and a database where pgvector cannot be created; TLS (`tls`). The first three need
+//! no server; the rest need `MEMORY_PG_URL` (TLS: `MEMORY_PG_TLS_URL`) and skip with one line
+//! on stderr without it.
 
 #![allow(
     clippy::unwrap_used,
@@ -11,6 +12,8 @@
 )]
 
 mod common;
+#[path = "server/tls.rs"]
+mod tls;
 
 use std::sync::Arc;
 
@@ -116,6 +119,7 @@ fn avas_query_parameters_are_split_off() {
     let params = |schema: Option<&str>, tenant_partitions| UrlParams {
         schema: schema.map(str::to_owned),
         tenant_partitions,
+        ..UrlParams::default()
     };
     assert_eq!(
         split_params("postgres://u@h:5/db?schema=bot&application_name=x").unwrap(),
