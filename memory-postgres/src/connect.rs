@@ -120,7 +120,75 @@ fn option_names(options: &str) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        reason = "a test fails loudly on an unexpected error"
+    )]
+
     use super::*;
+    use crate::PostgresBackend;
+
+    /// `SHOW name` on a pooled connection of `store`.
+    async fn show(store: &PostgresBackend, name: &str) -> String {
+        let c = store.client().await.unwrap();
+        c.query_one(&format!("SHOW {name}"), &[])
+            .await
+            .unwrap()
+            .get(0)
+    }
+
+    /// The settings are in force on the server's session, directly and through PgBouncer
+    /// (which would refuse them as startup `options`); a caller's own `options` win.
+    #[tokio::test]
+    async fn the_session_settings_reach_the_server_directly_and_through_a_pooler() {
+        let Some(direct) = memory_core::testing::env_or_skip(
+            "MEMORY_PG_URL",
+            "memory-postgres",
+            "a Postgres URL whose server has pgvector (e.g. start one with .ci/postgres.sh start)",
+        ) else {
+            return;
+        };
+        let Some(pooled) = memory_core::testing::env_or_skip(
+            "MEMORY_PG_TLS_URL",
+            "memory-postgres",
+            "the TLS front of that server (e.g. eval \"$(.ci/pgbouncer-tls.sh start)\")",
+        ) else {
+            return;
+        };
+        let schema = format!("ava_unit_session_{}", std::process::id());
+        let config = PostgresConfig {
+            schema: schema.clone(),
+            pool_size: 1,
+            ..PostgresConfig::default()
+        };
+        let sep = if direct.contains('?') { '&' } else { '?' };
+        let theirs = format!("{direct}{sep}options=-c%20statement_timeout%3D7s");
+        for (url, timeout) in [(&direct, "30s"), (&pooled, "30s"), (&theirs, "7s")] {
+            let store = PostgresBackend::connect(url, None, config.clone())
+                .await
+                .unwrap();
+            assert_eq!(show(&store, "statement_timeout").await, timeout, "{url}");
+            assert_eq!(show(&store, "hnsw.ef_search").await, "100", "{url}");
+            assert_eq!(
+                show(&store, "hnsw.iterative_scan").await,
+                "relaxed_order",
+                "{url}"
+            );
+            store.close();
+        }
+        let store = PostgresBackend::connect(&direct, None, config)
+            .await
+            .unwrap();
+        store
+            .client()
+            .await
+            .unwrap()
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+            .await
+            .unwrap();
+        store.close();
+    }
 
     #[test]
     fn the_callers_options_win_over_avas_settings() {
