@@ -195,6 +195,36 @@ pub enum PostgresError {
         given: String,
     },
 
+    /// Another process moved the store to another embedding space (`reembed`) after this
+    /// one connected with the old one. This process's writes keep their text, without
+    /// vectors (a process of the new space embeds them); its semantic searches are refused.
+    #[error(
+        "memory store `{schema}` in {server} was re-embedded into {now} by another process, but \
+         this process embeds with {mine}; restart it with an embedder of {now}"
+    )]
+    SpaceMoved {
+        /// `host:port/database`.
+        server: String,
+        /// The schema.
+        schema: String,
+        /// The space the store records now (`none` if it has none).
+        now: String,
+        /// The space of this process's embedder.
+        mine: String,
+    },
+
+    /// Another `reembed` of the store is under way (in this or another process).
+    #[error(
+        "memory store `{schema}` in {server} is being re-embedded by another process; wait for \
+         it to end (an interrupted one is resumed by running reembed again)"
+    )]
+    ReembedRunning {
+        /// `host:port/database`.
+        server: String,
+        /// The schema.
+        schema: String,
+    },
+
     /// The store's bookkeeping holds a value this build cannot read.
     #[error("memory store `{schema}` holds an invalid value: {what}")]
     InvalidData {

@@ -44,6 +44,7 @@ mod connect;
 mod conninfo;
 mod error;
 mod index;
+mod reembed;
 mod schema;
 mod sql;
 mod tls;
@@ -58,6 +59,7 @@ use tokio_postgres::config::Host;
 
 pub use conninfo::{UrlParams, split_params};
 pub use error::PostgresError;
+pub use reembed::{ReembedReport, reembed};
 pub use tls::{RootCert, SslMode, Tls};
 
 use crate::connect::{Connector, session_settings};
@@ -243,6 +245,27 @@ pub(crate) async fn pooled(
     })
 }
 
+/// Totals of a store, from [`PostgresBackend::stats`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Memories in the store.
+    pub memories: u64,
+    /// Memories that have a vector. The others (stored while no embedder was available, or
+    /// by a process of the space the store was moved from) get one when a process with an
+    /// embedder connects.
+    pub embedded: u64,
+    /// Memories of kind fact.
+    pub facts: u64,
+    /// Scopes holding memories.
+    pub scopes: u64,
+    /// Distinct (tenant, user) pairs holding memories.
+    pub users: u64,
+    /// What the store's tables take on the server, their indexes and TOAST included.
+    pub bytes: u64,
+    /// The embedding space the store records now, if any.
+    pub embedding_space: Option<String>,
+}
+
 /// A memory store in one schema of a Postgres database. See the crate docs.
 #[derive(Debug)]
 pub struct PostgresBackend {
@@ -327,6 +350,8 @@ pub(crate) struct Names {
     pub(crate) leases: String,
     /// Each scope's records.
     pub(crate) records: String,
+    /// The store's bookkeeping (format, version, embedding space).
+    pub(crate) meta: String,
     /// pgvector's cosine distance operator, qualified by the extension's schema.
     pub(crate) cosine: String,
     /// pgvector's `vector` type, qualified.
@@ -344,6 +369,7 @@ impl Names {
             passages: format!("{s}.memory_passages"),
             leases: format!("{s}.leases"),
             records: format!("{s}.records"),
+            meta: format!("{s}.meta"),
             cosine: format!("OPERATOR({ext_schema}.<=>)"),
             vector: format!("{ext_schema}.vector"),
             schema: s,
@@ -480,6 +506,52 @@ impl PostgresBackend {
         Ok(ready)
     }
 
+    /// Totals over the whole store (every tenant, user and chat): for operators, never for
+    /// prompts.
+    pub async fn stats(&self) -> Result<StoreStats, PostgresError> {
+        let (m, sc) = (&self.names.memories, &self.names.scopes);
+        let holding = format!(
+            "FROM {sc} sc WHERE EXISTS (SELECT 1 FROM {m} m \
+             WHERE m.tenant = sc.tenant AND m.scope_id = sc.id)"
+        );
+        let sql = format!(
+            "SELECT (SELECT count(*) FROM {m}), (SELECT count(*) FROM {m} WHERE embedded), \
+             (SELECT count(*) FROM {m} WHERE kind = 'fact'), (SELECT count(*) {holding}), \
+             (SELECT count(DISTINCT (sc.tenant, sc.user_id)) {holding}), \
+             (SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::int8 FROM pg_class c \
+             JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1 AND c.relkind IN ('r', 'm'))"
+        );
+        let c = self.client().await?;
+        let row = self.on(&c).one(&sql, &[&self.schema]).await?;
+        let cells = error::Cells::new(&row, &self.schema);
+        let n = |i: usize| -> Result<u64, PostgresError> {
+            Ok(u64::try_from(cells.get::<i64>(i)?).unwrap_or(0))
+        };
+        let space = self
+            .on(&c)
+            .one(&schema::space_sql(&self.names.meta), &[])
+            .await?;
+        let space = error::Cells::new(&space, &self.schema);
+        let embedding_space = match (
+            space.get::<Option<String>>(0)?,
+            space.get::<Option<String>>(1)?,
+            space.get::<Option<String>>(2)?,
+        ) {
+            (Some(p), Some(m), Some(d)) => Some(format!("{p}/{m} ({d} dims)")),
+            _ => None,
+        };
+        Ok(StoreStats {
+            memories: n(0)?,
+            embedded: n(1)?,
+            facts: n(2)?,
+            scopes: n(3)?,
+            users: n(4)?,
+            bytes: n(5)?,
+            embedding_space,
+        })
+    }
+
     /// The Postgres schema holding the store.
     pub fn schema(&self) -> &str {
         &self.schema
@@ -523,16 +595,24 @@ impl PostgresBackend {
             "SELECT tenant, pk, content FROM {m} WHERE NOT embedded AND (tenant, pk) > ($1, $2) \
              ORDER BY tenant, pk LIMIT 256"
         );
-        // Heads into the memory rows (those still unembedded with the text embedded), then
-        // the further passages of the rows written.
+        // Heads into the memory rows (those still unembedded with the text embedded, while
+        // the store records this process's space), then the further passages of the rows
+        // written.
+        let space = self
+            .space
+            .as_deref()
+            .map(schema::space_key)
+            .unwrap_or_default();
         let update = format!(
             "WITH w AS (UPDATE {m} SET embedding = u.v, embedded = u.v IS NOT NULL \
              FROM unnest($1::text[], $2::bigint[], $3::text[], $4::{vector}[]) AS u(tenant, pk, content, v) \
              WHERE {m}.tenant = u.tenant AND {m}.pk = u.pk AND NOT {m}.embedded AND {m}.content = u.content \
+             AND {} \
              RETURNING {m}.tenant, {m}.pk, {m}.scope_id) \
              INSERT INTO {} (tenant, memory, scope_id, k, embedding) \
              SELECT w.tenant, w.pk, w.scope_id, x.k, x.v FROM w \
              JOIN unnest($5::bigint[], $6::int4[], $7::{vector}[]) AS x(pk, k, v) ON x.pk = w.pk",
+            schema::space_is(&self.names.meta, "$8"),
             self.names.passages
         );
         let mut after = (String::new(), 0i64);
@@ -580,6 +660,7 @@ impl PostgresBackend {
                         &more.owners,
                         &more.ks,
                         &more.vectors,
+                        &space,
                     ],
                 )
                 .await
