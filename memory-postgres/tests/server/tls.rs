@@ -12,16 +12,20 @@ use memory_postgres::{PostgresBackend, PostgresError, SslMode};
 
 use super::{chain, common, config, embedder};
 
+/// A fresh schema, dropped (through `MEMORY_PG_URL`) with the guard.
+fn fresh() -> (String, common::DropSchema) {
+    common::DropSchema::fresh(&std::env::var(common::URL_VAR).unwrap_or_else(|_| {
+        panic!(
+            "the TLS tests drop their schemas through {}",
+            common::URL_VAR
+        )
+    }))
+}
+
 /// Connects to `url` with a fresh schema, then stores and finds a memory by keyword and by
 /// meaning.
 async fn works(url: &str) {
-    let (schema, _guard) =
-        common::DropSchema::fresh(&std::env::var(common::URL_VAR).unwrap_or_else(|_| {
-            panic!(
-                "the TLS tests drop their schemas through {}",
-                common::URL_VAR
-            )
-        }));
+    let (schema, _guard) = fresh();
     let store = PostgresBackend::connect(url, embedder(16), config(&schema))
         .await
         .unwrap_or_else(|e| panic!("{url}: {}", chain(&e)));
@@ -42,7 +46,9 @@ async fn works(url: &str) {
 
 /// What connecting to `url` fails with.
 async fn refused(url: &str) -> PostgresError {
-    PostgresBackend::connect(url, embedder(16), config("ava_tls_never_made"))
+    // A schema of its own, dropped even if the connection is wrongly made.
+    let (schema, _guard) = fresh();
+    PostgresBackend::connect(url, embedder(16), config(&schema))
         .await
         .expect_err(url)
 }
