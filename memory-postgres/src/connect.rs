@@ -13,7 +13,8 @@ use tokio_postgres::{Client, Config, NoTls};
 
 use crate::PostgresConfig;
 use crate::error::PostgresError;
-use crate::tls::{MakeTls, SslMode};
+use crate::sslmode::SslMode;
+use crate::tls::MakeTls;
 
 /// deadpool's way of opening a connection, with TLS and Ava's session settings.
 #[derive(Debug)]

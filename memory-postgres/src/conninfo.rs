@@ -6,7 +6,8 @@
 use std::path::PathBuf;
 
 use crate::error::PostgresError;
-use crate::tls::{RootCert, SslMode};
+use crate::sslmode::SslMode;
+use crate::tls::RootCert;
 use crate::{MAX_TENANT_PARTITIONS, PostgresConfig};
 
 /// The query parameters of a `postgres://` URL (or keys of a `key=value` string) that Ava

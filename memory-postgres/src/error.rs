@@ -61,7 +61,7 @@ pub enum PostgresError {
         /// `host:port/database`.
         server: String,
         /// The mode asked for.
-        mode: crate::SslMode,
+        mode: crate::sslmode::SslMode,
     },
 
     /// `sslmode=verify-full`, and the server's certificate does not name the host connected
@@ -92,7 +92,7 @@ pub enum PostgresError {
         /// `host:port/database`.
         server: String,
         /// The mode asked for.
-        mode: crate::SslMode,
+        mode: crate::sslmode::SslMode,
         /// The roots checked against ("the CA in FILE", "any of the system's trusted roots").
         roots: String,
     },
@@ -104,7 +104,7 @@ pub enum PostgresError {
         /// `host:port/database`.
         server: String,
         /// The mode asked for.
-        mode: crate::SslMode,
+        mode: crate::sslmode::SslMode,
         /// What rustls or the socket said.
         #[source]
         source: std::io::Error,
@@ -407,7 +407,7 @@ pub(crate) fn query_error(schema: &str, source: tokio_postgres::Error) -> Postgr
 /// handshake is the [`PostgresError`] the connector made of it (`tls.rs`).
 pub(crate) fn connect_error(
     server: &str,
-    mode: crate::SslMode,
+    mode: crate::sslmode::SslMode,
     source: tokio_postgres::Error,
 ) -> PostgresError {
     if std::error::Error::source(&source).is_some_and(|s| s.is::<PostgresError>()) {

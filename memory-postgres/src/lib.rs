@@ -47,6 +47,7 @@ mod index;
 mod reembed;
 mod schema;
 mod sql;
+mod sslmode;
 mod tls;
 
 use std::sync::Arc;
@@ -60,7 +61,8 @@ use tokio_postgres::config::Host;
 pub use conninfo::{UrlParams, split_params};
 pub use error::PostgresError;
 pub use reembed::{ReembedReport, reembed};
-pub use tls::{RootCert, SslMode, Tls};
+pub use sslmode::SslMode;
+pub use tls::{RootCert, Tls};
 
 use crate::connect::{Connector, session_settings};
 use crate::error::{InSchema, On, connect_error};
