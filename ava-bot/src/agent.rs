@@ -12,7 +12,7 @@ use hydrate::preview;
 use hydrate::product::{chat_turn, in_reply_to};
 use hydrate::{
     ChatModel, CompiledPrompt, Exchange, ExplainReport, FactExtractor, HydrateInput,
-    HydrationConfig, Inference, OPT_RECORD_ACCESS, Ops, SessionState, product,
+    HydrationConfig, Inference, Ops, SessionState, product,
 };
 use memory_core::{
     ConsolidationReport, EmbeddingProvider, Filter, MemoryBackend, MemoryError, MemoryId,
@@ -45,6 +45,8 @@ pub(crate) struct Agent {
     learners: Arc<Learners>,
     /// Work started after a reply: fact learning and pruning.
     background: Arc<Background>,
+    /// Only looking ([`Agent::looking_only`]): its searches count nothing as recalled.
+    looking: bool,
 }
 
 /// What `/undo` can take back of one learning, kept in the store as a record of kind
@@ -343,6 +345,7 @@ impl Agent {
             facts: None,
             learners: Arc::default(),
             background: Arc::default(),
+            looking: false,
         })
     }
 
@@ -359,11 +362,7 @@ impl Agent {
     /// count as recalls, so a dry run changes nothing the ranking reads.
     pub(crate) fn looking_only(&self) -> Self {
         let mut agent = self.clone();
-        agent.config = Arc::new(
-            (*self.config)
-                .clone()
-                .with_runtime_option(OPT_RECORD_ACCESS, false),
-        );
+        agent.looking = true;
         agent
     }
 
@@ -474,8 +473,11 @@ impl Agent {
 
     /// The memory operations for one user in one chat.
     pub(crate) fn ops(&self, scope: Scope, audience: Audience) -> Ops {
-        let ops = Ops::new(Arc::clone(&self.config), Arc::clone(&self.store), scope)
+        let mut ops = Ops::new(Arc::clone(&self.config), Arc::clone(&self.store), scope)
             .with_embedder_window(self.window);
+        if self.looking {
+            ops = ops.looking_only();
+        }
         match audience {
             Audience::Private => ops,
             Audience::Group => ops.in_shared_chat(),
@@ -587,13 +589,9 @@ impl Agent {
         message: &str,
         now: Timestamp,
     ) -> anyhow::Result<CompiledPrompt> {
-        let mut input = HydrateInput::new(scope.clone(), self.request(message)?).at(now);
-        for provider in &self.config.providers {
-            input = input.with_provider_options(
-                provider.name().to_owned(),
-                hydrate::ProviderOptions::new().with(hydrate::OPT_RECORD_ACCESS, false),
-            );
-        }
+        let input = HydrateInput::new(scope.clone(), self.request(message)?)
+            .at(now)
+            .without_access_tracking();
         self.prepare_input(scope, &input).await
     }
 

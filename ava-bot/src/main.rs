@@ -3,6 +3,8 @@
 mod agent;
 mod body;
 mod bot;
+#[cfg(test)]
+mod cli_docs;
 mod commands;
 mod config;
 mod erase;

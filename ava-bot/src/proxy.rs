@@ -193,6 +193,14 @@ fn explained(id: &str, grant: &Grant) -> Option<(String, Scope)> {
     Some((built.to_owned(), grant.end_user(&user).ok()?))
 }
 
+/// What `x-ava-degraded` says of a `what` (the message, the answer) kept only in part, for
+/// being longer than a message keeps ([`memory_core::MessageCut`]); `None` when it was kept
+/// whole or there was none.
+fn cut(what: &str, text: Option<&str>) -> Option<String> {
+    let cut = memory_core::MessageCut::of(text?)?;
+    Some(format!("{what} not stored whole: {cut}"))
+}
+
 /// The proxy: an agent (store, hydration config, upkeep) and the upstream.
 pub(crate) struct Proxy {
     agent: Agent,
@@ -692,8 +700,9 @@ impl Proxy {
             // The message is kept before anything of the answer goes back (a server that dies
             // mid-stream has it), the answer before the piece that ends it (see `stream`).
             let kept = self.keep(&call, call.new_turn.as_deref(), None, true).await;
-            if let Err(e) = &kept {
-                degraded.push(format!("not stored: {e}"));
+            match &kept {
+                Ok(()) => degraded.extend(cut("message", call.new_turn.as_deref())),
+                Err(e) => degraded.push(format!("not stored: {e}")),
             }
             Arc::clone(self).stream(answer, call, kept.is_ok())
         } else {
@@ -708,8 +717,12 @@ impl Proxy {
             });
             // Stored before the answer goes back, so the app's next call finds it.
             let message = call.new_turn.as_deref();
-            if let Err(e) = self.keep(&call, message, reply.as_deref(), true).await {
-                degraded.push(format!("not stored: {e}"));
+            match self.keep(&call, message, reply.as_deref(), true).await {
+                Ok(()) => {
+                    degraded.extend(cut("message", message));
+                    degraded.extend(cut("answer", reply.as_deref()));
+                }
+                Err(e) => degraded.push(format!("not stored: {e}")),
             }
             passed_on(status, &headers, Full::new(bytes).boxed())
         };

@@ -212,7 +212,7 @@ fn migrate_round_trips_sqlite_postgres_sqlite() {
 
 /// `ava erase --user --yes` on Postgres: no row of the store's schema holds the person's
 /// words afterwards (every text column of every table read), another user's stay, and the
-/// erase vacuumed the tables (what the server keeps beyond them: see README).
+/// erase vacuumed the tables (what the server keeps beyond them: see docs/memory.md, "Erasing").
 #[test]
 fn erase_on_postgres_leaves_no_row_with_the_persons_words() {
     let Some((db, schema, _guard)) = fresh_schema("erase_test") else {

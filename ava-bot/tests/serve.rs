@@ -1104,3 +1104,73 @@ async fn a_store_that_cannot_be_written_is_said_in_x_ava_degraded() {
         "{answer}"
     );
 }
+
+/// A message of 4 MiB of distinct words through the proxy (issue 54, D1): the app gets its
+/// answer, with `x-ava-degraded` saying only the message's first MiB is kept; the store holds
+/// that MiB and, at its end, a line saying how much was left out, not the rest; and the app's
+/// next small call recalls from what was kept, as any call does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_message_is_kept_by_its_first_mib_and_the_app_still_gets_its_answer() {
+    let up = upstream("Noted.", &["Noted", "."]).await;
+    let s = serve(&format!("{}/v1", up.uri()), &["--no-facts"]).await;
+    let mut huge = String::from("My cat is called Zorro. ");
+    let mut i = 0u64;
+    while huge.len() < 4 << 20 {
+        huge.push_str(&format!("w{i:x}q "));
+        i += 1;
+    }
+    huge.push_str("My parrot is called Kiwi.");
+    let body = json!({"model": "gpt-test",
+                      "messages": [{"role": "user", "content": huge}]});
+    let response = post(&s, TOKEN_A, &body, None).await;
+    assert_eq!(response.status(), 200);
+    let degraded = response
+        .headers()
+        .get("x-ava-degraded")
+        .expect("the cut is said in x-ava-degraded")
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        degraded.contains("message not stored whole") && degraded.contains("left out"),
+        "{degraded}"
+    );
+    assert!(response.text().await.unwrap().contains("Noted."));
+
+    let stored: Vec<String> = common::exported(&s.db, "alice")
+        .iter()
+        .map(|line| {
+            let m: Value = serde_json::from_str(line).unwrap();
+            m["content"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    let all = stored.concat();
+    let mib = memory_core::MAX_MESSAGE_BYTES;
+    assert!(
+        all.len() < mib + 1024,
+        "{} bytes stored of a {} byte message",
+        all.len(),
+        huge.len()
+    );
+    assert!(all.contains("My cat is called Zorro."));
+    assert!(!all.contains("Kiwi"), "the end of the message is not kept");
+    let left_out = huge.len() - memory_core::MessageCut::of(&huge).unwrap().kept;
+    assert!(
+        all.contains(&format!("{left_out} more bytes, was not kept")),
+        "the memory says what was left out"
+    );
+
+    let small = json!({"model": "gpt-test",
+                       "messages": [{"role": "user", "content": "What is my cat called?"}]});
+    let response = post(&s, TOKEN_A, &small, None).await;
+    assert_eq!(response.status(), 200);
+    assert!(response.headers().get("x-ava-degraded").is_none());
+    assert!(response.text().await.unwrap().contains("Noted."));
+    let sent = received(&up).await;
+    let last = sent.last().unwrap().to_string();
+    assert!(last.contains("What is my cat called?"), "{last:.400}");
+    assert!(
+        last.contains("Zorro"),
+        "recalled from the kept MiB: {last:.2000}"
+    );
+}

@@ -551,7 +551,7 @@ async fn a_store_the_user_cannot_write_still_answers_recall() {
 }
 
 /// A store in a directory the user cannot write (SQLite cannot make the index its log
-/// needs beside it) still answers every read command, as the README promises; writing says
+/// needs beside it) still answers every read command, as docs/store.md promises; writing says
 /// it is read-only.
 #[test]
 fn a_store_in_a_directory_the_user_cannot_write_still_answers_every_read() {

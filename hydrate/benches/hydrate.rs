@@ -8,7 +8,7 @@
 //! `ava-bench: percentiles <name> p50=<ms> p95=<ms> n=<calls>` lines for `cargo xtask bench`.
 //! Four cases:
 //! `tracked` (the default: searches record access, one write per search), `untracked`
-//! (`record_access = false`), `untracked/count_cache` (untracked, with the product's
+//! (`HydrateInput::without_access_tracking`), `untracked/count_cache` (untracked, with the product's
 //! tokenizer, which remembers the token counts of texts it has seen:
 //! `hydrate::product::tokenizer`), and `product`: exactly what `ava` runs
 //! (`hydrate::product::config`: tracked, with the product's tokenizer and system prompt).
@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
-use hydrate::{HydrateInput, HydrationConfig, ProviderOptions, compile, hydrate, memory_provider};
+use hydrate::{HydrateInput, HydrationConfig, compile, hydrate, memory_provider};
 use memory_core::testing::Rng;
 use memory_core::testing::bench::{percentiles, scope, words};
 use memory_core::{
@@ -128,29 +128,18 @@ fn main() {
     );
 
     let tokenizer = Arc::new(TiktokenTokenizer::for_model("gpt-4o").unwrap());
-    let tracked = HydrationConfig::new(
-        "You are Ava, a helpful assistant with long-term memory.",
-        tokenizer.clone(),
-    )
-    .with_provider(memory_provider(Arc::clone(&backend), None));
-    let untracked = HydrationConfig::new(
+    let plain = HydrationConfig::new(
         "You are Ava, a helpful assistant with long-term memory.",
         tokenizer,
     )
-    .with_provider(
-        memory_provider(Arc::clone(&backend), None)
-            .with_options(ProviderOptions::new().with("record_access", false)),
-    );
+    .with_provider(memory_provider(Arc::clone(&backend), None));
 
     // The product's tokenizer: the same counts, remembered across calls.
     let counted = HydrationConfig::new(
         "You are Ava, a helpful assistant with long-term memory.",
         hydrate::product::tokenizer().unwrap(),
     )
-    .with_provider(
-        memory_provider(Arc::clone(&backend), None)
-            .with_options(ProviderOptions::new().with("record_access", false)),
-    );
+    .with_provider(memory_provider(Arc::clone(&backend), None));
 
     // What `ava` runs: the product's own config (its system prompt, tokenizer with the
     // count cache, and the memory provider with its defaults: searches record access).
@@ -169,12 +158,17 @@ fn main() {
                 .with_query_vector(vector)
         })
         .collect();
+    // The same requests, counting nothing as recalled.
+    let untracked: Vec<HydrateInput> = inputs
+        .iter()
+        .map(|i| i.clone().without_access_tracking())
+        .collect();
 
     // One call to show what is being measured.
     let sample = rt
         .block_on(async {
-            let h = hydrate(&tracked, &inputs[0]).await.unwrap();
-            compile(&tracked, &h)
+            let h = hydrate(&plain, &inputs[0]).await.unwrap();
+            compile(&plain, &h)
         })
         .unwrap();
     println!(
@@ -202,11 +196,11 @@ fn main() {
     group
         .sample_size(50)
         .measurement_time(Duration::from_secs(5));
-    for (name, config) in [
-        ("tracked", &tracked),
-        ("untracked", &untracked),
-        ("untracked/count_cache", &counted),
-        ("product", &product),
+    for (name, config, inputs) in [
+        ("tracked", &plain, &inputs),
+        ("untracked", &plain, &untracked),
+        ("untracked/count_cache", &counted, &untracked),
+        ("product", &product, &inputs),
     ] {
         let call = |i: usize| {
             let input = &inputs[i % inputs.len()];
@@ -236,19 +230,19 @@ fn main() {
         "hydrate_compile/100k_sqlite_8k/untracked/hydrate_only",
         1000,
         |i| {
-            let input = &inputs[i % inputs.len()];
-            black_box(rt.block_on(hydrate(&untracked, input)).unwrap());
+            let input = &untracked[i % untracked.len()];
+            black_box(rt.block_on(hydrate(&plain, input)).unwrap());
         },
     );
-    let hydrated: Vec<_> = inputs
+    let hydrated: Vec<_> = untracked
         .iter()
-        .map(|input| rt.block_on(hydrate(&untracked, input)).unwrap())
+        .map(|input| rt.block_on(hydrate(&plain, input)).unwrap())
         .collect();
     percentiles(
         "hydrate_compile/100k_sqlite_8k/untracked/compile_only",
         1000,
         |i| {
-            black_box(compile(&untracked, &hydrated[i % hydrated.len()]).unwrap());
+            black_box(compile(&plain, &hydrated[i % hydrated.len()]).unwrap());
         },
     );
     c.final_summary();

@@ -1,6 +1,6 @@
 //! What hydration is given: [`HydrationConfig`] (everything that does not change from request
-//! to request, with its builders) and [`HydrateInput`] (one request: scope, observation,
-//! state, options, "now").
+//! to request, with its builders) and [`HydrateInput`] (one request: scope, who it may read,
+//! observation, state, "now").
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -15,7 +15,8 @@ use crate::cache::PreviousPrompt;
 use crate::chat::ToolHandler;
 use crate::cues::CueWeights;
 use crate::error::{Error, Result};
-use crate::provider::{NoopReranker, ProviderOptions, Reranker, SourceProvider};
+use crate::provider::{NoopReranker, Reranker, SourceProvider};
+use crate::reach::{MemoryTuning, Reach};
 use crate::render::DEFAULT_CONSTRAINTS;
 use crate::scoring::ScoringWeights;
 use crate::source::{ContextSource, SourceKind};
@@ -50,8 +51,9 @@ pub struct HydrationConfig {
     pub kinds: BTreeSet<SourceKind>,
     /// Providers, in precedence order (earlier ones win); every family comes through one.
     pub providers: Vec<SourceProvider>,
-    /// Bot/app state options, per provider name (below request and runtime options).
-    pub app_options: BTreeMap<String, ProviderOptions>,
+    /// How the memory source searches: its mode, hybrid weights, neighbours and the lift
+    /// by the talk around a hit.
+    pub memory: MemoryTuning,
     /// Reranks each source's scored items (not the recent conversation). Default: no-op.
     pub reranker: Arc<dyn Reranker>,
     /// How items are scored.
@@ -139,7 +141,7 @@ impl HydrationConfig {
             tool_timeout: Duration::from_secs(30),
             kinds: SourceKind::MEMORY.into_iter().collect(),
             providers: Vec::new(),
-            app_options: BTreeMap::new(),
+            memory: MemoryTuning::default(),
             reranker: Arc::new(NoopReranker),
             scoring: ScoringWeights::default(),
             deadline: Duration::from_secs(2),
@@ -165,21 +167,6 @@ impl HydrationConfig {
     /// Adds a provider after the existing ones.
     pub fn with_provider(mut self, provider: SourceProvider) -> Self {
         self.providers.push(provider);
-        self
-    }
-
-    /// Sets `key` to `value` in every provider's runtime options: the layer no request can
-    /// override (a provider ignores keys it does not know).
-    pub fn with_runtime_option(mut self, key: &str, value: impl Into<serde_json::Value>) -> Self {
-        let value = value.into();
-        self.providers = std::mem::take(&mut self.providers)
-            .into_iter()
-            .map(|p| {
-                let mut options = p.config().options.clone();
-                options.set(key, value.clone());
-                p.with_options(options)
-            })
-            .collect();
         self
     }
 
@@ -222,16 +209,6 @@ impl HydrationConfig {
         self.tools.push(tool);
         self.tool_handlers.insert(name, handler);
         Ok(self)
-    }
-
-    /// Sets bot/app state options for the provider named `provider`.
-    pub fn with_app_options(
-        mut self,
-        provider: impl Into<String>,
-        options: ProviderOptions,
-    ) -> Self {
-        self.app_options.insert(provider.into(), options);
-        self
     }
 
     /// Sets the default per-source deadline.
@@ -278,7 +255,7 @@ impl fmt::Debug for HydrationConfig {
             .field("tool_timeout", &self.tool_timeout)
             .field("kinds", &self.kinds)
             .field("providers", &self.providers)
-            .field("app_options", &self.app_options)
+            .field("memory", &self.memory)
             .field("reranker", &self.reranker)
             .field("scoring", &self.scoring)
             .field("deadline", &self.deadline)
@@ -324,8 +301,13 @@ pub struct HydrateInput {
     pub now: Timestamp,
     /// State sections.
     pub state: SessionState,
-    /// Request-level options per provider name.
-    pub provider_options: BTreeMap<String, ProviderOptions>,
+    /// Whose memories beyond the scope this prompt may read: the privacy rule. Default
+    /// [`Reach::Private`]; [`crate::Ops`] sets its own on every input it prepares.
+    pub reach: Reach,
+    /// Whether the searches count what they find as recalled (recall counts feed ranking).
+    /// Default on; off for a prompt that only looks (a dry run, a replay, a read-only
+    /// caller).
+    pub record_access: bool,
     /// A precomputed vector of the observation, used instead of embedding it.
     pub query_vector: Option<Embedding>,
     /// The previous prompt of this conversation, if the caller kept it: the conversation
@@ -345,7 +327,8 @@ impl HydrateInput {
             request,
             now: Timestamp::now(),
             state: SessionState::default(),
-            provider_options: BTreeMap::new(),
+            reach: Reach::Private,
+            record_access: true,
             query_vector: None,
             previous: None,
             present: Vec::new(),
@@ -377,13 +360,15 @@ impl HydrateInput {
         self
     }
 
-    /// Sets request-level options for the provider named `provider`.
-    pub fn with_provider_options(
-        mut self,
-        provider: impl Into<String>,
-        options: ProviderOptions,
-    ) -> Self {
-        self.provider_options.insert(provider.into(), options);
+    /// Sets whose memories beyond the scope it may read.
+    pub fn with_reach(mut self, reach: Reach) -> Self {
+        self.reach = reach;
+        self
+    }
+
+    /// Its searches count nothing as recalled.
+    pub fn without_access_tracking(mut self) -> Self {
+        self.record_access = false;
         self
     }
 
@@ -393,14 +378,14 @@ impl HydrateInput {
         self
     }
 
-    /// The request's hash: scope, observation, goal, strategy, budget, state and options
-    /// (not "now"), as canonical JSON hashed with the Prompt IR's content hash.
+    /// The request's hash: scope, observation, goal, strategy, budget, state and reach (not
+    /// "now"), as canonical JSON hashed with the Prompt IR's content hash.
     pub fn request_hash(&self) -> String {
         let value = serde_json::json!({
             "scope": self.scope,
             "request": self.request,
             "state": self.state,
-            "provider_options": self.provider_options,
+            "reach": self.reach,
             "query_vector": self.query_vector.as_ref().map(|v| v.space().to_string()),
         });
         ContentHash::of(&canonical_json(&value)).to_string()

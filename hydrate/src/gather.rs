@@ -15,7 +15,7 @@ use memory_core::{ErrorChain, MemoryError, MemoryId};
 use crate::config::{HydrateInput, HydrationConfig, SHORTEST_TURN_TOKENS};
 use crate::cues::QueryCues;
 use crate::error::Error;
-use crate::provider::{KindLimits, ResolvedOptions, SourceProvider, plan_sources};
+use crate::provider::{SourceProvider, plan_sources};
 use crate::render;
 use crate::report::{SourceReport, SourceStatus};
 use crate::scoring::score_item;
@@ -30,10 +30,10 @@ struct Runnable {
     source: Arc<dyn ContextSource>,
     /// The next providers of the kind (name, source), in precedence order: if the source
     /// fails before finding anything, the next one runs in what is left of the deadline.
-    fallbacks: Vec<(String, Arc<dyn ContextSource>, KindLimits)>,
+    fallbacks: Vec<(String, Arc<dyn ContextSource>)>,
     params: SourceParams,
-    /// Whether `params.max_tokens` can bind (a share of the budget below 1, or a provider's
-    /// own token limit): only then are the kept items' tokens counted.
+    /// Whether `params.max_tokens` can bind (a share of the budget below 1): only then are
+    /// the kept items' tokens counted.
     token_cap: bool,
     deadline: Duration,
     report: SourceReport,
@@ -96,6 +96,9 @@ pub(crate) async fn gather(
             now: input.now,
             embeddings: &embeddings,
             cues,
+            reach: &input.reach,
+            record_access: input.record_access,
+            tuning: config.memory,
         })
         .collect();
     let mut outputs: Vec<SourceOutput> = runnables.iter().map(|_| SourceOutput::new()).collect();
@@ -117,11 +120,7 @@ pub(crate) async fn gather(
     {
         let (items, notes, search) = out.into_parts();
         if served_by > 0 {
-            let (provider, source, limits) = r.fallbacks.swap_remove(served_by - 1);
-            // What served must also be kept within its own limits.
-            r.params = limits.narrow(r.params);
-            r.token_cap |= limits.max_tokens.is_some();
-            r.report.params = Some(r.params);
+            let (provider, source) = r.fallbacks.swap_remove(served_by - 1);
             r.report.provider = Some(provider);
             r.report.source = Some(source.name().to_owned());
             r.source = source;
@@ -162,6 +161,8 @@ impl Gathered {
             {
                 true
             }
+            // A person's documents are theirs alone: a chat others share reads none.
+            SourceKind::Vector if input.reach.is_shared() => true,
             SourceKind::Temporal => strategy.temporal_window == 0,
             SourceKind::Semantic => strategy.semantic_limit == 0,
             SourceKind::Knowledge => !strategy.include_knowledge || config.knowledge_limit == 0,
@@ -214,28 +215,17 @@ impl Gathered {
                 );
                 continue;
             };
-            // Routing: every provider of the kind, in precedence order. One whose identity
-            // does not admit the scope is passed over; one that cannot build its source is
-            // recorded and the next is tried; the first that builds serves, and the rest
-            // stand by should it fail.
+            // Routing: every provider of the kind, in precedence order. One that cannot
+            // build its source is recorded and the next is tried; the first that builds
+            // serves, and the rest stand by should it fail.
             let mut chain = Vec::new();
-            let mut passed_over = Vec::new();
             for provider in config.providers.iter().filter(|p| p.supports(kind)) {
-                let mut built = SourceReport::new(kind, SourceStatus::Complete);
-                match build_from_provider(provider, kind, config, input, &mut built) {
+                match build_from_provider(provider, kind) {
                     Ok(source) => {
                         if chain.is_empty() {
                             report.provider = Some(provider.name().to_owned());
-                            report.options = built.options;
                         }
-                        chain.push((
-                            provider.name().to_owned(),
-                            source,
-                            provider.capabilities().limits_for(kind),
-                        ));
-                    }
-                    Err(d) if d.kind == DegradationKind::IdentityMismatch => {
-                        passed_over.push(d);
+                        chain.push((provider.name().to_owned(), source));
                     }
                     Err(d) => self.degradations.push(d.for_source(kind)),
                 }
@@ -244,22 +234,19 @@ impl Gathered {
                 report.provider = Some(first.name().to_owned());
                 report.status = SourceStatus::Failed;
                 self.reports.push(report);
-                self.degradations
-                    .extend(passed_over.into_iter().map(|d| d.for_source(kind)));
                 continue;
             }
-            let (_, source, limits) = chain.remove(0);
+            let (_, source) = chain.remove(0);
             let fallbacks = chain;
             report.source = Some(source.name().to_owned());
-            // The serving provider's own limits narrow what is asked and kept.
-            let params = limits.narrow(params_for(kind));
+            let params = params_for(kind);
             report.params = Some(params);
             runnables.push(Runnable {
                 kind,
                 source,
                 fallbacks,
                 params,
-                token_cap: config.source_token_share < 1.0 || limits.max_tokens.is_some(),
+                token_cap: config.source_token_share < 1.0,
                 deadline: config.deadline_for(kind),
                 report,
             });
@@ -444,35 +431,8 @@ impl Gathered {
 fn build_from_provider(
     provider: &SourceProvider,
     kind: SourceKind,
-    config: &HydrationConfig,
-    input: &HydrateInput,
-    report: &mut SourceReport,
 ) -> std::result::Result<Arc<dyn ContextSource>, Degradation> {
-    if !provider.config().identity.admits(&input.scope) {
-        return Err(Degradation::new(
-            DegradationKind::IdentityMismatch,
-            format!(
-                "provider {} is configured for another identity than this request's scope; not used",
-                provider.name()
-            ),
-        ));
-    }
-    let options: ResolvedOptions = provider.resolve(
-        config.app_options.get(provider.name()),
-        input.provider_options.get(provider.name()),
-    );
-    report.options = options.clone();
-    if let Err(e) = provider.capabilities().limits_for(kind).validate() {
-        return Err(Degradation::new(
-            DegradationKind::ProviderFailed,
-            format!(
-                "provider {} declares unusable {kind} limits: {}",
-                provider.name(),
-                ErrorChain(&e)
-            ),
-        ));
-    }
-    match provider.build(kind, &options) {
+    match provider.build(kind) {
         Ok(Some(source)) => Ok(source),
         Ok(None) => Err(Degradation::new(
             DegradationKind::ProviderFailed,
@@ -542,7 +502,7 @@ async fn run_source(
     let mut name = r.source.name().to_owned();
     while let Outcome::Failed(e) = &outcome
         && out.items().is_empty()
-        && let Some((provider, next, _)) = r.fallbacks.get(served_by)
+        && let Some((provider, next)) = r.fallbacks.get(served_by)
     {
         let left = r.deadline.saturating_sub(started.elapsed());
         if left.is_zero() {

@@ -17,9 +17,11 @@
 //! - `source`: [`SourceKind`], the common [`SourceParams`], [`SourceQuery`], [`SourceItem`],
 //!   [`SourceOutput`], the object-safe [`ContextSource`] trait, and [`Degradation`] (what a
 //!   source records when it does less than asked).
-//! - `provider`: [`SourceProvider`] (capabilities, builders per kind, [`ProviderConfig`] with
-//!   identity, options and redacted [`Auth`]; [`Secret`] is `memory_core::Secret`), option precedence ([`resolve_options`]),
-//!   source precedence ([`plan_sources`]), the [`Reranker`] family ([`NoopReranker`]).
+//! - `reach`: who a prompt may read ([`Reach`]: a private context, or a chat others share
+//!   with the members who share their facts there) and the memory source's knobs
+//!   ([`MemoryTuning`]), carried to every source by [`SourceQuery`].
+//! - `provider`: [`SourceProvider`] (capabilities, builders per kind), source precedence
+//!   ([`plan_sources`]), the [`Reranker`] family ([`NoopReranker`]).
 //! - `rerank`: [`HttpReranker`], a client for the common `/rerank` APIs (Cohere, Jina,
 //!   vLLM, text-embeddings-inference), behind the cargo feature `rerank-http`.
 //! - `testing` (feature `testing`): the contracts every `Reranker` and `ContextSource`
@@ -42,6 +44,7 @@
 //!   ([`with_instruction_mark`]), so the knowledge source brings them to every prompt.
 //! - `memory`: the memory-backed provider ([`memory_provider`], [`MemorySource`]) over any
 //!   `Arc<dyn MemoryBackend>`, with the hybrid → keyword fallback recorded.
+//! - `when`: the time a question asks about ([`TimeWindow`]), read from its words.
 //! - `cues`: question understanding without a model ([`QueryCues`]: the time a question
 //!   asks about, quoted phrases, names), which widens search and lifts matching candidates.
 //! - `scoring`: the retrieval score (similarity, recency decay, importance, access), with
@@ -62,6 +65,8 @@
 //! - `facts`: [`FactExtractor`]: after an exchange, a chat model lists durable facts and
 //!   decides for each ADD, UPDATE (supersede), NOOP or INVALIDATE against the nearest
 //!   current facts; an answer is checked in full before anything is written.
+//! - `recall`: [`recall()`], the one ranking of a lookup for every door (the model's tool,
+//!   `/recall`, `ava recall`, MCP `recall`).
 //! - `ops`: [`Ops`] (`infer`, `remember`, `recall`, `forget`), running the
 //!   memory tools and the application's.
 //! - [`product`]: Ava's own settings (system prompt, tokenizer, default budget, the memory
@@ -79,8 +84,9 @@
 //!   the block; it is never put in a system message.
 //! - The first message (system prompt and constraints) and the tool specs depend only on the
 //!   config: byte-identical across requests.
-//! - Auth values are never logged, serialized, or put in prompts; prompt text reaches traces
-//!   only with [`HydrationConfig::trace_prompt_text`].
+//! - A chat others share never reads a member's user-wide scope or documents unless the
+//!   input's [`Reach`] names the member (who shared them); [`Ops`] sets its own reach on every
+//!   input. Prompt text reaches traces only with [`HydrationConfig::trace_prompt_text`].
 //! - Deterministic: the same inputs (and "now") give the same prompt and report, except the
 //!   measured durations.
 //!
@@ -117,6 +123,8 @@ mod ops;
 mod passages;
 pub mod product;
 mod provider;
+mod reach;
+mod recall;
 mod render;
 mod report;
 mod rerank;
@@ -127,6 +135,7 @@ pub mod testing;
 mod texts;
 mod tools;
 mod web;
+mod when;
 
 pub use cache::{CacheExplain, PreviousPrompt, PromptPrint};
 pub use chat::{
@@ -135,7 +144,7 @@ pub use chat::{
 };
 pub use compile::{CompiledPrompt, compile, prepare};
 pub use config::{CONVERSATION_SHARE, HydrateInput, HydrationConfig, SessionState};
-pub use cues::{CueMatch, CueWeights, QueryCues, TimeWindow};
+pub use cues::{CueMatch, CueWeights, QueryCues};
 pub use docs::{
     Added, CHUNK_DESIRED_CHARS, CHUNK_MAX_CHARS, Change, Chunk, DOCUMENT_EXTENSIONS, DOCUMENT_TAG,
     DOCUMENTS_CHAT, DOCUMENTS_FEATURE, Document, DocumentFormat, DocumentInfo, DocumentSource,
@@ -156,18 +165,17 @@ pub use hydrate::{Block, Hydrated, SectionInfo, hydrate};
 pub use instructions::{
     INSTRUCTION_TAG, MAX_INSTRUCTION_CHARS, is_standing_instruction, with_instruction_mark,
 };
-pub use memory::{
-    MemoryOptions, MemorySource, NEARBY_LIFT, NEARBY_MINUTES, NEIGHBOUR_SHARE, NEIGHBOURS,
-    OPT_NEARBY_LIFT, OPT_NEIGHBOURS, OPT_RECORD_ACCESS, OPT_SEARCH, OPT_SEMANTIC_WEIGHT,
-    OPT_SHARED_FACTS_OF, OPT_USER_KNOWLEDGE, SearchPreference, lift_by_nearby, memory_provider,
-};
-pub use ops::{DEFAULT_MAX_STEPS, Inference, Ops, RECALL_POOL, ToolRun};
+pub use memory::{MemorySource, NEARBY_MINUTES, NEIGHBOUR_SHARE, lift_by_nearby, memory_provider};
+/// What an API key is held as (the HTTP reranker's and web search's configs).
+pub use memory_core::Secret;
+pub use ops::{DEFAULT_MAX_STEPS, Inference, Ops, ToolRun};
 pub use passages::{PASSAGE_BYTES, passages, score_passages};
 pub use provider::{
-    Auth, BuildContext, KindLimits, NoopReranker, OptionOrigin, ProviderCapabilities,
-    ProviderConfig, ProviderIdentity, ProviderOptions, Reranker, ResolvedOption, ResolvedOptions,
-    Secret, SourceBuilder, SourceProvider, plan_sources, resolve_options,
+    BuildContext, NoopReranker, ProviderCapabilities, Reranker, SourceBuilder, SourceProvider,
+    plan_sources,
 };
+pub use reach::{MAX_NEIGHBOURS, MemoryTuning, NEARBY_LIFT, NEIGHBOURS, Reach, SearchPreference};
+pub use recall::{RECALL_POOL, RecallRanking, recall};
 pub use render::{DATA_TAG, DEFAULT_CONSTRAINTS, day_header, escape_data, memory_block, preview};
 pub use report::{
     BudgetExplain, ExplainReport, ScoreExplain, SectionExplain, SourceReport, SourceStatus,
@@ -182,3 +190,4 @@ pub use source::{
 pub use texts::{TEXT_CACHE_BYTES, TextCache};
 pub use tools::{FORGET, MAX_RECALL, RECALL, REMEMBER, memory_tools};
 pub use web::{WEB_FEATURE, WebSearchConfig, WebSearchSource};
+pub use when::TimeWindow;

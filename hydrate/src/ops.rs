@@ -11,13 +11,14 @@
 //! follows the user into every private context. A shared chat (a group,
 //! [`Ops::in_shared_chat`]) never reads the user-wide scope nor the user's documents (the
 //! people in it must not see a member's private facts), and what is remembered there stays
-//! in the chat.
+//! in the chat. Which of the two an `Ops` is, is its [`Reach`], which it puts on every input
+//! it prepares, whatever the input said.
 
 use std::sync::Arc;
 
 use memory_core::{
     ErrorChain, MemoryBackend, MemoryEntry, MemoryId, MemoryKind, NewMemory, Remembered, Scope,
-    SearchRequest, tags,
+    ScoredMemory, SearchRequest, tags,
 };
 use prompt_ir::{ContextRequest, RecencyDecay};
 use serde::Serialize;
@@ -29,19 +30,13 @@ use crate::compile::{CompiledPrompt, compile};
 use crate::config::{HydrateInput, HydrationConfig, SessionState, canonical_json};
 use crate::error::{Error, Result};
 use crate::hydrate::hydrate;
-use crate::memory::{OPT_SHARED_FACTS_OF, OPT_USER_KNOWLEDGE};
+use crate::reach::Reach;
+use crate::recall::RecallRanking;
 use crate::render::memory_block;
-use crate::scoring::score_memory;
-use crate::source::SourceKind;
 use crate::tools::{FORGET, MAX_RECALL, RECALL, REMEMBER};
 
 /// Default bound on model calls in one `infer`.
 pub const DEFAULT_MAX_STEPS: usize = 4;
-
-/// [`Ops::recall`] ranks this many times the hits it returns: a hit said amid talk that
-/// matches may rise from below the cut (measured in BENCHMARKS.md, "Read in the talk around
-/// it").
-pub const RECALL_POOL: usize = 4;
 
 /// One tool call that `infer` ran.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -79,10 +74,13 @@ pub struct Ops {
     scope: Scope,
     state: SessionState,
     max_steps: usize,
-    /// A chat that others share (a group): the user-wide scope stays out of it.
-    shared: bool,
+    /// Whose memories beyond the scope its prompts may read: a private context, or a chat
+    /// others share (a group), which the user-wide scope stays out of.
+    reach: Reach,
+    /// Whether its searches count what they find as recalled.
+    record_access: bool,
     /// The store's embedder's window ([`memory_core::EmbeddingProvider::window_bytes`]):
-    /// `recall` does not lift a hit longer than this, as the semantic source does not.
+    /// recall does not lift a hit longer than this, as the semantic source does not.
     window: Option<usize>,
     /// In a shared chat, the tag of the member these operations act for
     /// ([`Ops::acting_for`]).
@@ -102,7 +100,8 @@ impl Ops {
             scope,
             state: SessionState::default(),
             max_steps: DEFAULT_MAX_STEPS,
-            shared: false,
+            reach: Reach::Private,
+            record_access: true,
             window: None,
             member: None,
         }
@@ -122,26 +121,34 @@ impl Ops {
     /// `forget` never read the user's user-wide scope (their private facts) nor their
     /// documents, and `remember` keeps what it is told in the chat. See the module docs.
     pub fn in_shared_chat(mut self) -> Self {
-        let mut config = (*self.config).clone();
-        // A user's documents (the vector family) are theirs alone too.
-        config.kinds.remove(&SourceKind::Vector);
-        config.providers.retain(|p| !p.supports(SourceKind::Vector));
-        self.config = Arc::new(config.with_runtime_option(OPT_USER_KNOWLEDGE, false));
-        self.shared = true;
+        self.reach = Reach::SHARED;
         self
     }
 
     /// In a shared chat, the same operations with the speaker `user`'s user-wide facts in
-    /// the prompt: they chose to share them there. Set as each provider's runtime option
-    /// ([`crate::OPT_SHARED_FACTS_OF`]), which no request can set. `recall` and `forget` stay
-    /// within the chat. Outside a shared chat it changes nothing (a private context reads
-    /// the user's own facts anyway).
+    /// the prompt: they chose to share them there. It is these operations' [`Reach`], which
+    /// no input can widen. `recall` and `forget` stay within the chat. Outside a shared chat
+    /// it changes nothing (a private context reads the user's own facts anyway).
     pub fn sharing_facts_of(mut self, user: &str) -> Self {
-        if self.shared {
-            let config = (*self.config).clone();
-            self.config = Arc::new(config.with_runtime_option(OPT_SHARED_FACTS_OF, user));
+        if self.reach.is_shared() {
+            self.reach = Reach::Shared {
+                facts_of: Some(user.to_owned()),
+            };
         }
         self
+    }
+
+    /// The same operations only looking: their prompts' searches count nothing as
+    /// recalled (a dry run, a replay, a read-only caller), so they change nothing the
+    /// ranking reads.
+    pub fn looking_only(mut self) -> Self {
+        self.record_access = false;
+        self
+    }
+
+    /// Whose memories beyond the scope these operations read.
+    pub fn reach(&self) -> &Reach {
+        &self.reach
     }
 
     /// In a shared chat, the same operations acting for the member whose memories carry
@@ -150,7 +157,7 @@ impl Ops {
     /// member acts on their own part of the chat, not on another's). Outside a shared chat
     /// it changes nothing.
     pub fn acting_for(mut self, tag: memory_core::Tag) -> Self {
-        if self.shared {
+        if self.reach.is_shared() {
             self.member = Some(tag);
         }
         self
@@ -164,7 +171,7 @@ impl Ops {
     /// Where a fact told here is kept: the user-wide scope in a private context, the chat
     /// itself in a shared one.
     pub fn facts_scope(&self) -> Scope {
-        if self.shared {
+        if self.reach.is_shared() {
             self.scope.clone()
         } else {
             self.scope.user_wide()
@@ -174,7 +181,7 @@ impl Ops {
     /// The scopes this context reads memories from: its own, then (in a private context
     /// narrowed to a chat) the user-wide one.
     pub fn readable_scopes(&self) -> Vec<Scope> {
-        if self.shared {
+        if self.reach.is_shared() {
             vec![self.scope.clone()]
         } else {
             self.scope.private_context()
@@ -204,10 +211,20 @@ impl Ops {
         &self.scope
     }
 
-    /// Hydrates and compiles a request for this scope without calling a model.
+    /// Hydrates and compiles a request for this scope without calling a model. The prompt
+    /// reads what these operations' [`Reach`] allows, whatever `input` says, and records
+    /// access only when both these operations and the input do.
     pub async fn prepare(&self, input: &HydrateInput) -> Result<CompiledPrompt> {
         self.check_scope(input)?;
-        let hydrated = hydrate(&self.config, input).await?;
+        let record_access = input.record_access && self.record_access;
+        let hydrated = if input.reach == self.reach && input.record_access == record_access {
+            hydrate(&self.config, input).await?
+        } else {
+            let mut own = input.clone();
+            own.reach = self.reach.clone();
+            own.record_access = record_access;
+            hydrate(&self.config, &own).await?
+        };
         compile(&self.config, &hydrated)
     }
 
@@ -216,9 +233,15 @@ impl Ops {
         self.infer_with(model, self.input(request)).await
     }
 
-    /// The hydrate input of `request` in this scope, now, with this state.
+    /// The hydrate input of `request` in this scope, now, with this state and reach.
     pub fn input(&self, request: ContextRequest) -> HydrateInput {
-        HydrateInput::new(self.scope.clone(), request).with_state(self.state.clone())
+        let input = HydrateInput::new(self.scope.clone(), request)
+            .with_state(self.state.clone())
+            .with_reach(self.reach.clone());
+        match self.record_access {
+            true => input,
+            false => input.without_access_tracking(),
+        }
     }
 
     /// Answers a fully specified request: compile it, call the model, run the tools it calls
@@ -316,10 +339,8 @@ impl Ops {
     }
 
     /// The memories of [`Ops::readable_scopes`] that best match `query` (1 to
-    /// [`MAX_RECALL`]), best first by the combined score: hybrid search where the backend has
-    /// it, else keyword, else semantic, over [`RECALL_POOL`] times `limit` hits, each lifted
-    /// by the talk around it as the semantic source lifts its hits ([`crate::NEARBY_LIFT`];
-    /// a hit longer than [`Ops::with_embedder_window`] keeps its own score).
+    /// [`MAX_RECALL`]), best first: [`Ops::recall_with`] the best search the backend has
+    /// (hybrid, else keyword, else semantic).
     pub async fn recall(&self, query: &str, limit: usize) -> Result<Vec<MemoryEntry>> {
         if !(1..=MAX_RECALL).contains(&limit) {
             return Err(Error::invalid(
@@ -333,33 +354,28 @@ impl Ops {
                 "is empty; say what to look for",
             ));
         }
-        let request = SearchRequest::best(&self.backend.capabilities(), query);
-        let now = memory_core::Timestamp::now();
-        let pool = limit
-            .saturating_mul(RECALL_POOL)
-            .min(self.backend.info().limits.max_results)
-            .max(limit);
-        let request = request.limit(pool);
-        let mut hits = Vec::new();
-        for scope in self.readable_scopes() {
-            hits.extend(self.backend.search(&scope, &request).await?);
-        }
-        let lifted = crate::lift_by_nearby(&hits, crate::NEARBY_LIFT, self.window);
-        let mut hits: Vec<_> = hits
-            .into_iter()
-            .zip(lifted)
-            .map(|(mut h, s)| {
-                h.score = s;
-                score_memory(h, now, RecencyDecay::default(), self.config.scoring)
-            })
-            .collect();
-        hits.sort_by(|a, b| {
-            b.score
-                .total_cmp(&a.score)
-                .then(a.entry.id.cmp(&b.entry.id))
-        });
-        hits.truncate(limit);
+        let request = SearchRequest::best(&self.backend.capabilities(), query).limit(limit);
+        let hits = self.recall_with(request).await?;
         Ok(hits.into_iter().map(|h| h.entry).collect())
+    }
+
+    /// The memories of [`Ops::readable_scopes`] that best match `request` (its mode, filter
+    /// and limit as the caller shaped them), ranked by the one recall ranking
+    /// ([`crate::recall()`]) with this config's lift and scoring: what every door's lookup
+    /// gives. Operations only looking ([`Ops::looking_only`]) count nothing as recalled.
+    pub async fn recall_with(&self, mut request: SearchRequest) -> Result<Vec<ScoredMemory>> {
+        if !self.record_access {
+            request = request.without_access_tracking();
+        }
+        let ranking = RecallRanking {
+            nearby_lift: self.config.memory.nearby_lift,
+            window: self.window,
+            scoring: self.config.scoring,
+            decay: RecencyDecay::default(),
+        };
+        let scopes = self.readable_scopes();
+        let now = memory_core::Timestamp::now();
+        crate::recall::recall(self.backend.as_ref(), &scopes, &request, &ranking, now).await
     }
 
     /// Deletes a memory of [`Ops::readable_scopes`] (an id of any other scope is not found).

@@ -8,7 +8,6 @@ use prompt_ir::{Action, Priority, Stability};
 use serde::{Deserialize, Serialize};
 
 use crate::cache::CacheExplain;
-use crate::provider::ResolvedOptions;
 use crate::source::{Degradation, DegradationKind, SourceKind, SourceParams};
 
 /// How one kind of context was served.
@@ -43,9 +42,6 @@ pub struct SourceReport {
     /// How the source searched (`hybrid`, `keyword`, `recent`, ...), if it said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub search: Option<String>,
-    /// The provider's options after precedence, with where each came from.
-    #[serde(default, skip_serializing_if = "is_empty_options")]
-    pub options: ResolvedOptions,
     /// The parameters it was given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub params: Option<SourceParams>,
@@ -72,10 +68,6 @@ fn is_zero(n: &usize) -> bool {
     *n == 0
 }
 
-fn is_empty_options(o: &ResolvedOptions) -> bool {
-    o.iter().next().is_none()
-}
-
 impl SourceReport {
     pub(crate) fn new(kind: SourceKind, status: SourceStatus) -> Self {
         Self {
@@ -84,7 +76,6 @@ impl SourceReport {
             provider: None,
             status,
             search: None,
-            options: ResolvedOptions::default(),
             params: None,
             returned: 0,
             duplicates: 0,
@@ -203,7 +194,7 @@ pub struct BudgetExplain {
 /// change from run to run for the same inputs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ExplainReport {
-    /// Hash of the request (scope, observation, goal, strategy, budget, state, options).
+    /// Hash of the request (scope, observation, goal, strategy, budget, state, reach).
     pub request_hash: String,
     /// Hash of the stable prefix (first message and tool definitions), for prompt caching.
     pub prefix_hash: String,

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cues::QueryCues;
 use crate::error::Result;
+use crate::reach::{MemoryTuning, Reach};
 
 /// What kind of context a source supplies.
 ///
@@ -196,7 +197,7 @@ pub struct SourceQuery<'a> {
     /// The kind of context wanted (a source may serve several kinds).
     pub kind: SourceKind,
     /// The scope the request is for. Memory sources read this scope (and, for knowledge,
-    /// optionally its user-level scope) and nothing else.
+    /// the user-level scopes [`Self::reach`] allows) and nothing else.
     pub scope: &'a Scope,
     /// The new observation (usually the user's message).
     pub observation: &'a str,
@@ -213,6 +214,13 @@ pub struct SourceQuery<'a> {
     /// What the observation says beyond its meaning: the time it asks about, quoted
     /// phrases, names. A source may use the time window to widen its search.
     pub cues: &'a QueryCues,
+    /// Whose memories beyond the scope may be read ([`HydrateInput::reach`](crate::HydrateInput::reach)).
+    pub reach: &'a Reach,
+    /// Whether searches count what they find as recalled
+    /// ([`HydrateInput::record_access`](crate::HydrateInput::record_access)).
+    pub record_access: bool,
+    /// How the memory source searches ([`HydrationConfig::memory`](crate::HydrationConfig::memory)).
+    pub tuning: MemoryTuning,
 }
 
 /// One thing a source found: a memory, or a passage from elsewhere.
@@ -413,10 +421,8 @@ forward_source!(Arc<T>, Box<T>, &T);
 pub enum DegradationKind {
     /// No explicit source and no provider supplies a wanted kind: its branch was skipped.
     MissingProvider,
-    /// A provider could not build its source (a bad option, a failed setup).
+    /// A provider could not build its source (a failed setup).
     ProviderFailed,
-    /// A provider's identity does not admit the request's scope, so it was not used.
-    IdentityMismatch,
     /// A source searched in a weaker mode than asked (asked hybrid, got keyword).
     SearchFallback,
     /// Embedding the observation failed; the source searched without vectors.

@@ -28,6 +28,7 @@ use prompt_ir::ContextStrategy;
 
 use crate::cues::QueryCues;
 use crate::provider::Reranker;
+use crate::reach::{MemoryTuning, Reach};
 use crate::source::{
     ContextSource, QueryEmbeddings, SourceItem, SourceKind, SourceOutput, SourceParams, SourceQuery,
 };
@@ -58,8 +59,14 @@ fn query<'a>(
         now,
         embeddings,
         cues,
+        reach: &PRIVATE,
+        record_access: true,
+        tuning: MemoryTuning::default(),
     }
 }
+
+/// Every contract query is for a private context.
+static PRIVATE: Reach = Reach::Private;
 
 /// Items for a reranker to judge.
 fn candidates() -> Vec<SourceItem> {

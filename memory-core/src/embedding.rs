@@ -6,7 +6,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::entry::split_text;
+use crate::entry::{cut_end, split_text};
 use crate::error::{MemoryError, Result};
 
 /// The identity of an embedding space: vectors are only comparable within one.
@@ -242,6 +242,17 @@ pub async fn embed_passages<P: EmbeddingProvider + ?Sized>(
         .into_iter()
         .map(|n| vectors.by_ref().take(n).collect())
         .collect())
+}
+
+/// The passage `text` starts with under a window of `window` bytes
+/// ([`EmbeddingProvider::window_bytes`]): the first piece [`split_text`] cuts, or the whole
+/// text when it fits (or there is no window). Embedding it gives a memory embedded by its
+/// head only ([`embeds_head_only`](crate::embeds_head_only)) its one vector.
+pub fn head_passage(text: &str, window: Option<usize>) -> &str {
+    match window {
+        Some(w) => text.get(..cut_end(text, 0, w)).unwrap_or(text),
+        None => text,
+    }
 }
 
 /// Embeds any number of texts with `provider`, in batches of at most its `max_batch`,

@@ -24,6 +24,17 @@ pub const PART_OF_TAG_PREFIX: &str = "part-of:";
 /// Longest accepted tag, in bytes.
 pub const MAX_TAG_BYTES: usize = 64;
 
+/// The most of one message (or fact, or answer) that is kept, in bytes (1 MiB). Of a longer
+/// text [`NewMemory::split_to_fit`] keeps the first this many bytes, cut at a break where
+/// there is one, and ends what it keeps with a line saying how much was left out
+/// ([`MessageCut`]). With [`embeds_head_only`] it bounds what one call may store and embed,
+/// whatever door the text came through.
+pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
+
+/// The tag every part of a memory split by [`NewMemory::split_to_fit`] carries to say which
+/// part it is, followed by `<k>-of-<n>`.
+const PART_TAG_PREFIX: &str = "part:";
+
 /// The id of a memory: a UUIDv7, so ids sort roughly by creation time and are unique
 /// across every scope and backend.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -457,15 +468,28 @@ impl NewMemory {
     /// The memory as it can be stored under a content limit of `max_bytes`: itself when it
     /// fits, otherwise linked parts of at most `max_bytes` each, cut at a paragraph, line,
     /// sentence or word break in the second half of each part where there is one, so that
-    /// nothing of a long message is refused or lost. The parts together hold the whole text,
-    /// in order; each keeps the memory's kind, context, tags, role, source, importance, pin
-    /// and validity, and is dated a millisecond after the one before (so they stay in order;
-    /// now when the memory has no date). Every part is tagged `part-of:<id of the first
-    /// part>` and `part:<k>-of-<n>` (see [`PART_OF_TAG_PREFIX`]); the first part has the
-    /// memory's id (or a fresh one), the others ids derived from it, so an import that
-    /// chooses ids stays idempotent. A precomputed vector is dropped (it is not a part's).
-    /// Parts that would hold only whitespace are left out.
-    pub fn split_to_fit(self, max_bytes: usize) -> Vec<NewMemory> {
+    /// nothing of a message of up to [`MAX_MESSAGE_BYTES`] is refused or lost. The parts
+    /// together hold the whole text, in order; each keeps the memory's kind, context, tags,
+    /// role, source, importance, pin and validity, and is dated a millisecond after the one
+    /// before (so they stay in order; now when the memory has no date). Every part is tagged
+    /// `part-of:<id of the first part>` and `part:<k>-of-<n>` (see [`PART_OF_TAG_PREFIX`]);
+    /// the first part has the memory's id (or a fresh one), the others ids derived from it,
+    /// so an import that chooses ids stays idempotent. A precomputed vector is dropped (it is
+    /// not a part's). Parts that would hold only whitespace are left out. Every part after
+    /// the first is embedded by its head only ([`embeds_head_only`]).
+    ///
+    /// A text longer than [`MAX_MESSAGE_BYTES`] is kept by its first MiB only (cut at a
+    /// break, [`MessageCut::of`]), followed by a line saying how many bytes were left out
+    /// ([`MessageCut::note`]); its precomputed vector is dropped too.
+    pub fn split_to_fit(mut self, max_bytes: usize) -> Vec<NewMemory> {
+        if let Some(cut) = MessageCut::of(&self.content) {
+            self.content.truncate(cut.kept);
+            let kept = self.content.trim_end().len();
+            self.content.truncate(kept);
+            self.content.push_str("\n\n");
+            self.content.push_str(&cut.note());
+            self.embedding = None;
+        }
         if self.content.len() <= max_bytes || max_bytes < 8 {
             return vec![self];
         }
@@ -499,7 +523,7 @@ impl NewMemory {
                 };
                 part.tags.extend(group.clone());
                 part.tags
-                    .extend(Tag::new(format!("part:{}-of-{n}", k + 1)).ok());
+                    .extend(Tag::new(format!("{PART_TAG_PREFIX}{}-of-{n}", k + 1)).ok());
                 part
             })
             .collect()
@@ -570,27 +594,109 @@ pub fn split_text(text: &str, max_bytes: usize) -> Vec<Range<usize>> {
     let mut cuts = Vec::new();
     let mut at = 0;
     while text.len() - at > max_bytes {
-        let mut end = at + max_bytes;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        let window = &text[at..end];
-        let half = window.len() / 2;
-        let cut = ["\n\n", "\n", ". ", " "]
-            .iter()
-            .find_map(|sep| {
-                window
-                    .rfind(sep)
-                    .filter(|&i| i >= half)
-                    .map(|i| at + i + sep.len())
-            })
-            .unwrap_or(end);
+        let cut = cut_end(text, at, max_bytes);
         cuts.push(at..cut);
         at = cut;
     }
     cuts.push(at..text.len());
     cuts.retain(|r| text.get(r.clone()).is_some_and(|p| !p.trim().is_empty()));
     cuts
+}
+
+/// Where the piece of `text` that starts at `at` ends when it may hold at most `max_bytes`
+/// (at least 8): the text's end if it fits, else after the last paragraph, line, sentence
+/// or word break in the second half of the piece, else at the last character that fits.
+/// [`split_text`]'s one cut.
+pub(crate) fn cut_end(text: &str, at: usize, max_bytes: usize) -> usize {
+    let max_bytes = max_bytes.max(8);
+    if text.len().saturating_sub(at) <= max_bytes {
+        return text.len();
+    }
+    let mut end = at + max_bytes;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let window = &text[at..end];
+    let half = window.len() / 2;
+    ["\n\n", "\n", ". ", " "]
+        .iter()
+        .find_map(|sep| {
+            window
+                .rfind(sep)
+                .filter(|&i| i >= half)
+                .map(|i| at + i + sep.len())
+        })
+        .unwrap_or(end)
+}
+
+/// How a text longer than [`MAX_MESSAGE_BYTES`] is kept: its first `kept` bytes (cut at a
+/// paragraph, line, sentence or word break in the second half of the first MiB where there
+/// is one), the `left_out` bytes after them not at all. Every door stores a message with
+/// [`NewMemory::split_to_fit`], which cuts it so; a door says so to whoever sent it (the
+/// proxy in `x-ava-degraded`, MCP `remember` in its answer) with this value's `Display`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MessageCut {
+    /// How many bytes of the text are kept: its first.
+    pub kept: usize,
+    /// How many bytes after them are left out.
+    pub left_out: usize,
+}
+
+impl MessageCut {
+    /// How `text` is cut when kept as one message or fact; `None` when it is kept whole
+    /// (it is at most [`MAX_MESSAGE_BYTES`] long).
+    pub fn of(text: &str) -> Option<Self> {
+        if text.len() <= MAX_MESSAGE_BYTES {
+            return None;
+        }
+        let kept = cut_end(text, 0, MAX_MESSAGE_BYTES);
+        Some(Self {
+            kept,
+            left_out: text.len() - kept,
+        })
+    }
+
+    /// The line that ends what is kept of a cut message, in the memory itself, so that
+    /// whoever reads it (a prompt, `ava recall`, an export) knows it is not all that was said.
+    pub fn note(&self) -> String {
+        format!(
+            "[… the rest of this message, {} more bytes, was not kept: a message keeps at most \
+             its first {} MiB]",
+            self.left_out,
+            MAX_MESSAGE_BYTES >> 20
+        )
+    }
+}
+
+impl fmt::Display for MessageCut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} bytes long, more than the {} MiB a message keeps: its first {} bytes kept, {} \
+             left out",
+            self.kept + self.left_out,
+            MAX_MESSAGE_BYTES >> 20,
+            self.kept,
+            self.left_out
+        )
+    }
+}
+
+/// Whether a memory tagged `tags` is embedded by its head only (one vector, of the passage
+/// its text starts with) rather than passage by passage: a later part of a message kept in
+/// parts (tagged `part:<k>-of-<n>` with k of 2 or more, [`NewMemory::split_to_fit`]). So one
+/// message costs the embedder at most the passages of one memory (its first part) and one
+/// vector for each later part; the later parts are found by their words and their heads.
+/// Every backend embeds new memories this way ([`StoreVectors`](crate::StoreVectors)).
+/// Backends that embed stored memories later (SQLite's memories stored without a vector,
+/// `reembed`) read the tags they hold and ask the same.
+pub fn embeds_head_only<'a>(tags: impl IntoIterator<Item = &'a str>) -> bool {
+    tags.into_iter().any(|t| {
+        t.strip_prefix(PART_TAG_PREFIX)
+            .and_then(|rest| rest.split_once("-of-"))
+            .and_then(|(k, _)| k.parse::<usize>().ok())
+            .is_some_and(|k| k >= 2)
+    })
 }
 
 /// Checks memory content: not blank, no NUL characters, at most `max_bytes` bytes.
@@ -844,5 +950,66 @@ mod tests {
             wall
         );
         assert!(parts.iter().all(|p| p.content.len() <= 999));
+        // Only the later parts are embedded by their heads.
+        assert!(!embeds_head_only(parts[0].tags.iter().map(Tag::as_str)));
+        assert!(
+            parts[1..]
+                .iter()
+                .all(|p| embeds_head_only(p.tags.iter().map(Tag::as_str)))
+        );
+        assert!(!embeds_head_only(fits[0].tags.iter().map(Tag::as_str)));
+    }
+
+    #[test]
+    fn a_message_longer_than_a_mib_keeps_its_first_mib_and_says_what_was_left_out() {
+        // 4 MiB of distinct words, in sentences: what a huge paste looks like.
+        let mut text = String::from("My cat is called Zorro. ");
+        let mut i = 0u64;
+        while text.len() < 4 * MAX_MESSAGE_BYTES {
+            text.push_str(&format!("word{i:x} "));
+            if i % 9 == 8 {
+                text.push_str("and so on. ");
+            }
+            i += 1;
+        }
+        let cut = MessageCut::of(&text).unwrap();
+        assert!(cut.kept <= MAX_MESSAGE_BYTES && cut.kept > MAX_MESSAGE_BYTES / 2);
+        assert_eq!(cut.kept + cut.left_out, text.len());
+        let said = cut.to_string();
+        assert!(
+            said.contains(&cut.left_out.to_string()) && said.contains("1 MiB"),
+            "{said}"
+        );
+
+        let parts = NewMemory::new(text.clone()).split_to_fit(DEFAULT_MAX_CONTENT_BYTES);
+        let stored: String = parts.iter().map(|p| p.content.as_str()).collect();
+        let note = cut.note();
+        assert!(stored.ends_with(&note), "{}", &stored[stored.len() - 200..]);
+        assert!(note.contains(&cut.left_out.to_string()), "{note}");
+        let kept = stored.strip_suffix(&note).unwrap().trim_end();
+        assert_eq!(kept, text[..cut.kept].trim_end());
+        assert!(stored.len() <= MAX_MESSAGE_BYTES + note.len() + 2);
+        assert!(parts.len() <= 2 * (MAX_MESSAGE_BYTES / DEFAULT_MAX_CONTENT_BYTES) + 1);
+        assert!(parts[0].content.starts_with("My cat is called Zorro."));
+        for p in &parts {
+            assert!(p.validate(DEFAULT_MAX_CONTENT_BYTES).is_ok());
+        }
+        assert!(!embeds_head_only(parts[0].tags.iter().map(Tag::as_str)));
+        assert!(
+            parts[1..]
+                .iter()
+                .all(|p| embeds_head_only(p.tags.iter().map(Tag::as_str)))
+        );
+
+        // At most a MiB is kept whole, and a MiB and a byte is cut.
+        let mib = "a".repeat(MAX_MESSAGE_BYTES);
+        assert_eq!(MessageCut::of(&mib), None);
+        let stored: String = NewMemory::new(mib.clone())
+            .split_to_fit(DEFAULT_MAX_CONTENT_BYTES)
+            .iter()
+            .map(|p| p.content.as_str())
+            .collect();
+        assert_eq!(stored, mib);
+        assert!(MessageCut::of(&format!("{mib}b")).is_some());
     }
 }

@@ -44,12 +44,14 @@ pub use backend::{
 };
 pub use capability::{BackendInfo, Capabilities, Capability, Limits, Topology};
 pub use embedding::{
-    Embedding, EmbeddingProvider, EmbeddingSpace, cosine, embed_all, embed_passages, normalize,
+    Embedding, EmbeddingProvider, EmbeddingSpace, cosine, embed_all, embed_passages, head_passage,
+    normalize,
 };
 pub use entry::{
-    DEFAULT_MAX_CONTENT_BYTES, Importance, MAX_TAG_BYTES, MemoryEntry, MemoryId, MemoryKind,
-    MemoryPatch, NewMemory, PART_OF_TAG_PREFIX, Role, SUPERSEDER_NOT_IN_SCOPE, Tag, TagSet,
-    split_text, superseded_by_refused, tags, validate_content,
+    DEFAULT_MAX_CONTENT_BYTES, Importance, MAX_MESSAGE_BYTES, MAX_TAG_BYTES, MemoryEntry, MemoryId,
+    MemoryKind, MemoryPatch, MessageCut, NewMemory, PART_OF_TAG_PREFIX, Role,
+    SUPERSEDER_NOT_IN_SCOPE, Tag, TagSet, embeds_head_only, split_text, superseded_by_refused,
+    tags, validate_content,
 };
 pub use error::{BoxError, ErrorChain, MemoryError, Result, repeated_cause};
 pub use hash_embedder::HashingEmbedder;

@@ -7,7 +7,7 @@
 
 use crate::backend::{MemoryBackend, Remembered};
 use crate::capability::Capability;
-use crate::entry::{MemoryEntry, MemoryId, MemoryPatch, NewMemory};
+use crate::entry::{MAX_MESSAGE_BYTES, MemoryEntry, MemoryId, MemoryPatch, NewMemory};
 use crate::error::{MemoryError, Result};
 use crate::query::Filter;
 use crate::scope::Scope;
@@ -110,7 +110,8 @@ impl FactKept {
 /// `remember` tool) does: with `replaces`, as the new version of that fact, wherever among
 /// `scopes` it is (a person's fact may be kept user-wide or, in an older store, in a chat);
 /// otherwise in `home`, once ([`remember_once`]), or in linked parts when it is longer than
-/// the store takes in one memory.
+/// the store takes in one memory (of a fact longer than [`MAX_MESSAGE_BYTES`], its first
+/// MiB: [`NewMemory::split_to_fit`]).
 pub async fn keep_fact(
     backend: &dyn MemoryBackend,
     home: &Scope,
@@ -132,7 +133,7 @@ pub async fn keep_fact(
             .map(FactKept::Replaced);
     }
     let max = backend.info().limits.max_content_bytes;
-    if memory.content.len() > max {
+    if memory.content.len() > max.min(MAX_MESSAGE_BYTES) {
         let parts = backend.store_batch(home, memory.split_to_fit(max)).await?;
         return Ok(FactKept::Parts(parts));
     }

@@ -5,8 +5,10 @@ use std::borrow::Cow;
 use std::fmt;
 
 use crate::capability::Capability;
-use crate::embedding::{Embedding, EmbeddingProvider, EmbeddingSpace, embed_passages};
-use crate::entry::{MemoryEntry, NewMemory};
+use crate::embedding::{
+    Embedding, EmbeddingProvider, EmbeddingSpace, embed_passages, head_passage,
+};
+use crate::entry::{MemoryEntry, NewMemory, Tag, embeds_head_only};
 use crate::error::{MemoryError, Result};
 use crate::query::SearchRequest;
 use crate::scope::Scope;
@@ -112,7 +114,9 @@ impl StoreVectors<'_> {
     /// batches: one entry per memory, in order, holding its vectors (empty where the store
     /// has no embedder). A given vector is the memory's only one; a computed one is one
     /// per passage ([`embed_passages`]: a memory longer than the embedder's window gets
-    /// one vector per passage that fits it, the head's first).
+    /// one vector per passage that fits it, the head's first), except for a later part of a
+    /// message kept in parts, which gets one, its head's ([`embeds_head_only`],
+    /// [`head_passage`]): so what one message costs the embedder is bounded.
     ///
     /// Given vectors are not checked here: check the batch first
     /// ([`NewMemory::validate_batch`] with [`StoreVectors::check`]).
@@ -130,9 +134,16 @@ impl StoreVectors<'_> {
             let missing: Vec<usize> = (0..memories.len())
                 .filter(|i| vectors[*i].is_empty())
                 .collect();
+            let window = embedder.window_bytes();
             let texts: Vec<&str> = missing
                 .iter()
-                .map(|i| memories[*i].content.as_str())
+                .map(|i| {
+                    let m = &memories[*i];
+                    match embeds_head_only(m.tags.iter().map(Tag::as_str)) {
+                        true => head_passage(&m.content, window),
+                        false => m.content.as_str(),
+                    }
+                })
                 .collect();
             let computed = embed_passages(embedder, &texts).await?;
             for (i, e) in missing.into_iter().zip(computed) {
@@ -343,5 +354,31 @@ mod tests {
         let mut memories = vec![NewMemory::new("cats purr")];
         let out = without(None).embed_missing(&mut memories).await.unwrap();
         assert_eq!(out, [Vec::<Vec<f32>>::new()]);
+    }
+
+    #[tokio::test]
+    async fn a_message_in_parts_is_embedded_passage_by_passage_in_its_first_part_only() {
+        let embedder = HashingEmbedder::new(16).unwrap().with_window(200);
+        let space = embedder.space();
+        let text: String = (0..600)
+            .map(|i| format!("Sentence {i} is here. "))
+            .collect();
+        let mut parts = NewMemory::new(text).split_to_fit(2000);
+        assert!(parts.len() >= 6, "{}", parts.len());
+        let heads: Vec<String> = parts
+            .iter()
+            .map(|p| head_passage(&p.content, Some(200)).to_owned())
+            .collect();
+        let out = with(&embedder, &space)
+            .embed_missing(&mut parts)
+            .await
+            .unwrap();
+        // The first part by every passage that fits the window...
+        assert!(out[0].len() >= 10, "{}", out[0].len());
+        assert_eq!(out[0][0], embedder.embed_sync(&heads[0]).into_vector());
+        // ...each later one by its head: one vector.
+        for (vectors, head) in out[1..].iter().zip(&heads[1..]) {
+            assert_eq!(*vectors, [embedder.embed_sync(head).into_vector()]);
+        }
     }
 }

@@ -1,5 +1,5 @@
-//! README's "Using the library" example, compiled with the tests (`tidy.rs` checks the
-//! README shows this file's code as it is).
+//! The "Using the library" example of docs/library.md, compiled with the tests (`tidy.rs`
+//! checks the page shows this file's code as it is).
 
 use std::sync::Arc;
 

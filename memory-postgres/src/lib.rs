@@ -55,7 +55,10 @@ use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
-use memory_core::{Embedding, EmbeddingProvider, EmbeddingSpace, Limits, Result, embed_passages};
+use memory_core::{
+    Embedding, EmbeddingProvider, EmbeddingSpace, Limits, Result, embed_passages, embeds_head_only,
+    head_passage,
+};
 use tokio_postgres::config::Host;
 
 pub use conninfo::{UrlParams, split_params};
@@ -585,8 +588,8 @@ impl PostgresBackend {
     }
 
     /// Embeds memories stored while no embedder was available, each as its passages
-    /// ([`embed_passages`]). A memory another process embedded or changed meanwhile is
-    /// left as that process wrote it.
+    /// ([`embed_passages`]; a later part of a message by its head, [`embeds_head_only`]). A
+    /// memory another process embedded or changed meanwhile is left as that process wrote it.
     async fn backfill_vectors(&self) -> Result<(), PostgresError> {
         let Some(embedder) = self.embedder.clone() else {
             return Ok(());
@@ -594,7 +597,7 @@ impl PostgresBackend {
         let (m, vector) = (&self.names.memories, &self.names.vector);
         // In key order, (tenant, pk), so each batch starts where the last ended.
         let select = format!(
-            "SELECT tenant, pk, content FROM {m} WHERE NOT embedded AND (tenant, pk) > ($1, $2) \
+            "SELECT tenant, pk, content, tags FROM {m} WHERE NOT embedded AND (tenant, pk) > ($1, $2) \
              ORDER BY tenant, pk LIMIT 256"
         );
         // Heads into the memory rows (those still unembedded with the text embedded, while
@@ -635,12 +638,24 @@ impl PostgresBackend {
             let mut tenants = Vec::with_capacity(rows.len());
             let mut pks = Vec::with_capacity(rows.len());
             let mut texts = Vec::with_capacity(rows.len());
+            let mut head_only = Vec::with_capacity(rows.len());
             for r in &rows {
                 tenants.push(r.try_get::<_, String>(0).in_schema(&self.schema)?);
                 pks.push(r.try_get::<_, i64>(1).in_schema(&self.schema)?);
                 texts.push(r.try_get::<_, String>(2).in_schema(&self.schema)?);
+                let tags: Vec<String> = r.try_get(3).in_schema(&self.schema)?;
+                head_only.push(embeds_head_only(tags.iter().map(String::as_str)));
             }
-            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            // A later part of a message is embedded by its head, as when it is stored.
+            let window = embedder.window_bytes();
+            let refs: Vec<&str> = texts
+                .iter()
+                .zip(&head_only)
+                .map(|(t, &head)| match head {
+                    true => head_passage(t, window),
+                    false => t.as_str(),
+                })
+                .collect();
             let embedded = embed_passages(embedder.as_ref(), &refs)
                 .await
                 .map_err(PostgresError::Embedder)?;

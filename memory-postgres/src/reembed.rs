@@ -14,7 +14,7 @@
 use std::sync::Arc;
 
 use deadpool_postgres::Object;
-use memory_core::{Embedding, EmbeddingProvider, embed_passages};
+use memory_core::{Embedding, EmbeddingProvider, embed_passages, embeds_head_only, head_passage};
 
 use crate::error::{Cells, InSchema, PostgresError};
 use crate::schema::{create_passages, space_key};
@@ -141,7 +141,7 @@ impl PostgresBackend {
         // In key order, each batch after the last; memories staged from their current
         // content are passed over.
         let select = format!(
-            "SELECT m.tenant, m.pk, m.content, md5(m.content) FROM {m} m \
+            "SELECT m.tenant, m.pk, m.content, md5(m.content), m.tags FROM {m} m \
              WHERE (m.tenant, m.pk) > ($1, $2) AND NOT EXISTS (SELECT 1 FROM {stage} st \
              WHERE st.tenant = m.tenant AND st.pk = m.pk AND st.k = 0 \
              AND st.digest = md5(m.content)) ORDER BY m.tenant, m.pk LIMIT {BATCH}"
@@ -167,6 +167,7 @@ impl PostgresBackend {
                 last.try_get(1).in_schema(&self.schema)?,
             );
             let mut memories = Vec::with_capacity(rows.len());
+            let mut head_only = Vec::with_capacity(rows.len());
             for r in &rows {
                 let cells = Cells::new(r, &self.schema);
                 memories.push((
@@ -175,8 +176,19 @@ impl PostgresBackend {
                     cells.get::<String>(2)?,
                     cells.get::<String>(3)?,
                 ));
+                let tags: Vec<String> = cells.get(4)?;
+                head_only.push(embeds_head_only(tags.iter().map(String::as_str)));
             }
-            let texts: Vec<&str> = memories.iter().map(|(_, _, t, _)| t.as_str()).collect();
+            // A later part of a message is embedded by its head, as when it is stored.
+            let window = embedder.window_bytes();
+            let texts: Vec<&str> = memories
+                .iter()
+                .zip(&head_only)
+                .map(|((_, _, t, _), &head)| match head {
+                    true => head_passage(t, window),
+                    false => t.as_str(),
+                })
+                .collect();
             let embedded = embed_passages(embedder, &texts)
                 .await
                 .map_err(PostgresError::Embedder)?;

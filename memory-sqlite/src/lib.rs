@@ -303,15 +303,16 @@ impl SqliteBackend {
         let total = self.worker.call(count_unembedded).await?;
         let mut after = 0i64;
         loop {
-            let todo: Vec<(i64, String)> = self
+            let todo: Vec<sql::ToEmbed> = self
                 .worker
                 .call(move |conn| {
-                    let mut stmt = conn.prepare_cached(
-                        "SELECT pk, content FROM memories WHERE embedded = 0 AND pk > ?1 \
+                    let mut stmt = conn.prepare_cached(&format!(
+                        "SELECT pk, content, {} FROM memories WHERE embedded = 0 AND pk > ?1 \
                          ORDER BY pk LIMIT 256",
-                    )?;
+                        sql::PART_TAGS
+                    ))?;
                     let rows = stmt
-                        .query_map([after], |r| Ok((r.get(0)?, r.get(1)?)))?
+                        .query_map([after], sql::to_embed)?
                         .collect::<rusqlite::Result<Vec<_>>>()?;
                     Ok(rows)
                 })
@@ -327,22 +328,23 @@ impl SqliteBackend {
         Ok(report)
     }
 
-    /// Embeds `rows` (pk, content) and writes their vectors, each only if the memory still
-    /// has no vector and the same content (another process may have changed, embedded or
-    /// deleted it meanwhile). Returns how many got one.
-    pub(crate) async fn add_vectors(&self, rows: Vec<(i64, String)>) -> Result<u64> {
+    /// Embeds `rows` (pk, content, head only) as a new memory is embedded (by its passages,
+    /// or a later part of a message by its head) and writes their vectors, each only if the
+    /// memory still has no vector and the same content (another process may have changed,
+    /// embedded or deleted it meanwhile). Returns how many got one.
+    pub(crate) async fn add_vectors(&self, rows: Vec<sql::ToEmbed>) -> Result<u64> {
         let Some(embedder) = self.embedder.clone() else {
             return Ok(0);
         };
         if rows.is_empty() {
             return Ok(0);
         }
-        let texts: Vec<&str> = rows.iter().map(|(_, c)| c.as_str()).collect();
+        let texts = sql::texts_to_embed(embedder.as_ref(), &rows);
         let vectors = embed_passages(embedder.as_ref(), &texts).await?;
         let rows: Vec<(i64, String, Vec<Vec<f32>>)> = rows
             .into_iter()
             .zip(vectors)
-            .map(|((pk, content), v)| {
+            .map(|((pk, content, _), v)| {
                 let v = v.into_iter().map(Embedding::into_vector).collect();
                 (pk, content, v)
             })

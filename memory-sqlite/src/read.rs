@@ -32,7 +32,7 @@ const MAX_IDLE: usize = 4;
 /// What one search found: hits, or memories of the scope to embed first.
 pub(crate) enum Searched {
     Hits(Vec<ScoredMemory>),
-    Unembedded(Vec<(i64, String)>),
+    Unembedded(Vec<crate::sql::ToEmbed>),
 }
 
 /// One search, as asked.

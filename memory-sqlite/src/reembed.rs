@@ -6,7 +6,7 @@ use std::sync::Arc;
 use memory_core::{Embedding, EmbeddingProvider, Result, embed_passages};
 use rusqlite::OptionalExtension;
 
-use crate::sql::Sql;
+use crate::sql::{self, Sql};
 use crate::worker::Worker;
 use crate::{SqliteConfig, schema};
 
@@ -57,16 +57,19 @@ pub async fn reembed(
 /// Embeds every memory of the store `worker` holds open and replaces its vectors; returns
 /// how many got one.
 async fn reembed_on(worker: &Worker, embedder: &dyn EmbeddingProvider) -> Result<u64> {
-    let rows: Vec<(i64, String)> = worker
+    let rows: Vec<sql::ToEmbed> = worker
         .call(move |conn| {
-            let mut stmt = conn.prepare("SELECT pk, content FROM memories ORDER BY pk")?;
+            let mut stmt = conn.prepare(&format!(
+                "SELECT pk, content, {} FROM memories ORDER BY pk",
+                sql::PART_TAGS
+            ))?;
             let rows = stmt
-                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .query_map([], sql::to_embed)?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
             Ok(rows)
         })
         .await?;
-    let texts: Vec<&str> = rows.iter().map(|(_, c)| c.as_str()).collect();
+    let texts = sql::texts_to_embed(embedder, &rows);
     let vectors: Vec<Vec<Vec<f32>>> = embed_passages(embedder, &texts)
         .await?
         .into_iter()
@@ -89,7 +92,7 @@ async fn reembed_on(worker: &Worker, embedder: &dyn EmbeddingProvider) -> Result
                 let mut mark =
                     tx.prepare("SELECT scope_id FROM memories WHERE pk = ?1 AND content = ?2")?;
                 let mut embedded = 0u64;
-                for ((pk, content), v) in rows.iter().zip(&vectors) {
+                for ((pk, content, _), v) in rows.iter().zip(&vectors) {
                     let scope_id: Option<i64> = mark
                         .query_row(rusqlite::params![pk, content], |r| r.get(0))
                         .optional()?;

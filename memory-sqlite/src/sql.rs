@@ -39,6 +39,37 @@ pub(crate) struct Sql<'c> {
 
 type R<T> = Result<T, JobError>;
 
+/// A stored memory to embed: its key, its text, and whether it is embedded by its head only
+/// (a later part of a message kept in parts, [`memory_core::embeds_head_only`]).
+pub(crate) type ToEmbed = (i64, String, bool);
+
+/// The part tags of the row `memories` (named so) as one space-separated text, the third
+/// column [`to_embed`] reads.
+pub(crate) const PART_TAGS: &str = "(SELECT group_concat(tag, ' ') FROM memory_tags \
+     WHERE memory = memories.pk AND tag GLOB 'part:*')";
+
+/// The text each of `rows` is embedded by: its content, or for a memory embedded by its
+/// head only, the passage it starts with ([`memory_core::head_passage`]).
+pub(crate) fn texts_to_embed<'r>(
+    embedder: &dyn memory_core::EmbeddingProvider,
+    rows: &'r [ToEmbed],
+) -> Vec<&'r str> {
+    let window = embedder.window_bytes();
+    rows.iter()
+        .map(|(_, content, head_only)| match head_only {
+            true => memory_core::head_passage(content, window),
+            false => content.as_str(),
+        })
+        .collect()
+}
+
+/// Reads a row of (pk, content, [`PART_TAGS`]).
+pub(crate) fn to_embed(r: &rusqlite::Row<'_>) -> rusqlite::Result<ToEmbed> {
+    let tags: Option<String> = r.get(2)?;
+    let head_only = tags.is_some_and(|t| memory_core::embeds_head_only(t.split_whitespace()));
+    Ok((r.get(0)?, r.get(1)?, head_only))
+}
+
 struct RawRow {
     pk: i64,
     id: Vec<u8>,
@@ -1094,15 +1125,13 @@ impl Sql<'_> {
 
     /// Up to `limit` memories of the scope that have no vector yet, oldest first (the
     /// partial index `memories_unembedded` finds them without a scan).
-    pub(crate) fn unembedded(&self, scope_id: i64, limit: usize) -> R<Vec<(i64, String)>> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT pk, content FROM memories INDEXED BY memories_unembedded \
-             WHERE scope_id = ?1 AND embedded = 0 ORDER BY pk LIMIT ?2",
-        )?;
+    pub(crate) fn unembedded(&self, scope_id: i64, limit: usize) -> R<Vec<ToEmbed>> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT pk, content, {PART_TAGS} FROM memories INDEXED BY memories_unembedded \
+             WHERE scope_id = ?1 AND embedded = 0 ORDER BY pk LIMIT ?2"
+        ))?;
         let rows = stmt
-            .query_map(params![scope_id, limit as i64], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })?
+            .query_map(params![scope_id, limit as i64], to_embed)?
             .collect::<rusqlite::Result<_>>()?;
         Ok(rows)
     }

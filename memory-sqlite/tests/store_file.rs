@@ -682,3 +682,79 @@ async fn a_taken_id_in_a_batch_is_the_one_reported() {
     );
     store.close().await;
 }
+
+/// How many vectors each memory of the file at `path` holds (`memories.embedded`), in the
+/// order the memories were said.
+fn vectors_per_memory(path: &Path) -> Vec<i64> {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let mut stmt = conn
+        .prepare("SELECT embedded FROM memories ORDER BY created_at, pk")
+        .unwrap();
+    stmt.query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap()
+}
+
+/// A message kept in parts costs the embedder one memory's passages and a vector for each
+/// further part (issue 54, D1): its first part is embedded passage by passage, each later part
+/// by its head, when it is stored, when a keyword-only store's memories are embedded later, and
+/// by `reembed`.
+#[tokio::test]
+async fn a_message_in_parts_is_embedded_by_passages_in_its_first_part_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.db");
+    let windowed: Arc<dyn EmbeddingProvider> =
+        Arc::new(HashingEmbedder::new(64).unwrap().with_window(200));
+    let message = |topic: &str, at: i64| {
+        let text: String = (0..300)
+            .map(|i| format!("Sentence {i} of the {topic} notes. "))
+            .collect();
+        NewMemory::new(text)
+            .at(memory_core::Timestamp::from_millis(at).unwrap())
+            .split_to_fit(2000)
+    };
+    let store = open(&path, Some(Arc::clone(&windowed))).await.unwrap();
+    let first = message("harbour", 1_700_000_000_000);
+    let parts = first.len();
+    assert!(parts >= 4, "{parts}");
+    store.store_batch(&scope(), first).await.unwrap();
+    store.close().await;
+    drop(store);
+    let counts = vectors_per_memory(&path);
+    assert!(
+        counts[0] >= 10,
+        "the first part by its passages: {counts:?}"
+    );
+    assert!(counts[1..].iter().all(|&n| n == 1), "{counts:?}");
+
+    // Stored without an embedder, embedded by the next search of the scope.
+    let store = open(&path, None).await.unwrap();
+    let second = message("garden", 1_700_000_100_000);
+    let more = second.len();
+    store.store_batch(&scope(), second).await.unwrap();
+    store.close().await;
+    drop(store);
+    assert!(vectors_per_memory(&path)[parts..].iter().all(|&n| n == 0));
+    let store = open(&path, Some(Arc::clone(&windowed))).await.unwrap();
+    store
+        .search(&scope(), &SearchRequest::semantic("garden notes").limit(1))
+        .await
+        .unwrap();
+    store.close().await;
+    drop(store);
+    let counts = vectors_per_memory(&path);
+    assert_eq!(counts.len(), parts + more);
+    assert!(counts[parts] >= 10, "{counts:?}");
+    assert!(counts[parts + 1..].iter().all(|&n| n == 1), "{counts:?}");
+
+    let before = counts;
+    reembed(&path, windowed, SqliteConfig::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        vectors_per_memory(&path),
+        before,
+        "reembed follows the same rule"
+    );
+}

@@ -1,6 +1,7 @@
 //! The workspace's written rules, executed (rust-analyzer's `tidy`): the dependency rules of
-//! ARCHITECTURE.md read from `cargo metadata`, a `//!` line atop every source file, and a
-//! code-map entry in ARCHITECTURE.md for every crate.
+//! ARCHITECTURE.md read from `cargo metadata`, a `//!` line atop every source file, a
+//! code-map entry in ARCHITECTURE.md for every crate, and the documentation's own rules (code
+//! compiled, every page linked, links that resolve, a README that stays a front page).
 
 #[cfg(test)]
 mod tests {
@@ -384,30 +385,285 @@ mod tests {
             .collect()
     }
 
-    /// Every ```rust block in README.md is the code of a file cargo compiles (an example or a
-    /// test), so the README cannot show code that no longer builds.
+    /// The user-facing pages: README.md and every Markdown file under `docs/`, each with
+    /// its text.
+    fn pages() -> Vec<(std::path::PathBuf, String)> {
+        fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+            for entry in std::fs::read_dir(dir).expect("docs/").flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    walk(&path, out);
+                } else if path.extension().is_some_and(|e| e == "md") {
+                    out.push(path);
+                }
+            }
+        }
+        let mut files = vec![root().join("README.md")];
+        walk(&root().join("docs"), &mut files);
+        files.sort();
+        files
+            .into_iter()
+            .map(|f| {
+                let text = std::fs::read_to_string(&f).expect("a page");
+                (f, text)
+            })
+            .collect()
+    }
+
+    /// A path for messages: relative to the workspace root.
+    fn shown(path: &std::path::Path) -> String {
+        let root = root().canonicalize().expect("the root");
+        let path = path.canonicalize().unwrap_or_else(|_| path.to_owned());
+        path.strip_prefix(&root)
+            .unwrap_or(&path)
+            .display()
+            .to_string()
+    }
+
+    /// Every ```rust block in README.md and `docs/` is the code of a file cargo compiles (an
+    /// example or a test), so no page can show code that no longer builds.
     #[test]
-    fn readme_rust_is_compiled_code() {
-        let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+    fn rust_in_the_docs_is_compiled_code() {
         let files = crate_sources(&["tests", "examples"]);
         let compiled: Vec<String> = files
             .iter()
             .map(|f| lines_of(&std::fs::read_to_string(f).unwrap_or_default()).join("\n"))
             .collect();
         let mut blocks = 0;
-        let mut rest = readme.as_str();
-        while let Some(start) = rest.find("```rust\n") {
-            let body = &rest[start + "```rust\n".len()..];
-            let end = body.find("```").expect("a closed code block");
-            let snippet = lines_of(&body[..end]).join("\n");
-            blocks += 1;
-            assert!(
-                compiled.iter().any(|f| f.contains(&snippet)),
-                "README's rust block {blocks} is not the code of any example or test:\n{snippet}"
-            );
-            rest = &body[end + 3..];
+        for (page, text) in pages() {
+            let mut rest = text.as_str();
+            while let Some(start) = rest.find("```rust\n") {
+                let body = &rest[start + "```rust\n".len()..];
+                let end = body.find("```").expect("a closed code block");
+                let snippet = lines_of(&body[..end]).join("\n");
+                blocks += 1;
+                assert!(
+                    compiled.iter().any(|f| f.contains(&snippet)),
+                    "a rust block of {} is not the code of any example or test:\n{snippet}",
+                    shown(&page)
+                );
+                rest = &body[end + 3..];
+            }
         }
-        assert!(blocks >= 2, "found {blocks} rust blocks in README.md");
+        assert!(
+            blocks >= 2,
+            "found {blocks} rust blocks in README.md and docs/"
+        );
+    }
+
+    /// The README is a front page, not a manual: the rest is in `docs/`.
+    const README_MAX_LINES: usize = 200;
+
+    #[test]
+    fn the_readme_is_a_front_page() {
+        let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+        let lines = readme.lines().count();
+        assert!(
+            lines <= README_MAX_LINES,
+            "README.md has {lines} lines, more than {README_MAX_LINES}: move the detail to a page of docs/ and link it"
+        );
+    }
+
+    /// Text without fenced code blocks and inline code spans, where neither links nor
+    /// headings are read.
+    fn prose(text: &str) -> String {
+        let mut out = String::new();
+        let mut fenced = false;
+        for line in text.lines() {
+            if line.trim_start().starts_with("```") {
+                fenced = !fenced;
+                out.push('\n');
+                continue;
+            }
+            if fenced {
+                out.push('\n');
+                continue;
+            }
+            // Inline code: every other run between backticks.
+            for (k, part) in line.split('`').enumerate() {
+                if k % 2 == 0 {
+                    out.push_str(part);
+                }
+            }
+            out.push('\n');
+        }
+        out
+    }
+
+    /// The targets of a page's Markdown links and images, `[text](target)`.
+    fn link_targets(text: &str) -> Vec<String> {
+        let prose = prose(text);
+        let mut targets = Vec::new();
+        let mut rest = prose.as_str();
+        while let Some(at) = rest.find("](") {
+            let after = &rest[at + 2..];
+            let end = after.find(')').unwrap_or(after.len());
+            // `[text](target "title")`: the target alone.
+            let target = after[..end].split_whitespace().next().unwrap_or_default();
+            targets.push(target.to_owned());
+            rest = &after[end..];
+        }
+        targets
+    }
+
+    /// The anchors GitHub gives a page's headings: lower case, letters, digits, `-` and `_`
+    /// kept, spaces as `-`, the rest dropped; a repeated one gets `-1`, `-2`, ...
+    fn anchors(text: &str) -> std::collections::BTreeSet<String> {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut fenced = false;
+        for line in text.lines() {
+            if line.trim_start().starts_with("```") {
+                fenced = !fenced;
+            }
+            if fenced || !line.starts_with('#') {
+                continue;
+            }
+            let title = line.trim_start_matches('#');
+            if !title.starts_with(' ') {
+                continue;
+            }
+            let slug: String = title
+                .trim()
+                .to_lowercase()
+                .chars()
+                .filter_map(|c| match c {
+                    ' ' => Some('-'),
+                    c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+                    _ => None,
+                })
+                .collect();
+            let mut anchor = slug.clone();
+            let mut n = 0;
+            while seen.contains(&anchor) {
+                n += 1;
+                anchor = format!("{slug}-{n}");
+            }
+            seen.insert(anchor);
+        }
+        seen
+    }
+
+    /// Every page of `docs/` is linked from README.md, and every page of `docs/experiments/`
+    /// from BENCHMARKS.md, so a newcomer reaches each from the front page. (`docs/bench`
+    /// holds the benches' scripts, no pages.)
+    #[test]
+    fn every_doc_page_is_linked() {
+        let linked_from = |page: &str| -> Vec<std::path::PathBuf> {
+            let text = std::fs::read_to_string(root().join(page)).expect(page);
+            link_targets(&text)
+                .iter()
+                .map(|t| t.split('#').next().unwrap_or_default())
+                .filter_map(|t| root().join(t).canonicalize().ok())
+                .collect()
+        };
+        let from_readme = linked_from("README.md");
+        let from_benchmarks = linked_from("BENCHMARKS.md");
+        let experiments = root()
+            .join("docs/experiments")
+            .canonicalize()
+            .expect("docs/experiments");
+        let mut unlinked = Vec::new();
+        let mut read = 0;
+        for (page, _) in pages() {
+            let page = page.canonicalize().expect("a page");
+            if page.parent() == root().canonicalize().ok().as_deref() {
+                continue; // README.md itself
+            }
+            read += 1;
+            let (from, links) = if page.starts_with(&experiments) {
+                ("BENCHMARKS.md", &from_benchmarks)
+            } else {
+                ("README.md", &from_readme)
+            };
+            if !links.contains(&page) {
+                unlinked.push(format!("{} (from {from})", shown(&page)));
+            }
+        }
+        assert!(read >= 8, "read only {read} pages of docs/");
+        assert!(
+            unlinked.is_empty(),
+            "pages no one links to: {}",
+            unlinked.join(", ")
+        );
+    }
+
+    /// Every relative link of README.md, ARCHITECTURE.md, BENCHMARKS.md and `docs/` reaches
+    /// a file, and its `#anchor` a heading of that file, so moving a section cannot leave a
+    /// dead link behind.
+    #[test]
+    fn relative_links_resolve() {
+        let mut pages = pages();
+        for top in ["ARCHITECTURE.md", "BENCHMARKS.md"] {
+            let text = std::fs::read_to_string(root().join(top)).expect(top);
+            pages.push((root().join(top), text));
+        }
+        let mut broken = Vec::new();
+        let mut checked = 0;
+        for (page, text) in &pages {
+            let dir = page.parent().expect("a page's folder");
+            for target in link_targets(text) {
+                if target.contains("://") || target.starts_with("mailto:") {
+                    continue;
+                }
+                checked += 1;
+                let (file, anchor) = match target.split_once('#') {
+                    Some((file, anchor)) => (file, Some(anchor)),
+                    None => (target.as_str(), None),
+                };
+                let path = if file.is_empty() {
+                    page.clone()
+                } else {
+                    dir.join(file)
+                };
+                if !path.exists() {
+                    broken.push(format!("{}: {target} (no such file)", shown(page)));
+                    continue;
+                }
+                if let Some(anchor) = anchor {
+                    let text = std::fs::read_to_string(&path).unwrap_or_default();
+                    if !anchors(&text).contains(anchor) {
+                        broken.push(format!("{}: {target} (no such heading)", shown(page)));
+                    }
+                }
+            }
+        }
+        assert!(checked >= 50, "checked only {checked} links");
+        assert!(broken.is_empty(), "dead links:\n{}", broken.join("\n"));
+    }
+
+    /// CI runs the README's test command exactly as the quick start writes it.
+    #[test]
+    fn ci_runs_the_readmes_test_command() {
+        let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+        let ci = std::fs::read_to_string(root().join(".ci/run")).expect(".ci/run");
+        let command = readme
+            .lines()
+            .map(|l| l.split(" #").next().unwrap_or_default().trim())
+            .find(|l| l.starts_with("cargo test "))
+            .expect("the README's quick start has a `cargo test` line");
+        assert!(
+            ci.lines().any(|l| l.trim() == command),
+            "`.ci/run` does not run the README's test command `{command}` as written"
+        );
+    }
+
+    #[test]
+    fn anchors_are_githubs() {
+        let page = "# Ava\n## `ava serve`: memory for any app\n## Ava\n```sh\n# not a heading\n```\n### What's new (issue 35, item 4)\n";
+        let got: Vec<String> = anchors(page).into_iter().collect();
+        assert_eq!(
+            got,
+            [
+                "ava",
+                "ava-1",
+                "ava-serve-memory-for-any-app",
+                "whats-new-issue-35-item-4"
+            ]
+        );
+        assert_eq!(
+            link_targets("see [a](docs/a.md#x) and `[b](nope.md)`, ![i](i.png \"t\")"),
+            ["docs/a.md#x", "i.png"]
+        );
     }
 
     /// Identifiers in `text`, in order (letters, digits and `_`).

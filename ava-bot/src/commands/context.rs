@@ -102,9 +102,7 @@ fn incomplete(report: &ExplainReport) -> Vec<String> {
         .filter(|d| {
             !matches!(
                 d.kind,
-                DegradationKind::SearchFallback
-                    | DegradationKind::MissingProvider
-                    | DegradationKind::IdentityMismatch
+                DegradationKind::SearchFallback | DegradationKind::MissingProvider
             )
         })
         .map(ToString::to_string)

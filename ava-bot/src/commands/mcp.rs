@@ -34,7 +34,7 @@ pub(crate) struct Args {
     #[arg(long, value_name = "ADDR")]
     http: Option<SocketAddr>,
     /// With --http: the bearer-token file (JSON, mode 600), mapping each token to a user and
-    /// chat; see the README.
+    /// chat; see docs/mcp.md.
     #[arg(long, env = "AVA_MCP_TOKENS", value_name = "FILE")]
     tokens: Option<PathBuf>,
     /// With --http: another Host name clients may use besides localhost, 127.0.0.1 and ::1 at

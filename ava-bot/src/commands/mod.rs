@@ -55,26 +55,6 @@ pub(crate) async fn readable_scopes(
     })
 }
 
-/// The private context of `scope`'s memories (its own and the user-wide ones) that best
-/// match `request`, best first, at most its limit.
-pub(crate) async fn search_private(
-    store: &dyn MemoryBackend,
-    scope: &Scope,
-    request: &SearchRequest,
-) -> memory_core::Result<Vec<memory_core::ScoredMemory>> {
-    let mut hits = Vec::new();
-    for scope in scope.private_context() {
-        hits.extend(store.search(&scope, request).await?);
-    }
-    hits.sort_by(|a, b| {
-        b.score
-            .total_cmp(&a.score)
-            .then(a.entry.id.cmp(&b.entry.id))
-    });
-    hits.truncate(request.limit);
-    Ok(hits)
-}
-
 /// Runs `op` in each of `scopes` in turn until one holds the memory `id` (in the others
 /// `op` answers "not found"): the scope that held it and what `op` gave. An error names
 /// `user` when no scope holds it, or says what failed (`doing`).

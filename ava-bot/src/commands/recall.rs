@@ -1,5 +1,6 @@
-//! `ava recall`: search a user's memories in a chat (and the user's own facts) and print
-//! scored hits; a lookup, so it records no access and writes nothing.
+//! `ava recall`: look up a user's memories in a chat (and the user's own facts) and print
+//! them ranked as every door's recall ranks them ([`hydrate::recall`]); a lookup, so it
+//! records no access and writes nothing.
 
 use std::io::Write;
 
@@ -41,9 +42,16 @@ pub(crate) async fn run(
         req = req.filter(Filter::as_of(at));
     }
     // The chat's memories and the person's own facts, best first.
-    let hits = super::search_private(store, &scope, &req)
-        .await
-        .context("search memories")?;
+    let window = opened.embedder.as_ref().and_then(|e| e.window_bytes());
+    let hits = hydrate::recall(
+        store,
+        &scope.private_context(),
+        &req,
+        &hydrate::RecallRanking::new(window),
+        Timestamp::now(),
+    )
+    .await
+    .context("search memories")?;
     if args.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&hits)?)?;
         return Ok(());

@@ -76,13 +76,18 @@ pub(crate) async fn run(
         None => anyhow::Error::new(e).context("store the memory"),
     })?;
     match &kept {
-        FactKept::Parts(parts) => eprintln!(
-            "longer than {} bytes: stored in {} linked parts, tagged {}{}",
-            opened.store.info().limits.max_content_bytes,
-            parts.len(),
-            memory_core::PART_OF_TAG_PREFIX,
-            kept.entry().map(|e| e.id.to_string()).unwrap_or_default()
-        ),
+        FactKept::Parts(parts) => {
+            eprintln!(
+                "longer than {} bytes: stored in {} linked parts, tagged {}{}",
+                opened.store.info().limits.max_content_bytes,
+                parts.len(),
+                memory_core::PART_OF_TAG_PREFIX,
+                kept.entry().map(|e| e.id.to_string()).unwrap_or_default()
+            );
+            if let Some(cut) = memory_core::MessageCut::of(&args.text) {
+                eprintln!("the text is {cut}");
+            }
+        }
         FactKept::Once(r) if r.merged => {
             eprintln!("already remembered: merged into the memory with the same text");
         }

@@ -28,7 +28,7 @@ pub(crate) struct Args {
     #[arg(long, env = "AVA_SERVE_ADDR", default_value = "127.0.0.1:8765")]
     addr: SocketAddr,
     /// The bearer-token file (JSON, mode 600), mapping each token to a user and chat; the
-    /// same as `ava mcp --http`'s (see the README).
+    /// same as `ava mcp --http`'s (see docs/mcp.md).
     #[arg(long, env = "AVA_MCP_TOKENS", value_name = "FILE")]
     tokens: PathBuf,
     /// Another Host name clients may use besides localhost, 127.0.0.1 and ::1 at the port

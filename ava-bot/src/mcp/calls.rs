@@ -38,6 +38,7 @@ impl AvaMcp {
             .map(Tag::new)
             .collect::<Result<Vec<_>, _>>()
             .context("bad `tags`")?;
+        let cut = memory_core::MessageCut::of(&a.content);
         let mut memory = hydrate::with_entity_tags(NewMemory::new(a.content))
             .with_kind(MemoryKind::Fact)
             .with_source("mcp")
@@ -73,10 +74,12 @@ impl AvaMcp {
         let merged = matches!(&kept, FactKept::Once(r) if r.merged);
         let how = match &kept {
             FactKept::Parts(parts) => format!(
-                "Remembered in {} linked parts, all tagged {}{}",
+                "Remembered in {} linked parts, all tagged {}{}{}",
                 parts.len(),
                 memory_core::PART_OF_TAG_PREFIX,
-                entry.id
+                entry.id,
+                cut.map(|c| format!(" (the text is {c})"))
+                    .unwrap_or_default()
             ),
             FactKept::Once(r) if r.merged => {
                 "Already remembered; merged into the same memory".to_owned()
@@ -137,8 +140,12 @@ impl AvaMcp {
             memory_core::SearchMode::Keyword => "keyword",
             memory_core::SearchMode::Semantic => "semantic",
         };
-        // The chat's memories and the person's own facts, best first.
-        let hits = crate::commands::search_private(store, &self.scope, &request)
+        // The chat's memories and the person's own facts, ranked as every door's recall.
+        let hits = self
+            .memory
+            .agent
+            .ops(self.scope.clone(), crate::agent::Audience::Private)
+            .recall_with(request)
             .await
             .context("could not search memories")?;
         let entries: Vec<MemoryEntry> = hits.iter().map(|h| h.entry.clone()).collect();

@@ -602,15 +602,10 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_snippets_are_what_the_server_accepts() {
+    fn the_docs_snippets_are_what_the_server_accepts() {
         use clap::Parser;
-        let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"));
-        let section = readme
-            .split("## Ava as an MCP server")
-            .nth(1)
-            .and_then(|s| s.split("\n## ").next())
-            .unwrap();
-        let blocks: Vec<Value> = section
+        let page = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/mcp.md"));
+        let blocks: Vec<Value> = page
             .split("```json\n")
             .skip(1)
             .map(|b| serde_json::from_str(b.split("```").next().unwrap()).unwrap())

@@ -18,9 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use hydrate::{
-    CompiledPrompt, HydrateInput, HydrationConfig, OPT_NEARBY_LIFT, OPT_NEIGHBOURS,
-    OPT_RECORD_ACCESS, OPT_SEMANTIC_WEIGHT, PreviousPrompt, ProviderOptions, SourceKind, prepare,
-    product,
+    CompiledPrompt, HydrateInput, HydrationConfig, PreviousPrompt, SourceKind, prepare, product,
 };
 use memory_core::{
     Embedding, EmbeddingProvider, Filter, HashingEmbedder, MemoryBackend, MemoryId, MemoryKind,
@@ -72,8 +70,16 @@ impl Overrides {
                 v.parse::<prompt_ir::BudgetAllocation>()
                     .with_context(|| format!("--set {k}={v}"))?;
             } else {
-                v.parse::<f64>()
+                let x = v
+                    .parse::<f64>()
                     .with_context(|| format!("--set {k}={v}: expected a number"))?;
+                let share = matches!(k, "semantic_weight" | "nearby_lift");
+                if share && !(0.0..=1.0).contains(&x) {
+                    anyhow::bail!("--set {k}={v}: expected a number from 0 to 1");
+                }
+                if k == "neighbours" && (x.fract() != 0.0 || !(0.0..=100.0).contains(&x)) {
+                    anyhow::bail!("--set {k}={v}: expected a whole number from 0 to 100");
+                }
             }
             set.push((k.to_owned(), v.to_owned()));
         }
@@ -133,6 +139,18 @@ impl Overrides {
         }
         if let Some(v) = self.get("unmatched_relevance") {
             config.unmatched_relevance = v;
+        }
+        if let Some(w) = self.get("semantic_weight") {
+            // Checked when parsed: a share from 0 to 1.
+            if let Ok(weights) = memory_core::HybridWeights::new(w as f32, 1.0 - w as f32) {
+                config.memory.weights = weights;
+            }
+        }
+        if let Some(n) = self.get("neighbours") {
+            config.memory.neighbours = (n as usize).min(hydrate::MAX_NEIGHBOURS);
+        }
+        if let Some(l) = self.get("nearby_lift") {
+            config.memory.nearby_lift = prompt_ir::Ratio::clamped(l);
         }
         if let Some(v) = self.get("cue_time") {
             config.cue_weights.time = v;
@@ -206,9 +224,6 @@ struct Conversation {
     config: HydrationConfig,
     /// The product's config with only the recent conversation, free to fill the budget.
     newest: HydrationConfig,
-    /// Request options that keep questions from counting as recalls (a question must not
-    /// change the next one's scores).
-    options: (String, ProviderOptions),
     /// Each turn's memory, or the first of its parts.
     ids: HashMap<String, MemoryId>,
     /// Each turn's memories: one, or its linked parts.
@@ -259,31 +274,11 @@ async fn ingest(
     newest.source_token_share = 1.0;
     newest.conversation_share = 0.0;
     newest.relevance_floor = 0.0;
-    // The memory provider, by what it serves (the graph's provider may come first).
-    let provider = config
-        .providers
-        .iter()
-        .find(|p| p.supports(SourceKind::Semantic))
-        .map(|p| p.name().to_owned())
-        .context("the product's config has no memory provider")?;
     let mut conv = Conversation {
         scope,
         store,
         config,
         newest,
-        options: (provider, {
-            let mut o = ProviderOptions::new().with(OPT_RECORD_ACCESS, false);
-            if let Some(w) = overrides.get("semantic_weight") {
-                o = o.with(OPT_SEMANTIC_WEIGHT, w);
-            }
-            if let Some(n) = overrides.get("neighbours") {
-                o = o.with(OPT_NEIGHBOURS, n);
-            }
-            if let Some(l) = overrides.get("nearby_lift") {
-                o = o.with(OPT_NEARBY_LIFT, l);
-            }
-            o
-        }),
         ids: HashMap::new(),
         parts: HashMap::new(),
         turns: sample.turns.len(),
@@ -367,11 +362,12 @@ impl Replayed {
 }
 
 impl Conversation {
+    /// A question's input: at the conversation's "now", counting nothing as recalled (a
+    /// question must not change what the next one ranks).
     fn input(&self, request: ContextRequest) -> HydrateInput {
-        let (provider, options) = &self.options;
         HydrateInput::new(self.scope.clone(), request)
             .at(self.now)
-            .with_provider_options(provider.clone(), options.clone())
+            .without_access_tracking()
     }
 
     /// The prompt `ava` would build for `question` within `budget` (the backend embeds the

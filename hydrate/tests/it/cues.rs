@@ -16,8 +16,8 @@ use std::sync::Arc;
 
 use common::{at, chat_scope, now, tokenizer};
 use hydrate::{
-    CompiledPrompt, CueWeights, HydrateInput, HydrationConfig, OPT_NEARBY_LIFT, OPT_NEIGHBOURS,
-    ProviderOptions, SourceKind, compile, hydrate, memory_provider,
+    CompiledPrompt, CueWeights, HydrateInput, HydrationConfig, SourceKind, compile, hydrate,
+    memory_provider,
 };
 use memory_core::{MemoryBackend, NewMemory, Role};
 use prompt_ir::{ContextRequest, TokenBudget};
@@ -36,11 +36,14 @@ fn cfg(backend: &Arc<dyn MemoryBackend>) -> HydrationConfig {
     c
 }
 
-/// [`cfg`] with the memory provider's option `key` set to `value` (as a bot's state sets it).
-fn cfg_with(backend: &Arc<dyn MemoryBackend>, key: &str, value: f64) -> HydrationConfig {
-    let c = cfg(backend);
-    let provider = c.providers[0].name().to_owned();
-    c.with_app_options(provider, ProviderOptions::new().with(key, value))
+/// [`cfg`] with the memory source's tuning changed by `tune`.
+fn cfg_with(
+    backend: &Arc<dyn MemoryBackend>,
+    tune: impl FnOnce(&mut hydrate::MemoryTuning),
+) -> HydrationConfig {
+    let mut c = cfg(backend);
+    tune(&mut c.memory);
+    c
 }
 
 async fn said(backend: &Arc<dyn MemoryBackend>, lines: &[(&str, &str)]) {
@@ -308,7 +311,7 @@ async fn a_reply_the_question_finds_brings_the_message_it_answers() {
     assert!(data(&p).contains("Pottery at last!"), "{}", data(&p));
     assert!(data(&p).contains(SIGNED_UP), "{}", data(&p));
 
-    let off = cfg_with(&backend, OPT_NEIGHBOURS, 0.0);
+    let off = cfg_with(&backend, |t| t.neighbours = 0);
     let p = prompt(&off, question, 400).await;
     assert!(data(&p).contains("Pottery at last!"), "{}", data(&p));
     assert!(!data(&p).contains(SIGNED_UP), "{}", data(&p));
@@ -376,7 +379,7 @@ async fn a_message_amid_talk_that_matches_is_lifted_above_a_stray_match() {
         "{from:?} -> {to:?}"
     );
 
-    let off = cfg_with(&backend, OPT_NEARBY_LIFT, 0.0);
+    let off = cfg_with(&backend, |t| t.nearby_lift = prompt_ir::Ratio::ZERO);
     assert_eq!(first_in(&off).await, PLUMBER);
     assert_eq!(lifted(&off).await.0, None);
 }

@@ -49,6 +49,9 @@ async fn remember(store: &dyn MemoryBackend, scope: &Scope, texts: &[&str]) {
     }
 }
 
+/// The graph source's queries are for a private context.
+static PRIVATE: hydrate::Reach = hydrate::Reach::Private;
+
 /// What the graph source finds for `question` in `scope`.
 async fn fetch(source: &GraphSource, scope: &Scope, question: &str) -> Vec<SourceItem> {
     let strategy = ContextStrategy::default();
@@ -68,6 +71,9 @@ async fn fetch(source: &GraphSource, scope: &Scope, question: &str) -> Vec<Sourc
         now: now(),
         embeddings: &embeddings,
         cues: &cues,
+        reach: &PRIVATE,
+        record_access: true,
+        tuning: hydrate::MemoryTuning::default(),
     };
     let mut out = SourceOutput::new();
     source.fetch(&query, &mut out).await.unwrap();

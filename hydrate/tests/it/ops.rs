@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use common::{OBSERVATION, chat_scope, config, embedder, input, request, seed_alice, user_scope};
 use hydrate::{
-    ChatMessage, ChatModel, ChatResponse, ChatRole, Error, FORGET, Ops, RECALL, REMEMBER, ToolCall,
-    ToolHandler, ToolSpec,
+    ChatMessage, ChatModel, ChatResponse, ChatRole, Error, FORGET, Ops, RECALL, REMEMBER, Reach,
+    ToolCall, ToolHandler, ToolSpec,
 };
 use memory_core::{MemoryBackend, MemoryKind, NewMemory, Scope};
 use memory_inmem::InMemoryBackend;
@@ -516,11 +516,9 @@ async fn facts_follow_the_person_into_private_chats_and_stay_out_of_shared_ones(
     assert!(!holds_pixel(&prompt(&bob).await), "another user");
     assert!(bob.recall("cat Pixel", 5).await.unwrap().is_empty());
 
-    // Not even a request that asks for the user-wide scope gets it into a group.
-    let asked = input(group.scope().clone(), request(question, 4000)).with_provider_options(
-        cfg.providers[0].name(),
-        hydrate::ProviderOptions::new().with(hydrate::OPT_USER_KNOWLEDGE, true),
-    );
+    // Not even an input that asks for a private context's reach gets it into a group: the
+    // group's operations read what their own reach allows.
+    let asked = input(group.scope().clone(), request(question, 4000)).with_reach(Reach::Private);
     let p = group.prepare(&asked).await.unwrap();
     assert!(!holds_pixel(&p));
 
@@ -538,11 +536,22 @@ async fn facts_follow_the_person_into_private_chats_and_stay_out_of_shared_ones(
         in_chat("bob", "-100"),
     )
     .in_shared_chat();
-    let asked = input(bob_in_group.scope().clone(), request(question, 4000)).with_provider_options(
-        cfg.providers[0].name(),
-        hydrate::ProviderOptions::new().with(hydrate::OPT_SHARED_FACTS_OF, "alice"),
-    );
+    let asked =
+        input(bob_in_group.scope().clone(), request(question, 4000)).with_reach(Reach::Shared {
+            facts_of: Some("alice".into()),
+        });
     assert!(!holds_pixel(&bob_in_group.prepare(&asked).await.unwrap()));
+    // Hydrated directly, an input's reach is what its sources read.
+    let direct = |reach: Reach| {
+        let cfg = Arc::clone(&cfg);
+        let input = input(group.scope().clone(), request(question, 4000)).with_reach(reach);
+        async move {
+            let hydrated = hydrate::hydrate(&cfg, &input).await.unwrap();
+            hydrate::compile(&cfg, &hydrated).unwrap()
+        }
+    };
+    assert!(!holds_pixel(&direct(Reach::SHARED).await));
+    assert!(holds_pixel(&direct(Reach::Private).await));
 
     // Told in the group, a fact stays in the group.
     let said = group

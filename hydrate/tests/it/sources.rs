@@ -450,11 +450,7 @@ async fn the_memory_source_keeps_the_source_contract() {
         )
         .await
         .unwrap();
-    let source = hydrate::MemorySource::new(
-        Arc::clone(&backend),
-        Some(embedder()),
-        hydrate::MemoryOptions::default(),
-    );
+    let source = hydrate::MemorySource::new(Arc::clone(&backend), Some(embedder()));
     for kind in [
         SourceKind::Temporal,
         SourceKind::Knowledge,
