@@ -297,6 +297,9 @@ pub(crate) struct Opened {
     pub(crate) store: Arc<dyn MemoryBackend>,
     /// The same store when it is a SQLite file (for `stats`, which reads its totals).
     pub(crate) sqlite: Option<Arc<SqliteBackend>>,
+    /// The same store when it is a Postgres schema (for `stats` and `reembed --missing`).
+    #[cfg(feature = "postgres")]
+    pub(crate) postgres: Option<Arc<memory_postgres::PostgresBackend>>,
     /// One line on the embedder in use, or why there is none.
     pub(crate) embedder_note: String,
     /// The embedder the store was opened with (its space), for embedding a prompt's
@@ -487,6 +490,8 @@ impl Settings {
                     embedder: store_embedder(&*store, embedder),
                     store: Arc::clone(&store) as Arc<dyn MemoryBackend>,
                     sqlite: Some(store),
+                    #[cfg(feature = "postgres")]
+                    postgres: None,
                     embedder_note,
                 })
             }
@@ -494,7 +499,9 @@ impl Settings {
                 let store = open_postgres(&url, embedder.clone()).await?;
                 Ok(Opened {
                     embedder: store_embedder(&*store, embedder),
-                    store,
+                    #[cfg(feature = "postgres")]
+                    postgres: Some(Arc::clone(&store)),
+                    store: store as Arc<dyn MemoryBackend>,
                     sqlite: None,
                     embedder_note,
                 })
@@ -554,15 +561,38 @@ async fn open_postgres(
 async fn open_postgres(
     url: &str,
     embedder: Option<Arc<dyn EmbeddingProvider>>,
-) -> anyhow::Result<Arc<dyn MemoryBackend>> {
+) -> anyhow::Result<Arc<memory_postgres::PostgresBackend>> {
     let store = memory_postgres::PostgresBackend::connect(
         url,
         embedder,
         memory_postgres::PostgresConfig::default(),
     )
-    .await
-    .with_context(|| format!("open memory store {}", redact_url(url)))?;
-    Ok(Arc::new(store))
+    .await;
+    match store {
+        Ok(store) => Ok(Arc::new(store)),
+        Err(e) => {
+            let hint = postgres_hint(&e);
+            let e = anyhow::Error::new(e).context(format!("open memory store {}", redact_url(url)));
+            Err(match hint {
+                Some(h) => e.context(crate::Hint(h)),
+                None => e,
+            })
+        }
+    }
+}
+
+/// What to do about a Postgres store error, when there is something to do from the command
+/// line.
+#[cfg(feature = "postgres")]
+fn postgres_hint(e: &memory_postgres::PostgresError) -> Option<String> {
+    use memory_postgres::PostgresError as E;
+    match e {
+        E::SpaceChanged { stored, .. } => Some(format!(
+            "open it with the embedder it was made with (--embedder; it holds {stored}), or \
+             move it to the new one with `ava reembed` and the new --embedder"
+        )),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

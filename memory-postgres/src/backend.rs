@@ -23,6 +23,7 @@ use uuid::Uuid;
 use crate::PostgresBackend;
 use crate::error::{BACKEND, Cells, InSchema, PostgresError, query_error};
 use crate::index::Indexes;
+use crate::schema::{space_is, space_key, space_sql};
 use crate::sql::{
     Passages, Query, SCORE_COL, TsQuery, entries, entry, entry_cols, push_filter,
     rarest_lexemes_sql, scored, scored_entries, tsquery,
@@ -80,6 +81,52 @@ impl PostgresBackend {
             store: self.store_name().into(),
             embedder: self.embedder.as_deref(),
             space: self.space.as_deref(),
+        }
+    }
+
+    /// SQL that is true while the store records this process's embedding space (its key
+    /// bound in `q`; see [`space_is`]), or `true` for a process without one.
+    fn space_guard(&self, q: &mut Query) -> String {
+        match &self.space {
+            Some(space) => space_is(&self.names.meta, &q.bind(space_key(space))),
+            None => "true".to_owned(),
+        }
+    }
+
+    /// [`PostgresError::SpaceMoved`] if the store records another space than this
+    /// process's now (another process ran `reembed`).
+    pub(crate) async fn check_space<C>(&self, c: &C) -> std::result::Result<(), PostgresError>
+    where
+        C: deadpool_postgres::GenericClient + Sync,
+    {
+        let Some(mine) = &self.space else {
+            return Ok(());
+        };
+        let row = self.on(c).one(&space_sql(&self.names.meta), &[]).await?;
+        let cells = Cells::new(&row, &self.schema);
+        let (provider, model, dims): (Option<String>, Option<String>, Option<String>) =
+            (cells.get(0)?, cells.get(1)?, cells.get(2)?);
+        let now = match (provider, model, dims) {
+            (Some(p), Some(m), Some(d)) => format!("{p}/{m} ({d} dims)"),
+            _ => "none".to_owned(),
+        };
+        // As `EmbeddingSpace` displays itself.
+        if mine.to_string() == now {
+            return Ok(());
+        }
+        Err(self.space_moved(now))
+    }
+
+    /// [`PostgresError::SpaceMoved`] into `now`.
+    fn space_moved(&self, now: String) -> PostgresError {
+        PostgresError::SpaceMoved {
+            server: self.server.clone(),
+            schema: self.schema.clone(),
+            now,
+            mine: self
+                .space
+                .as_ref()
+                .map_or_else(|| "none".to_owned(), ToString::to_string),
         }
     }
 
@@ -161,16 +208,32 @@ impl PostgresBackend {
     ) -> std::result::Result<Found, PostgresError> {
         loop {
             let longest = self.longest.load(Ordering::Relaxed);
-            let rows = self.rows(c, &self.semantic_sql(search, longest)).await?;
+            // Vectors of another space (another process ran `reembed`) must not meet this
+            // process's query: the statement says whether the store still records this
+            // process's space, in its own snapshot; when it returns no row, or fails (the
+            // vectors' dimensions may differ now), a look of its own says.
+            let rows = match self.rows(c, &self.semantic_sql(search, longest)).await {
+                Ok(rows) => rows,
+                Err(e) => {
+                    self.check_space(c).await?;
+                    return Err(e);
+                }
+            };
             let Some(first) = rows.first() else {
+                self.check_space(c).await?;
                 return Ok(Found::default());
             };
             // After the score: each row's best similarity and number of vectors; then, the
             // same in every row, the spread's count, sum and sum of squares, the deviation
-            // the statement ranked by, the most vectors of a memory ranked, and on the exact
-            // path the scope's id and whether its index is ready.
+            // the statement ranked by, the most vectors of a memory ranked, whether the store
+            // records this process's space, and on the exact path the scope's id and whether
+            // its index is ready.
             let at = if search.entries { SCORE_COL + 1 } else { 3 };
             let cells = Cells::new(first, &self.schema);
+            if !cells.get::<bool>(at + 7)? {
+                self.check_space(c).await?;
+                return Err(self.space_moved("another space".to_owned()));
+            }
             let most: Option<i64> = cells.get(at + 6)?;
             let most = most.and_then(|n| usize::try_from(n).ok()).unwrap_or(1);
             if most > longest {
@@ -188,8 +251,8 @@ impl PostgresBackend {
             // `spread.std()` computed in SQL.
             let deviation: f64 = cells.get(at + 5)?;
             if search.indexed.is_none() {
-                let id: i64 = cells.get(at + 7)?;
-                let ready: bool = cells.get(at + 8)?;
+                let id: i64 = cells.get(at + 8)?;
+                let ready: bool = cells.get(at + 9)?;
                 self.indexes.learn(&search.scope.key(), id, ready);
             }
             let mut found = self.found(&rows, search.entries)?;
@@ -341,10 +404,11 @@ impl PostgresBackend {
              FROM (SELECT pk, id, d, 1::int8 AS n FROM h UNION ALL SELECT pk, id, d, n FROM l) x \
              ORDER BY score DESC, id LIMIT {lim}) "
         ));
-        let mut extra = String::from(
+        let guard = self.space_guard(&mut query);
+        let mut extra = format!(
             ", t.best::float8, t.n, (SELECT n FROM sp)::int8, (SELECT s FROM sp)::float8, \
              (SELECT ss FROM sp)::float8, (SELECT dev FROM dv)::float8, \
-             (SELECT max(n) FROM l)::int8",
+             (SELECT max(n) FROM l)::int8, {guard}"
         );
         if search.indexed.is_none() {
             extra.push_str(", (SELECT id FROM s), (SELECT ready FROM s)");
@@ -594,9 +658,9 @@ impl PostgresBackend {
                 merged: true,
             });
         }
-        let entries = [memory.into_entry(scope, now, !vector.is_empty())];
+        let mut entries = [memory.into_entry(scope, now, !vector.is_empty())];
         match self
-            .insert_all(client, scope, &entries, vec![vector])
+            .insert_all(client, scope, &mut entries, vec![vector])
             .await?
         {
             Ok((scope_id, stored)) => {
@@ -652,26 +716,37 @@ impl PostgresBackend {
 
     /// Writes `entries` (with their `vectors`: per memory, one per passage) into the scope
     /// in one transaction. Returns the scope's id and its count of memories ever stored, or
-    /// the first id of the batch that another memory holds already (nothing written).
+    /// the first id of the batch that another memory holds already (nothing written). If
+    /// another process moved the store to another embedding space, the memories are written
+    /// without their vectors (and `entries` say so).
     async fn insert_all(
         &self,
         client: &mut Object,
         scope: &Scope,
-        entries: &[MemoryEntry],
+        entries: &mut [MemoryEntry],
         vectors: Vec<Vec<Vec<f32>>>,
     ) -> std::result::Result<std::result::Result<(i64, i64), MemoryId>, PostgresError> {
         let ids: Vec<Uuid> = entries.iter().map(|e| *e.id.as_uuid()).collect();
-        let mut heads = Vec::with_capacity(vectors.len());
-        let mut more = Passages::default();
-        for (&id, vectors) in ids.iter().zip(vectors) {
-            let mut vectors = vectors.into_iter();
-            heads.push(vectors.next());
-            more.extend(id, vectors);
-        }
         let tx = client.transaction().await.in_schema(&self.schema)?;
         let tenant = scope.tenant();
-        if let Some(id) = self.first_taken(&tx, tenant, &ids).await? {
+        let (taken, same_space) = self.first_taken(&tx, tenant, &ids).await?;
+        if let Some(id) = taken {
             return Ok(Err(id));
+        }
+        let vectors = if same_space {
+            vectors
+        } else {
+            // Another process re-embedded the store: keep the text, without vectors of the
+            // old space; a process of the new space embeds them.
+            entries.iter_mut().for_each(|e| e.embedded = false);
+            Vec::new()
+        };
+        let mut heads: Vec<Option<Vec<f32>>> = vec![None; ids.len()];
+        let mut more = Passages::default();
+        for ((&id, head), vectors) in ids.iter().zip(&mut heads).zip(vectors) {
+            let mut vectors = vectors.into_iter();
+            *head = vectors.next();
+            more.extend(id, vectors);
         }
         let (scope_id, stored) = self.count_into_scope(&tx, scope, entries.len()).await?;
         let insert = self.insert_statement(tenant, scope_id, ids.clone(), entries, heads);
@@ -704,27 +779,31 @@ impl PostgresBackend {
     }
 
     /// The first of `ids`, in their order, that a stored memory of `tenant` holds (ids are
-    /// unique per tenant).
+    /// unique per tenant), and whether the store records this process's embedding space.
+    /// The first statement of a write transaction: from it on, the transaction holds a lock
+    /// on `memories` that a `reembed` waits for, so the space it saw holds until it ends.
     async fn first_taken(
         &self,
         c: &tokio_postgres::Transaction<'_>,
         tenant: &str,
         ids: &[Uuid],
-    ) -> std::result::Result<Option<MemoryId>, PostgresError> {
+    ) -> std::result::Result<(Option<MemoryId>, bool), PostgresError> {
+        let mut q = Query::default();
+        let ids_p = q.bind(ids.to_vec());
+        let t = q.bind(tenant.to_owned());
+        let guard = self.space_guard(&mut q);
+        q.push(&format!(
+            "SELECT (SELECT id FROM {} WHERE tenant = {t} AND id = ANY({ids_p}) \
+             ORDER BY array_position({ids_p}, id) LIMIT 1), {guard}",
+            self.names.memories
+        ));
         let row = c
-            .query_opt(
-                &format!(
-                    "SELECT id FROM {} WHERE tenant = $2 AND id = ANY($1) \
-                     ORDER BY array_position($1, id) LIMIT 1",
-                    self.names.memories
-                ),
-                &[&ids, &tenant],
-            )
+            .query_one(&q.sql, &q.params())
             .await
             .in_schema(&self.schema)?;
-        row.map(|r| r.try_get(0).map(MemoryId::from_uuid))
-            .transpose()
-            .in_schema(&self.schema)
+        let cells = Cells::new(&row, &self.schema);
+        let taken: Option<Uuid> = cells.get(0)?;
+        Ok((taken.map(MemoryId::from_uuid), cells.get(1)?))
     }
 
     /// Which of `ids` an insert that failed with `violation` (a unique violation) collided
@@ -745,7 +824,7 @@ impl PostgresBackend {
             return Ok(Some(MemoryId::from_uuid(*id)));
         }
         let tx = client.transaction().await.in_schema(&self.schema)?;
-        self.first_taken(&tx, tenant, ids).await
+        Ok(self.first_taken(&tx, tenant, ids).await?.0)
     }
 
     /// The one `INSERT ... SELECT FROM unnest(...)` that writes the whole batch: one array
@@ -1014,7 +1093,7 @@ impl MemoryBackend for PostgresBackend {
         memories: Vec<NewMemory>,
     ) -> Result<Vec<MemoryEntry>> {
         // Checked and embedded before taking a connection.
-        let (entries, vectors) = self
+        let (mut entries, vectors) = self
             .vectors()
             .prepare_batch(scope, memories, self.config.limits.max_content_bytes)
             .await?;
@@ -1023,7 +1102,7 @@ impl MemoryBackend for PostgresBackend {
         }
         let mut client = self.client().await?;
         match self
-            .insert_all(&mut client, scope, &entries, vectors)
+            .insert_all(&mut client, scope, &mut entries, vectors)
             .await?
         {
             Ok((scope_id, stored)) => {
@@ -1211,7 +1290,7 @@ impl MemoryBackend for PostgresBackend {
             Some(c) => self.vectors().embed_text(c).await?.into_iter(),
             None => Vec::new().into_iter(),
         };
-        let head = vectors.next();
+        let mut head = vectors.next();
         let content_changed = patch.content.is_some();
         let superseding = patch.superseding(id)?;
         let mut client = self.client().await?;
@@ -1235,6 +1314,21 @@ impl MemoryBackend for PostgresBackend {
             .ok_or(MemoryError::NotFound { id })?;
         let (pk, mut entry) = entry(&row, &self.schema)?;
         ensure_scope(BACKEND, scope, [&entry])?;
+        if head.is_some() {
+            // The row is locked, so a `reembed` waits for this transaction: whether the
+            // store still records this process's space holds until it ends.
+            let mut q = Query::default();
+            let guard = self.space_guard(&mut q);
+            q.push(&format!("SELECT {guard}"));
+            let row = tx
+                .query_one(&q.sql, &q.params())
+                .await
+                .in_schema(&self.schema)?;
+            if !Cells::new(&row, &self.schema).get::<bool>(0)? {
+                head = None;
+                vectors = Vec::new().into_iter();
+            }
+        }
         patch.apply(&mut entry);
         if content_changed {
             // Without an embedder, changed content has no vector until a connection with
@@ -1520,7 +1614,11 @@ mod tests {
         // Without the server's detail, the lookup finds it too.
         let tx = client.transaction().await.unwrap();
         assert_eq!(
-            store.first_taken(&tx, scope.tenant(), &ids).await.unwrap(),
+            store
+                .first_taken(&tx, scope.tenant(), &ids)
+                .await
+                .unwrap()
+                .0,
             Some(taken)
         );
         drop(tx);

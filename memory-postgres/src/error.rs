@@ -41,6 +41,75 @@ pub enum PostgresError {
         source: tokio_postgres::Error,
     },
 
+    /// The TLS settings cannot be used: `sslrootcert` cannot be read or holds no
+    /// certificate, the system has no trusted roots, the host cannot be named in a
+    /// certificate.
+    #[error("cannot set up TLS to the Postgres server at {server}: {what}")]
+    TlsSetup {
+        /// `host:port/database`.
+        server: String,
+        /// What was wrong.
+        what: String,
+    },
+
+    /// `sslmode` `require` or stricter, but the server does not offer TLS.
+    #[error(
+        "the Postgres server at {server} does not offer TLS, but sslmode={mode} requires it; \
+         enable ssl on the server, or connect with sslmode=prefer (TLS when offered) or disable"
+    )]
+    TlsNotOffered {
+        /// `host:port/database`.
+        server: String,
+        /// The mode asked for.
+        mode: crate::sslmode::SslMode,
+    },
+
+    /// `sslmode=verify-full`, and the server's certificate does not name the host connected
+    /// to.
+    #[error(
+        "the Postgres server at {server} presented a TLS certificate for {presented}, not for \
+         `{expected}`: sslmode=verify-full refuses a certificate that does not name the host \
+         connected to; connect by a name the certificate lists, or with sslmode=verify-ca to \
+         check only who signed it"
+    )]
+    TlsWrongHost {
+        /// `host:port/database`.
+        server: String,
+        /// The host the certificate had to name.
+        expected: String,
+        /// The names it lists.
+        presented: String,
+    },
+
+    /// The server's certificate is not signed by a trusted root (`verify-ca`, `verify-full`,
+    /// or a weaker mode given `sslrootcert`).
+    #[error(
+        "the Postgres server at {server} presented a TLS certificate not signed by {roots} \
+         (sslmode={mode}); set sslrootcert to the certificate of the CA that signed the \
+         server's"
+    )]
+    TlsUntrusted {
+        /// `host:port/database`.
+        server: String,
+        /// The mode asked for.
+        mode: crate::sslmode::SslMode,
+        /// The roots checked against ("the CA in FILE", "any of the system's trusted roots").
+        roots: String,
+    },
+
+    /// The TLS handshake failed otherwise (an expired certificate, no protocol in common,
+    /// the connection closed). What rustls or the socket said is the source.
+    #[error("the TLS handshake with the Postgres server at {server} failed (sslmode={mode})")]
+    Tls {
+        /// `host:port/database`.
+        server: String,
+        /// The mode asked for.
+        mode: crate::sslmode::SslMode,
+        /// What rustls or the socket said.
+        #[source]
+        source: std::io::Error,
+    },
+
     /// Connecting took longer than the configured connect timeout.
     #[error(
         "timed out after {seconds:.1} s connecting to the Postgres server at {server}; the server \
@@ -124,6 +193,36 @@ pub enum PostgresError {
         stored: String,
         /// The embedder's space.
         given: String,
+    },
+
+    /// Another process moved the store to another embedding space (`reembed`) after this
+    /// one connected with the old one. This process's writes keep their text, without
+    /// vectors (a process of the new space embeds them); its semantic searches are refused.
+    #[error(
+        "memory store `{schema}` in {server} was re-embedded into {now} by another process, but \
+         this process embeds with {mine}; restart it with an embedder of {now}"
+    )]
+    SpaceMoved {
+        /// `host:port/database`.
+        server: String,
+        /// The schema.
+        schema: String,
+        /// The space the store records now (`none` if it has none).
+        now: String,
+        /// The space of this process's embedder.
+        mine: String,
+    },
+
+    /// Another `reembed` of the store is under way (in this or another process).
+    #[error(
+        "memory store `{schema}` in {server} is being re-embedded by another process; wait for \
+         it to end (an interrupted one is resumed by running reembed again)"
+    )]
+    ReembedRunning {
+        /// `host:port/database`.
+        server: String,
+        /// The schema.
+        schema: String,
     },
 
     /// The store's bookkeeping holds a value this build cannot read.
@@ -304,8 +403,33 @@ pub(crate) fn query_error(schema: &str, source: tokio_postgres::Error) -> Postgr
     }
 }
 
-/// Classifies an error from opening a connection to `server`.
-pub(crate) fn connect_error(server: &str, source: tokio_postgres::Error) -> PostgresError {
+/// Classifies an error from opening a connection to `server` in `mode`: a failed TLS
+/// handshake is the [`PostgresError`] the connector made of it (`tls.rs`).
+pub(crate) fn connect_error(
+    server: &str,
+    mode: crate::sslmode::SslMode,
+    source: tokio_postgres::Error,
+) -> PostgresError {
+    if std::error::Error::source(&source).is_some_and(|s| s.is::<PostgresError>()) {
+        if let Some(Ok(ours)) = source.into_source().map(|s| s.downcast::<PostgresError>()) {
+            return *ours;
+        }
+        // Not reached: the source was checked to be ours.
+        return PostgresError::TlsSetup {
+            server: server.to_owned(),
+            what: "the TLS connector failed".to_owned(),
+        };
+    }
+    // The driver's words when the server answers the TLS request with "no" (it has no
+    // kind of its own to tell this by).
+    if std::error::Error::source(&source)
+        .is_some_and(|s| s.to_string() == "server does not support TLS")
+    {
+        return PostgresError::TlsNotOffered {
+            server: server.to_owned(),
+            mode,
+        };
+    }
     if source.as_db_error().is_some() {
         PostgresError::Refused {
             server: server.to_owned(),

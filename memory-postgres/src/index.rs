@@ -39,6 +39,9 @@ pub(crate) struct Indexes {
     enabled: bool,
     /// Background builds run one at a time, so they hold at most one pooled connection.
     background: tokio::sync::Semaphore,
+    /// The session settings a pooled connection has (`connect::session_settings`), put
+    /// back after a build changed them.
+    settings: Arc<str>,
     state: Mutex<State>,
 }
 
@@ -52,7 +55,7 @@ struct State {
 
 impl Indexes {
     /// The indexes of the store `names` name on `server`, pgvector living in `ext_schema`
-    /// (quoted).
+    /// (quoted), whose pooled connections have the session `settings`.
     pub(crate) fn new(
         pool: Pool,
         server: &str,
@@ -60,6 +63,7 @@ impl Indexes {
         ext_schema: &str,
         config: &PostgresConfig,
         enabled: bool,
+        settings: Arc<str>,
     ) -> Self {
         Self {
             pool,
@@ -70,6 +74,7 @@ impl Indexes {
             config: config.clone(),
             enabled,
             background: tokio::sync::Semaphore::new(1),
+            settings,
             state: Mutex::new(State::default()),
         }
     }
@@ -214,9 +219,13 @@ impl Indexes {
             .lock_and_build(&c, &lock_key, (key, tenant, scope_id), wait)
             .await;
         // Settings and the lock belong to the session: undo them before the connection goes
-        // back to the pool, or close it. (Unlocking a lock not held only warns.)
+        // back to the pool, or close it. (Unlocking a lock not held only warns.) RESET goes
+        // back to the startup value; the session's own settings are then set again.
         let reset = match c
-            .batch_execute("RESET maintenance_work_mem; RESET statement_timeout")
+            .batch_execute(&format!(
+                "RESET maintenance_work_mem; RESET statement_timeout; {}",
+                self.settings
+            ))
             .await
         {
             Ok(()) => c

@@ -27,14 +27,28 @@
 //! The store lives in one Postgres schema (`PostgresConfig::schema`, default `ava`, or the
 //! URL's `schema` query parameter), so one database can hold several stores. The tenant leads
 //! every key and index, and a new store can be split into hash partitions of the tenant
-//! (`PostgresConfig::tenant_partitions`, or the URL's `tenant_partitions`). Connections
-//! are plain TCP or Unix sockets: TLS is not supported yet.
+//! (`PostgresConfig::tenant_partitions`, or the URL's `tenant_partitions`).
+//!
+//! Connections use TLS as libpq's parameters ask ([`Tls`], or the URL's `sslmode` and
+//! `sslrootcert`): `disable`, `prefer` (the default: TLS when the server offers it),
+//! `require` (TLS, the certificate unchecked unless a root is given), `verify-ca` (signed by
+//! a trusted root) and `verify-full` (and naming the host), against the CA certificates of
+//! `sslrootcert=FILE` or else the system's trusted roots, on rustls:
+//!
+//! ```text
+//! postgres://ava:PASSWORD@db.example.com:5432/ava?sslmode=verify-full&sslrootcert=/etc/ava/db-ca.pem
+//! ```
 
 mod backend;
+mod connect;
+mod conninfo;
 mod error;
 mod index;
+mod reembed;
 mod schema;
 mod sql;
+mod sslmode;
+mod tls;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
@@ -45,15 +59,20 @@ use memory_core::{
     Embedding, EmbeddingProvider, EmbeddingSpace, Limits, Result, embed_passages, embeds_head_only,
     head_passage,
 };
-use tokio_postgres::NoTls;
 use tokio_postgres::config::Host;
 
+pub use conninfo::{UrlParams, split_params};
 pub use error::PostgresError;
+pub use reembed::{ReembedReport, reembed};
+pub use sslmode::SslMode;
+pub use tls::{RootCert, Tls};
 
+use crate::connect::{Connector, session_settings};
 use crate::error::{InSchema, On, connect_error};
 use crate::index::Indexes;
 use crate::schema::{HNSW_MAX_DIMS, Opened, Target, quote_ident, valid_schema_name};
 use crate::sql::Passages;
+use crate::tls::MakeTls;
 
 /// The most hash partitions of the tenant a store may be made with.
 pub const MAX_TENANT_PARTITIONS: u16 = 1024;
@@ -101,6 +120,9 @@ pub struct PostgresConfig {
     /// way, so a tenant's searches read one partition. Partitioned stores need PostgreSQL 17
     /// or newer (identity columns on partitioned tables).
     pub tenant_partitions: u16,
+    /// TLS to the server (default `sslmode=prefer`, as libpq). The URL's `sslmode` and
+    /// `sslrootcert` take precedence.
+    pub tls: Tls,
 }
 
 impl Default for PostgresConfig {
@@ -118,6 +140,7 @@ impl Default for PostgresConfig {
             hnsw_index: true,
             hnsw_build_mib: 512,
             tenant_partitions: 0,
+            tls: Tls::default(),
         }
     }
 }
@@ -175,51 +198,6 @@ impl PostgresConfig {
     }
 }
 
-/// Ava's own query parameters of a `postgres://` URL, which the driver does not know.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct UrlParams {
-    /// `schema`: the Postgres schema holding the store ([`PostgresConfig::schema`]).
-    pub schema: Option<String>,
-    /// `tenant_partitions`: hash partitions of a new store
-    /// ([`PostgresConfig::tenant_partitions`]).
-    pub tenant_partitions: Option<u16>,
-}
-
-/// Splits Ava's own query parameters ([`UrlParams`]) off a `postgres://` URL: returns the URL
-/// without them (what the driver understands) and their values. Other connection strings
-/// are returned unchanged. A `tenant_partitions` that is not a number is a
-/// [`PostgresError::BadUrl`] (one above [`MAX_TENANT_PARTITIONS`] is refused by
-/// [`PostgresConfig::validate`]).
-pub fn split_params(url: &str) -> Result<(String, UrlParams), PostgresError> {
-    let is_url = url.starts_with("postgres://") || url.starts_with("postgresql://");
-    let mut params = UrlParams::default();
-    let Some((base, query)) = url.split_once('?').filter(|_| is_url) else {
-        return Ok((url.to_owned(), params));
-    };
-    let mut kept = Vec::new();
-    for kv in query.split('&').filter(|kv| !kv.is_empty()) {
-        if let Some(v) = kv.strip_prefix("schema=") {
-            params.schema = Some(v.to_owned());
-        } else if let Some(v) = kv.strip_prefix("tenant_partitions=") {
-            let n = v.parse().map_err(|_| PostgresError::BadUrl {
-                reason: format!(
-                    "tenant_partitions is `{v}`; give a number of partitions, 0 to \
-                     {MAX_TENANT_PARTITIONS}"
-                ),
-            })?;
-            params.tenant_partitions = Some(n);
-        } else {
-            kept.push(kv);
-        }
-    }
-    let url = if kept.is_empty() {
-        base.to_owned()
-    } else {
-        format!("{base}?{}", kept.join("&"))
-    };
-    Ok((url, params))
-}
-
 /// `host:port/database` of a connection config, for messages (never the password).
 fn server_name(pg: &tokio_postgres::Config) -> String {
     let hosts: Vec<String> = pg
@@ -256,7 +234,7 @@ pub(crate) async fn pooled(
     config: &PostgresConfig,
 ) -> std::result::Result<deadpool_postgres::Object, PostgresError> {
     pool.get().await.map_err(|e| match e {
-        PoolError::Backend(e) => connect_error(server, e),
+        PoolError::Backend(e) => connect_error(server, config.tls.mode, e),
         PoolError::Timeout(deadpool_postgres::TimeoutType::Wait) => PostgresError::PoolTimeout {
             server: server.to_owned(),
             size: config.pool_size,
@@ -270,6 +248,27 @@ pub(crate) async fn pooled(
             source: Box::new(other),
         },
     })
+}
+
+/// Totals of a store, from [`PostgresBackend::stats`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Memories in the store.
+    pub memories: u64,
+    /// Memories that have a vector. The others (stored while no embedder was available, or
+    /// by a process of the space the store was moved from) get one when a process with an
+    /// embedder connects.
+    pub embedded: u64,
+    /// Memories of kind fact.
+    pub facts: u64,
+    /// Scopes holding memories.
+    pub scopes: u64,
+    /// Distinct (tenant, user) pairs holding memories.
+    pub users: u64,
+    /// What the store's tables take on the server, their indexes and TOAST included.
+    pub bytes: u64,
+    /// The embedding space the store records now, if any.
+    pub embedding_space: Option<String>,
 }
 
 /// A memory store in one schema of a Postgres database. See the crate docs.
@@ -295,36 +294,35 @@ pub struct PostgresBackend {
     longest: AtomicUsize,
 }
 
-/// The driver config with Ava's session settings: the connect timeout, and statement
-/// timeout and HNSW search settings as server options, before the caller's own `options`
-/// so that theirs win where they overlap; application name `ava` unless the caller set one.
+/// The driver config with Ava's connect timeout, application name `ava` unless the caller
+/// set one, and the `sslmode` the driver knows for `tls` (`verify-*` is `require` to it; the
+/// checks are the connector's). Ava's session settings are not startup options but
+/// statements run on each new connection ([`session_settings`]).
 fn session(mut pg: tokio_postgres::Config, config: &PostgresConfig) -> tokio_postgres::Config {
     pg.connect_timeout(config.connect_timeout);
-    let ours = format!(
-        "-c statement_timeout={} -c hnsw.ef_search={} -c hnsw.iterative_scan=relaxed_order",
-        config.statement_timeout.as_millis(),
-        config.hnsw_ef_search,
-    );
-    let options = match pg.get_options() {
-        Some(theirs) if !theirs.trim().is_empty() => format!("{ours} {theirs}"),
-        _ => ours,
-    };
-    pg.options(options);
     if pg.get_application_name().is_none() {
         pg.application_name("ava");
     }
+    pg.ssl_mode(match config.tls.mode {
+        SslMode::Disable => tokio_postgres::config::SslMode::Disable,
+        SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
+        SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => {
+            tokio_postgres::config::SslMode::Require
+        }
+    });
     pg
 }
 
-/// The connection pool (no connection is made yet).
+/// The connection pool (no connection is made yet), each connection made by `connector`.
 fn pool(
     pg: tokio_postgres::Config,
+    connector: Connector,
     config: &PostgresConfig,
     server: &str,
 ) -> Result<Pool, PostgresError> {
-    let manager = Manager::from_config(
+    let manager = Manager::from_connect(
         pg,
-        NoTls,
+        connector,
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },
@@ -357,6 +355,8 @@ pub(crate) struct Names {
     pub(crate) leases: String,
     /// Each scope's records.
     pub(crate) records: String,
+    /// The store's bookkeeping (format, version, embedding space).
+    pub(crate) meta: String,
     /// pgvector's cosine distance operator, qualified by the extension's schema.
     pub(crate) cosine: String,
     /// pgvector's `vector` type, qualified.
@@ -374,6 +374,7 @@ impl Names {
             passages: format!("{s}.memory_passages"),
             leases: format!("{s}.leases"),
             records: format!("{s}.records"),
+            meta: format!("{s}.meta"),
             cosine: format!("OPERATOR({ext_schema}.<=>)"),
             vector: format!("{ext_schema}.vector"),
             schema: s,
@@ -384,8 +385,8 @@ impl Names {
 impl PostgresBackend {
     /// Connects to the server at `url` (a `postgres://` URL or a `key=value` connection
     /// string) and opens (or creates) the store in `config.schema`, or in the schema named
-    /// by the URL's `schema` query parameter (its `tenant_partitions` likewise overrides the
-    /// config's; see [`split_params`]).
+    /// by the URL's `schema` query parameter (its `tenant_partitions`, `sslmode` and
+    /// `sslrootcert` likewise override the config's; see [`split_params`]).
     ///
     /// A schema that holds something other than an Ava store, or a store from a newer Ava,
     /// is refused with a clear error and left unmodified. pgvector's `vector` extension is
@@ -402,12 +403,7 @@ impl PostgresBackend {
         mut config: PostgresConfig,
     ) -> Result<Self, PostgresError> {
         let (url, params) = split_params(url)?;
-        if let Some(schema) = params.schema {
-            config.schema = schema;
-        }
-        if let Some(n) = params.tenant_partitions {
-            config.tenant_partitions = n;
-        }
+        config = params.apply(config);
         let pg: tokio_postgres::Config =
             url.parse()
                 .map_err(|e: tokio_postgres::Error| PostgresError::BadUrl {
@@ -416,11 +412,13 @@ impl PostgresBackend {
         Self::connect_with(pg, embedder, config).await
     }
 
-    /// Like [`connect`](Self::connect), with a driver config built by the caller.
+    /// Like [`connect`](Self::connect), with a driver config built by the caller. TLS is
+    /// `config.tls`'s (the driver config's `ssl_mode` is replaced by it); a server reached
+    /// only by Unix sockets is reached without TLS, as libpq does.
     pub async fn connect_with(
         pg: tokio_postgres::Config,
         embedder: Option<Arc<dyn EmbeddingProvider>>,
-        config: PostgresConfig,
+        mut config: PostgresConfig,
     ) -> Result<Self, PostgresError> {
         if !valid_schema_name(&config.schema) {
             return Err(PostgresError::BadSchemaName {
@@ -429,7 +427,15 @@ impl PostgresBackend {
         }
         config.validate().map_err(PostgresError::InvalidConfig)?;
         let server = server_name(&pg);
-        let pool = pool(session(pg, &config), &config, &server)?;
+        let sockets_only =
+            !pg.get_hosts().is_empty() && pg.get_hosts().iter().all(|h| !matches!(h, Host::Tcp(_)));
+        if sockets_only {
+            config.tls.mode = SslMode::Disable;
+        }
+        let tls = MakeTls::new(&config.tls, &server)?;
+        let settings: Arc<str> = session_settings(&config, pg.get_options()).into();
+        let connector = Connector::new(tls, Arc::clone(&settings));
+        let pool = pool(session(pg, &config), connector, &config, &server)?;
         let given = embedder.as_ref().map(|e| e.space());
         let opened = {
             let mut client = pooled(&pool, &server, &config).await?;
@@ -457,6 +463,7 @@ impl PostgresBackend {
             &opened.ext_schema,
             &config,
             config.hnsw_index && indexable,
+            settings,
         ));
         let backend = Self {
             pool,
@@ -504,6 +511,52 @@ impl PostgresBackend {
         Ok(ready)
     }
 
+    /// Totals over the whole store (every tenant, user and chat): for operators, never for
+    /// prompts.
+    pub async fn stats(&self) -> Result<StoreStats, PostgresError> {
+        let (m, sc) = (&self.names.memories, &self.names.scopes);
+        let holding = format!(
+            "FROM {sc} sc WHERE EXISTS (SELECT 1 FROM {m} m \
+             WHERE m.tenant = sc.tenant AND m.scope_id = sc.id)"
+        );
+        let sql = format!(
+            "SELECT (SELECT count(*) FROM {m}), (SELECT count(*) FROM {m} WHERE embedded), \
+             (SELECT count(*) FROM {m} WHERE kind = 'fact'), (SELECT count(*) {holding}), \
+             (SELECT count(DISTINCT (sc.tenant, sc.user_id)) {holding}), \
+             (SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::int8 FROM pg_class c \
+             JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1 AND c.relkind IN ('r', 'm'))"
+        );
+        let c = self.client().await?;
+        let row = self.on(&c).one(&sql, &[&self.schema]).await?;
+        let cells = error::Cells::new(&row, &self.schema);
+        let n = |i: usize| -> Result<u64, PostgresError> {
+            Ok(u64::try_from(cells.get::<i64>(i)?).unwrap_or(0))
+        };
+        let space = self
+            .on(&c)
+            .one(&schema::space_sql(&self.names.meta), &[])
+            .await?;
+        let space = error::Cells::new(&space, &self.schema);
+        let embedding_space = match (
+            space.get::<Option<String>>(0)?,
+            space.get::<Option<String>>(1)?,
+            space.get::<Option<String>>(2)?,
+        ) {
+            (Some(p), Some(m), Some(d)) => Some(format!("{p}/{m} ({d} dims)")),
+            _ => None,
+        };
+        Ok(StoreStats {
+            memories: n(0)?,
+            embedded: n(1)?,
+            facts: n(2)?,
+            scopes: n(3)?,
+            users: n(4)?,
+            bytes: n(5)?,
+            embedding_space,
+        })
+    }
+
     /// The Postgres schema holding the store.
     pub fn schema(&self) -> &str {
         &self.schema
@@ -547,16 +600,24 @@ impl PostgresBackend {
             "SELECT tenant, pk, content, tags FROM {m} WHERE NOT embedded AND (tenant, pk) > ($1, $2) \
              ORDER BY tenant, pk LIMIT 256"
         );
-        // Heads into the memory rows (those still unembedded with the text embedded), then
-        // the further passages of the rows written.
+        // Heads into the memory rows (those still unembedded with the text embedded, while
+        // the store records this process's space), then the further passages of the rows
+        // written.
+        let space = self
+            .space
+            .as_deref()
+            .map(schema::space_key)
+            .unwrap_or_default();
         let update = format!(
             "WITH w AS (UPDATE {m} SET embedding = u.v, embedded = u.v IS NOT NULL \
              FROM unnest($1::text[], $2::bigint[], $3::text[], $4::{vector}[]) AS u(tenant, pk, content, v) \
              WHERE {m}.tenant = u.tenant AND {m}.pk = u.pk AND NOT {m}.embedded AND {m}.content = u.content \
+             AND {} \
              RETURNING {m}.tenant, {m}.pk, {m}.scope_id) \
              INSERT INTO {} (tenant, memory, scope_id, k, embedding) \
              SELECT w.tenant, w.pk, w.scope_id, x.k, x.v FROM w \
              JOIN unnest($5::bigint[], $6::int4[], $7::{vector}[]) AS x(pk, k, v) ON x.pk = w.pk",
+            schema::space_is(&self.names.meta, "$8"),
             self.names.passages
         );
         let mut after = (String::new(), 0i64);
@@ -616,6 +677,7 @@ impl PostgresBackend {
                         &more.owners,
                         &more.ks,
                         &more.vectors,
+                        &space,
                     ],
                 )
                 .await

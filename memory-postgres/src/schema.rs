@@ -642,6 +642,37 @@ async fn stored_space(
         .map_err(|e| invalid(e.to_string()))
 }
 
+/// The recorded space as one string ([`space_is`]), for comparing it in SQL: its `meta`
+/// values in the order of their keys (dims, model, provider), joined by U+001F.
+pub(crate) fn space_key(space: &EmbeddingSpace) -> String {
+    format!(
+        "{}\u{1f}{}\u{1f}{}",
+        space.dims, space.model, space.provider
+    )
+}
+
+/// SQL that is true while the store in `meta` (its quoted `meta` table) records the space
+/// whose [`space_key`] is bound at `key`. A statement that writes or compares vectors and
+/// also touches `memories` reads this after its lock on `memories` is taken, so a `reembed`
+/// (which locks `memories` before it moves the store) either finished before it, and this
+/// says so, or waits for its transaction to end.
+pub(crate) fn space_is(meta: &str, key: &str) -> String {
+    format!(
+        "(SELECT coalesce(string_agg(value, chr(31) ORDER BY key), '') FROM {meta} \
+         WHERE key IN ('embedding_dims', 'embedding_model', 'embedding_provider')) = {key}"
+    )
+}
+
+/// SQL reading the recorded space's provider, model and dims (each null if missing) from
+/// `meta` (quoted).
+pub(crate) fn space_sql(meta: &str) -> String {
+    format!(
+        "SELECT max(value) FILTER (WHERE key = 'embedding_provider'), \
+         max(value) FILTER (WHERE key = 'embedding_model'), \
+         max(value) FILTER (WHERE key = 'embedding_dims') FROM {meta}"
+    )
+}
+
 /// The passages table as migration 3 made it (migration 5 puts the tenant in its keys).
 fn create_passages_v3(s: &str, ext: &str, dims: usize) -> String {
     format!(
@@ -660,7 +691,7 @@ fn create_passages_v3(s: &str, ext: &str, dims: usize) -> String {
 /// (both quoted), in `partitions` hash partitions of the tenant if any: passage `k` (from
 /// 1; the first is `memories.embedding`) of memory `memory`. Semantic search scans a
 /// scope's passages through its index on `(tenant, scope_id)`; they go with their memory.
-fn create_passages(s: &str, ext: &str, dims: usize, partitions: u16) -> String {
+pub(crate) fn create_passages(s: &str, ext: &str, dims: usize, partitions: u16) -> String {
     let (by, parts) = if partitions > 0 {
         (
             " PARTITION BY HASH (tenant)",

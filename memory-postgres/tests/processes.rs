@@ -1,7 +1,8 @@
 //! Two processes on one store: this test binary runs itself twice as children, each
 //! writing to and searching its own scopes of the same Postgres schema at the same time.
 //! Afterwards every acknowledged write is there, and no search ever returned a memory of
-//! another scope. Needs `MEMORY_PG_URL`.
+//! another scope; and `reembed` beside a writer and cut short (`reembed`). Needs
+//! `MEMORY_PG_URL`.
 
 #![allow(
     clippy::unwrap_used,
@@ -11,6 +12,8 @@
 )]
 
 mod common;
+#[path = "processes/reembed.rs"]
+mod reembed;
 
 use std::collections::{BTreeSet, HashMap};
 use std::io::{BufRead, BufReader, Write};

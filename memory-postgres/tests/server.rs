@@ -1,7 +1,8 @@
 //! Connecting and opening: a server that is down, bad connection strings, a schema of a
 //! newer Ava or of another application (refused and left untouched), another embedding
-//! space, and a database where pgvector cannot be created. The first three need no server;
-//! the rest need `MEMORY_PG_URL` and skip with one line on stderr without it.
+//! space, and a database where pgvector cannot be created; TLS (`tls`). The first three need
+//! no server; the rest need `MEMORY_PG_URL` (TLS: `MEMORY_PG_TLS_URL`) and skip with one line
+//! on stderr without it.
 
 #![allow(
     clippy::unwrap_used,
@@ -11,6 +12,8 @@
 )]
 
 mod common;
+#[path = "server/tls.rs"]
+mod tls;
 
 use std::sync::Arc;
 
@@ -18,7 +21,9 @@ use memory_core::{
     EmbeddingProvider, ErrorChain, HashingEmbedder, MemoryBackend, MemoryError, MemoryId,
     NewMemory, Scope, SearchRequest, repeated_cause,
 };
-use memory_postgres::{PostgresBackend, PostgresConfig, PostgresError, UrlParams, split_params};
+use memory_postgres::{
+    PostgresBackend, PostgresConfig, PostgresError, StoreStats, UrlParams, split_params,
+};
 
 fn embedder(dims: usize) -> Option<Arc<dyn EmbeddingProvider>> {
     Some(Arc::new(HashingEmbedder::new(dims).unwrap()))
@@ -116,6 +121,7 @@ fn avas_query_parameters_are_split_off() {
     let params = |schema: Option<&str>, tenant_partitions| UrlParams {
         schema: schema.map(str::to_owned),
         tenant_partitions,
+        ..UrlParams::default()
     };
     assert_eq!(
         split_params("postgres://u@h:5/db?schema=bot&application_name=x").unwrap(),
@@ -1557,4 +1563,65 @@ async fn a_partitioned_store_indexes_a_large_scope_in_its_partition() {
     assert_eq!(theirs.len(), 1, "{theirs:#?}");
     assert_eq!(theirs[0].entry.content, "globex fact number 12");
     store.close();
+}
+
+/// `stats` counts the whole store: memories, facts, those with a vector, scopes and users
+/// holding memories, the space it records and what its tables take.
+#[tokio::test]
+async fn stats_total_the_whole_store() {
+    let Some(url) = common::pg_url() else { return };
+    let (schema, _guard) = common::DropSchema::fresh(&url);
+    let store = PostgresBackend::connect(&url, embedder(8), config(&schema))
+        .await
+        .unwrap();
+    let ann = Scope::for_user("ann").unwrap();
+    let ann_chat = ann.clone().in_chat("c1").unwrap();
+    let bob = Scope::for_user("bob").unwrap().in_tenant("t2").unwrap();
+    store
+        .store(
+            &ann,
+            NewMemory::new("Ann's cat is Pixel").with_kind(memory_core::MemoryKind::Fact),
+        )
+        .await
+        .unwrap();
+    store
+        .store(&ann_chat, NewMemory::new("hello"))
+        .await
+        .unwrap();
+    store.store(&bob, NewMemory::new("hi")).await.unwrap();
+    // A scope emptied holds nothing.
+    let gone = store
+        .store(&Scope::for_user("cy").unwrap(), NewMemory::new("bye"))
+        .await
+        .unwrap();
+    store
+        .delete(&Scope::for_user("cy").unwrap(), gone.id)
+        .await
+        .unwrap();
+    let s = store.stats().await.unwrap();
+    assert_eq!(
+        (s.memories, s.embedded, s.facts, s.scopes, s.users),
+        (3, 3, 1, 3, 2),
+        "{s:?}"
+    );
+    assert_eq!(
+        s.embedding_space.as_deref(),
+        Some(embedder(8).unwrap().space().to_string().as_str())
+    );
+    assert!(s.bytes > 0, "{s:?}");
+    store.close();
+    let keyword_only = PostgresBackend::connect(&url, None, config(&schema))
+        .await
+        .unwrap();
+    // The same totals for a process without an embedder (what the server's files take may
+    // change meanwhile: autovacuum).
+    let again = keyword_only.stats().await.unwrap();
+    assert_eq!(
+        StoreStats {
+            bytes: s.bytes,
+            ..again
+        },
+        s
+    );
+    keyword_only.close();
 }

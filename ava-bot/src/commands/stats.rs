@@ -21,31 +21,36 @@ pub(crate) async fn run(
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
     let opened = settings.open_existing().await?;
-    let Some(sqlite) = &opened.sqlite else {
-        // Totals are read from SQLite's own bookkeeping; Postgres has no equivalent yet.
-        let info = opened.store.info();
+    let info = opened.store.info();
+    let (totals, size, unembedded) = if let Some(sqlite) = &opened.sqlite {
+        let s = sqlite.stats().await?;
+        writeln!(out, "store: {} ({})", sqlite.path().display(), info.kind())?;
+        let totals = Totals {
+            memories: s.memories,
+            embedded: s.embedded,
+            facts: s.facts,
+            scopes: s.scopes,
+            users: s.users,
+            embedding_space: s.embedding_space,
+        };
+        let unembedded = "a chat's are embedded when it is next searched with an embedder, \
+                          or all at once with `ava reembed --missing`";
+        (totals, format!("{} MiB", mib(s.file_bytes)), unembedded)
+    } else {
         writeln!(
             out,
             "store: {} ({})",
             info.location.as_deref().unwrap_or(&info.name),
             info.kind()
         )?;
-        writeln!(out, "totals: not supported on postgres yet")?;
-        writeln!(out, "{}", opened.embedder_note)?;
-        return list_user_scopes(&*opened.store, args, out).await;
+        let (totals, bytes) = postgres_totals(&opened).await?;
+        let unembedded = "they are embedded when a process with an embedder connects, \
+                          or now with `ava reembed --missing`";
+        let size = format!("{} MiB (its tables and indexes)", mib(bytes));
+        (totals, size, unembedded)
     };
-    let s = sqlite.stats().await?;
-    writeln!(
-        out,
-        "store: {} ({})",
-        sqlite.path().display(),
-        opened.store.info().kind()
-    )?;
-    writeln!(
-        out,
-        "size: {:.1} MiB",
-        s.file_bytes as f64 / (1024.0 * 1024.0)
-    )?;
+    let s = totals;
+    writeln!(out, "size: {size}")?;
     writeln!(
         out,
         "memories: {} ({} facts, {} with vectors)",
@@ -54,8 +59,7 @@ pub(crate) async fn run(
     if s.embedded < s.memories && s.embedding_space.is_some() {
         writeln!(
             out,
-            "  {} have no vector yet: a chat's are embedded when it is next searched with an \
-             embedder, or all at once with `ava reembed --missing`",
+            "  {} have no vector yet: {unembedded}",
             s.memories - s.embedded
         )?;
     }
@@ -69,6 +73,43 @@ pub(crate) async fn run(
     )?;
     writeln!(out, "{}", opened.embedder_note)?;
     list_user_scopes(&*opened.store, args, out).await
+}
+
+/// A store's totals, as each backend counts them.
+struct Totals {
+    memories: u64,
+    embedded: u64,
+    facts: u64,
+    scopes: u64,
+    users: u64,
+    embedding_space: Option<String>,
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1}", bytes as f64 / (1024.0 * 1024.0))
+}
+
+/// The totals of a Postgres store, and what its tables take.
+#[cfg(feature = "postgres")]
+async fn postgres_totals(opened: &crate::config::Opened) -> anyhow::Result<(Totals, u64)> {
+    let Some(pg) = &opened.postgres else {
+        anyhow::bail!("the store is neither a SQLite file nor a Postgres schema");
+    };
+    let s = pg.stats().await.context("read the store's totals")?;
+    let totals = Totals {
+        memories: s.memories,
+        embedded: s.embedded,
+        facts: s.facts,
+        scopes: s.scopes,
+        users: s.users,
+        embedding_space: s.embedding_space,
+    };
+    Ok((totals, s.bytes))
+}
+
+#[cfg(not(feature = "postgres"))]
+async fn postgres_totals(_: &crate::config::Opened) -> anyhow::Result<(Totals, u64)> {
+    anyhow::bail!("the store is not a SQLite file, and this build has no Postgres support")
 }
 
 async fn list_user_scopes(
@@ -101,15 +142,13 @@ pub(crate) async fn reembed(
     if args.missing {
         return embed_missing(settings, out).await;
     }
-    let path = match settings.db_target()? {
-        DbTarget::Sqlite(path) => path,
-        DbTarget::Postgres(_) => anyhow::bail!(
-            "ava reembed is not supported on postgres yet; connect to a new schema \
-             (`?schema=NAME`) with the new embedder and re-import instead"
-        ),
-    };
+    let target = settings.db_target()?;
     let (embedder, note) = settings.embedder().await?;
     let embedder = embedder.with_context(|| format!("reembed needs an embedder: {note}"))?;
+    let path = match target {
+        DbTarget::Sqlite(path) => path,
+        DbTarget::Postgres(url) => return reembed_postgres(&url, embedder, out).await,
+    };
     let report = memory_sqlite::reembed(&path, embedder, SqliteConfig::default())
         .await
         .with_context(|| format!("re-embed {}", path.display()))?;
@@ -123,10 +162,76 @@ pub(crate) async fn reembed(
     Ok(())
 }
 
+/// A progress bar of memories done.
+fn progress_bar(what: &str) -> anyhow::Result<indicatif::ProgressBar> {
+    Ok(indicatif::ProgressBar::new(0).with_style(
+        indicatif::ProgressStyle::with_template(&format!(
+            "{what} [{{bar:40}}] {{pos}}/{{len}} ({{eta}})"
+        ))?
+        .progress_chars("=> "),
+    ))
+}
+
+/// `ava reembed` on Postgres: resumable, beside running processes (see
+/// `memory_postgres::reembed`).
+#[cfg(feature = "postgres")]
+async fn reembed_postgres(
+    url: &str,
+    embedder: std::sync::Arc<dyn memory_core::EmbeddingProvider>,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let bar = progress_bar("embedding")?;
+    let report = memory_postgres::reembed(
+        url,
+        embedder,
+        memory_postgres::PostgresConfig::default(),
+        |done, total| {
+            bar.set_length(total);
+            bar.set_position(done);
+        },
+    )
+    .await
+    .with_context(|| format!("re-embed {}", crate::config::redact_url(url)))?;
+    bar.finish_and_clear();
+    writeln!(
+        out,
+        "re-embedded {} memories: {} -> {}{}",
+        report.memories,
+        report.previous_space.as_deref().unwrap_or("none"),
+        report.space,
+        match report.resumed {
+            0 => String::new(),
+            n => format!(" ({n} embedded by the run this one resumed)"),
+        }
+    )?;
+    Ok(())
+}
+
+#[cfg(not(feature = "postgres"))]
+async fn reembed_postgres(
+    url: &str,
+    _: std::sync::Arc<dyn memory_core::EmbeddingProvider>,
+    _: &mut impl Write,
+) -> anyhow::Result<()> {
+    settings_without_postgres(url)
+}
+
+#[cfg(not(feature = "postgres"))]
+fn settings_without_postgres(url: &str) -> anyhow::Result<()> {
+    anyhow::bail!(
+        "{} is a Postgres URL, but this build of ava has no Postgres support; rebuild it with \
+         `--features postgres`",
+        crate::config::redact_url(url)
+    )
+}
+
 async fn embed_missing(settings: &Settings, out: &mut impl Write) -> anyhow::Result<()> {
+    if let DbTarget::Postgres(url) = settings.db_target()? {
+        return embed_missing_postgres(settings, &url, out).await;
+    }
     let opened = settings.open_existing().await?;
     let Some(sqlite) = &opened.sqlite else {
-        anyhow::bail!("ava reembed --missing works on SQLite stores only");
+        anyhow::bail!("ava reembed --missing: the store is not a SQLite file");
     };
     if !opened
         .store
@@ -138,10 +243,7 @@ async fn embed_missing(settings: &Settings, out: &mut impl Write) -> anyhow::Res
             opened.embedder_note
         );
     }
-    let bar = indicatif::ProgressBar::new(0).with_style(
-        indicatif::ProgressStyle::with_template("embedding [{bar:40}] {pos}/{len} ({eta})")?
-            .progress_chars("=> "),
-    );
+    let bar = progress_bar("embedding")?;
     let report = sqlite
         .embed_missing(|done, total| {
             bar.set_length(total);
@@ -156,4 +258,56 @@ async fn embed_missing(settings: &Settings, out: &mut impl Write) -> anyhow::Res
         report.embedded, report.remaining
     )?;
     Ok(())
+}
+
+/// `ava reembed --missing` on Postgres: connecting with an embedder embeds every memory
+/// without a vector, so this counts them before (connected without one) and after.
+#[cfg(feature = "postgres")]
+async fn embed_missing_postgres(
+    settings: &Settings,
+    url: &str,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let shown = crate::config::redact_url(url);
+    let missing = |s: &memory_postgres::StoreStats| s.memories.saturating_sub(s.embedded);
+    let plain = memory_postgres::PostgresBackend::connect(
+        url,
+        None,
+        memory_postgres::PostgresConfig::default(),
+    )
+    .await
+    .with_context(|| format!("open memory store {shown}"))?;
+    let before = plain.stats().await;
+    plain.close();
+    let before = missing(&before.with_context(|| format!("count the memories of {shown}"))?);
+    let opened = settings.open_existing().await?;
+    if !opened
+        .store
+        .capabilities()
+        .supports(memory_core::Capability::SemanticSearch)
+    {
+        anyhow::bail!(
+            "ava reembed --missing needs an embedder: {}",
+            opened.embedder_note
+        );
+    }
+    let Some(pg) = &opened.postgres else {
+        anyhow::bail!("the store is not a Postgres schema");
+    };
+    let after = missing(
+        &pg.stats()
+            .await
+            .context("count the memories without a vector")?,
+    );
+    writeln!(
+        out,
+        "embedded {} memories; {after} still without a vector",
+        before.saturating_sub(after)
+    )?;
+    Ok(())
+}
+
+#[cfg(not(feature = "postgres"))]
+async fn embed_missing_postgres(_: &Settings, url: &str, _: &mut impl Write) -> anyhow::Result<()> {
+    settings_without_postgres(url)
 }

@@ -11,7 +11,7 @@
 
 use crate::common;
 
-use common::{ava, exported, fresh_schema, ok};
+use common::{ava, command, exported, fresh_schema, ok};
 
 #[test]
 fn remember_then_recall_on_postgres() {
@@ -72,7 +72,84 @@ fn remember_then_recall(db: &str, schema: &str, partitions: u16) {
         stats.contains(&format!("schema {schema}{layout} (server, durable)")),
         "{stats}"
     );
-    assert!(stats.contains("not supported on postgres yet"), "{stats}");
+    assert!(
+        stats.contains("memories: 2 (2 facts, 2 with vectors)") && stats.contains("users: 2"),
+        "{stats}"
+    );
+}
+
+/// `ava stats` totals and `ava reembed` on Postgres: a store written without an embedder
+/// moves into the hashing embedder's space; a memory a keyword-only process stores then has
+/// no vector until `ava reembed --missing`; the store is reached over TLS as well
+/// (`MEMORY_PG_TLS_URL`, verify-full) when that is set.
+#[test]
+fn stats_and_reembed_on_postgres() {
+    let Some((db, schema, _guard)) = fresh_schema("reembed_test") else {
+        return;
+    };
+    let keyword_only = |args: &[&str]| {
+        ok(command(&db)
+            .env("AVA_EMBEDDER", "none")
+            .args(args)
+            .output()
+            .unwrap())
+    };
+    for text in ["the ferry leaves at nine", "my cat is called Pixel"] {
+        keyword_only(&["remember", "--user", "42", text]);
+    }
+    // (Read without an embedder: a process with one gives a store without a space its own.)
+    let stats = keyword_only(&["stats"]);
+    assert!(
+        stats.contains("memories: 2 (2 facts, 0 with vectors)")
+            && stats.contains("embedding space: none (keyword only)")
+            && stats.contains("(its tables and indexes)"),
+        "{stats}"
+    );
+    let out = ok(ava(&db, &["reembed"]));
+    assert_eq!(
+        out.trim(),
+        "re-embedded 2 memories: none -> hash/fnv1a-words-v1 (384 dims)"
+    );
+    keyword_only(&[
+        "remember",
+        "--user",
+        "42",
+        "the night bus stops at the pier",
+    ]);
+    let stats = keyword_only(&["stats"]);
+    assert!(
+        stats.contains("memories: 3 (3 facts, 2 with vectors)")
+            && stats.contains("1 have no vector yet")
+            && stats.contains("embedding space: hash/fnv1a-words-v1 (384 dims)"),
+        "{stats}"
+    );
+    // Any process with the embedder embeds it as it connects; `--missing` says so.
+    let out = ok(ava(&db, &["reembed", "--missing"]));
+    assert_eq!(out.trim(), "embedded 1 memories; 0 still without a vector");
+    let stats = ok(ava(&db, &["stats"]));
+    assert!(stats.contains("3 with vectors"), "{stats}");
+    let out = ok(ava(
+        &db,
+        &["recall", "--user", "42", "--chat", "7", "night bus pier"],
+    ));
+    assert!(out.contains("the night bus stops at the pier"), "{out}");
+
+    let tls = match std::env::var("MEMORY_PG_TLS_URL") {
+        Ok(u) if !u.trim().is_empty() => u,
+        _ if std::env::var("AVA_REQUIRE_SERVICES").is_ok_and(|v| v == "1") => {
+            panic!("MEMORY_PG_TLS_URL is not set but AVA_REQUIRE_SERVICES=1 requires it")
+        }
+        _ => {
+            eprintln!("ava-bot: SKIPPED (TLS part): MEMORY_PG_TLS_URL is not set");
+            return;
+        }
+    };
+    let over_tls = format!("{tls}&schema={schema}");
+    let stats = ok(ava(&over_tls, &["stats"]));
+    assert!(
+        stats.contains("memories: 3 (3 facts, 3 with vectors)"),
+        "{stats}"
+    );
 }
 
 /// SQLite -> Postgres (a store partitioned by tenant) -> SQLite with `ava migrate`: both

@@ -1,5 +1,6 @@
 //! Helpers shared by the Postgres tests: the server address from `MEMORY_PG_URL` (with one
-//! skip line when it is unset), fresh schema names, and a guard that drops its schema.
+//! skip line when it is unset) and its TLS front from `MEMORY_PG_TLS_URL`, fresh schema
+//! names, and a guard that drops its schema.
 
 #![allow(
     dead_code,
@@ -22,6 +23,86 @@ pub fn pg_url() -> Option<String> {
         "memory-postgres",
         "a Postgres URL whose server has pgvector (e.g. start one with .ci/postgres.sh start)",
     )
+}
+
+/// The variable naming the TLS front of the test server: a `verify-full` URL with its
+/// `sslrootcert` (e.g. from `.ci/pgbouncer-tls.sh start`).
+pub const TLS_URL_VAR: &str = "MEMORY_PG_TLS_URL";
+
+/// The variable naming a CA certificate that did not sign the TLS server's certificate.
+pub const OTHER_CA_VAR: &str = "MEMORY_PG_TLS_OTHER_CA";
+
+/// What to set the TLS variables to, for skip and failure lines.
+pub const TLS_SET_TO: &str = "a verify-full URL of a Postgres with pgvector behind TLS, and \
+     MEMORY_PG_TLS_OTHER_CA a CA that did not sign its certificate (e.g. \
+     eval \"$(.ci/pgbouncer-tls.sh start)\")";
+
+/// The TLS front of the test server, read from [`TLS_URL_VAR`] and [`OTHER_CA_VAR`].
+#[derive(Debug, Clone)]
+pub struct TlsServer {
+    /// `postgres://USER@HOST:PORT/DB`, without query parameters.
+    pub base: String,
+    /// The host its certificate names, as the URL gives it.
+    pub host: String,
+    /// The CA that signed its certificate.
+    pub ca: String,
+    /// A CA that did not.
+    pub other_ca: String,
+}
+
+impl TlsServer {
+    /// The server, or `None` (after a skip line) when the variables are not set;
+    /// with `AVA_REQUIRE_SERVICES=1`, a panic instead.
+    pub fn from_env() -> Option<Self> {
+        static NOTICE: std::sync::Once = std::sync::Once::new();
+        let required =
+            std::env::var(memory_core::testing::REQUIRE_SERVICES_ENV).is_ok_and(|v| v == "1");
+        let read = |var: &str| std::env::var(var).ok().filter(|v| !v.trim().is_empty());
+        let (Some(url), Some(other_ca)) = (read(TLS_URL_VAR), read(OTHER_CA_VAR)) else {
+            assert!(
+                !required,
+                "memory-postgres (TLS): {TLS_URL_VAR} or {OTHER_CA_VAR} is not set but \
+                 AVA_REQUIRE_SERVICES=1 requires them; set {TLS_URL_VAR} to {TLS_SET_TO}"
+            );
+            NOTICE.call_once(|| {
+                eprintln!(
+                    "memory-postgres (TLS): SKIPPED: {TLS_URL_VAR} is not set; set it to \
+                     {TLS_SET_TO} to run these tests"
+                );
+            });
+            return None;
+        };
+        let (base, params) = memory_postgres::split_params(&url).expect("a valid TLS URL");
+        let Some(memory_postgres::RootCert::File(ca)) = params.sslrootcert else {
+            panic!("{TLS_URL_VAR} names its CA with sslrootcert=FILE: {url}");
+        };
+        let host = base
+            .split_once('@')
+            .and_then(|(_, rest)| rest.split(':').next())
+            .expect("postgres://USER@HOST:PORT/DB")
+            .to_owned();
+        Some(Self {
+            base,
+            host,
+            ca: ca.display().to_string(),
+            other_ca,
+        })
+    }
+
+    /// The server's URL with these query parameters.
+    pub fn url(&self, query: &str) -> String {
+        format!("{}?{query}", self.base)
+    }
+
+    /// The server reached by the address of its host but under the name `name`, with
+    /// these query parameters: the certificate is checked for `name`.
+    pub fn named(&self, name: &str, query: &str) -> String {
+        format!(
+            "{}?hostaddr=127.0.0.1&{query}",
+            self.base
+                .replacen(&format!("@{}:", self.host), &format!("@{name}:"), 1)
+        )
+    }
 }
 
 /// A schema name no other test (or earlier run) uses.
