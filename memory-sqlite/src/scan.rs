@@ -186,7 +186,6 @@ impl<'c> VectorReader<'c> {
 }
 
 /// At most this many candidates of a quantized scan are scored again exactly.
-
 pub(crate) const MAX_RESCORED: usize = 4096;
 
 /// What a scan found: every vector's similarity (unordered), and for a quantized block
