@@ -126,16 +126,27 @@ pub trait MemoryBackend: Send + Sync + fmt::Debug {
     /// `ttl` runs out. Expiry is judged by one clock for every holder (the database
     /// server's, or the machine's for an embedded store). See [`check_lease`] for the
     /// names and holders accepted.
-    async fn try_lease(&self, name: &str, holder: &str, ttl: Duration) -> Result<bool>;
+    ///
+    /// Needs [`Capability::Leases`]; the default refuses with [`MemoryError::Unsupported`].
+    async fn try_lease(&self, name: &str, holder: &str, ttl: Duration) -> Result<bool> {
+        let _ = (name, holder, ttl);
+        Err(refused(self, Capability::Leases))
+    }
 
     /// Ends `holder`'s lease `name` before its time; nothing when another holder has it or
-    /// nobody does.
-    async fn release_lease(&self, name: &str, holder: &str) -> Result<()>;
+    /// nobody does. Needs [`Capability::Leases`]; the default refuses.
+    async fn release_lease(&self, name: &str, holder: &str) -> Result<()> {
+        let _ = (name, holder);
+        Err(refused(self, Capability::Leases))
+    }
 
     /// Ends the lease `name` whoever holds it, and forgets it (nothing when there is none).
     /// For erasing a person, whose leases may name them; taking turns ends a lease with
-    /// [`MemoryBackend::release_lease`].
-    async fn end_lease(&self, name: &str) -> Result<()>;
+    /// [`MemoryBackend::release_lease`]. Needs [`Capability::Leases`]; the default refuses.
+    async fn end_lease(&self, name: &str) -> Result<()> {
+        let _ = name;
+        Err(refused(self, Capability::Leases))
+    }
 
     /// Keeps `record` in `scope` and leaves the newest `keep` records of its kind there, the
     /// older ones removed in the same step: a bounded ring per scope and kind, each kind
@@ -156,10 +167,7 @@ pub trait MemoryBackend: Send + Sync + fmt::Debug {
     /// See [`Record::validate`] for what is accepted.
     async fn keep_record(&self, scope: &Scope, record: Record, keep: usize) -> Result<()> {
         let _ = (scope, record, keep);
-        Err(MemoryError::Unsupported {
-            capability: Capability::Records,
-            provider: self.info().name,
-        })
+        Err(refused(self, Capability::Records))
     }
 
     /// The newest `limit` records of `kind` in `scope`, newest first (see
@@ -167,10 +175,7 @@ pub trait MemoryBackend: Send + Sync + fmt::Debug {
     /// with [`MemoryError::Unsupported`].
     async fn records(&self, scope: &Scope, kind: &str, limit: usize) -> Result<Vec<Record>> {
         let _ = (scope, kind, limit);
-        Err(MemoryError::Unsupported {
-            capability: Capability::Records,
-            provider: self.info().name,
-        })
+        Err(refused(self, Capability::Records))
     }
 
     /// Makes what deletions removed unreadable where the store still keeps a copy of it, as
@@ -425,6 +430,15 @@ async fn merge<B: MemoryBackend + ?Sized>(
         return Ok(existing);
     }
     backend.update(scope, existing.id, patch).await
+}
+
+/// What the defaults of the methods that need a [`Capability`] return: `backend` does not
+/// offer it.
+fn refused<B: MemoryBackend + ?Sized>(backend: &B, capability: Capability) -> MemoryError {
+    MemoryError::Unsupported {
+        capability,
+        provider: backend.info().name,
+    }
 }
 
 macro_rules! forward_backend {

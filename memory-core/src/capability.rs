@@ -40,11 +40,14 @@ pub enum Capability {
     /// Records kept beside a scope's memories, the newest few of each kind
     /// (`MemoryBackend::keep_record`, `MemoryBackend::records`).
     Records,
+    /// Leases: named, expiring turns that processes sharing a store take
+    /// (`MemoryBackend::try_lease`, `release_lease`, `end_lease`).
+    Leases,
 }
 
 impl Capability {
     /// Every capability, in a stable order.
-    pub const ALL: [Capability; 12] = [
+    pub const ALL: [Capability; 13] = [
         Self::SemanticSearch,
         Self::KeywordSearch,
         Self::HybridSearch,
@@ -57,6 +60,7 @@ impl Capability {
         Self::Persistence,
         Self::Lifecycle,
         Self::Records,
+        Self::Leases,
     ];
 
     /// A short human name.
@@ -74,6 +78,7 @@ impl Capability {
             Self::Persistence => "persistence",
             Self::Lifecycle => "fact lifecycle",
             Self::Records => "records",
+            Self::Leases => "leases",
         }
     }
 }

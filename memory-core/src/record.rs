@@ -136,7 +136,7 @@ mod tests {
     };
 
     /// A backend of the required methods only, each refusing: what a store that keeps no
-    /// records inherits.
+    /// records and takes no leases inherits.
     #[derive(Debug)]
     struct Bare;
 
@@ -189,34 +189,38 @@ mod tests {
         async fn scopes(&self, _: Option<&str>, _: Option<&str>) -> Result<Vec<Scope>> {
             no()
         }
-        async fn try_lease(&self, _: &str, _: &str, _: Duration) -> Result<bool> {
-            no()
-        }
-        async fn release_lease(&self, _: &str, _: &str) -> Result<()> {
-            no()
-        }
-        async fn end_lease(&self, _: &str) -> Result<()> {
-            no()
-        }
     }
 
     #[tokio::test]
-    async fn a_store_without_records_refuses_them_by_name() {
+    async fn a_store_without_records_or_leases_refuses_them_by_name() {
         let s = Scope::for_user("u").unwrap();
         let record = Record::new("prompt", Timestamp::now(), "{}");
+        let minute = Duration::from_secs(60);
         // Through the trait object and the forwarding impls alike.
         let stores: [Arc<dyn MemoryBackend>; 2] = [Arc::new(Bare), Arc::new(Arc::new(Bare))];
         for b in stores {
-            for result in [
-                b.keep_record(&s, record.clone(), 1).await,
-                b.records(&s, "prompt", 1).await.map(drop),
+            for (result, needs) in [
+                (
+                    b.keep_record(&s, record.clone(), 1).await,
+                    Capability::Records,
+                ),
+                (
+                    b.records(&s, "prompt", 1).await.map(drop),
+                    Capability::Records,
+                ),
+                (
+                    b.try_lease("learn", "a", minute).await.map(drop),
+                    Capability::Leases,
+                ),
+                (b.release_lease("learn", "a").await, Capability::Leases),
+                (b.end_lease("learn").await, Capability::Leases),
             ] {
                 match result {
                     Err(MemoryError::Unsupported {
                         capability,
                         provider,
                     }) => {
-                        assert_eq!(capability, Capability::Records);
+                        assert_eq!(capability, needs);
                         assert_eq!(provider, "bare");
                     }
                     other => panic!("expected Unsupported, got {other:?}"),

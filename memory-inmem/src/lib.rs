@@ -111,7 +111,9 @@ impl InMemoryBackend {
     }
 
     fn caps(&self) -> Capabilities {
-        Capabilities::full_store(self.embedder.is_some()).with(Capability::Records)
+        Capabilities::full_store(self.embedder.is_some())
+            .with(Capability::Records)
+            .with(Capability::Leases)
     }
 }
 

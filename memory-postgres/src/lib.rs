@@ -44,11 +44,14 @@ mod connect;
 mod conninfo;
 mod error;
 mod index;
+mod records;
 mod reembed;
 mod schema;
+mod search;
 mod sql;
 mod sslmode;
 mod tls;
+mod write;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
@@ -475,7 +478,7 @@ impl PostgresBackend {
             config,
             indexes,
             partitions: opened.partitions,
-            longest: AtomicUsize::new(backend::LONGEST_AT_FIRST),
+            longest: AtomicUsize::new(search::LONGEST_AT_FIRST),
         };
         if backend.embedder.is_some() {
             backend.backfill_vectors().await?;

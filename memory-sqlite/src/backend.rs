@@ -28,7 +28,8 @@ impl SqliteBackend {
     fn caps(&self) -> Capabilities {
         let caps = Capabilities::full_store(self.embedder.is_some())
             .with(Capability::Persistence)
-            .with(Capability::Records);
+            .with(Capability::Records)
+            .with(Capability::Leases);
         if !self.read_only {
             return caps;
         }

@@ -333,6 +333,7 @@ pub async fn user_scopes_lists_only_that_user(cx: Ctx) -> Outcome {
 /// and of eight concurrent takers of a free lease exactly one wins. Bad names and ttls are
 /// refused. Leases are not memories: taking them adds no scope.
 pub async fn leases_are_held_by_one_holder_at_a_time(cx: Ctx) -> Outcome {
+    require!(cx, Capability::Leases);
     let b = &*cx.backend;
     // Names unique to this run, for stores that outlive it.
     let run = MemoryId::new().to_string();
