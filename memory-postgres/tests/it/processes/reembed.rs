@@ -198,7 +198,8 @@ async fn until_count(url: &str, schema: &str, n: i64) {
     }
 }
 
-const BESIDE: &str = "reembed::reembed_beside_a_writer_loses_nothing_and_refuses_the_old_space";
+const BESIDE: &str =
+    "processes::reembed::reembed_beside_a_writer_loses_nothing_and_refuses_the_old_space";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reembed_beside_a_writer_loses_nothing_and_refuses_the_old_space() {
@@ -307,7 +308,7 @@ async fn reembed_beside_a_writer_loses_nothing_and_refuses_the_old_space() {
     assert!(matches!(err, PostgresError::SpaceChanged { .. }), "{err:?}");
 }
 
-const CUT: &str = "reembed::an_interrupted_reembed_leaves_one_space_and_resumes";
+const CUT: &str = "processes::reembed::an_interrupted_reembed_leaves_one_space_and_resumes";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interrupted_reembed_leaves_one_space_and_resumes() {

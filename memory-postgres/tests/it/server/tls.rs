@@ -192,7 +192,7 @@ async fn verify_full_uses_the_systems_roots_when_no_root_is_given() {
         let status = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "tls::verify_full_uses_the_systems_roots_when_no_root_is_given",
+                "server::tls::verify_full_uses_the_systems_roots_when_no_root_is_given",
                 "--test-threads",
                 "1",
             ])

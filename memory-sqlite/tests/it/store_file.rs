@@ -453,7 +453,7 @@ async fn keyword_search_stems_words_and_reads_what_a_reply_answered() {
     );
 }
 
-/// `tests/fixtures/store-v1.db` was written by the schema-1 build (commit a873313): five
+/// `tests/it/fixtures/store-v1.db` was written by the schema-1 build (commit a873313): five
 /// memories with a 64-d hashing embedder, three for alice in chat 100 (one fact tagged
 /// `pets` and one with a context), two for bob (one a `pets` fact). Opening a copy upgrades
 /// it to the current schema, and every memory stays findable, by keyword and by meaning,
@@ -463,7 +463,7 @@ async fn a_schema_1_store_is_migrated_without_losing_a_memory() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("old.db");
     std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store-v1.db"),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/fixtures/store-v1.db"),
         &path,
     )
     .unwrap();

@@ -161,7 +161,7 @@ async fn check_store(path: &Path, embedder: Option<Arc<dyn EmbeddingProvider>>, 
     );
 }
 
-const SHARE: &str = "many_processes_write_and_read_one_new_file_without_a_failed_call";
+const SHARE: &str = "processes::many_processes_write_and_read_one_new_file_without_a_failed_call";
 
 /// A writer: stores single memories (as `ava remember` and the bot do), some in a scope all
 /// writers share, reopening the store now and then (each CLI call is a new process), and
@@ -256,7 +256,7 @@ async fn many_processes_write_and_read_one_new_file_without_a_failed_call() {
     check_store(&path, hash(64), &heard).await;
 }
 
-const CREATE: &str = "eight_processes_create_one_new_file_at_once";
+const CREATE: &str = "processes::eight_processes_create_one_new_file_at_once";
 
 #[tokio::test]
 async fn eight_processes_create_one_new_file_at_once() {
@@ -282,7 +282,7 @@ async fn eight_processes_create_one_new_file_at_once() {
     }
 }
 
-const REEMBED: &str = "reembed_beside_a_writer_keeps_every_memory_and_a_consistent_file";
+const REEMBED: &str = "processes::reembed_beside_a_writer_keeps_every_memory_and_a_consistent_file";
 
 /// Stores and forgets until `stop` exists, with the 64-dimension embedder, then tries a
 /// semantic search and says how it went.
@@ -423,7 +423,7 @@ async fn futures_count(store: &SqliteBackend, scope: &Scope, max: usize) -> Hash
     out
 }
 
-const BACKFILL: &str = "four_processes_embed_the_same_missing_vectors_at_once";
+const BACKFILL: &str = "processes::four_processes_embed_the_same_missing_vectors_at_once";
 
 #[tokio::test]
 async fn four_processes_embed_the_same_missing_vectors_at_once() {

@@ -11,8 +11,7 @@
     reason = "a test fails loudly on an unexpected error"
 )]
 
-mod common;
-#[path = "processes/reembed.rs"]
+use crate::common;
 mod reembed;
 
 use std::collections::{BTreeSet, HashMap};
@@ -27,7 +26,7 @@ use memory_core::{
 use memory_postgres::{PostgresBackend, PostgresConfig};
 
 const CHILD_ENV: &str = "AVA_PG_TWO_PROCESS_CHILD";
-const TEST_NAME: &str = "two_processes_share_a_store_without_loss_or_leaks";
+const TEST_NAME: &str = "processes::two_processes_share_a_store_without_loss_or_leaks";
 const WRITES: usize = 120;
 const SCOPES_PER_CHILD: usize = 3;
 

@@ -9,7 +9,7 @@
     reason = "a test fails loudly on an unexpected error"
 )]
 
-mod common;
+use crate::common;
 
 use memory_core::testing::{Setup, TestBackend};
 use memory_postgres::{PostgresBackend, PostgresConfig};

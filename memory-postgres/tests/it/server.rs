@@ -11,8 +11,7 @@
     reason = "a test fails loudly on an unexpected error"
 )]
 
-mod common;
-#[path = "server/tls.rs"]
+use crate::common;
 mod tls;
 
 use std::sync::Arc;

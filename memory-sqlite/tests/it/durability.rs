@@ -18,7 +18,7 @@ use memory_core::{HashingEmbedder, MemoryBackend, MemoryId, NewMemory, Scope, Se
 use memory_sqlite::{SqliteBackend, SqliteConfig};
 
 const CHILD_ENV: &str = "AVA_SQLITE_KILL_CHILD_DB";
-const TEST_NAME: &str = "sigkill_mid_ingest_loses_no_acknowledged_memory";
+const TEST_NAME: &str = "durability::sigkill_mid_ingest_loses_no_acknowledged_memory";
 
 fn embedder() -> Option<Arc<dyn memory_core::EmbeddingProvider>> {
     Some(Arc::new(HashingEmbedder::new(64).unwrap()))
