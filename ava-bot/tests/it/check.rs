@@ -184,6 +184,7 @@ async fn each_failure_is_one_line_and_the_command_fails() {
 /// starts (the machine's physical cores), unless the user chose a count, in the
 /// environment or in `.env`; `ava check` says which. Without it, candle works the count
 /// out again at every multiply.
+#[cfg(feature = "local")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_local_model_runs_on_the_threads_ava_settled() {
     if common::local_model().is_none() {

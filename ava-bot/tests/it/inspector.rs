@@ -380,22 +380,14 @@ const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
 impl Browser {
     /// A headless Chromium, or `None` (with a line saying so) when `AVA_CHROMEDRIVER` is not
-    /// set; a failure when `AVA_REQUIRE_SERVICES=1` asks for every service.
+    /// set (`memory_core::testing::env_or_skip`: a failure under `AVA_REQUIRE_SERVICES=1`).
     async fn start() -> Option<Self> {
-        let driver = match std::env::var("AVA_CHROMEDRIVER") {
-            Ok(p) if !p.is_empty() => p,
-            _ if std::env::var("AVA_REQUIRE_SERVICES").is_ok_and(|v| v == "1") => {
-                panic!("AVA_CHROMEDRIVER is not set but AVA_REQUIRE_SERVICES=1 requires it")
-            }
-            _ => {
-                eprintln!(
-                    "SKIPPED: set AVA_CHROMEDRIVER to a chromedriver (Debian: apt install \
-                     chromium chromium-driver; AVA_CHROMEDRIVER=/usr/bin/chromedriver) to run \
-                     the browser test"
-                );
-                return None;
-            }
-        };
+        let driver = memory_core::testing::env_or_skip(
+            "AVA_CHROMEDRIVER",
+            "ava-bot's browser test",
+            "a chromedriver (Debian: apt install chromium chromium-driver; \
+             AVA_CHROMEDRIVER=/usr/bin/chromedriver)",
+        )?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()

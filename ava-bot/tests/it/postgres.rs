@@ -134,15 +134,12 @@ fn stats_and_reembed_on_postgres() {
     ));
     assert!(out.contains("the night bus stops at the pier"), "{out}");
 
-    let tls = match std::env::var("MEMORY_PG_TLS_URL") {
-        Ok(u) if !u.trim().is_empty() => u,
-        _ if std::env::var("AVA_REQUIRE_SERVICES").is_ok_and(|v| v == "1") => {
-            panic!("MEMORY_PG_TLS_URL is not set but AVA_REQUIRE_SERVICES=1 requires it")
-        }
-        _ => {
-            eprintln!("ava-bot: SKIPPED (TLS part): MEMORY_PG_TLS_URL is not set");
-            return;
-        }
+    let Some(tls) = memory_core::testing::env_or_skip(
+        "MEMORY_PG_TLS_URL",
+        "ava-bot's Postgres TLS part",
+        "the TLS front of .ci/pgbouncer-tls.sh",
+    ) else {
+        return;
     };
     let over_tls = format!("{tls}&schema={schema}");
     let stats = ok(ava(&over_tls, &["stats"]));

@@ -643,18 +643,12 @@ async fn facts_are_learned_on_the_upstream_and_mcp_is_served_beside() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_openai_python_client_works_through_the_proxy() {
-    let python = match std::env::var("AVA_PYTHON") {
-        Ok(p) if !p.is_empty() => p,
-        _ if std::env::var("AVA_REQUIRE_SERVICES").is_ok_and(|v| v == "1") => {
-            panic!("AVA_PYTHON is not set but AVA_REQUIRE_SERVICES=1 requires it")
-        }
-        _ => {
-            eprintln!(
-                "SKIPPED: set AVA_PYTHON to a Python with the `openai` package (pip install \
-                 openai) to run this test"
-            );
-            return;
-        }
+    let Some(python) = memory_core::testing::env_or_skip(
+        "AVA_PYTHON",
+        "ava-bot's OpenAI client test",
+        "a Python with the `openai` package (pip install openai)",
+    ) else {
+        return;
     };
     let up = upstream("Maya lives in Lisbon.", &["Maya lives ", "in Lisbon."]).await;
     let s = serve(&format!("{}/v1", up.uri()), &["--no-facts"]).await;

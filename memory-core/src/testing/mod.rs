@@ -44,7 +44,7 @@ use std::any::Any;
 use std::future::Future;
 use std::io::Write;
 use std::pin::Pin;
-use std::sync::{Arc, Once};
+use std::sync::{Arc, Mutex};
 
 use crate::{Capability, EmbeddingProvider, HashingEmbedder, MemoryBackend};
 
@@ -174,32 +174,53 @@ where
     });
 }
 
-/// Set to `1` (CI does) to make a missing service variable a test failure, not a skip.
+/// Set to `1` (CI does) to make a missing service, file or program a test failure, not a
+/// skip.
 pub const REQUIRE_SERVICES_ENV: &str = "AVA_REQUIRE_SERVICES";
 
-/// The value of the environment variable `var` if it is set and not empty.
+/// Whether `AVA_REQUIRE_SERVICES=1` asks every test to run (CI sets it).
+pub fn services_required() -> bool {
+    std::env::var(REQUIRE_SERVICES_ENV).is_ok_and(|v| v == "1")
+}
+
+/// The one rule for a test that needs what this machine lacks (a server, a file, a
+/// program): with `AVA_REQUIRE_SERVICES=1` it fails, naming what is `missing` and `how` to
+/// provide it; otherwise it writes one line straight to stderr (past libtest's capture),
+/// once per process for each `missing`, saying `who`'s test is skipped and how to run it,
+/// and the caller returns.
 ///
-/// Otherwise returns `None` and writes one line, once per process, straight to stderr (past
-/// libtest's capture) saying that `who`'s tests needing it are skipped and what to set it
-/// to, so a run without the service says so instead of passing silently. With
-/// `AVA_REQUIRE_SERVICES=1` (set by `.ci/run`) it panics instead, so CI cannot pass by
-/// skipping.
+/// # Panics
+///
+/// When `AVA_REQUIRE_SERVICES=1`: that is the point.
+pub fn skip_or_fail(who: &str, missing: &str, how: &str) {
+    static SAID: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    if services_required() {
+        panic!("{who}: {missing}, but {REQUIRE_SERVICES_ENV}=1 requires it; {how}");
+    }
+    let mut said = SAID
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !said.iter().any(|m| m == missing) {
+        said.push(missing.to_owned());
+        let _ = writeln!(
+            std::io::stderr(),
+            "{who}: SKIPPED: {missing}; {how} to run it"
+        );
+    }
+}
+
+/// The value of the environment variable `var` if it is set and not empty; otherwise
+/// `None` after [`skip_or_fail`] (a failure under `AVA_REQUIRE_SERVICES=1`) saying to set it
+/// to `set_to`.
 pub fn env_or_skip(var: &str, who: &str, set_to: &str) -> Option<String> {
-    static SKIP_NOTICE: Once = Once::new();
     match std::env::var(var) {
         Ok(v) if !v.trim().is_empty() => Some(v),
-        _ if std::env::var(REQUIRE_SERVICES_ENV).is_ok_and(|v| v == "1") => {
-            panic!(
-                "{who}: {var} is not set but {REQUIRE_SERVICES_ENV}=1 requires it; set it to {set_to}"
-            )
-        }
         _ => {
-            SKIP_NOTICE.call_once(|| {
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "{who}: SKIPPED: {var} is not set; set it to {set_to} to run these tests"
-                );
-            });
+            skip_or_fail(
+                who,
+                &format!("{var} is not set"),
+                &format!("set it to {set_to}"),
+            );
             None
         }
     }

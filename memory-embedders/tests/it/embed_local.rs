@@ -19,18 +19,11 @@ fn model_dir(test: &str) -> Option<ModelDir> {
     let dir = resolve_model_dir(None).unwrap();
     if dir.is_complete() {
         Some(dir)
-    } else if std::env::var(memory_core::testing::REQUIRE_SERVICES_ENV).is_ok_and(|v| v == "1") {
-        panic!(
-            "{test}: no local model in {} ({}) but {}=1 requires it; run `{FETCH_MODEL_COMMAND}`",
-            dir.path.display(),
-            dir.source,
-            memory_core::testing::REQUIRE_SERVICES_ENV
-        )
     } else {
-        println!(
-            "SKIPPED {test}: no local model in {} ({}); run `{FETCH_MODEL_COMMAND}` to fetch it",
-            dir.path.display(),
-            dir.source
+        memory_core::testing::skip_or_fail(
+            test,
+            &format!("no local model in {} ({})", dir.path.display(), dir.source),
+            &format!("run `{FETCH_MODEL_COMMAND}`"),
         );
         None
     }

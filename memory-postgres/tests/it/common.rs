@@ -54,24 +54,13 @@ impl TlsServer {
     /// The server, or `None` (after a skip line) when the variables are not set;
     /// with `AVA_REQUIRE_SERVICES=1`, a panic instead.
     pub fn from_env() -> Option<Self> {
-        static NOTICE: std::sync::Once = std::sync::Once::new();
-        let required =
-            std::env::var(memory_core::testing::REQUIRE_SERVICES_ENV).is_ok_and(|v| v == "1");
-        let read = |var: &str| std::env::var(var).ok().filter(|v| !v.trim().is_empty());
-        let (Some(url), Some(other_ca)) = (read(TLS_URL_VAR), read(OTHER_CA_VAR)) else {
-            assert!(
-                !required,
-                "memory-postgres (TLS): {TLS_URL_VAR} or {OTHER_CA_VAR} is not set but \
-                 AVA_REQUIRE_SERVICES=1 requires them; set {TLS_URL_VAR} to {TLS_SET_TO}"
-            );
-            NOTICE.call_once(|| {
-                eprintln!(
-                    "memory-postgres (TLS): SKIPPED: {TLS_URL_VAR} is not set; set it to \
-                     {TLS_SET_TO} to run these tests"
-                );
-            });
-            return None;
-        };
+        let url =
+            memory_core::testing::env_or_skip(TLS_URL_VAR, "memory-postgres (TLS)", TLS_SET_TO)?;
+        let other_ca = memory_core::testing::env_or_skip(
+            OTHER_CA_VAR,
+            "memory-postgres (TLS)",
+            "a CA file that did not sign the server's certificate",
+        )?;
         let (base, params) = memory_postgres::split_params(&url).expect("a valid TLS URL");
         let Some(memory_postgres::RootCert::File(ca)) = params.sslrootcert else {
             panic!("{TLS_URL_VAR} names its CA with sslrootcert=FILE: {url}");

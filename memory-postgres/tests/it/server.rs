@@ -320,8 +320,10 @@ async fn missing_pgvector_is_a_clear_error() {
     });
     if let Err(e) = setup {
         // Needs a role allowed to create roles and databases (CI's server has one).
-        eprintln!(
-            "memory-postgres: SKIPPED missing_pgvector_is_a_clear_error: cannot create a test database and role ({e})"
+        memory_core::testing::skip_or_fail(
+            "missing_pgvector_is_a_clear_error",
+            &format!("cannot create a test database and role ({e})"),
+            "point MEMORY_PG_URL at a role that may create roles and databases",
         );
         return;
     }

@@ -275,22 +275,11 @@ pub(crate) fn signal(child: &tokio::process::Child, name: &str) {
 /// A store URL in a fresh schema named after `tag` and this process, with the guard that
 /// drops it; `None` (after one skip line) when `MEMORY_PG_URL` is not set.
 pub(crate) fn fresh_schema(tag: &str) -> Option<(String, String, SchemaGuard)> {
-    let url = match std::env::var("MEMORY_PG_URL") {
-        Ok(u) if !u.trim().is_empty() => u,
-        // CI sets AVA_REQUIRE_SERVICES=1: there a missing server is a failure, not a skip.
-        _ if std::env::var("AVA_REQUIRE_SERVICES").is_ok_and(|v| v == "1") => {
-            panic!("MEMORY_PG_URL is not set but AVA_REQUIRE_SERVICES=1 requires it")
-        }
-        _ => {
-            // Straight to stderr, past libtest's capture, so the skip shows in every run.
-            let _ = writeln!(
-                std::io::stderr(),
-                "ava-bot: SKIPPED: MEMORY_PG_URL is not set; set it to a Postgres URL whose \
-                 server has pgvector (e.g. start one with .ci/postgres.sh start) to run these tests"
-            );
-            return None;
-        }
-    };
+    let url = memory_core::testing::env_or_skip(
+        "MEMORY_PG_URL",
+        "ava-bot",
+        "a Postgres URL whose server has pgvector (e.g. start one with .ci/postgres.sh start)",
+    )?;
     let schema = format!("ava_{tag}_{}", std::process::id());
     let sep = if url.contains('?') { '&' } else { '?' };
     let db = format!("{url}{sep}schema={schema}");
@@ -481,16 +470,10 @@ pub(crate) fn local_model() -> Option<memory_embedders::ModelDir> {
     if dir.is_complete() {
         return Some(dir);
     }
-    assert!(
-        std::env::var("AVA_REQUIRE_SERVICES").as_deref() != Ok("1"),
-        "no local model in {}; AVA_REQUIRE_SERVICES=1 requires it: run `{}`",
-        dir.path.display(),
-        memory_embedders::FETCH_MODEL_COMMAND
-    );
-    println!(
-        "SKIPPED: no local model in {}; run `{}` to fetch it",
-        dir.path.display(),
-        memory_embedders::FETCH_MODEL_COMMAND
+    memory_core::testing::skip_or_fail(
+        "ava-bot",
+        &format!("no local model in {}", dir.path.display()),
+        &format!("run `{}`", memory_embedders::FETCH_MODEL_COMMAND),
     );
     None
 }
