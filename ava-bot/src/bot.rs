@@ -22,6 +22,7 @@ use crate::agent::{
     Agent, Audience, Blame, GROUP_USER, MAX_STATE_CHARS, Member, Speaker, state_line,
 };
 use crate::prompts::{self, Builder, Built, PROMPTS_KEPT};
+use crate::shared::error_chain;
 use hydrate::SessionState;
 
 /// The bot as handlers see it: rate-limited, retrying on 429 `retry_after`.
@@ -354,7 +355,7 @@ pub(crate) async fn run(
     >,
 ) -> anyhow::Result<()> {
     let mut dispatcher = dispatcher(bot.clone(), state);
-    let signal = crate::commands::shutdown_signal();
+    let signal = crate::shared::listen::shutdown_signal();
     let stop = async move {
         signal.await;
         tracing::info!("stopping: updates already taken are answered first");
@@ -506,10 +507,7 @@ async fn on_text(
             Ok(notes) => !notes.is_empty(),
             Err(e) => {
                 // Not sharing is the safe side.
-                tracing::warn!(
-                    error = crate::error_chain(&e),
-                    "could not read a member's sharing"
-                );
+                tracing::warn!(error = error_chain(&e), "could not read a member's sharing");
                 false
             }
         };
@@ -534,16 +532,13 @@ async fn on_text(
     let mut learning = None;
     let reply = match turn {
         // Refused before anything was stored (empty, too long): say why.
-        Err(e) => format!(
-            "Sorry, I cannot take that message: {}",
-            crate::error_chain(&e)
-        ),
+        Err(e) => format!("Sorry, I cannot take that message: {}", error_chain(&e)),
         Ok(turn) => {
             learning = turn.learning;
             if let Err(e) = &turn.stored {
                 tracing::error!(
                     chat = msg.chat.id.0,
-                    error = crate::error_chain(e),
+                    error = error_chain(e),
                     "could not store a message"
                 );
             }
@@ -575,7 +570,7 @@ async fn on_text(
                 Err((blame, e)) => {
                     tracing::error!(
                         chat = msg.chat.id.0,
-                        error = crate::error_chain(&e),
+                        error = error_chain(&e),
                         "could not answer a message"
                     );
                     match (turn.stored.is_ok(), blame) {
@@ -623,7 +618,7 @@ async fn on_text(
             ),
             Err(e) => tracing::error!(
                 chat = msg.chat.id.0,
-                error = crate::error_chain(&e),
+                error = error_chain(&e),
                 "an answer did not reach the user and could not be corrected in the store"
             ),
         }
@@ -644,7 +639,7 @@ async fn on_command(
         Err(e) => {
             tracing::error!(
                 chat = msg.chat.id.0,
-                error = crate::error_chain(&e),
+                error = error_chain(&e),
                 "a command failed"
             );
             // The user gets what failed, in the words of the command's own context, never

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use hydrate::ChatMessage;
 
 use crate::config::{DbTarget, Settings, redact_url, secret_from_env};
-use crate::error_chain;
 use crate::llm::{LlmChoice, LlmSettings};
+use crate::shared::error_chain;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
