@@ -1,7 +1,6 @@
 //! `ava`: the command line of the Ava reference app.
 
 mod agent;
-mod bot;
 #[cfg(test)]
 mod cli_docs;
 mod commands;
@@ -12,8 +11,8 @@ mod mcp;
 mod prompts;
 mod serve;
 mod shared;
+mod telegram;
 mod upkeep;
-mod webhook;
 
 use clap::{Parser, Subcommand};
 

@@ -234,7 +234,7 @@ pub(crate) async fn run(
     {
         None => lines.line("telegram", Status::Off, "no TELOXIDE_TOKEN")?,
         Some(token) => {
-            let r = crate::bot::whoami(token, args.telegram_api_url.as_deref())
+            let r = crate::telegram::whoami(token, args.telegram_api_url.as_deref())
                 .await
                 .map(|name| format!("the token belongs to @{name}"));
             lines.result("telegram", r)?;

@@ -3,8 +3,8 @@
 //!
 //! The identity is fixed by the server, never chosen by the model: stdio serves the
 //! `--user`/`--chat` it was started with, HTTP the identity its bearer-token file gives the
-//! request's token ([`crate::serve`], [`crate::serve::tokens`]). No tool takes a user or a chat; arguments a tool
-//! does not know (`user`, say) are refused.
+//! request's token ([`crate::serve`], [`crate::serve::tokens`]). No tool takes a user or a
+//! chat; arguments a tool does not know (`user`, say) are refused.
 //!
 //! Tools answer with text a model can read, memory text only inside escaped
 //! `<recalled-memory>` blocks (hydrate's [`memory_block`] and compiled prompt blocks), and the

@@ -30,7 +30,7 @@ use teloxide::types::Update;
 use teloxide::update_listeners::{StatefulListener, UpdateListener};
 use tokio::sync::mpsc;
 
-use crate::bot::AvaBot;
+use super::state::AvaBot;
 use crate::shared::body::read_whole;
 use crate::shared::listen::{Refusals, accept_until, bind};
 
