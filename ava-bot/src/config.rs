@@ -480,7 +480,7 @@ impl Settings {
                         let e = anyhow::Error::new(e)
                             .context(format!("open memory store {}", path.display()));
                         return Err(match hint {
-                            Some(h) => e.context(crate::Hint(h)),
+                            Some(h) => e.context(crate::shared::Hint(h)),
                             None => e,
                         });
                     }
@@ -574,7 +574,7 @@ async fn open_postgres(
             let hint = postgres_hint(&e);
             let e = anyhow::Error::new(e).context(format!("open memory store {}", redact_url(url)));
             Err(match hint {
-                Some(h) => e.context(crate::Hint(h)),
+                Some(h) => e.context(crate::shared::Hint(h)),
                 None => e,
             })
         }

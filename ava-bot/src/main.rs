@@ -1,24 +1,23 @@
 //! `ava`: the command line of the Ava reference app.
 
 mod agent;
-mod body;
-mod bot;
 #[cfg(test)]
 mod cli_docs;
 mod commands;
 mod config;
 mod erase;
-mod inspect;
 mod llm;
 mod mcp;
 mod prompts;
-mod proxy;
+mod serve;
+mod shared;
+mod telegram;
 mod upkeep;
-mod webhook;
 
 use clap::{Parser, Subcommand};
 
 use crate::config::Settings;
+use crate::shared::{Hint, error_chain};
 
 /// Ava: long-term memory and context hydration for LLM agents.
 ///
@@ -93,27 +92,6 @@ enum Command {
     /// Check the configuration and ask each service it names once (store, embedder, chat
     /// model, reranker, web search, Telegram): one line each; fails if any check fails.
     Check(commands::check::Args),
-}
-
-/// What to do about an error, shown on its own line after it (an outermost context).
-#[derive(Debug)]
-pub(crate) struct Hint(pub(crate) String);
-
-impl std::fmt::Display for Hint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-/// An error and its causes on one line, as [`memory_core::ErrorChain`] prints them (each
-/// said once), without the [`Hint`], which is shown on its own line.
-pub(crate) fn error_chain(e: &anyhow::Error) -> String {
-    let hint = e.downcast_ref::<Hint>().map(|h| h.0.as_str());
-    memory_core::ErrorChain(e.as_ref())
-        .parts()
-        .filter(|part| Some(part.as_str()) != hint)
-        .collect::<Vec<_>>()
-        .join(": ")
 }
 
 fn main() -> std::process::ExitCode {

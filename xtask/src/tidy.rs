@@ -672,7 +672,8 @@ mod tests {
             .filter(|w| !w.is_empty())
     }
 
-    /// The modules of the crate in `dir` (the files of its `src/`, not in folders) and what each imports
+    /// The modules of the crate in `dir` (the files of its `src/` and its folders with a
+    /// `mod.rs`, each folder one module) and what each imports
     /// from the others: a `crate::module` path (or `super::module` in a binary, whose
     /// modules sit under main.rs), or a name the crate root re-exports from a module
     /// (`crate::Name`, `use crate::{A, B}`). Comment lines are left out.
@@ -686,6 +687,9 @@ mod tests {
                 && m != "main"
             {
                 modules.insert(m.to_owned());
+            } else if entry.path().join("mod.rs").is_file() {
+                // A folder module (`commands/mod.rs`): one module, all its files.
+                modules.insert(name);
             }
         }
         // `pub use module::{A, B};` in the crate root: where each re-exported name lives.
@@ -706,18 +710,40 @@ mod tests {
         }
         let mut graph = BTreeMap::new();
         for m in &modules {
-            let text = std::fs::read_to_string(src.join(format!("{m}.rs"))).expect("module");
-            let code: String = text
-                .lines()
-                .filter(|l| !l.trim_start().starts_with("//"))
-                .collect::<Vec<_>>()
-                .join("\n");
+            // A module is its file, its folder's files, or both (`llm.rs` beside `llm/`); in
+            // a file deeper than the module's own, `super::` is the module itself.
+            let mut files = Vec::new();
+            sources(&src.join(m), &mut files);
+            files.push(src.join(format!("{m}.rs")));
+            let mut code = String::new();
+            let mut nested = String::new();
+            for f in &files {
+                let Ok(text) = std::fs::read_to_string(f) else {
+                    continue;
+                };
+                let top = f.parent() == Some(src.as_path()) || f.ends_with(format!("{m}/mod.rs"));
+                let into = if top { &mut code } else { &mut nested };
+                for l in text.lines().filter(|l| !l.trim_start().starts_with("//")) {
+                    into.push_str(l);
+                    into.push('\n');
+                }
+            }
+            assert!(
+                !(code.is_empty() && nested.is_empty()),
+                "module {m} of {}",
+                dir.display()
+            );
             let mut deps = std::collections::BTreeSet::new();
             let paths = code
                 .match_indices("crate::")
                 .chain(code.match_indices("super::"))
-                .map(|(i, p)| i + p.len());
-            for at in paths {
+                .map(|(i, p)| (code.as_str(), i + p.len()))
+                .chain(
+                    nested
+                        .match_indices("crate::")
+                        .map(|(i, p)| (nested.as_str(), i + p.len())),
+                );
+            for (code, at) in paths {
                 let after = &code[at..];
                 // `crate::{A, b::C}` names several; `crate::x` one.
                 let span = if after.starts_with('{') {

@@ -8,6 +8,7 @@ use crate::agent::{Audience, DEFAULT_BUDGET, Speaker, named};
 use crate::config::{Identity, Settings};
 use crate::llm::LlmSettings;
 use crate::prompts::{self, Builder, Built};
+use crate::shared::error_chain;
 use crate::upkeep::UpkeepArgs;
 
 #[derive(Debug, clap::Args)]
@@ -78,7 +79,7 @@ pub(crate) async fn run(
             )
             .await
         {
-            Err(e) => writeln!(out, "ava> (not sent: {})", crate::error_chain(&e))?,
+            Err(e) => writeln!(out, "ava> (not sent: {})", error_chain(&e))?,
             Ok(turn) => {
                 match turn.answer {
                     Ok(inference) => {
@@ -97,7 +98,7 @@ pub(crate) async fn run(
                         last_report = Some(inference.prompt.report);
                     }
                     Err((_, e)) => {
-                        let e = crate::error_chain(&e);
+                        let e = error_chain(&e);
                         tracing::error!(error = e, "could not answer");
                         writeln!(out, "ava> Sorry, I could not answer that: {e}")?;
                     }
@@ -105,7 +106,7 @@ pub(crate) async fn run(
                 match turn.stored {
                     Ok(()) => {}
                     Err(e) => {
-                        let e = crate::error_chain(&e);
+                        let e = error_chain(&e);
                         tracing::error!(error = e, "could not store the turn");
                         writeln!(out, "ava> (this turn was not saved: {e})")?;
                     }

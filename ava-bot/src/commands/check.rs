@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use hydrate::ChatMessage;
 
 use crate::config::{DbTarget, Settings, redact_url, secret_from_env};
-use crate::error_chain;
 use crate::llm::{LlmChoice, LlmSettings};
+use crate::shared::error_chain;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -234,7 +234,7 @@ pub(crate) async fn run(
     {
         None => lines.line("telegram", Status::Off, "no TELOXIDE_TOKEN")?,
         Some(token) => {
-            let r = crate::bot::whoami(token, args.telegram_api_url.as_deref())
+            let r = crate::telegram::whoami(token, args.telegram_api_url.as_deref())
                 .await
                 .map(|name| format!("the token belongs to @{name}"));
             lines.result("telegram", r)?;

@@ -8,7 +8,7 @@ use hydrate::{Change, DOCUMENT_EXTENSIONS, DocumentFormat};
 use memory_core::Scope;
 
 use crate::config::Settings;
-use crate::error_chain;
+use crate::shared::error_chain;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {

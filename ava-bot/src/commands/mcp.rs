@@ -12,11 +12,11 @@ use rmcp::service::ServerInitializeError;
 
 use crate::agent::DEFAULT_BUDGET;
 use crate::commands::serve::Server;
-use crate::commands::shutdown_signal;
 use crate::config::{Opened, Settings};
 use crate::mcp::stdio;
-use crate::mcp::tokens::TokenTable;
 use crate::mcp::{AvaMcp, Memory};
+use crate::serve::tokens::TokenTable;
+use crate::shared::listen::shutdown_signal;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {

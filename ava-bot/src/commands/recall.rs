@@ -21,7 +21,7 @@ pub(crate) struct Args {
     json: bool,
     /// Search the memories as they stood then: a date (`2026-03-01`, the end of that day,
     /// UTC) or an RFC 3339 time; replaced and ended facts that held then are found.
-    #[arg(long, value_parser = super::parse_as_of)]
+    #[arg(long, value_parser = crate::shared::dates::parse_as_of)]
     as_of: Option<Timestamp>,
     /// What to look for.
     query: String,

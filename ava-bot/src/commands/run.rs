@@ -9,11 +9,11 @@ use anyhow::{Context, bail};
 use teloxide::adaptors::throttle::Limits;
 
 use crate::agent::DEFAULT_BUDGET;
-use crate::bot::{BotState, LEARNED_REACTION, make_bot};
 use crate::config::{Settings, secret_from_env};
 use crate::llm::LlmSettings;
+use crate::telegram::webhook::Webhook;
+use crate::telegram::{BotState, LEARNED_REACTION, make_bot};
 use crate::upkeep::UpkeepArgs;
-use crate::webhook::Webhook;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -87,7 +87,7 @@ pub(crate) async fn run(
     let state = Arc::new(BotState::new(agent, model, allow).with_learned_reaction(reaction));
     let listener = match &webhook {
         Some(hook) => {
-            let (listener, addr) = crate::webhook::listen(&bot, hook).await?;
+            let (listener, addr) = crate::telegram::webhook::listen(&bot, hook).await?;
             tracing::info!(
                 url = %hook.url,
                 "taking updates by webhook; listening on http://{addr}{}",
@@ -97,7 +97,7 @@ pub(crate) async fn run(
         }
         None => None,
     };
-    crate::bot::run(bot, state, listener).await?;
+    crate::telegram::run(bot, state, listener).await?;
     background.finish_background().await;
     writeln!(out, "stopped")?;
     Ok(())

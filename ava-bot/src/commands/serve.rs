@@ -1,6 +1,6 @@
 //! `ava serve`: one long-running server for apps, on one address: MCP at `/mcp`, the
 //! OpenAI-compatible proxy under `/v1/` in front of an upstream, if one is named
-//! ([`crate::proxy`]), and the web inspector at `/inspect` ([`crate::inspect`]), for the
+//! ([`crate::serve::proxy`]), and the web inspector at `/inspect` ([`crate::serve::inspect`]), for the
 //! identities of a bearer-token file, until Ctrl-C or SIGTERM. `ava mcp --http` is this
 //! server without an upstream ([`Server`]).
 
@@ -12,13 +12,13 @@ use std::time::Duration;
 use anyhow::Context;
 
 use crate::agent::DEFAULT_BUDGET;
-use crate::commands::shutdown_signal;
 use crate::config::{Settings, secret_from_env};
-use crate::inspect::Inspector;
 use crate::mcp::Memory;
-use crate::mcp::http::{self, HttpConfig};
-use crate::mcp::tokens::TokenTable;
-use crate::proxy::{History, Learning, Proxy, Upstream};
+use crate::serve::inspect::Inspector;
+use crate::serve::proxy::{History, Learning, Proxy, Upstream};
+use crate::serve::tokens::TokenTable;
+use crate::serve::{self, HttpConfig};
+use crate::shared::listen::{bind, shutdown_signal};
 use crate::upkeep::{Upkeep, UpkeepArgs};
 
 #[derive(Debug, clap::Args)]
@@ -93,7 +93,7 @@ pub(crate) async fn run(settings: &Settings, args: &Args) -> anyhow::Result<()> 
 }
 
 /// One HTTP server for apps, as `ava serve` or `ava mcp --http` asks for it: MCP at
-/// [`http::PATH`], the inspector at `/inspect`, and the proxy at `/v1` when it has an
+/// [`serve::PATH`], the inspector at `/inspect`, and the proxy at `/v1` when it has an
 /// upstream.
 pub(crate) struct Server {
     /// The command, for the line that says where it listens.
@@ -148,7 +148,7 @@ impl Server {
         };
         // The inspector reads through the same agent (see `Inspector::new`).
         let inspector = Inspector::new(agent.clone(), shown).with_sqlite(opened.sqlite.clone());
-        let listener = http::bind(self.addr).await?;
+        let listener = bind(self.addr).await?;
         let local = listener
             .local_addr()
             .context("read the listening address")?;
@@ -164,7 +164,7 @@ impl Server {
              inspector at /inspect; {}",
             self.name,
             self.tokens.len(),
-            http::PATH,
+            serve::PATH,
             opened.embedder_note
         );
         let config = HttpConfig {
@@ -174,7 +174,7 @@ impl Server {
             proxy,
             inspector: Arc::new(inspector),
         };
-        http::serve(listener, memory, config, shutdown_signal()).await?;
+        serve::serve(listener, memory, config, shutdown_signal()).await?;
         // Facts still being learned are learned before the store closes.
         agent.finish_background().await;
         if let Some(sqlite) = &opened.sqlite {

@@ -126,7 +126,8 @@ impl AvaMcp {
         };
         let request = match a.as_of.as_deref() {
             Some(at) => request.filter(memory_core::Filter::as_of(
-                crate::commands::parse_as_of(at).map_err(|e| anyhow::anyhow!("`as_of` {e}"))?,
+                crate::shared::dates::parse_as_of(at)
+                    .map_err(|e| anyhow::anyhow!("`as_of` {e}"))?,
             )),
             None => request,
         };

@@ -3,8 +3,8 @@
 //!
 //! The identity is fixed by the server, never chosen by the model: stdio serves the
 //! `--user`/`--chat` it was started with, HTTP the identity its bearer-token file gives the
-//! request's token ([`http`], [`tokens`]). No tool takes a user or a chat; arguments a tool
-//! does not know (`user`, say) are refused.
+//! request's token ([`crate::serve`], [`crate::serve::tokens`]). No tool takes a user or a
+//! chat; arguments a tool does not know (`user`, say) are refused.
 //!
 //! Tools answer with text a model can read, memory text only inside escaped
 //! `<recalled-memory>` blocks (hydrate's [`memory_block`] and compiled prompt blocks), and the
@@ -12,9 +12,7 @@
 //! operations are tool errors (`isError`) with a message; the server keeps serving.
 
 mod calls;
-pub(crate) mod http;
 pub(crate) mod stdio;
-pub(crate) mod tokens;
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -40,6 +38,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::agent::{Agent, DEFAULT_BUDGET};
+use crate::shared::{client_error, error_chain};
 
 /// What the server tells a client about itself when a session starts.
 const INSTRUCTIONS: &str = "Ava is long-term memory for one user in one chat (the server \
@@ -504,7 +503,7 @@ impl ServerHandler for AvaMcp {
             }
         };
         let result = result.unwrap_or_else(|e| {
-            let message = crate::error_chain(&e);
+            let message = error_chain(&e);
             tracing::info!(tool = name, scope = %self.scope, error = %message, "tool call failed");
             CallToolResult::error(vec![ContentBlock::text(client_error(&e))])
         });
@@ -512,56 +511,9 @@ impl ServerHandler for AvaMcp {
     }
 }
 
-/// What a client is told of `e`: the whole chain, except that a failure of the store or the
-/// embedder ends at its own first line (`memory-sqlite failed`), with no file path, server
-/// address or URL of ours; the server's log has the rest.
-pub(crate) fn client_error(e: &anyhow::Error) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    for cause in e.chain() {
-        let inner = cause.downcast_ref::<MemoryError>();
-        let text = match inner {
-            Some(MemoryError::Backend { backend, .. }) => format!("{backend} failed"),
-            Some(MemoryError::Embedding { provider, .. }) => {
-                format!("embedding provider {provider} failed")
-            }
-            _ => cause.to_string(),
-        };
-        if !text.is_empty() && !parts.last().is_some_and(|last| last.contains(&text)) {
-            parts.push(text);
-        }
-        if matches!(
-            inner,
-            Some(MemoryError::Backend { .. } | MemoryError::Embedding { .. })
-        ) {
-            parts.push("the details are in the server's log".to_owned());
-            break;
-        }
-    }
-    parts.join(": ")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_client_is_told_what_failed_without_the_stores_path() {
-        let inner = std::io::Error::other("memory store /srv/ava/secret.db is read-only here");
-        let failed = MemoryError::Backend {
-            backend: "memory-sqlite".to_owned(),
-            message: String::new(),
-            source: Some(Box::new(inner)),
-        };
-        let e = anyhow::Error::new(failed).context("could not store the memory");
-        let told = client_error(&e);
-        assert_eq!(
-            told,
-            "could not store the memory: memory-sqlite failed: the details are in the server's log"
-        );
-        assert!(crate::error_chain(&e).contains("/srv/ava/secret.db"));
-        let plain = anyhow!("`limit` is 0; expected 1 to 20").context("bad arguments");
-        assert_eq!(client_error(&plain), crate::error_chain(&plain));
-    }
 
     #[test]
     fn every_tool_has_an_object_schema_and_no_identity_argument() {
@@ -599,34 +551,6 @@ mod tests {
                 t.name
             );
         }
-    }
-
-    #[test]
-    fn the_docs_snippets_are_what_the_server_accepts() {
-        use clap::Parser;
-        let page = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/mcp.md"));
-        let blocks: Vec<Value> = page
-            .split("```json\n")
-            .skip(1)
-            .map(|b| serde_json::from_str(b.split("```").next().unwrap()).unwrap())
-            .collect();
-        assert_eq!(blocks.len(), 3, "stdio client, token file, HTTP client");
-        let stdio = &blocks[0]["mcpServers"]["ava"];
-        assert_eq!(stdio["command"], "ava");
-        let args = stdio["args"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| a.as_str().unwrap());
-        let cli = crate::Cli::try_parse_from(std::iter::once("ava").chain(args)).unwrap();
-        assert!(matches!(cli.command, crate::Command::Mcp(_)));
-        let table = tokens::TokenTable::parse(&blocks[1].to_string()).unwrap();
-        assert_eq!(table.len(), 2);
-        let remote = &blocks[2]["mcpServers"]["ava"];
-        assert!(remote["url"].as_str().unwrap().ends_with(http::PATH));
-        let header = remote["headers"]["Authorization"].as_str().unwrap();
-        let token = header.strip_prefix("Bearer ").unwrap();
-        assert_eq!(table.identify(token), Some(0));
     }
 
     #[test]

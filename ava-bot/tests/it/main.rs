@@ -1,6 +1,6 @@
 //! ava-bot's integration tests, one module per front door or theme, in one test crate (one
 //! link instead of thirteen). Most run the `ava` binary (`common::command`); the Telegram
-//! dispatcher's own tests are unit tests in `src/bot/tests.rs`.
+//! dispatcher's own tests are unit tests in `src/telegram/tests.rs`.
 
 mod common;
 

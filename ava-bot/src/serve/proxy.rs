@@ -31,7 +31,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
-use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hydrate::{Block, FactExtractor, PromptPrint, SessionState};
 use hyper::body::{Frame, Incoming};
@@ -39,14 +38,12 @@ use memory_core::{Scope, Secret, Timestamp};
 use serde_json::{Value, json};
 
 use crate::agent::{Agent, Speaker};
-use crate::body::{BodyError, read_whole};
 use crate::llm::OpenAiChat;
-use crate::mcp::client_error;
-use crate::mcp::tokens::Grant;
 use crate::prompts::{self, Builder, Built, PROMPTS_KEPT};
+use crate::shared::body::{Body, BodyError, read_whole};
+use crate::shared::{client_error, error_chain};
 
-/// A response body, as the server that routes here (`mcp/http.rs`) sends it.
-type Body = BoxBody<Bytes, Infallible>;
+use super::tokens::Grant;
 
 /// Where the proxy's routes start.
 pub(crate) const PREFIX: &str = "/v1/";
@@ -664,7 +661,7 @@ impl Proxy {
         if let Err(e) = &hydrated {
             tracing::warn!(
                 scope = %call.scope,
-                error = crate::error_chain(e),
+                error = error_chain(e),
                 "no memory for this request; passed on without it"
             );
         }
@@ -841,7 +838,7 @@ impl Proxy {
             )
             .await;
         kept.stored.map_err(|e| {
-            let why = crate::error_chain(&e);
+            let why = error_chain(&e);
             tracing::error!(scope = %call.scope, error = why, "the exchange was not stored");
             client_error(&e)
         })
@@ -876,7 +873,7 @@ impl Proxy {
             Err(e) => {
                 tracing::warn!(
                     model = name,
-                    error = crate::error_chain(&e),
+                    error = error_chain(&e),
                     "cannot learn facts with this model"
                 );
                 None

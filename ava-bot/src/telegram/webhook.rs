@@ -30,9 +30,9 @@ use teloxide::types::Update;
 use teloxide::update_listeners::{StatefulListener, UpdateListener};
 use tokio::sync::mpsc;
 
-use crate::body::read_whole;
-use crate::bot::AvaBot;
-use crate::mcp::http::{Refusals, accept_until, bind};
+use super::state::AvaBot;
+use crate::shared::body::read_whole;
+use crate::shared::listen::{Refusals, accept_until, bind};
 
 /// The header Telegram sends the secret in.
 const SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";

@@ -12,13 +12,11 @@
 //! `Origin`s as well).
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::sync::Arc;
 
 use anyhow::Context;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
-use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use memory_core::{
@@ -29,11 +27,12 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::agent::{Agent, Audience, find_memory};
-use crate::body::{BodyError, read_whole};
-use crate::commands::{DayEdge, parse_day_or_time};
 use crate::mcp::MemoryView;
-use crate::mcp::tokens::Grant;
 use crate::prompts;
+use crate::serve::tokens::Grant;
+use crate::shared::body::{Body, BodyError, read_whole};
+use crate::shared::dates::{DayEdge, parse_day_or_time};
+use crate::shared::error_chain;
 
 /// Most memories one listing or search returns.
 const MAX_LIMIT: usize = 200;
@@ -53,8 +52,6 @@ const STYLE: &str = include_str!("app.css");
 const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
                       connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; \
                       frame-ancestors 'none'";
-
-type Body = BoxBody<Bytes, Infallible>;
 
 /// What the inspector reads: the store, an agent that builds prompts without counting
 /// recalls, and the settings in force.
@@ -424,7 +421,7 @@ impl Inspector {
                 &args.message,
             )
             .await
-            .map_err(|e| Refusal(StatusCode::INTERNAL_SERVER_ERROR, crate::error_chain(&e)))?;
+            .map_err(|e| Refusal(StatusCode::INTERNAL_SERVER_ERROR, error_chain(&e)))?;
         let messages: Vec<Value> = prompt
             .messages
             .iter()
@@ -590,9 +587,7 @@ impl Inspector {
                     .live
                     .undo_learning(&scope, Audience::Private, None)
                     .await
-                    .map_err(|e| {
-                        Refusal(StatusCode::INTERNAL_SERVER_ERROR, crate::error_chain(&e))
-                    })?;
+                    .map_err(|e| Refusal(StatusCode::INTERNAL_SERVER_ERROR, error_chain(&e)))?;
                 json!({ "undone": lines })
             }
         };
@@ -726,5 +721,5 @@ async fn json_body<T: for<'de> Deserialize<'de>>(
         })?;
     serde_json::from_slice(&bytes)
         .with_context(|| "the body is not the JSON expected")
-        .map_err(|e| refused(StatusCode::BAD_REQUEST, crate::error_chain(&e)))
+        .map_err(|e| refused(StatusCode::BAD_REQUEST, error_chain(&e)))
 }

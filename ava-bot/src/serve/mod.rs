@@ -1,7 +1,7 @@
 //! `ava serve` (and `ava mcp --http`, the same server without an upstream): MCP's streamable
 //! HTTP transport (rmcp's, stateless with JSON answers) at `/mcp`, the inspector at
-//! `/inspect` ([`crate::inspect`]) and, with an upstream, the OpenAI-compatible proxy under
-//! `/v1/` ([`crate::proxy`]), on hyper's HTTP/1 server, behind a bearer-token gate that gives
+//! `/inspect` ([`inspect`]) and, with an upstream, the OpenAI-compatible proxy under
+//! `/v1/` ([`proxy`]), on hyper's HTTP/1 server, behind a bearer-token gate that gives
 //! each request its identity.
 //!
 //! Every request must carry `Authorization: Bearer <token>` with a token of the token file;
@@ -15,48 +15,43 @@
 //! body that is not JSON-RPC is answered as JSON-RPC says (400 with -32700 or -32600). Refused requests are logged at debug level, and counted
 //! in at most one warning a minute, so no client can flood the log.
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::SystemTime;
 
 use anyhow::Context;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
-use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioIo, TokioTimer};
 use rmcp::model::ClientJsonRpcMessage;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::tokens::TokenTable;
-use super::{AvaMcp, Memory};
-use crate::body::{BodyError, read_whole};
-use crate::inspect::{self, Inspector};
-use crate::proxy::Proxy;
+use crate::mcp::{AvaMcp, Memory};
+use crate::shared::body::{Body, BodyError, read_whole};
+use crate::shared::error_chain;
+use crate::shared::listen::{Refusals, accept_until};
+
+use self::inspect::Inspector;
+use self::proxy::Proxy;
+use self::tokens::TokenTable;
+
+pub(crate) mod inspect;
+pub(crate) mod proxy;
+pub(crate) mod tokens;
 
 /// The path MCP is served at.
 pub(crate) const PATH: &str = "/mcp";
 
-/// How long requests in flight get to finish once shutdown starts.
-const DRAIN: Duration = Duration::from_secs(10);
-
 /// The largest request body read (rmcp's own limit).
 const MAX_BODY: usize = 4 * 1024 * 1024;
 
-/// The shortest time between two warnings about refused requests.
-const WARN_EVERY: Duration = Duration::from_secs(60);
-
-type Body = BoxBody<Bytes, Infallible>;
 type Service = StreamableHttpService<AvaMcp, NeverSessionManager>;
 
 /// The tokens in force, and one MCP service per token, in the same order.
@@ -88,40 +83,6 @@ impl Stamp {
             modified: meta.modified().ok(),
             len: meta.len(),
             inode,
-        }
-    }
-}
-
-/// Requests refused for one reason, logged at debug level each and counted in at most one
-/// warning per [`WARN_EVERY`] (every listener of `ava` that faces clients uses these).
-pub(crate) struct Refusals {
-    what: &'static str,
-    count: AtomicU64,
-    warned: Mutex<Option<Instant>>,
-}
-
-impl Refusals {
-    pub(crate) const fn new(what: &'static str) -> Self {
-        Self {
-            what,
-            count: AtomicU64::new(0),
-            warned: Mutex::new(None),
-        }
-    }
-
-    pub(crate) fn note(&self, peer: SocketAddr) {
-        tracing::debug!(%peer, "refused a request: {}", self.what);
-        self.count.fetch_add(1, Ordering::Relaxed);
-        let mut warned = self.warned.lock().unwrap_or_else(PoisonError::into_inner);
-        if warned.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
-            *warned = Some(Instant::now());
-            let refused = self.count.swap(0, Ordering::Relaxed);
-            tracing::warn!(
-                refused,
-                last_peer = %peer,
-                "refused requests: {} (counted here at most once a minute)",
-                self.what
-            );
         }
     }
 }
@@ -350,7 +311,7 @@ impl Gate {
             }
             Err(e) => {
                 tracing::error!(
-                    error = crate::error_chain(&e),
+                    error = error_chain(&e),
                     "the token file changed but cannot be used; the tokens read before stay"
                 );
                 slot.0 = now;
@@ -401,7 +362,7 @@ impl Gate {
                 ),
             };
         }
-        if request.uri().path().starts_with(crate::proxy::PREFIX) {
+        if request.uri().path().starts_with(proxy::PREFIX) {
             return match (&self.proxy, table.tokens.grant(i)) {
                 (Some(_), Some(grant)) if grant.read_only => plain(
                     StatusCode::FORBIDDEN,
@@ -532,103 +493,37 @@ async fn hangup(signals: &mut Hangups) -> Option<()> {
     }
 }
 
-/// Serves each connection accepted on `listener` with `handle` until `shutdown` resolves;
-/// then lets the requests in flight finish (up to [`DRAIN`]) and cuts the connections still
-/// open. Every listener of `ava` runs this way (MCP, the proxy and the inspector here,
-/// Telegram's webhook), `what` naming it in the log.
-pub(crate) async fn accept_until<H, F>(
-    listener: TcpListener,
-    shutdown: impl Future<Output = ()>,
-    what: &'static str,
-    handle: H,
-) where
-    H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + 'static,
-    F: Future<Output = Response<Body>> + Send + 'static,
-{
-    let stop = CancellationToken::new();
-    let mut connections = JoinSet::new();
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            () = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    // Answers go out in small pieces (a stream's events): each at once, not
-                    // held back for the client's acknowledgement of the one before (Nagle).
-                    if let Err(e) = stream.set_nodelay(true) {
-                        tracing::debug!(%peer, error = %e, "could not set TCP_NODELAY");
-                    }
-                    let handle = handle.clone();
-                    let service = hyper::service::service_fn(move |request| {
-                        let answer = handle(request, peer);
-                        async move { Ok::<_, Infallible>(answer.await) }
-                    });
-                    connections.spawn(serve_connection(stream, peer, service, stop.clone()));
-                }
-                Err(e) => {
-                    // Out of file descriptors, a connection reset before accept: wait a little.
-                    tracing::warn!(error = %e, "could not accept a connection ({what})");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            },
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
-        }
-    }
-    drop(listener);
-    stop.cancel();
-    let drained = tokio::time::timeout(DRAIN, async {
-        while connections.join_next().await.is_some() {}
-    })
-    .await;
-    if drained.is_err() {
-        tracing::warn!(
-            open = connections.len(),
-            "{what} connections still open {DRAIN:?} after the stop; closed"
-        );
-        connections.shutdown().await;
-    }
-}
-
-/// Serves one HTTP/1 connection with `service` until the client closes it or `stop` is
-/// cancelled (then the request in flight, if any, is finished first). Every listener of
-/// `ava` serves its connections this way ([`accept_until`]).
-async fn serve_connection<S>(
-    stream: tokio::net::TcpStream,
-    peer: SocketAddr,
-    service: S,
-    stop: CancellationToken,
-) where
-    S: hyper::service::HttpService<Incoming>,
-    S::ResBody: 'static,
-    <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let conn = hyper::server::conn::http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(30))
-        .serve_connection(TokioIo::new(stream), service);
-    tokio::pin!(conn);
-    let result = tokio::select! {
-        r = conn.as_mut() => r,
-        () = stop.cancelled() => {
-            conn.as_mut().graceful_shutdown();
-            conn.await
-        }
-    };
-    if let Err(e) = result {
-        tracing::debug!(%peer, error = %e, "connection ended with an error");
-    }
-}
-
-/// Binds `addr`, saying clearly what failed.
-pub(crate) async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
-    TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("listen on {addr}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_docs_snippets_are_what_the_server_accepts() {
+        use clap::Parser;
+        let page = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/mcp.md"));
+        let blocks: Vec<Value> = page
+            .split("```json\n")
+            .skip(1)
+            .map(|b| serde_json::from_str(b.split("```").next().unwrap()).unwrap())
+            .collect();
+        assert_eq!(blocks.len(), 3, "stdio client, token file, HTTP client");
+        let stdio = &blocks[0]["mcpServers"]["ava"];
+        assert_eq!(stdio["command"], "ava");
+        let args = stdio["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap());
+        let cli = crate::Cli::try_parse_from(std::iter::once("ava").chain(args)).unwrap();
+        assert!(matches!(cli.command, crate::Command::Mcp(_)));
+        let table = TokenTable::parse(&blocks[1].to_string()).unwrap();
+        assert_eq!(table.len(), 2);
+        let remote = &blocks[2]["mcpServers"]["ava"];
+        assert!(remote["url"].as_str().unwrap().ends_with(PATH));
+        let header = remote["headers"]["Authorization"].as_str().unwrap();
+        let token = header.strip_prefix("Bearer ").unwrap();
+        assert_eq!(table.identify(token), Some(0));
+    }
 
     #[test]
     fn a_name_is_this_servers_at_its_port_and_scheme() {

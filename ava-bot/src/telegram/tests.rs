@@ -765,7 +765,7 @@ async fn a_private_fact_follows_its_person_but_never_into_a_group() {
     assert!(!prompt.contains("Pixel"), "{prompt}");
     // The group's conversation is the group's: its own scope, each message tagged with
     // who said it.
-    let in_group = Scope::for_user(super::GROUP_USER)
+    let in_group = Scope::for_user(crate::agent::GROUP_USER)
         .unwrap()
         .in_chat(group.to_string())
         .unwrap();
@@ -1166,7 +1166,7 @@ async fn in_a_group_each_member_forgets_and_wipes_only_their_own_part() {
     let llm = fake_ollama(ResponseTemplate::new(200).set_body_json(ollama_answer("Hello!"))).await;
     let h = Harness::new(telegram).await;
     h.run(&llm, PATIENCE, None, 2).await;
-    let in_group = Scope::for_user(super::GROUP_USER)
+    let in_group = Scope::for_user(crate::agent::GROUP_USER)
         .unwrap()
         .in_chat(group.to_string())
         .unwrap();
@@ -1489,7 +1489,7 @@ async fn erase_takes_everything_of_a_person_and_nothing_of_anyone_else() {
     let before = (count(alice.to_string()).await, count(bob.to_string()).await);
     assert!(before.0 >= 3 && before.1 >= 1, "{before:?}");
     // The prompts kept of her questions: in her chat, and in the group (beside Bob's).
-    let in_group = Scope::for_user(super::GROUP_USER)
+    let in_group = Scope::for_user(crate::agent::GROUP_USER)
         .unwrap()
         .in_chat(group.to_string())
         .unwrap();
@@ -1614,13 +1614,13 @@ async fn webhook_bot(
     let model = Arc::new(OllamaChat::new(&llm.uri(), "llama-test", PATIENCE).unwrap());
     let state = Arc::new(BotState::new(agent, model, None));
     let bot = make_bot(TOKEN, Some(&h.telegram.uri()), Limits::default()).unwrap();
-    let hook = crate::webhook::Webhook::new(
+    let hook = crate::telegram::webhook::Webhook::new(
         "https://bot.example.org/telegram/hook",
         "127.0.0.1:0".parse().unwrap(),
         Some(memory_core::Secret::new(secret)),
     )
     .unwrap();
-    let (listener, addr) = crate::webhook::listen(&bot, &hook).await.unwrap();
+    let (listener, addr) = crate::telegram::webhook::listen(&bot, &hook).await.unwrap();
     let mut dispatcher = dispatcher(bot.clone(), state);
     let stop = CancellationToken::new();
     let stopping = stop.clone().cancelled_owned();
@@ -1800,7 +1800,7 @@ async fn after_erase_none_of_her_words_is_in_the_store_files_and_bobs_stay() {
     h.run_agent(agent.clone(), Arc::clone(&model), None, None, 3)
         .await;
     agent.finish_background().await;
-    let in_group = Scope::for_user(super::GROUP_USER)
+    let in_group = Scope::for_user(crate::agent::GROUP_USER)
         .unwrap()
         .in_chat(group.to_string())
         .unwrap();
@@ -1850,7 +1850,7 @@ async fn after_erase_none_of_her_words_is_in_the_store_files_and_bobs_stay() {
     // Bob's message stays: in the files, and recalled in the group.
     assert!(!files_holding(&h, "oolong").is_empty());
     let found = agent
-        .ops(in_group, super::Audience::Group)
+        .ops(in_group, crate::agent::Audience::Group)
         .recall("oolong espresso", 5)
         .await
         .unwrap();
@@ -1916,7 +1916,7 @@ async fn in_a_group_only_the_member_ends_or_takes_back_their_facts_even_after_a_
     let (agent, model) = learning_agent(&h, &llm);
     h.run_agent(agent.clone(), model, None, None, 2).await;
     agent.finish_background().await;
-    let in_group = Scope::for_user(super::GROUP_USER)
+    let in_group = Scope::for_user(crate::agent::GROUP_USER)
         .unwrap()
         .in_chat(group.to_string())
         .unwrap();
@@ -1961,7 +1961,7 @@ async fn sharing_outlasts_pruning() {
     let llm = fake_ollama(ResponseTemplate::new(200).set_body_json(ollama_answer("Fine."))).await;
     let h = Harness::new(telegram).await;
     h.run(&llm, PATIENCE, None, 2).await;
-    let in_group = Scope::for_user(super::GROUP_USER)
+    let in_group = Scope::for_user(crate::agent::GROUP_USER)
         .unwrap()
         .in_chat(group.to_string())
         .unwrap();

@@ -1,4 +1,4 @@
-// Ava's inspector (ava-bot/src/inspect): talks to /inspect/api/ with the bearer token the
+// Ava's inspector (ava-bot/src/serve/inspect): talks to /inspect/api/ with the bearer token the
 // user pasted, kept in this tab's sessionStorage. Every text from the server is put in the
 // page with textContent, never parsed as HTML: memory text is written by whoever talked to
 // the bot.

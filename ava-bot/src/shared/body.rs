@@ -1,10 +1,17 @@
 //! A request body read whole up to a bound, the one rule `ava`'s HTTP servers share (MCP
 //! over HTTP, the proxy, the inspector, the webhook); each says a refusal in its own format.
+//! And the body they answer with ([`Body`]).
+
+use std::convert::Infallible;
 
 use bytes::Bytes;
 use http::StatusCode;
+use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
+
+/// A response body, as every listener of `ava` sends it.
+pub(crate) type Body = BoxBody<Bytes, Infallible>;
 
 /// Why a request body was not read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
