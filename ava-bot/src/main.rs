@@ -28,6 +28,16 @@ use crate::shared::{Hint, error_chain};
 struct Cli {
     #[command(flatten)]
     settings: Settings,
+    /// How the log on stderr is written: `human` lines, or `json`, one object per line with
+    /// who each line is about as a keyed hash (key: `AVA_LOG_KEY`, else random per process).
+    #[arg(
+        long,
+        global = true,
+        env = "AVA_LOG_FORMAT",
+        value_enum,
+        default_value_t
+    )]
+    log_format: shared::logs::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -117,9 +127,9 @@ fn main() -> std::process::ExitCode {
     match runtime.block_on(run()) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {}", error_chain(&e));
+            shared::logs::announce("ERROR", &format!("error: {}", error_chain(&e)));
             if let Some(hint) = e.downcast_ref::<Hint>() {
-                eprintln!("hint: {hint}");
+                shared::logs::announce("ERROR", &format!("hint: {hint}"));
             }
             std::process::ExitCode::FAILURE
         }
@@ -142,7 +152,7 @@ fn settle_thread_count() {}
 
 async fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    init_tracing();
+    shared::logs::init(cli.log_format);
     // Not locked for the whole run: an MCP server speaks on stdout from other threads, and a
     // lock held here would block them.
     let out = &mut std::io::stdout();
@@ -170,19 +180,4 @@ async fn run() -> anyhow::Result<()> {
         Command::Reembed(args) => commands::stats::reembed(&cli.settings, &args, out).await,
         Command::Check(args) => commands::check::run(&cli.settings, &args, out).await,
     }
-}
-
-/// Logs to stderr; `RUST_LOG` overrides the default (warnings, and the bot's own info lines).
-fn init_tracing() {
-    use tracing_subscriber::EnvFilter;
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn,ava=info"));
-    // A second subscriber (never in this binary) is the only failure: ignore it.
-    // Colours only on a terminal: an MCP client or a service manager keeps stderr in a file.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(ansi)
-        .with_writer(std::io::stderr)
-        .try_init();
 }

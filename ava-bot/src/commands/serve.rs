@@ -159,13 +159,16 @@ impl Server {
             );
         }
         // On its own line and not through the log filter: clients and scripts read it.
-        eprintln!(
-            "{}: listening on http://{local} for {} token(s): MCP at {}{proxied}, the \
-             inspector at /inspect; {}",
-            self.name,
-            self.tokens.len(),
-            serve::PATH,
-            opened.embedder_note
+        crate::shared::logs::announce(
+            "INFO",
+            &format!(
+                "{}: listening on http://{local} for {} token(s): MCP at {}{proxied}, the \
+                 inspector at /inspect; {}",
+                self.name,
+                self.tokens.len(),
+                serve::PATH,
+                opened.embedder_note
+            ),
         );
         let config = HttpConfig {
             tokens: self.tokens,

@@ -2,11 +2,13 @@
 //! own. An error told as one line ([`error_chain`], its [`Hint`] on a line of its own) or to
 //! a client ([`client_error`]); a request body read whole (`body.rs`); the listener every HTTP
 //! door runs and the signal every long-running command stops on (`listen.rs`); the dates a
-//! person types (`dates.rs`).
+//! person types (`dates.rs`); the log, for people or as JSON with identities hashed
+//! (`logs.rs`).
 
 pub(crate) mod body;
 pub(crate) mod dates;
 pub(crate) mod listen;
+pub(crate) mod logs;
 
 use memory_core::MemoryError;
 

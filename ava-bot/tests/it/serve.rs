@@ -1168,3 +1168,71 @@ async fn a_huge_message_is_kept_by_its_first_mib_and_the_app_still_gets_its_answ
         "recalled from the kept MiB: {last:.2000}"
     );
 }
+
+/// `--log-format json`: every line on stderr is one JSON object, and none holds the token,
+/// the message's text or who it is about; the line saying facts were learned names the scope
+/// by its keyed hash (issue 56, item 3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_json_log_holds_no_token_no_text_and_no_identity() {
+    const SECRET: &str = "P-7731-QX";
+    let up = upstream("Noted.", &[]).await;
+    let facts = json!({"facts": [format!("My passport number is {SECRET}.")]});
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .and(body_string_contains("<conversation>"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "id": "x", "object": "chat.completion", "created": 1, "model": "facts-model",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": facts.to_string()}}]})))
+        .with_priority(1)
+        .mount(&up)
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ava.db");
+    let mut cmd = command(&db);
+    cmd.args(["serve", "--addr", "127.0.0.1:0", "--tokens"])
+        .arg(token_file(dir.path()))
+        .args(["--upstream", &format!("{}/v1", up.uri())])
+        .args(["--facts-model", "facts-model", "--log-format", "json"])
+        .env_remove("RUST_LOG")
+        .env("AVA_LOG_KEY", "a key of this deployment");
+    let (mut child, line, log) = listening(cmd, PATIENCE).await;
+    let url = listening_url(&line);
+    let body = json!({"model": "gpt-test", "messages": [
+        {"role": "user", "content": format!("My passport number is {SECRET}, keep it safe")}]});
+    let sent = reqwest::Client::new()
+        .post(format!("{url}/v1/chat/completions"))
+        .bearer_auth(TOKEN_A)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sent.status(), 200);
+    tokio::time::timeout(PATIENCE, async {
+        while !ok(ava(&db, &["facts", "--user", "alice"])).contains(SECRET) {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .expect("the fact is learned in the background");
+    common::signal(&child, "TERM");
+    child.wait().await.unwrap();
+
+    let mut lines = vec![line];
+    lines.extend(log.lock().unwrap().iter().cloned());
+    let mut learned = None;
+    for l in &lines {
+        let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"));
+        assert!(v["level"].is_string() && v["message"].is_string(), "{l}");
+        for leak in [SECRET, "passport", TOKEN_A, "alice", "desk"] {
+            assert!(!l.contains(leak), "the log holds {leak:?}: {l}");
+        }
+        if v["message"] == "learned facts from the exchange" {
+            learned = Some(v);
+        }
+    }
+    let learned = learned.unwrap_or_else(|| panic!("no line says facts were learned: {lines:#?}"));
+    let scope = learned["fields"]["scope"].as_str().unwrap();
+    assert!(scope.starts_with("h:"), "{learned}");
+    assert_eq!(learned["fields"]["added"], 1, "{learned}");
+}
