@@ -257,6 +257,7 @@ pub(super) async fn learn(
             changed = !(report.added.is_empty()
                 && report.superseded.is_empty()
                 && report.invalidated.is_empty());
+            crate::shared::metrics::facts_learned(report.added.len());
             tracing::info!(
                 scope = %scope,
                 waited_ms,

@@ -94,6 +94,7 @@ pub(crate) async fn run(settings: &Settings, args: &Args) -> anyhow::Result<()> 
                 budget: DEFAULT_BUDGET,
                 upkeep: None,
                 proxy: None,
+                metrics_addr: None,
             };
             return server.run(settings).await;
         }

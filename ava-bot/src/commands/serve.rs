@@ -61,6 +61,11 @@ pub(crate) struct Args {
     /// Learn no facts (one or two extra upstream calls per exchange otherwise).
     #[arg(long, env = "AVA_NO_FACTS")]
     no_facts: bool,
+    /// Where to answer a load balancer and Prometheus, on a listener of its own without
+    /// tokens: `/healthz`, `/readyz` (store, embedder, upstream) and `/metrics` [default: off].
+    /// Bind it where only they reach.
+    #[arg(long, env = "AVA_METRICS_ADDR", value_name = "ADDR")]
+    metrics_addr: Option<SocketAddr>,
     #[command(flatten)]
     upkeep: UpkeepArgs,
 }
@@ -88,6 +93,7 @@ pub(crate) async fn run(settings: &Settings, args: &Args) -> anyhow::Result<()> 
         budget: args.budget,
         upkeep: args.upkeep.upkeep(),
         proxy: upstream.map(|upstream| (upstream, args.history, learning)),
+        metrics_addr: args.metrics_addr,
     };
     server.run(settings).await
 }
@@ -108,6 +114,8 @@ pub(crate) struct Server {
     pub(crate) upkeep: Option<Arc<Upkeep>>,
     /// The proxy's upstream, what it passes on of an app's history, and how it learns.
     pub(crate) proxy: Option<(Upstream, History, Learning)>,
+    /// Where the probes and metrics listen, if anywhere (`serve::health`).
+    pub(crate) metrics_addr: Option<SocketAddr>,
 }
 
 impl Server {
@@ -126,9 +134,11 @@ impl Server {
             "embedder": opened.embedder_note,
         });
         let mut proxied = String::new();
+        let mut probed_upstream = None;
         let proxy = match self.proxy {
             None => None,
             Some((upstream, history, learning)) => {
+                probed_upstream = Some(upstream.clone());
                 let history_name = clap::ValueEnum::to_possible_value(&history)
                     .map_or_else(String::new, |v| v.get_name().to_owned());
                 proxied = format!(
@@ -170,6 +180,33 @@ impl Server {
                 opened.embedder_note
             ),
         );
+        let probes_stop = tokio_util::sync::CancellationToken::new();
+        let probes = match self.metrics_addr {
+            None => None,
+            Some(addr) => {
+                let listener = bind(addr).await.context("--metrics-addr")?;
+                let at = listener
+                    .local_addr()
+                    .context("read the metrics listener's address")?;
+                crate::shared::logs::announce(
+                    "INFO",
+                    &format!(
+                        "{}: probes and metrics at http://{at} (/healthz, /readyz, /metrics)",
+                        self.name
+                    ),
+                );
+                let probes = serve::health::Probes {
+                    store: agent.store().clone(),
+                    embedder: opened.embedder.clone(),
+                    upstream: probed_upstream,
+                };
+                Some(tokio::spawn(serve::health::serve(
+                    listener,
+                    probes,
+                    probes_stop.clone().cancelled_owned(),
+                )))
+            }
+        };
         let config = HttpConfig {
             tokens: self.tokens,
             token_file: self.token_file,
@@ -177,7 +214,12 @@ impl Server {
             proxy,
             inspector: Arc::new(inspector),
         };
-        serve::serve(listener, memory, config, shutdown_signal()).await?;
+        let served = serve::serve(listener, memory, config, shutdown_signal()).await;
+        probes_stop.cancel();
+        if let Some(probes) = probes {
+            let _ = probes.await;
+        }
+        served?;
         // Facts still being learned are learned before the store closes.
         agent.finish_background().await;
         if let Some(sqlite) = &opened.sqlite {

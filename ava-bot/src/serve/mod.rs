@@ -37,11 +37,13 @@ use crate::mcp::{AvaMcp, Memory};
 use crate::shared::body::{Body, BodyError, read_whole};
 use crate::shared::error_chain;
 use crate::shared::listen::{Refusals, accept_until};
+use crate::shared::metrics::{self, Door};
 
 use self::inspect::Inspector;
 use self::proxy::Proxy;
 use self::tokens::TokenTable;
 
+pub(crate) mod health;
 pub(crate) mod inspect;
 pub(crate) mod proxy;
 pub(crate) mod tokens;
@@ -460,12 +462,31 @@ pub(crate) async fn serve(
     });
     accept_until(listener, shutdown, "HTTP", move |request, peer| {
         let gate = Arc::clone(&gate);
-        async move { gate.route(request, peer).await }
+        async move {
+            let started = std::time::Instant::now();
+            let door = door_of(request.uri().path());
+            let response = gate.route(request, peer).await;
+            metrics::request(door, response.status().as_u16(), started.elapsed());
+            response
+        }
     })
     .await;
     reload.abort();
     sessions_end.cancel();
     Ok(())
+}
+
+/// The front door a path belongs to, for the metrics.
+fn door_of(path: &str) -> Door {
+    if path == PATH {
+        Door::Mcp
+    } else if path.starts_with(proxy::PREFIX) {
+        Door::Proxy
+    } else if inspect::is_page(path) || inspect::is_api(path) {
+        Door::Inspector
+    } else {
+        Door::Other
+    }
 }
 
 #[cfg(unix)]

@@ -108,7 +108,7 @@ impl Learning {
 }
 
 /// The server the proxy passes requests on to.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Upstream {
     /// Its OpenAI-compatible base URL, without a trailing slash (`.../v1`).
     base: String,
@@ -153,6 +153,25 @@ impl Upstream {
     /// How long it gets to start answering, and to send each next piece.
     pub(crate) fn timeout(&self) -> Duration {
         self.timeout
+    }
+
+    /// Whether it answers at all within `timeout` (`GET /models`; any HTTP status will do),
+    /// for readiness; what failed otherwise.
+    pub(crate) async fn reachable(&self, timeout: Duration) -> Result<(), String> {
+        let request = self.request(reqwest::Method::GET, "/models").send();
+        match tokio::time::timeout(timeout, request).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(format!(
+                "{} cannot be reached: {}",
+                self.base,
+                memory_core::ErrorChain(&e)
+            )),
+            Err(_) => Err(format!(
+                "{} did not answer in {} s",
+                self.base,
+                timeout.as_secs()
+            )),
+        }
     }
 
     fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
@@ -657,7 +676,16 @@ impl Proxy {
             Ok(call) => call,
             Err(answer) => return answer,
         };
+        let started = std::time::Instant::now();
         let hydrated = self.hydrate(&mut call).await;
+        if let Ok(Some((_, built))) = &hydrated {
+            let cache = &built.report.cache;
+            crate::shared::metrics::prompt(
+                started.elapsed(),
+                cache.prompt_tokens,
+                cache.shared_prefix_tokens.unwrap_or(0),
+            );
+        }
         if let Err(e) = &hydrated {
             tracing::warn!(
                 scope = %call.scope,
@@ -837,6 +865,7 @@ impl Proxy {
                 extractor.as_ref(),
             )
             .await;
+        crate::shared::metrics::exchange_kept(kept.stored.is_ok());
         kept.stored.map_err(|e| {
             let why = error_chain(&e);
             tracing::error!(scope = %call.scope, error = why, "the exchange was not stored");
@@ -908,7 +937,10 @@ impl Proxy {
         &self,
         request: reqwest::RequestBuilder,
     ) -> Result<reqwest::Response, Response<Body>> {
-        match tokio::time::timeout(self.upstream.timeout, request.send()).await {
+        let started = std::time::Instant::now();
+        let sent = tokio::time::timeout(self.upstream.timeout, request.send()).await;
+        crate::shared::metrics::upstream(started.elapsed(), matches!(sent, Ok(Ok(_))));
+        match sent {
             Ok(Ok(answer)) => Ok(answer),
             Ok(Err(e)) => Err(self.unreachable(&e)),
             Err(_) => Err(self.too_slow()),

@@ -3,12 +3,13 @@
 //! a client ([`client_error`]); a request body read whole (`body.rs`); the listener every HTTP
 //! door runs and the signal every long-running command stops on (`listen.rs`); the dates a
 //! person types (`dates.rs`); the log, for people or as JSON with identities hashed
-//! (`logs.rs`).
+//! (`logs.rs`); what a running `ava` counts, for Prometheus (`metrics.rs`).
 
 pub(crate) mod body;
 pub(crate) mod dates;
 pub(crate) mod listen;
 pub(crate) mod logs;
+pub(crate) mod metrics;
 
 use memory_core::MemoryError;
 

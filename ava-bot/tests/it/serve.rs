@@ -1236,3 +1236,148 @@ async fn a_json_log_holds_no_token_no_text_and_no_identity() {
     assert!(scope.starts_with("h:"), "{learned}");
     assert_eq!(learned["fields"]["added"], 1, "{learned}");
 }
+
+/// `ava serve --metrics-addr` on a fresh store in front of `upstream`: the child, where it
+/// serves, and where its probes and metrics are.
+async fn serve_with_metrics(
+    upstream: &str,
+) -> (tokio::process::Child, String, String, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = command(dir.path().join("ava.db"));
+    cmd.args(["serve", "--addr", "127.0.0.1:0", "--tokens"])
+        .arg(token_file(dir.path()))
+        .args(["--upstream", upstream, "--no-facts"])
+        .args(["--metrics-addr", "127.0.0.1:0"]);
+    let (child, line, log) = listening(cmd, PATIENCE).await;
+    let probes = tokio::time::timeout(PATIENCE, async {
+        loop {
+            let found = log.lock().unwrap().iter().find_map(|l| {
+                l.split_once("probes and metrics at ")
+                    .and_then(|(_, rest)| rest.split_whitespace().next())
+                    .map(str::to_owned)
+            });
+            if let Some(found) = found {
+                return found;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the probes' address is said");
+    (child, listening_url(&line), probes, dir)
+}
+
+/// Prometheus' text format read back: each sample's series (name and labels) and value;
+/// every line is a comment or a sample.
+fn samples(text: &str) -> std::collections::HashMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let (series, value) = l
+                .rsplit_once(' ')
+                .unwrap_or_else(|| panic!("not a sample: {l}"));
+            let value: f64 = value.parse().unwrap_or_else(|e| panic!("{e}: {l}"));
+            (series.to_owned(), value)
+        })
+        .collect()
+}
+
+/// `--metrics-addr` (issue 56, item 2): `/healthz` and `/readyz` answer, `/metrics` counts
+/// requests by door and outcome, their latency, the prompt's tokens and what the provider
+/// could cache, in Prometheus' text format with no identity in it; an upstream that cannot
+/// be reached makes the server not ready, and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_and_metrics_answer_on_their_own_listener() {
+    let up = upstream("Lisbon it is.", &[]).await;
+    let (_child, url, probes, _dir) = serve_with_metrics(&format!("{}/v1", up.uri())).await;
+    let http = reqwest::Client::new();
+    let healthz = http.get(format!("{probes}/healthz")).send().await.unwrap();
+    assert_eq!(healthz.status(), 200);
+    let readyz = http.get(format!("{probes}/readyz")).send().await.unwrap();
+    assert_eq!(readyz.status(), 200);
+    let ready: Value = readyz.json().await.unwrap();
+    assert_eq!(ready["ready"], true, "{ready}");
+    for check in ["store", "embedder", "upstream"] {
+        assert_eq!(ready["checks"][check], "ok", "{ready}");
+    }
+
+    let body = json!({"model": "gpt-test", "messages": [{"role": "user", "content": "Where does alice live?"}]});
+    let asked = http
+        .post(format!("{url}/v1/chat/completions"))
+        .bearer_auth(TOKEN_A)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(asked.status(), 200);
+    asked.text().await.unwrap();
+    let refused = http.get(format!("{url}/v1/models")).send().await.unwrap();
+    assert_eq!(refused.status(), 401);
+
+    let scraped = http.get(format!("{probes}/metrics")).send().await.unwrap();
+    assert_eq!(scraped.status(), 200);
+    assert!(
+        scraped.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain; version=0.0.4"),
+    );
+    let text = scraped.text().await.unwrap();
+    for leak in ["alice", "desk", TOKEN_A] {
+        assert!(!text.contains(leak), "the metrics name {leak}: {text}");
+    }
+    let m = samples(&text);
+    let get = |series: &str| {
+        *m.get(series)
+            .unwrap_or_else(|| panic!("no {series}:\n{text}"))
+    };
+    assert_eq!(get(r#"ava_requests_total{door="proxy",outcome="ok"}"#), 1.0);
+    assert_eq!(
+        get(r#"ava_requests_total{door="proxy",outcome="client_error"}"#),
+        1.0
+    );
+    assert_eq!(get(r#"ava_requests_total{door="mcp",outcome="ok"}"#), 0.0);
+    // A histogram's buckets only grow, and the last holds them all.
+    let buckets: Vec<f64> = text
+        .lines()
+        .filter(|l| l.starts_with(r#"ava_request_seconds_bucket{door="proxy","#))
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse().unwrap())
+        .collect();
+    assert!(
+        buckets.len() > 2 && buckets.windows(2).all(|w| w[0] <= w[1]),
+        "{buckets:?}"
+    );
+    assert_eq!(buckets.last(), Some(&2.0));
+    assert_eq!(get(r#"ava_request_seconds_count{door="proxy"}"#), 2.0);
+    assert_eq!(get("ava_prompts_total"), 1.0);
+    assert!(get("ava_prompt_tokens_total") > 0.0, "{text}");
+    assert!(get("ava_cached_prefix_tokens_total") <= get("ava_prompt_tokens_total"));
+    assert_eq!(get("ava_upstream_seconds_count"), 1.0);
+    assert_eq!(get("ava_upstream_errors_total"), 0.0);
+    assert_eq!(get("ava_exchanges_kept_total"), 1.0);
+    assert_eq!(get("ava_store_write_failures_total"), 0.0);
+
+    // An upstream nobody answers at: alive, not ready, and the reason named.
+    let gone = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}/v1", gone.local_addr().unwrap());
+    drop(gone);
+    let (_other, _, probes, _dir2) = serve_with_metrics(&dead).await;
+    assert_eq!(
+        http.get(format!("{probes}/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let readyz = http.get(format!("{probes}/readyz")).send().await.unwrap();
+    assert_eq!(readyz.status(), 503);
+    let ready: Value = readyz.json().await.unwrap();
+    assert_eq!(ready["ready"], false, "{ready}");
+    assert_eq!(ready["checks"]["store"], "ok", "{ready}");
+    let why = ready["checks"]["upstream"].as_str().unwrap();
+    assert!(
+        why.contains("cannot be reached") && why.contains(&dead),
+        "{why}"
+    );
+}
