@@ -94,6 +94,27 @@ impl LlmSettings {
         })
     }
 
+    /// A page of the chat server that answers when it is up, for readiness: Ollama's
+    /// `/api/tags`, an OpenAI-compatible server's `/models`.
+    pub(crate) fn probe_url(&self, settings: &Settings) -> String {
+        match self.llm {
+            LlmChoice::Ollama => format!(
+                "{}/api/tags",
+                self.llm_url
+                    .as_deref()
+                    .unwrap_or(&settings.ollama_url)
+                    .trim_end_matches('/')
+            ),
+            LlmChoice::Openai => format!(
+                "{}/models",
+                self.llm_url
+                    .as_deref()
+                    .unwrap_or(&settings.openai_url)
+                    .trim_end_matches('/')
+            ),
+        }
+    }
+
     /// The fact extractor over `model`, unless `--no-facts`; each call bounded by
     /// `--llm-timeout`.
     pub(crate) fn extractor(&self, model: &Arc<dyn ChatModel>) -> Option<FactExtractor> {

@@ -43,6 +43,11 @@ pub(crate) struct Args {
     /// Where to listen for the webhook's requests.
     #[arg(long, env = "AVA_WEBHOOK_ADDR", default_value = "127.0.0.1:8443")]
     webhook_addr: std::net::SocketAddr,
+    /// Where to answer a load balancer and Prometheus, on a listener of its own without
+    /// tokens: `/healthz`, `/readyz` (store, embedder, chat model) and `/metrics` [default:
+    /// off]. Bind it where only they reach.
+    #[arg(long, env = "AVA_METRICS_ADDR", value_name = "ADDR")]
+    metrics_addr: Option<std::net::SocketAddr>,
 }
 
 pub(crate) async fn run(
@@ -84,6 +89,20 @@ pub(crate) async fn run(
         "" | "off" => None,
         emoji => Some(emoji.to_owned()),
     };
+    let probes = match args.metrics_addr {
+        None => None,
+        Some(addr) => {
+            let probes = crate::serve::health::Probes {
+                store: agent.store().clone(),
+                embedder: opened.embedder.clone(),
+                model: Some(crate::serve::health::Reach {
+                    name: "chat model",
+                    url: args.llm.probe_url(settings),
+                }),
+            };
+            Some(crate::serve::health::start(addr, "ava run", probes).await?)
+        }
+    };
     let state = Arc::new(BotState::new(agent, model, allow).with_learned_reaction(reaction));
     let listener = match &webhook {
         Some(hook) => {
@@ -97,7 +116,12 @@ pub(crate) async fn run(
         }
         None => None,
     };
-    crate::telegram::run(bot, state, listener).await?;
+    let ran = crate::telegram::run(bot, state, listener).await;
+    if let Some((task, stop)) = probes {
+        stop.cancel();
+        let _ = task.await;
+    }
+    ran?;
     background.finish_background().await;
     writeln!(out, "stopped")?;
     Ok(())

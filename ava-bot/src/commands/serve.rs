@@ -138,7 +138,10 @@ impl Server {
         let proxy = match self.proxy {
             None => None,
             Some((upstream, history, learning)) => {
-                probed_upstream = Some(upstream.clone());
+                probed_upstream = Some(serve::health::Reach {
+                    name: "upstream",
+                    url: format!("{}/models", upstream.base()),
+                });
                 let history_name = clap::ValueEnum::to_possible_value(&history)
                     .map_or_else(String::new, |v| v.get_name().to_owned());
                 proxied = format!(
@@ -180,31 +183,15 @@ impl Server {
                 opened.embedder_note
             ),
         );
-        let probes_stop = tokio_util::sync::CancellationToken::new();
         let probes = match self.metrics_addr {
             None => None,
             Some(addr) => {
-                let listener = bind(addr).await.context("--metrics-addr")?;
-                let at = listener
-                    .local_addr()
-                    .context("read the metrics listener's address")?;
-                crate::shared::logs::announce(
-                    "INFO",
-                    &format!(
-                        "{}: probes and metrics at http://{at} (/healthz, /readyz, /metrics)",
-                        self.name
-                    ),
-                );
                 let probes = serve::health::Probes {
                     store: agent.store().clone(),
                     embedder: opened.embedder.clone(),
-                    upstream: probed_upstream,
+                    model: probed_upstream,
                 };
-                Some(tokio::spawn(serve::health::serve(
-                    listener,
-                    probes,
-                    probes_stop.clone().cancelled_owned(),
-                )))
+                Some(serve::health::start(addr, self.name, probes).await?)
             }
         };
         let config = HttpConfig {
@@ -215,9 +202,9 @@ impl Server {
             inspector: Arc::new(inspector),
         };
         let served = serve::serve(listener, memory, config, shutdown_signal()).await;
-        probes_stop.cancel();
-        if let Some(probes) = probes {
-            let _ = probes.await;
+        if let Some((task, stop)) = probes {
+            stop.cancel();
+            let _ = task.await;
         }
         served?;
         // Facts still being learned are learned before the store closes.

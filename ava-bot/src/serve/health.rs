@@ -1,7 +1,8 @@
-//! `--metrics-addr`: a small listener of its own for a load balancer and Prometheus, off
-//! unless asked for. `/healthz` answers while the process serves; `/readyz` answers 200 when
-//! the store answers a read, the embedder embeds and the upstream answers at all (any HTTP
-//! status), else 503 naming what failed; `/metrics` is [`crate::shared::metrics`] in
+//! `--metrics-addr` (`ava serve`, `ava run`): a small listener of its own for a load balancer
+//! and Prometheus, off unless asked for. `/healthz` answers while the process serves;
+//! `/readyz` answers 200 when the store answers a read, the embedder embeds and the model's
+//! server (the proxy's upstream, the bot's chat model) answers at all (any HTTP status), else
+//! 503 naming what failed; `/metrics` is [`crate::shared::metrics`] in
 //! Prometheus' text format. No token: bind it where only the balancer and the scraper reach.
 
 use std::net::SocketAddr;
@@ -20,8 +21,6 @@ use crate::shared::body::Body;
 use crate::shared::listen::accept_until;
 use crate::shared::metrics;
 
-use super::proxy::Upstream;
-
 /// How long each readiness check may take.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -32,8 +31,40 @@ pub(crate) struct Probes {
     pub(crate) store: Arc<dyn MemoryBackend>,
     /// The embedder, asked to embed a word (none: not checked).
     pub(crate) embedder: Option<Arc<dyn EmbeddingProvider>>,
-    /// The upstream, asked for its models (none: not checked).
-    pub(crate) upstream: Option<Upstream>,
+    /// The model's server, asked for a page (none: not checked).
+    pub(crate) model: Option<Reach>,
+}
+
+/// A server readiness asks for a page, any answer will do.
+#[derive(Debug, Clone)]
+pub(crate) struct Reach {
+    /// What it is, as the check is named: `upstream`, `chat model`.
+    pub(crate) name: &'static str,
+    /// The page asked for (`.../models`, Ollama's `/api/tags`).
+    pub(crate) url: String,
+}
+
+impl Reach {
+    /// Whether it answers at all within [`CHECK_TIMEOUT`]; what failed otherwise.
+    async fn reachable(&self) -> Result<(), String> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(CHECK_TIMEOUT)
+            .build()
+            .map_err(|e| format!("build an HTTP client: {e}"))?;
+        match tokio::time::timeout(CHECK_TIMEOUT, client.get(&self.url).send()).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(format!(
+                "{} cannot be reached: {}",
+                self.url,
+                memory_core::ErrorChain(&e)
+            )),
+            Err(_) => Err(format!(
+                "{} did not answer in {} s",
+                self.url,
+                CHECK_TIMEOUT.as_secs()
+            )),
+        }
+    }
 }
 
 impl Probes {
@@ -49,16 +80,16 @@ impl Probes {
                 None => Ok(()),
             }
         };
-        let upstream = async {
-            match &self.upstream {
-                Some(u) => u.reachable(CHECK_TIMEOUT).await,
+        let model = async {
+            match &self.model {
+                Some(m) => m.reachable().await,
                 None => Ok(()),
             }
         };
-        let (store, embedder, upstream) = tokio::join!(store, embedder, upstream);
+        let (store, embedder, model) = tokio::join!(store, embedder, model);
         let mut checks = vec![("store", store), ("embedder", embedder)];
-        if self.upstream.is_some() {
-            checks.push(("upstream", upstream));
+        if let Some(m) = &self.model {
+            checks.push((m.name, model));
         }
         checks
     }
@@ -122,6 +153,32 @@ async fn route(probes: &Probes, request: &Request<Incoming>) -> Response<Body> {
             "not found; this listener serves /healthz, /readyz and /metrics\n".into(),
         ),
     }
+}
+
+/// Starts the probes on `addr` (saying where, as `who`) until the token returned is
+/// cancelled; the task ends then.
+pub(crate) async fn start(
+    addr: SocketAddr,
+    who: &str,
+    probes: Probes,
+) -> anyhow::Result<(
+    tokio::task::JoinHandle<()>,
+    tokio_util::sync::CancellationToken,
+)> {
+    use anyhow::Context as _;
+    let listener = crate::shared::listen::bind(addr)
+        .await
+        .context("--metrics-addr")?;
+    let at = listener
+        .local_addr()
+        .context("read the metrics listener's address")?;
+    crate::shared::logs::announce(
+        "INFO",
+        &format!("{who}: probes and metrics at http://{at} (/healthz, /readyz, /metrics)"),
+    );
+    let stop = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(serve(listener, probes, stop.clone().cancelled_owned()));
+    Ok((task, stop))
 }
 
 /// Serves the probes on `listener` until `shutdown` resolves.

@@ -108,7 +108,7 @@ impl Learning {
 }
 
 /// The server the proxy passes requests on to.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct Upstream {
     /// Its OpenAI-compatible base URL, without a trailing slash (`.../v1`).
     base: String,
@@ -153,25 +153,6 @@ impl Upstream {
     /// How long it gets to start answering, and to send each next piece.
     pub(crate) fn timeout(&self) -> Duration {
         self.timeout
-    }
-
-    /// Whether it answers at all within `timeout` (`GET /models`; any HTTP status will do),
-    /// for readiness; what failed otherwise.
-    pub(crate) async fn reachable(&self, timeout: Duration) -> Result<(), String> {
-        let request = self.request(reqwest::Method::GET, "/models").send();
-        match tokio::time::timeout(timeout, request).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(format!(
-                "{} cannot be reached: {}",
-                self.base,
-                memory_core::ErrorChain(&e)
-            )),
-            Err(_) => Err(format!(
-                "{} did not answer in {} s",
-                self.base,
-                timeout.as_secs()
-            )),
-        }
     }
 
     fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
@@ -681,7 +662,7 @@ impl Proxy {
         if let Ok(Some((_, built))) = &hydrated {
             let cache = &built.report.cache;
             crate::shared::metrics::prompt(
-                started.elapsed(),
+                Some(started.elapsed()),
                 cache.prompt_tokens,
                 cache.shared_prefix_tokens.unwrap_or(0),
             );

@@ -17,10 +17,19 @@ pub(crate) enum Door {
     Inspector,
     /// Anything else (refused before a door: a wrong host, no token, an unknown path).
     Other,
+    /// A Telegram message answered by `ava run` (refused: `client_error`; the model or the
+    /// memory failed: `server_error`).
+    Telegram,
 }
 
 impl Door {
-    const ALL: [Door; 4] = [Door::Proxy, Door::Mcp, Door::Inspector, Door::Other];
+    const ALL: [Door; 5] = [
+        Door::Proxy,
+        Door::Mcp,
+        Door::Inspector,
+        Door::Other,
+        Door::Telegram,
+    ];
 
     fn name(self) -> &'static str {
         match self {
@@ -28,6 +37,7 @@ impl Door {
             Door::Mcp => "mcp",
             Door::Inspector => "inspector",
             Door::Other => "other",
+            Door::Telegram => "telegram",
         }
     }
 
@@ -139,10 +149,12 @@ pub(crate) fn request(door: Door, status: u16, took: Duration) {
     METRICS.request_seconds[door.index()].observe(took);
 }
 
-/// A prompt was built in `took`, of `tokens` tokens of which `cached` repeat the start of
-/// the scope's previous prompt.
-pub(crate) fn prompt(took: Duration, tokens: u32, cached: u32) {
-    METRICS.prompt_seconds.observe(took);
+/// A prompt was built (in `took`, when measured apart), of `tokens` tokens of which `cached`
+/// repeat the start of the scope's previous prompt.
+pub(crate) fn prompt(took: Option<Duration>, tokens: u32, cached: u32) {
+    if let Some(took) = took {
+        METRICS.prompt_seconds.observe(took);
+    }
     METRICS.prompts.fetch_add(1, Ordering::Relaxed);
     METRICS
         .prompt_tokens
@@ -188,12 +200,12 @@ pub(crate) const NAMES: [(&str, &str, &str); 11] = [
     (
         "ava_request_seconds",
         "histogram",
-        "Time from a request's arrival to its answer's start, by front door.",
+        "Time from a request's arrival to its answer's start (for Telegram, to the reply's delivery), by front door.",
     ),
     (
         "ava_prompt_seconds",
         "histogram",
-        "Time to build a prompt: hydrate, compile and lay it out.",
+        "Time to build a prompt: hydrate, compile and lay it out (the proxy's).",
     ),
     (
         "ava_upstream_seconds",

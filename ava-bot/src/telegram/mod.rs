@@ -11,6 +11,7 @@ mod groups;
 mod state;
 pub(crate) mod webhook;
 
+use crate::shared::metrics;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -293,6 +294,9 @@ async fn on_text(
     let Some(text) = msg.text() else {
         return Ok(());
     };
+    let started = std::time::Instant::now();
+    // How the message ended, as an HTTP status class for the metrics.
+    let mut status = 200;
     if let Some(member) = who.member.take() {
         let shares = match share_notes(&who, &state, &member).await {
             Ok(notes) => !notes.is_empty(),
@@ -323,9 +327,13 @@ async fn on_text(
     let mut learning = None;
     let reply = match turn {
         // Refused before anything was stored (empty, too long): say why.
-        Err(e) => format!("Sorry, I cannot take that message: {}", error_chain(&e)),
+        Err(e) => {
+            status = 400;
+            format!("Sorry, I cannot take that message: {}", error_chain(&e))
+        }
         Ok(turn) => {
             learning = turn.learning;
+            metrics::exchange_kept(turn.stored.is_ok());
             if let Err(e) = &turn.stored {
                 tracing::error!(
                     chat = msg.chat.id.0,
@@ -335,6 +343,12 @@ async fn on_text(
             }
             match turn.answer {
                 Ok(inference) => {
+                    let cache = &inference.prompt.report.cache;
+                    metrics::prompt(
+                        None,
+                        cache.prompt_tokens,
+                        cache.shared_prefix_tokens.unwrap_or(0),
+                    );
                     if turn.stored.is_ok() {
                         // Kept before the reply goes out, so a `/context` after it finds it,
                         // on any replica; only with its question stored (see `prompts`).
@@ -359,6 +373,7 @@ async fn on_text(
                     }
                 }
                 Err((blame, e)) => {
+                    status = 500;
                     tracing::error!(
                         chat = msg.chat.id.0,
                         error = error_chain(&e),
@@ -375,6 +390,7 @@ async fn on_text(
     };
     let parts = split_message(&reply, MAX_MESSAGE);
     let delivery = deliver(&bot, msg.chat.id, &parts).await;
+    metrics::request(metrics::Door::Telegram, status, started.elapsed());
     if let (Some(learning), Some(emoji)) = (learning, state.learned_reaction.clone()) {
         // Learning runs after the reply; the reaction follows it, when it changed a fact.
         let (bot, chat, id) = (bot.clone(), msg.chat.id, msg.id);

@@ -24,7 +24,8 @@ use async_openai::types::chat::{
     CreateChatCompletionRequestArgs,
 };
 use common::{
-    as_nobody, ava, command, listening, listening_url, ok, private_token_file, privileged, set_mode,
+    as_nobody, ava, command, fake_bot_api, listening, listening_url, ok, private_token_file,
+    privileged, set_mode,
 };
 use futures_util::StreamExt;
 use serde_json::{Value, json};
@@ -1380,4 +1381,80 @@ async fn probes_and_metrics_answer_on_their_own_listener() {
         why.contains("cannot be reached") && why.contains(&dead),
         "{why}"
     );
+}
+
+/// `ava run --metrics-addr`: the bot answers probes too (its chat model in place of the
+/// upstream), and counts each Telegram message answered by its outcome, with the prompt's
+/// tokens and the exchange kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bot_answers_probes_and_counts_what_it_answers() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let model = upstream("Hello there.", &[]).await;
+    let queue = fake_bot_api::Queue::default();
+    let telegram = fake_bot_api::start(queue.clone()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut bot = tokio::process::Command::from(command(dir.path().join("ava.db")));
+    bot.args([
+        "run",
+        "--no-facts",
+        "--llm",
+        "openai",
+        "--llm-model",
+        "gpt-test",
+    ])
+    .args(["--llm-url", &format!("{}/v1", model.uri())])
+    .args(["--telegram-api-url", &telegram.uri()])
+    .args(["--metrics-addr", "127.0.0.1:0"])
+    .env("TELOXIDE_TOKEN", fake_bot_api::TOKEN)
+    .stdin(std::process::Stdio::null())
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::piped())
+    .kill_on_drop(true);
+    let mut child = bot.spawn().unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let probes = tokio::time::timeout(PATIENCE, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some((_, rest)) = line.split_once("probes and metrics at ") {
+                return rest.split_whitespace().next().unwrap().to_owned();
+            }
+        }
+        panic!("the bot exited without saying where its probes are");
+    })
+    .await
+    .expect("the probes' address is said");
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+
+    let http = reqwest::Client::new();
+    let readyz = http.get(format!("{probes}/readyz")).send().await.unwrap();
+    assert_eq!(readyz.status(), 200);
+    let ready: Value = readyz.json().await.unwrap();
+    assert_eq!(ready["checks"]["chat model"], "ok", "{ready}");
+    assert_eq!(ready["checks"]["store"], "ok", "{ready}");
+
+    let mut sender = fake_bot_api::Sender::new(queue);
+    let reply = sender.say(&telegram, (77, "Mia"), 77, "hello bot").await;
+    assert!(reply.contains("Hello there."), "{reply}");
+    let text = http
+        .get(format!("{probes}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(!text.contains("Mia") && !text.contains("77\""), "{text}");
+    let m = samples(&text);
+    let get = |series: &str| {
+        *m.get(series)
+            .unwrap_or_else(|| panic!("no {series}:\n{text}"))
+    };
+    assert_eq!(
+        get(r#"ava_requests_total{door="telegram",outcome="ok"}"#),
+        1.0
+    );
+    assert_eq!(get(r#"ava_request_seconds_count{door="telegram"}"#), 1.0);
+    assert_eq!(get("ava_prompts_total"), 1.0);
+    assert!(get("ava_prompt_tokens_total") > 0.0, "{text}");
+    assert_eq!(get("ava_exchanges_kept_total"), 1.0);
+    child.start_kill().unwrap();
 }
