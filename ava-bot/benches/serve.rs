@@ -9,11 +9,14 @@
 //! 400) or 20 s, first directly, then through the proxy. Printed for `cargo xtask bench`:
 //! percentiles per path and level, and notes with requests/s and the added p50/p95.
 //!
-//! Then replicas: `ava serve` processes on one store, the clients' requests shared between
-//! them in turn (a load balancer), each request hydrating a prompt and storing its exchange:
-//! one process on a SQLite file, and 1, 2 and 4 on one Postgres when `MEMORY_PG_URL` is set
-//! (a fresh schema each, dropped afterwards). After each run the store is counted: every
-//! answered request must have left its two turns (`lost` is what is missing).
+//! Then replicas (issue 56, item 5): `ava serve` processes on one store, the clients'
+//! requests shared between them in turn (a load balancer), each request hydrating a prompt and
+//! storing its exchange: `AVA_BENCH_CLIENTS` clients (default 16) of `AVA_BENCH_CALLS` calls
+//! each (default 100), beside the same clients calling the upstream alone; one process on a
+//! SQLite file, and 1, 2 and 4 on one Postgres when `MEMORY_PG_URL` is set (a fresh schema
+//! each, dropped afterwards), over TLS when `MEMORY_PG_TLS_URL` is set too (the server behind
+//! `.ci/pgbouncer-tls.sh`). After each run the store is counted: every answered request must
+//! have left its two turns (`lost` is what is missing).
 //!
 //! Between the two, one client's message of `AVA_BENCH_HUGE_MIB` MiB (default 4) of
 //! distinct words, and another client's latency while it runs (issue 54, D1).
@@ -305,8 +308,13 @@ async fn huge_query(url: &str, mib: usize) {
     );
 }
 
-/// Clients of the replica runs.
-const REPLICA_CLIENTS: usize = 8;
+/// `name`'s value in the environment as a number, else `default`.
+fn env_number(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
 
 /// How many memories the store `db` holds, as `ava export --all` counts them.
 async fn stored(db: &str) -> usize {
@@ -337,17 +345,30 @@ async fn run_sql(url: &str, sql: &str) {
     let _ = task.await;
 }
 
-/// `replicas` `ava serve` processes on the store `db` (fresh), [`REPLICA_CLIENTS`] clients
-/// taking them in turn: prints the percentiles, throughput, failures and memories lost.
+/// What a replica run is measured against: the clients calling the upstream alone.
+struct Replicas {
+    clients: usize,
+    total: usize,
+    direct: (f64, f64),
+}
+
+/// `replicas` `ava serve` processes on the store `db` (fresh), the clients taking them in
+/// turn: prints the percentiles, throughput, overhead over the upstream alone, failures and
+/// memories lost.
 async fn replicas(
     id: &str,
     db: &str,
     replicas: usize,
     dir: &Path,
     upstream: std::net::SocketAddr,
-    total: usize,
+    run_of: &Replicas,
 ) {
-    let tokens = tokens(dir, REPLICA_CLIENTS);
+    let Replicas {
+        clients,
+        total,
+        direct: (d50, d95),
+    } = *run_of;
+    let tokens = tokens(dir, clients);
     let mut children = Vec::new();
     let mut urls = Vec::new();
     for _ in 0..replicas {
@@ -355,8 +376,8 @@ async fn replicas(
         children.push(child);
         urls.push(format!("{url}/v1/chat/completions"));
     }
-    let history = level(&urls, REPLICA_CLIENTS, REPLICA_CLIENTS * HISTORY).await;
-    let run = level(&urls, REPLICA_CLIENTS, total).await;
+    let history = level(&urls, clients, clients * HISTORY).await;
+    let run = level(&urls, clients, total).await;
     let mut times = run.times;
     times.sort_unstable();
     let (p50, p95) = (percentile(&times, 0.5), percentile(&times, 0.95));
@@ -371,8 +392,10 @@ async fn replicas(
         times.len()
     );
     println!(
-        "ava-bench: note {id} {:.0} requests/s; {REPLICA_CLIENTS} clients, {replicas} replica(s); failed {}, lost {lost} ({counted} memories for {answered} answered requests)",
+        "ava-bench: note {id} {:.0} requests/s; {clients} clients, {replicas} replica(s); adds {:.1} / {:.1} ms (p50 / p95) over the upstream alone; failed {}, lost {lost} ({counted} memories for {answered} answered requests)",
         times.len() as f64 / run.wall.as_secs_f64(),
+        p50 - d50,
+        p95 - d95,
         history.failed + run.failed,
     );
 }
@@ -430,16 +453,37 @@ fn main() {
         huge_query(&proxy[0], mib).await;
         drop(child);
 
-        // Replicas on one store.
+        // Replicas on one store, against the same clients calling the upstream alone.
+        let clients = env_number("AVA_BENCH_CLIENTS", 16);
+        let total = clients * env_number("AVA_BENCH_CALLS", 100);
+        let mut alone = level(&direct, clients, total).await;
+        alone.times.sort_unstable();
+        let run_of = Replicas {
+            clients,
+            total,
+            direct: (percentile(&alone.times, 0.5), percentile(&alone.times, 0.95)),
+        };
+        println!(
+            "ava-bench: note serve/replicas_sqlite_1 the upstream alone: p50 {:.2} ms, p95 {:.2} ms, {:.0} requests/s with {clients} clients",
+            run_of.direct.0,
+            run_of.direct.1,
+            alone.times.len() as f64 / alone.wall.as_secs_f64()
+        );
         let one = dir.path().join("replicas.db").display().to_string();
-        replicas("serve/replicas_sqlite_1", &one, 1, dir.path(), upstream, total).await;
+        replicas("serve/replicas_sqlite_1", &one, 1, dir.path(), upstream, &run_of).await;
         match std::env::var("MEMORY_PG_URL") {
             Ok(url) if !url.trim().is_empty() => {
+                // Over TLS when the TLS front is there; schemas are dropped through the plain URL.
+                let tls = std::env::var("MEMORY_PG_TLS_URL").ok().filter(|u| !u.trim().is_empty());
+                let (kind, served) = match &tls {
+                    Some(tls) => ("postgres_tls", tls.clone()),
+                    None => ("postgres", url.clone()),
+                };
                 for n in [1, 2, 4] {
                     let schema = format!("ava_bench_replicas_{}_{n}", std::process::id());
-                    let sep = if url.contains('?') { '&' } else { '?' };
-                    let db = format!("{url}{sep}schema={schema}");
-                    replicas(&format!("serve/replicas_postgres_{n}"), &db, n, dir.path(), upstream, total).await;
+                    let sep = if served.contains('?') { '&' } else { '?' };
+                    let db = format!("{served}{sep}schema={schema}");
+                    replicas(&format!("serve/replicas_{kind}_{n}"), &db, n, dir.path(), upstream, &run_of).await;
                     run_sql(&url, &format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE")).await;
                 }
             }

@@ -94,6 +94,7 @@ pub(crate) async fn run(
         Some(addr) => {
             let probes = crate::serve::health::Probes {
                 store: agent.store().clone(),
+                store_file: opened.sqlite.as_ref().map(|s| s.path().to_owned()),
                 embedder: opened.embedder.clone(),
                 model: Some(crate::serve::health::Reach {
                     name: "chat model",

@@ -188,6 +188,7 @@ impl Server {
             Some(addr) => {
                 let probes = serve::health::Probes {
                     store: agent.store().clone(),
+                    store_file: opened.sqlite.as_ref().map(|s| s.path().to_owned()),
                     embedder: opened.embedder.clone(),
                     model: probed_upstream,
                 };

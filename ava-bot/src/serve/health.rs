@@ -1,6 +1,6 @@
 //! `--metrics-addr` (`ava serve`, `ava run`): a small listener of its own for a load balancer
 //! and Prometheus, off unless asked for. `/healthz` answers while the process serves;
-//! `/readyz` answers 200 when the store answers a read, the embedder embeds and the model's
+//! `/readyz` answers 200 when the store answers a read (and its file, if any, is still there), the embedder embeds and the model's
 //! server (the proxy's upstream, the bot's chat model) answers at all (any HTTP status), else
 //! 503 naming what failed; `/metrics` is [`crate::shared::metrics`] in
 //! Prometheus' text format. No token: bind it where only the balancer and the scraper reach.
@@ -29,6 +29,9 @@ const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 pub(crate) struct Probes {
     /// The store, asked for a count.
     pub(crate) store: Arc<dyn MemoryBackend>,
+    /// The store's file, when it is one: a file removed under a running process still
+    /// answers through its open handle, but nothing written there survives the process.
+    pub(crate) store_file: Option<std::path::PathBuf>,
     /// The embedder, asked to embed a word (none: not checked).
     pub(crate) embedder: Option<Arc<dyn EmbeddingProvider>>,
     /// The model's server, asked for a page (none: not checked).
@@ -71,6 +74,11 @@ impl Probes {
     /// Each check's name and `Ok` or what failed.
     async fn check(&self) -> Vec<(&'static str, Result<(), String>)> {
         let store = async {
+            if let Some(file) = &self.store_file
+                && !file.exists()
+            {
+                return Err(format!("the store file {} is gone", file.display()));
+            }
             let probe = Scope::for_user("ava-readiness").map_err(|e| e.to_string())?;
             within(self.store.count(&probe)).await.map(drop)
         };

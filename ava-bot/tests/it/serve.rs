@@ -1358,6 +1358,15 @@ async fn probes_and_metrics_answer_on_their_own_listener() {
     assert_eq!(get("ava_exchanges_kept_total"), 1.0);
     assert_eq!(get("ava_store_write_failures_total"), 0.0);
 
+    // The store's file removed under it: alive, not ready, the store named.
+    std::fs::remove_file(_dir.path().join("ava.db")).unwrap();
+    let readyz = http.get(format!("{probes}/readyz")).send().await.unwrap();
+    assert_eq!(readyz.status(), 503);
+    let ready: Value = readyz.json().await.unwrap();
+    let why = ready["checks"]["store"].as_str().unwrap();
+    assert!(why.contains("is gone"), "{ready}");
+    assert_eq!(ready["checks"]["upstream"], "ok", "{ready}");
+
     // An upstream nobody answers at: alive, not ready, and the reason named.
     let gone = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead = format!("http://{}/v1", gone.local_addr().unwrap());
