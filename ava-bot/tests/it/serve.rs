@@ -584,10 +584,10 @@ async fn an_apps_end_users_are_kept_apart_and_history_can_be_replaced() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn facts_are_learned_on_the_upstream_and_mcp_is_served_beside() {
-    let up = upstream("Congratulations!", &[]).await;
-    let facts = json!({"facts": ["I moved to Porto."]});
+/// Makes `up` answer fact learning (its `<conversation>` prompt) with `facts`, as the model
+/// `facts-model`.
+async fn learns(up: &MockServer, facts: &[&str]) {
+    let facts = json!({ "facts": facts });
     Mock::given(method("POST"))
         .and(path("/v1/chat/completions"))
         .and(body_string_contains("<conversation>"))
@@ -596,8 +596,14 @@ async fn facts_are_learned_on_the_upstream_and_mcp_is_served_beside() {
             "choices": [{"index": 0, "finish_reason": "stop",
                          "message": {"role": "assistant", "content": facts.to_string()}}]})))
         .with_priority(1)
-        .mount(&up)
+        .mount(up)
         .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn facts_are_learned_on_the_upstream_and_mcp_is_served_beside() {
+    let up = upstream("Congratulations!", &[]).await;
+    learns(&up, &["I moved to Porto."]).await;
     let s = serve(
         &format!("{}/v1", up.uri()),
         &["--facts-model", "facts-model"],
@@ -1177,17 +1183,7 @@ async fn a_huge_message_is_kept_by_its_first_mib_and_the_app_still_gets_its_answ
 async fn a_json_log_holds_no_token_no_text_and_no_identity() {
     const SECRET: &str = "P-7731-QX";
     let up = upstream("Noted.", &[]).await;
-    let facts = json!({"facts": [format!("My passport number is {SECRET}.")]});
-    Mock::given(method("POST"))
-        .and(path("/v1/chat/completions"))
-        .and(body_string_contains("<conversation>"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
-            "id": "x", "object": "chat.completion", "created": 1, "model": "facts-model",
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": facts.to_string()}}]})))
-        .with_priority(1)
-        .mount(&up)
-        .await;
+    learns(&up, &[&format!("My passport number is {SECRET}.")]).await;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("ava.db");
     let mut cmd = command(&db);
