@@ -326,6 +326,36 @@ mod tests {
         );
     }
 
+    /// Every library crate can be depended on from a registry or a git URL: it has a
+    /// description and a README of its own that links the facade (`.ci/run` packages them).
+    #[test]
+    fn library_crates_say_what_they_are_and_link_the_facade() {
+        let mut missing = Vec::new();
+        let mut libraries = 0;
+        for p in metadata()["packages"].as_array().into_iter().flatten() {
+            let name = p["name"].as_str().unwrap_or_default();
+            if matches!(name, "ava-bot" | "ava-eval" | "xtask") {
+                continue;
+            }
+            libraries += 1;
+            if p["description"]
+                .as_str()
+                .is_none_or(|d| d.trim().is_empty())
+            {
+                missing.push(format!("{name}: no description"));
+            }
+            let manifest = std::path::Path::new(p["manifest_path"].as_str().expect("path"));
+            let readme = manifest.parent().expect("crate dir").join("README.md");
+            match std::fs::read_to_string(&readme) {
+                Ok(text) if name == "ava-memory" || text.contains("ava-memory/README.md") => {}
+                Ok(_) => missing.push(format!("{name}: its README does not link the facade")),
+                Err(_) => missing.push(format!("{name}: no README.md")),
+            }
+        }
+        assert!(libraries >= 8, "found {libraries} library crates");
+        assert!(missing.is_empty(), "{}", missing.join("\n"));
+    }
+
     /// ARCHITECTURE.md's code map has a heading for every crate of the workspace, and
     /// README's "What is here" table a row.
     #[test]
