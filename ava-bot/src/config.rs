@@ -4,14 +4,19 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
+use ava_memory::open::{EmbedderSettings, choose_embedder, open_store};
 use clap::ValueEnum;
-use memory_core::{EmbeddingProvider, HashingEmbedder, MemoryBackend, Scope, Secret};
-use memory_embedders::{
-    ApiKey, OllamaConfig, OllamaEmbedder, OpenAiConfig, OpenAiEmbedder, resolve_model_dir,
-};
-use memory_sqlite::{SqliteBackend, SqliteConfig};
+use memory_core::{EmbeddingProvider, MemoryBackend, Scope, Secret};
+use memory_embedders::resolve_model_dir;
+use memory_sqlite::SqliteBackend;
 use prompt_ir::BudgetAllocation;
+
+/// Where `--db` points: a SQLite file or a Postgres URL, told apart as the facade tells
+/// them ([`ava_memory::Location::parse`]).
+pub(crate) use ava_memory::Location as DbTarget;
+/// `url` with any password replaced by `***`.
+pub(crate) use ava_memory::open::redact_url;
 
 /// Which embedder computes vectors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -28,6 +33,19 @@ pub(crate) enum EmbedderChoice {
     Hash,
     /// No vectors: keyword search only.
     None,
+}
+
+impl From<EmbedderChoice> for ava_memory::EmbedderChoice {
+    fn from(choice: EmbedderChoice) -> Self {
+        match choice {
+            EmbedderChoice::Auto => Self::Auto,
+            EmbedderChoice::Local => Self::Local,
+            EmbedderChoice::Ollama => Self::Ollama,
+            EmbedderChoice::Openai => Self::Openai,
+            EmbedderChoice::Hash => Self::Hash,
+            EmbedderChoice::None => Self::None,
+        }
+    }
 }
 
 /// A secret read from the environment (unset or blank is none): a [`memory_core::Secret`],
@@ -307,35 +325,13 @@ pub(crate) struct Opened {
     pub(crate) embedder: Option<Arc<dyn EmbeddingProvider>>,
 }
 
-/// Where `--db` points.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum DbTarget {
-    /// A SQLite store file.
-    Sqlite(PathBuf),
-    /// A Postgres server (`postgres://` or `postgresql://` URL, maybe with `?schema=`).
-    Postgres(String),
-}
-
-/// `url` with any password replaced by `***`.
-pub(crate) fn redact_url(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut u) if u.password().is_some() => {
-            let _ = u.set_password(Some("***"));
-            u.to_string()
-        }
-        Ok(u) => u.to_string(),
-        Err(_) => "<unparsable Postgres URL>".to_owned(),
-    }
-}
-
 impl Settings {
     /// Where the store is: `--db`, `$AVA_DB`, or the per-user data directory (created).
     pub(crate) fn db_target(&self) -> anyhow::Result<DbTarget> {
         if let Some(p) = &self.db
-            && let Some(s) = p.to_str()
-            && (s.starts_with("postgres://") || s.starts_with("postgresql://"))
+            && let target @ DbTarget::Postgres(_) = DbTarget::parse(p)
         {
-            return Ok(DbTarget::Postgres(s.to_owned()));
+            return Ok(target);
         }
         self.db_path().map(DbTarget::Sqlite)
     }
@@ -357,89 +353,21 @@ impl Settings {
     }
 
     /// Builds the configured embedder; `None` means keyword search only (with the reason).
+    /// The choice is the facade's ([`ava_memory::open::choose_embedder`]), so a program on
+    /// the library gets the embedder `ava` would.
     pub(crate) async fn embedder(
         &self,
     ) -> anyhow::Result<(Option<Arc<dyn EmbeddingProvider>>, String)> {
-        let model = |default: &str| {
-            self.embed_model
-                .clone()
-                .unwrap_or_else(|| default.to_owned())
+        let settings = EmbedderSettings {
+            choice: self.embedder.into(),
+            model_dir: self.model_dir.clone(),
+            embed_model: self.embed_model.clone(),
+            ollama_url: Some(self.ollama_url.clone()),
+            openai_url: Some(self.openai_url.clone()),
+            openai_key: secret_from_env("OPENAI_API_KEY"),
         };
-        match self.embedder {
-            EmbedderChoice::None => Ok((
-                None,
-                "no embedder: keyword search only (--embedder none)".into(),
-            )),
-            EmbedderChoice::Hash => {
-                let e = HashingEmbedder::new(384)?;
-                Ok((
-                    Some(Arc::new(e)),
-                    "embedder hash/fnv1a-words-v1: matches shared words, not meanings".into(),
-                ))
-            }
-            EmbedderChoice::Ollama => {
-                let config = OllamaConfig {
-                    base_url: self.ollama_url.clone(),
-                    ..OllamaConfig::new(model("nomic-embed-text"))
-                };
-                let e = OllamaEmbedder::connect(config)
-                    .await
-                    .context("connect to the Ollama embedder")?;
-                let note = format!("embedder {}", e.space());
-                Ok((Some(Arc::new(e)), note))
-            }
-            EmbedderChoice::Openai => {
-                let api_key = secret_from_env("OPENAI_API_KEY")
-                    .map(|key| ApiKey::new(key.expose()))
-                    .transpose()?;
-                let config = OpenAiConfig {
-                    base_url: self.openai_url.clone(),
-                    api_key,
-                    ..OpenAiConfig::new(model("text-embedding-3-small"))
-                };
-                let e = OpenAiEmbedder::connect(config)
-                    .await
-                    .context("connect to the OpenAI-compatible embedder")?;
-                let note = format!("embedder {}", e.space());
-                Ok((Some(Arc::new(e)), note))
-            }
-            EmbedderChoice::Local | EmbedderChoice::Auto => self.local_embedder(),
-        }
-    }
-
-    #[cfg(feature = "local")]
-    fn local_embedder(&self) -> anyhow::Result<(Option<Arc<dyn EmbeddingProvider>>, String)> {
-        use memory_embedders::{LocalConfig, LocalEmbedder};
-        let dir = resolve_model_dir(self.model_dir.as_deref())?;
-        if !dir.is_complete() {
-            if self.embedder == EmbedderChoice::Local {
-                bail!("{}", dir.notice());
-            }
-            return Ok((
-                None,
-                format!(
-                    "semantic search is off and memory search uses keywords only: {}",
-                    dir.notice()
-                ),
-            ));
-        }
-        let e = LocalEmbedder::load(&LocalConfig::in_dir(&dir.path))
-            .context("load the local embedding model")?;
-        let note = format!("embedder {}", e.space());
-        Ok((Some(Arc::new(e)), note))
-    }
-
-    #[cfg(not(feature = "local"))]
-    fn local_embedder(&self) -> anyhow::Result<(Option<Arc<dyn EmbeddingProvider>>, String)> {
-        let dir = resolve_model_dir(self.model_dir.as_deref())?;
-        let note = format!(
-            "this build of ava has no local embedder (feature `local`); keyword search only. Model dir: {}",
-            dir.path.display()
-        );
-        if self.embedder == EmbedderChoice::Local {
-            bail!("{note}");
-        }
-        Ok((None, note))
+        let chosen = choose_embedder(&settings).await?;
+        Ok((chosen.embedder, chosen.note))
     }
 
     /// Why the local model is not in use, when it is not installed: what is missing where,
@@ -467,57 +395,29 @@ impl Settings {
             return Err(no_postgres_support(url));
         }
         let (embedder, embedder_note) = self.embedder().await?;
-        match target {
-            DbTarget::Sqlite(path) => {
-                let config = SqliteConfig {
-                    create_if_missing: create,
-                    ..SqliteConfig::default()
-                };
-                let store = match SqliteBackend::open(&path, embedder.clone(), config).await {
-                    Ok(store) => store,
-                    Err(e) => {
-                        let hint = sqlite_hint(&e, self.db.is_none());
-                        let e = anyhow::Error::new(e)
-                            .context(format!("open memory store {}", path.display()));
-                        return Err(match hint {
-                            Some(h) => e.context(crate::shared::Hint(h)),
-                            None => e,
-                        });
-                    }
-                };
-                let store = Arc::new(store);
-                Ok(Opened {
-                    embedder: store_embedder(&*store, embedder),
-                    store: Arc::clone(&store) as Arc<dyn MemoryBackend>,
-                    sqlite: Some(store),
-                    #[cfg(feature = "postgres")]
-                    postgres: None,
-                    embedder_note,
-                })
+        // The facade opens it; the hints are the command line's.
+        let opened = open_store(&target, embedder, create).await.map_err(|e| {
+            let hint = match &e {
+                ava_memory::Error::Sqlite { source, .. } => sqlite_hint(source, self.db.is_none()),
+                #[cfg(feature = "postgres")]
+                ava_memory::Error::Postgres { source, .. } => postgres_hint(source),
+                _ => None,
+            };
+            let e = anyhow::Error::new(e);
+            match hint {
+                Some(h) => e.context(crate::shared::Hint(h)),
+                None => e,
             }
-            DbTarget::Postgres(url) => {
-                let store = open_postgres(&url, embedder.clone()).await?;
-                Ok(Opened {
-                    embedder: store_embedder(&*store, embedder),
-                    #[cfg(feature = "postgres")]
-                    postgres: Some(Arc::clone(&store)),
-                    store: store as Arc<dyn MemoryBackend>,
-                    sqlite: None,
-                    embedder_note,
-                })
-            }
-        }
+        })?;
+        Ok(Opened {
+            store: opened.store,
+            sqlite: opened.sqlite,
+            #[cfg(feature = "postgres")]
+            postgres: opened.postgres,
+            embedder_note,
+            embedder: opened.embedder,
+        })
     }
-}
-
-/// The embedder, if the store searches with it (a read-only store without a space, say,
-/// does not): vectors handed to the store must be of its space.
-fn store_embedder(
-    store: &dyn MemoryBackend,
-    embedder: Option<Arc<dyn EmbeddingProvider>>,
-) -> Option<Arc<dyn EmbeddingProvider>> {
-    let space = store.info().embedding_space?;
-    embedder.filter(|e| *e.space() == *space)
 }
 
 /// What to do about a SQLite store error, when there is something to do from the command
@@ -547,38 +447,6 @@ fn no_postgres_support(url: &str) -> anyhow::Error {
          `--features postgres` (e.g. `cargo install --path ava-bot --features postgres`)",
         redact_url(url)
     )
-}
-
-#[cfg(not(feature = "postgres"))]
-async fn open_postgres(
-    url: &str,
-    _: Option<Arc<dyn EmbeddingProvider>>,
-) -> anyhow::Result<Arc<dyn MemoryBackend>> {
-    Err(no_postgres_support(url))
-}
-
-#[cfg(feature = "postgres")]
-async fn open_postgres(
-    url: &str,
-    embedder: Option<Arc<dyn EmbeddingProvider>>,
-) -> anyhow::Result<Arc<memory_postgres::PostgresBackend>> {
-    let store = memory_postgres::PostgresBackend::connect(
-        url,
-        embedder,
-        memory_postgres::PostgresConfig::default(),
-    )
-    .await;
-    match store {
-        Ok(store) => Ok(Arc::new(store)),
-        Err(e) => {
-            let hint = postgres_hint(&e);
-            let e = anyhow::Error::new(e).context(format!("open memory store {}", redact_url(url)));
-            Err(match hint {
-                Some(h) => e.context(crate::shared::Hint(h)),
-                None => e,
-            })
-        }
-    }
 }
 
 /// What to do about a Postgres store error, when there is something to do from the command

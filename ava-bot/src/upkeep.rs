@@ -224,10 +224,8 @@ fn log(scope: &Scope, report: &PruneReport) {
 }
 
 /// The lease under which one process at a time prunes `scope`, held until the next pruning
-/// is due.
-pub(crate) fn pruning_lease(scope: &Scope) -> String {
-    format!("prune:{}", scope.key())
-}
+/// is due: the facade's name, which erasing ends.
+pub(crate) use ava_memory::erase::pruning_lease;
 
 #[cfg(test)]
 mod tests {

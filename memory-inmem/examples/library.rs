@@ -1,5 +1,6 @@
-//! The "Using the library" example of docs/library.md, compiled with the tests (`tidy.rs`
-//! checks the page shows this file's code as it is).
+//! The store on its own: a memory kept in the in-memory backend and found again by a raw
+//! hybrid search, with how each score was made (the facade, `ava-memory`, is what an agent
+//! uses; this is what it stands on).
 
 use std::sync::Arc;
 

@@ -115,6 +115,7 @@ mod tests {
             "memory-core",
             "prompt-ir",
             "hydrate",
+            "ava-memory",
             "ava-bot",
             "ava-eval",
             "xtask",
@@ -131,6 +132,9 @@ mod tests {
                     .collect()
             };
             let app = matches!(krate.as_str(), "ava-bot" | "ava-eval");
+            // The facade opens a store by path or URL as `ava` does: it may name backends,
+            // and only the apps build on it.
+            let facade = krate == "ava-memory";
             // The vocabulary and the IR stand alone.
             if matches!(krate.as_str(), "memory-core" | "prompt-ir") {
                 let inner = on(&workspace);
@@ -149,11 +153,30 @@ mod tests {
                     broken.push(format!("backend {krate} depends on {inner:?}"));
                 }
             }
-            if !app {
+            if !app && !facade {
                 let picked = on(&backends);
                 if !picked.is_empty() {
                     broken.push(format!("{krate} picks a backend: {picked:?}"));
                 }
+                if !on(&["ava-memory"]).is_empty() {
+                    broken.push(format!("{krate} builds on the facade; only the apps do"));
+                }
+            }
+            if facade {
+                let above: Vec<&String> = on(&workspace)
+                    .into_iter()
+                    .filter(|d| {
+                        !matches!(
+                            d.as_str(),
+                            "hydrate" | "prompt-ir" | "memory-core" | "memory-embedders"
+                        ) && !backends.contains(&d.as_str())
+                    })
+                    .collect();
+                if !above.is_empty() {
+                    broken.push(format!("the facade depends on {above:?}"));
+                }
+            }
+            if !app {
                 let clients = on(&APP_ONLY);
                 if !clients.is_empty() {
                     broken.push(format!("{krate} uses app-only clients {clients:?}"));
@@ -301,6 +324,36 @@ mod tests {
             "no `//!` line atop:\n{}",
             missing.join("\n")
         );
+    }
+
+    /// Every library crate can be depended on from a registry or a git URL: it has a
+    /// description and a README of its own that links the facade (`.ci/run` packages them).
+    #[test]
+    fn library_crates_say_what_they_are_and_link_the_facade() {
+        let mut missing = Vec::new();
+        let mut libraries = 0;
+        for p in metadata()["packages"].as_array().into_iter().flatten() {
+            let name = p["name"].as_str().unwrap_or_default();
+            if matches!(name, "ava-bot" | "ava-eval" | "xtask") {
+                continue;
+            }
+            libraries += 1;
+            if p["description"]
+                .as_str()
+                .is_none_or(|d| d.trim().is_empty())
+            {
+                missing.push(format!("{name}: no description"));
+            }
+            let manifest = std::path::Path::new(p["manifest_path"].as_str().expect("path"));
+            let readme = manifest.parent().expect("crate dir").join("README.md");
+            match std::fs::read_to_string(&readme) {
+                Ok(text) if name == "ava-memory" || text.contains("ava-memory/README.md") => {}
+                Ok(_) => missing.push(format!("{name}: its README does not link the facade")),
+                Err(_) => missing.push(format!("{name}: no README.md")),
+            }
+        }
+        assert!(libraries >= 8, "found {libraries} library crates");
+        assert!(missing.is_empty(), "{}", missing.join("\n"));
     }
 
     /// ARCHITECTURE.md's code map has a heading for every crate of the workspace, and

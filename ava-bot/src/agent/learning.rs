@@ -292,10 +292,9 @@ pub(super) async fn learn(
     let _ = told.send(changed);
 }
 
-/// The lease under which one process at a time learns the facts of `scope`'s exchanges.
-pub(crate) fn learning_lease(scope: &Scope) -> String {
-    format!("learn:{}", scope.key())
-}
+/// The lease under which one process at a time learns the facts of `scope`'s exchanges: the
+/// facade's name, which erasing ends.
+pub(crate) use ava_memory::erase::learning_lease;
 
 /// What a learning lease allows beyond its two model calls (reading and writing facts).
 pub(super) const LEARNING_MARGIN: std::time::Duration = std::time::Duration::from_secs(30);

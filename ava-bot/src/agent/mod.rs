@@ -26,9 +26,7 @@ mod speaker;
 
 pub(crate) use self::explain::render_messages;
 use self::learning::{Heard, learn};
-pub(crate) use self::learning::{
-    Learners, current_facts, find_memory, learning_lease, render_facts,
-};
+pub(crate) use self::learning::{Learners, current_facts, find_memory, render_facts};
 pub(crate) use self::speaker::{
     Audience, GROUP_USER, MAX_GOAL_CHARS, MAX_STATE_CHARS, Member, Speaker, named, state_line,
 };

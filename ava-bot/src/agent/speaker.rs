@@ -43,7 +43,7 @@ pub(crate) fn named(name: Option<&str>) -> SessionState {
 /// The user key of a group's shared conversation: its messages, the answers and the
 /// group's own facts are kept in (this key, the group's chat id). Telegram user ids are
 /// numbers, so no user has it.
-pub(crate) const GROUP_USER: &str = "group";
+pub(crate) use ava_memory::erase::GROUP_USER;
 
 /// Who says a message, and where: the scope the conversation is kept in, who else hears
 /// it, what the prompt says about the speaker, and in a shared conversation the member.

@@ -1515,7 +1515,7 @@ async fn erase_takes_everything_of_a_person_and_nothing_of_anyone_else() {
                 .await
                 .unwrap()
             {
-                names.push(crate::agent::learning_lease(&scope));
+                names.push(ava_memory::erase::learning_lease(&scope));
                 names.push(crate::upkeep::pruning_lease(&scope));
             }
             names.push(crate::erase::confirmation_lease(
