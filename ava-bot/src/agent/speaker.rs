@@ -87,7 +87,7 @@ pub(crate) struct Member {
 
 /// Who is in a chat: the user alone (a private chat, the CLI, an MCP client), or others too
 /// (a group). A private context reads the user's user-wide facts and keeps what it learns
-/// there; a group never reads them ([`Ops::in_shared_chat`]).
+/// there; a group never reads them ([`hydrate::Ops::in_shared_chat`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Audience {
     /// The user alone.

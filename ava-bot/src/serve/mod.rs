@@ -415,7 +415,7 @@ pub(crate) struct HttpConfig {
 }
 
 /// Serves MCP on `listener` until `shutdown` resolves, then lets the requests in flight
-/// finish (up to [`DRAIN`]) and returns.
+/// finish (up to ten seconds, `shared::listen`'s `DRAIN`) and returns.
 pub(crate) async fn serve(
     listener: TcpListener,
     memory: Arc<Memory>,
