@@ -95,6 +95,7 @@ pub(crate) async fn run(
             let probes = crate::serve::health::Probes {
                 store: agent.store().clone(),
                 store_file: opened.sqlite.as_ref().map(|s| s.path().to_owned()),
+                totals: crate::serve::health::totals_of(&opened),
                 embedder: opened.embedder.clone(),
                 model: Some(crate::serve::health::Reach {
                     name: "chat model",

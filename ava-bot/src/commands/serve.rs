@@ -189,6 +189,7 @@ impl Server {
                 let probes = serve::health::Probes {
                     store: agent.store().clone(),
                     store_file: opened.sqlite.as_ref().map(|s| s.path().to_owned()),
+                    totals: crate::serve::health::totals_of(&opened),
                     embedder: opened.embedder.clone(),
                     model: probed_upstream,
                 };

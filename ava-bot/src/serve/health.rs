@@ -36,6 +36,85 @@ pub(crate) struct Probes {
     pub(crate) embedder: Option<Arc<dyn EmbeddingProvider>>,
     /// The model's server, asked for a page (none: not checked).
     pub(crate) model: Option<Reach>,
+    /// The store's totals, for the `ava_memories` gauges (none: not reported).
+    pub(crate) totals: Option<Totals>,
+}
+
+/// Where the store's totals come from: its own statistics, read at most once a minute (they
+/// count whole tables).
+#[derive(Debug, Clone)]
+pub(crate) enum Totals {
+    /// A SQLite file.
+    Sqlite(Arc<memory_sqlite::SqliteBackend>),
+    /// A Postgres schema.
+    #[cfg(feature = "postgres")]
+    Postgres(Arc<memory_postgres::PostgresBackend>),
+}
+
+/// How long the totals are reused before they are counted again.
+const TOTALS_FOR: Duration = Duration::from_secs(60);
+
+impl Totals {
+    /// The gauges' lines: memories, facts, scopes and users; what failed, as text.
+    async fn read(&self) -> Result<String, String> {
+        let (memories, facts, scopes, users) = match self {
+            Totals::Sqlite(s) => {
+                let t = s.stats().await.map_err(|e| e.to_string())?;
+                (t.memories, t.facts, t.scopes, t.users)
+            }
+            #[cfg(feature = "postgres")]
+            Totals::Postgres(p) => {
+                let t = p.stats().await.map_err(|e| e.to_string())?;
+                (t.memories, t.facts, t.scopes, t.users)
+            }
+        };
+        let mut out = String::new();
+        for (name, help, value) in [
+            ("ava_memories", "Memories in the store.", memories),
+            ("ava_facts", "Memories of kind fact in the store.", facts),
+            ("ava_scopes", "Scopes holding memories.", scopes),
+            (
+                "ava_users",
+                "Distinct (tenant, user) pairs holding memories.",
+                users,
+            ),
+        ] {
+            out.push_str(&format!(
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}\n"
+            ));
+        }
+        Ok(out)
+    }
+}
+
+/// The totals' lines as last read, and when.
+static TOTALS: std::sync::Mutex<Option<(std::time::Instant, String)>> = std::sync::Mutex::new(None);
+
+/// The totals' gauge lines, counted again when older than [`TOTALS_FOR`]; nothing when they
+/// cannot be read (the log says why).
+async fn totals(totals: &Totals) -> String {
+    let fresh = |t: &std::time::Instant| t.elapsed() < TOTALS_FOR;
+    if let Some((at, lines)) = TOTALS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .as_ref()
+        && fresh(at)
+    {
+        return lines.clone();
+    }
+    match totals.read().await {
+        Ok(lines) => {
+            *TOTALS
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                Some((std::time::Instant::now(), lines.clone()));
+            lines
+        }
+        Err(e) => {
+            tracing::warn!(error = e, "could not count the store's totals for /metrics");
+            String::new()
+        }
+    }
 }
 
 /// A server readiness asks for a page, any answer will do.
@@ -150,17 +229,35 @@ async fn route(probes: &Probes, request: &Request<Incoming>) -> Response<Body> {
             let body = json!({"ready": ready, "checks": named});
             answer(status, "application/json", format!("{body}\n"))
         }
-        "/metrics" => answer(
-            StatusCode::OK,
-            "text/plain; version=0.0.4; charset=utf-8",
-            metrics::render(""),
-        ),
+        "/metrics" => {
+            let extra = match &probes.totals {
+                Some(t) => totals(t).await,
+                None => String::new(),
+            };
+            answer(
+                StatusCode::OK,
+                "text/plain; version=0.0.4; charset=utf-8",
+                metrics::render(&extra),
+            )
+        }
         _ => answer(
             StatusCode::NOT_FOUND,
             TEXT,
             "not found; this listener serves /healthz, /readyz and /metrics\n".into(),
         ),
     }
+}
+
+/// The totals of the store `opened`, when it keeps statistics.
+pub(crate) fn totals_of(opened: &crate::config::Opened) -> Option<Totals> {
+    if let Some(s) = &opened.sqlite {
+        return Some(Totals::Sqlite(Arc::clone(s)));
+    }
+    #[cfg(feature = "postgres")]
+    if let Some(p) = &opened.postgres {
+        return Some(Totals::Postgres(Arc::clone(p)));
+    }
+    None
 }
 
 /// Starts the probes on `addr` (saying where, as `who`) until the token returned is
@@ -206,4 +303,52 @@ pub(crate) async fn serve(
         },
     )
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        reason = "a test fails loudly on an unexpected error"
+    )]
+
+    use super::*;
+
+    #[tokio::test]
+    async fn the_totals_are_gauges_the_docs_list() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = memory_sqlite::SqliteBackend::open(
+            dir.path().join("m.db"),
+            None,
+            memory_sqlite::SqliteConfig::default(),
+        )
+        .await
+        .unwrap();
+        let scope = Scope::for_user("u").unwrap();
+        store
+            .store(
+                &scope,
+                memory_core::NewMemory::new("the key is under the mat"),
+            )
+            .await
+            .unwrap();
+        let lines = Totals::Sqlite(Arc::new(store)).read().await.unwrap();
+        let docs = include_str!("../../../docs/serve.md");
+        for (name, value) in [
+            ("ava_memories", 1),
+            ("ava_facts", 0),
+            ("ava_scopes", 1),
+            ("ava_users", 1),
+        ] {
+            assert!(
+                lines.contains(&format!("# TYPE {name} gauge\n{name} {value}\n")),
+                "{lines}"
+            );
+            assert!(
+                docs.contains(&format!("`{name}`")),
+                "docs/serve.md lists {name}"
+            );
+        }
+    }
 }

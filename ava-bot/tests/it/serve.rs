@@ -1353,6 +1353,9 @@ async fn probes_and_metrics_answer_on_their_own_listener() {
     assert_eq!(get("ava_upstream_errors_total"), 0.0);
     assert_eq!(get("ava_exchanges_kept_total"), 1.0);
     assert_eq!(get("ava_store_write_failures_total"), 0.0);
+    // The store's totals: the exchange's two turns, in alice's one scope.
+    assert_eq!(get("ava_memories"), 2.0);
+    assert_eq!(get("ava_scopes"), 1.0);
 
     // The store's file removed under it: alive, not ready, the store named.
     std::fs::remove_file(_dir.path().join("ava.db")).unwrap();
