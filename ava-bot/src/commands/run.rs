@@ -97,10 +97,10 @@ pub(crate) async fn run(
                 store_file: opened.sqlite.as_ref().map(|s| s.path().to_owned()),
                 totals: crate::serve::health::totals_of(&opened),
                 embedder: opened.embedder.clone(),
-                model: Some(crate::serve::health::Reach {
-                    name: "chat model",
-                    url: args.llm.probe_url(settings),
-                }),
+                model: Some(crate::serve::health::Reach::new(
+                    "chat model",
+                    args.llm.probe_url(settings),
+                )?),
             };
             Some(crate::serve::health::start(addr, "ava run", probes).await?)
         }

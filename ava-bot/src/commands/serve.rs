@@ -138,10 +138,10 @@ impl Server {
         let proxy = match self.proxy {
             None => None,
             Some((upstream, history, learning)) => {
-                probed_upstream = Some(serve::health::Reach {
-                    name: "upstream",
-                    url: format!("{}/models", upstream.base()),
-                });
+                probed_upstream = Some(serve::health::Reach::new(
+                    "upstream",
+                    format!("{}/models", upstream.base()),
+                )?);
                 let history_name = clap::ValueEnum::to_possible_value(&history)
                     .map_or_else(String::new, |v| v.get_name().to_owned());
                 proxied = format!(

@@ -123,17 +123,24 @@ pub(crate) struct Reach {
     /// What it is, as the check is named: `upstream`, `chat model`.
     pub(crate) name: &'static str,
     /// The page asked for (`.../models`, Ollama's `/api/tags`).
-    pub(crate) url: String,
+    url: String,
+    /// The client every probe asks with (built once: a probe comes every few seconds).
+    client: reqwest::Client,
 }
 
 impl Reach {
-    /// Whether it answers at all within [`CHECK_TIMEOUT`]; what failed otherwise.
-    async fn reachable(&self) -> Result<(), String> {
+    /// `name`'s server, asked for `url`.
+    pub(crate) fn new(name: &'static str, url: String) -> anyhow::Result<Self> {
         let client = reqwest::Client::builder()
             .connect_timeout(CHECK_TIMEOUT)
             .build()
-            .map_err(|e| format!("build an HTTP client: {e}"))?;
-        match tokio::time::timeout(CHECK_TIMEOUT, client.get(&self.url).send()).await {
+            .map_err(|e| anyhow::anyhow!("build the readiness probe's HTTP client: {e}"))?;
+        Ok(Self { name, url, client })
+    }
+
+    /// Whether it answers at all within [`CHECK_TIMEOUT`]; what failed otherwise.
+    async fn reachable(&self) -> Result<(), String> {
+        match tokio::time::timeout(CHECK_TIMEOUT, self.client.get(&self.url).send()).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => Err(format!(
                 "{} cannot be reached: {}",

@@ -72,19 +72,22 @@ pub(crate) fn init(format: LogFormat) {
 pub(crate) fn announce(level: &str, text: &str) {
     let line = match FORMAT.get().copied().unwrap_or_default() {
         LogFormat::Human => text.to_owned(),
-        LogFormat::Json => {
-            let mut obj = Map::new();
-            obj.insert(
-                "time".into(),
-                memory_core::Timestamp::now().to_string().into(),
-            );
-            obj.insert("level".into(), level.into());
-            obj.insert("target".into(), "ava".into());
-            obj.insert("message".into(), text.into());
-            Value::Object(obj).to_string()
-        }
+        LogFormat::Json => Value::Object(line_head(level, "ava", text)).to_string(),
     };
     let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
+/// What every JSON line starts with: `time` (now), `level`, `target` and `message`.
+fn line_head(level: &str, target: &str, message: &str) -> Map<String, Value> {
+    let mut obj = Map::new();
+    obj.insert(
+        "time".into(),
+        memory_core::Timestamp::now().to_string().into(),
+    );
+    obj.insert("level".into(), level.into());
+    obj.insert("target".into(), target.into());
+    obj.insert("message".into(), message.into());
+    obj
 }
 
 /// The JSON event format: identities hashed with its key.
@@ -138,14 +141,8 @@ where
             map: Map::new(),
         };
         event.record(&mut fields);
-        let mut obj = Map::new();
-        obj.insert(
-            "time".into(),
-            memory_core::Timestamp::now().to_string().into(),
-        );
-        obj.insert("level".into(), meta.level().as_str().into());
-        obj.insert("target".into(), meta.target().into());
-        obj.insert("message".into(), fields.message.unwrap_or_default().into());
+        let message = fields.message.unwrap_or_default();
+        let mut obj = line_head(meta.level().as_str(), meta.target(), &message);
         if !fields.map.is_empty() {
             obj.insert("fields".into(), Value::Object(fields.map));
         }

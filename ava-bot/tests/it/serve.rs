@@ -61,6 +61,8 @@ struct Serve {
     url: String,
     _dir: tempfile::TempDir,
     db: PathBuf,
+    /// What it writes on stderr after the line saying where it listens.
+    log: common::Log,
 }
 
 /// `ava serve` on a fresh store in front of `upstream`, with `extra` arguments.
@@ -73,7 +75,7 @@ async fn serve(upstream: &str, extra: &[&str]) -> Serve {
         .arg(&tokens)
         .args(["--upstream", upstream])
         .args(extra);
-    let (child, line, _) = listening(cmd, PATIENCE).await;
+    let (child, line, log) = listening(cmd, PATIENCE).await;
     assert!(line.contains("MCP at /mcp"), "{line}");
     assert!(line.contains("proxy at /v1"), "{line}");
     let url = listening_url(&line);
@@ -82,6 +84,7 @@ async fn serve(upstream: &str, extra: &[&str]) -> Serve {
         url,
         _dir: dir,
         db,
+        log,
     }
 }
 
@@ -1062,13 +1065,14 @@ async fn a_store_that_cannot_be_written_is_said_in_x_ava_degraded() {
     } else {
         cmd
     };
-    let (_child, line, _log) = listening(cmd, PATIENCE).await;
+    let (_child, line, log) = listening(cmd, PATIENCE).await;
     let url = listening_url(&line);
     let s = Serve {
         _child,
         url,
         _dir: dir,
         db: db.clone(),
+        log,
     };
     let shown = db.to_str().unwrap();
     for stream in [false, true] {
@@ -1234,21 +1238,13 @@ async fn a_json_log_holds_no_token_no_text_and_no_identity() {
     assert_eq!(learned["fields"]["added"], 1, "{learned}");
 }
 
-/// `ava serve --metrics-addr` on a fresh store in front of `upstream`: the child, where it
-/// serves, and where its probes and metrics are.
-async fn serve_with_metrics(
-    upstream: &str,
-) -> (tokio::process::Child, String, String, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut cmd = command(dir.path().join("ava.db"));
-    cmd.args(["serve", "--addr", "127.0.0.1:0", "--tokens"])
-        .arg(token_file(dir.path()))
-        .args(["--upstream", upstream, "--no-facts"])
-        .args(["--metrics-addr", "127.0.0.1:0"]);
-    let (child, line, log) = listening(cmd, PATIENCE).await;
+/// `ava serve --metrics-addr` on a fresh store in front of `upstream`, and where its probes
+/// and metrics are.
+async fn serve_with_metrics(upstream: &str) -> (Serve, String) {
+    let s = serve(upstream, &["--no-facts", "--metrics-addr", "127.0.0.1:0"]).await;
     let probes = tokio::time::timeout(PATIENCE, async {
         loop {
-            let found = log.lock().unwrap().iter().find_map(|l| {
+            let found = s.log.lock().unwrap().iter().find_map(|l| {
                 l.split_once("probes and metrics at ")
                     .and_then(|(_, rest)| rest.split_whitespace().next())
                     .map(str::to_owned)
@@ -1261,7 +1257,7 @@ async fn serve_with_metrics(
     })
     .await
     .expect("the probes' address is said");
-    (child, listening_url(&line), probes, dir)
+    (s, probes)
 }
 
 /// Prometheus' text format read back: each sample's series (name and labels) and value;
@@ -1286,7 +1282,8 @@ fn samples(text: &str) -> std::collections::HashMap<String, f64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probes_and_metrics_answer_on_their_own_listener() {
     let up = upstream("Lisbon it is.", &[]).await;
-    let (_child, url, probes, _dir) = serve_with_metrics(&format!("{}/v1", up.uri())).await;
+    let (s, probes) = serve_with_metrics(&format!("{}/v1", up.uri())).await;
+    let url = s.url.clone();
     let http = reqwest::Client::new();
     let healthz = http.get(format!("{probes}/healthz")).send().await.unwrap();
     assert_eq!(healthz.status(), 200);
@@ -1358,7 +1355,7 @@ async fn probes_and_metrics_answer_on_their_own_listener() {
     assert_eq!(get("ava_scopes"), 1.0);
 
     // The store's file removed under it: alive, not ready, the store named.
-    std::fs::remove_file(_dir.path().join("ava.db")).unwrap();
+    std::fs::remove_file(&s.db).unwrap();
     let readyz = http.get(format!("{probes}/readyz")).send().await.unwrap();
     assert_eq!(readyz.status(), 503);
     let ready: Value = readyz.json().await.unwrap();
@@ -1370,7 +1367,7 @@ async fn probes_and_metrics_answer_on_their_own_listener() {
     let gone = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead = format!("http://{}/v1", gone.local_addr().unwrap());
     drop(gone);
-    let (_other, _, probes, _dir2) = serve_with_metrics(&dead).await;
+    let (_other, probes) = serve_with_metrics(&dead).await;
     assert_eq!(
         http.get(format!("{probes}/healthz"))
             .send()
