@@ -137,7 +137,7 @@ impl Memory {
     /// sharing the memory: a clone made before keeps the old one.
     pub fn with_system_prompt(self, prompt: impl Into<String>) -> Self {
         let prompt = prompt.into();
-        self.changed(|inner| Arc::make_mut(&mut inner.config).system_prompt = prompt)
+        self.with_config(|config| config.system_prompt = prompt)
     }
 
     /// The same memory naming `source` as where what it stores came from (default
@@ -145,6 +145,14 @@ impl Memory {
     pub fn with_source(self, source: impl Into<String>) -> Self {
         let source = source.into();
         self.changed(|inner| inner.source = source)
+    }
+
+    /// The same memory with its hydration config changed by `change` (another system
+    /// prompt, the memory tools, more context sources, a reranker, the budget's split), for
+    /// a program that needs what the defaults leave out. Call it before sharing the memory:
+    /// a clone made before keeps the old config.
+    pub fn with_config(self, change: impl FnOnce(&mut HydrationConfig)) -> Self {
+        self.changed(|inner| change(Arc::make_mut(&mut inner.config)))
     }
 
     /// A memory like this one with `change` made (the prompts waiting for their question
@@ -195,6 +203,7 @@ impl Memory {
             reach: Reach::Private,
             state: SessionState::default(),
             member: None,
+            source: None,
         }
     }
 
@@ -270,6 +279,8 @@ pub struct Conversation {
     reach: Reach,
     state: SessionState,
     member: Option<Member>,
+    /// Where what it stores came from, when not its memory's ([`Conversation::from_source`]).
+    source: Option<String>,
 }
 
 /// The messages to send for one message, and why they are what they are.
@@ -343,8 +354,17 @@ impl Conversation {
         self
     }
 
-    /// The memory operations of this conversation.
-    fn ops(&self) -> Ops {
+    /// The same conversation naming `source` as where what it stores came from (the door
+    /// it is spoken through), instead of its memory's ([`Memory::with_source`]).
+    pub fn from_source(mut self, source: impl Into<String>) -> Self {
+        self.source = Some(source.into());
+        self
+    }
+
+    /// The memory operations of this conversation (hydrate's [`Ops`]: its scope, who may
+    /// read what, its state, acting for its member), for a program that drives the lower
+    /// layer itself (a model with tools, the explain endpoints).
+    pub fn ops(&self) -> Ops {
         let inner = &self.memory.inner;
         let mut ops = Ops::new(
             Arc::clone(&inner.config),
@@ -415,77 +435,121 @@ impl Conversation {
     /// then `answer` (the model's reply, when there is one), each a chat turn
     /// ([`hydrate::product::chat_turn`]: tagged with the names it mentions, a standing
     /// instruction marked) whose context is the turn it answers
-    /// ([`hydrate::product::in_reply_to`]); a long one in linked parts. When the prompt
-    /// [`Conversation::context`] last built here was for this message, it is kept as the
-    /// conversation's newest, naming the message it quotes, so the next prompt extends it.
+    /// ([`hydrate::product::in_reply_to`]); a long one in linked parts; both in one write
+    /// ([`Conversation::keep`]). When the prompt [`Conversation::context`] last built here
+    /// was for this message, it is kept as the conversation's newest, naming the message it
+    /// quotes, so the next prompt extends it.
     pub async fn remember(&self, message: &str, answer: Option<&str>) -> Result<Kept> {
         if message.trim().is_empty() {
             return Err(Error::invalid("message", "is empty; nothing to remember"));
         }
+        let kept = self.keep(Some(message), answer, Timestamp::now()).await?;
+        let store = self.memory.inner.store.as_ref();
+        if let Some(pending) = self.memory.take_pending(&self.scope)
+            && pending.question == message
+        {
+            prompts::keep(
+                store,
+                &self.scope,
+                pending.at,
+                &pending.built,
+                &kept.message_ids,
+            )
+            .await;
+        }
+        Ok(kept)
+    }
+
+    /// Stores one exchange in one write (all of it or, on error, none): `message` as said
+    /// at `received` (in a shared conversation, naming the member and tagged with their
+    /// tag; `None` when `answer` continues a turn already kept, after tool results), then
+    /// `answer` when there is one, each a chat turn whose context is the turn it answers.
+    /// What [`Conversation::remember`] and every door of `ava` keep an exchange with; it
+    /// keeps no prompt record. An empty `answer` is not kept.
+    pub async fn keep(
+        &self,
+        message: Option<&str>,
+        answer: Option<&str>,
+        received: Timestamp,
+    ) -> Result<Kept> {
         let inner = &self.memory.inner;
         let store = inner.store.as_ref();
         let scope = &self.scope;
-        let received = Timestamp::now();
-        let said = match &self.member {
-            Some(m) => format!("{}: {message}", m.name),
-            None => message.to_owned(),
-        };
+        let source = self.source.as_deref().unwrap_or(inner.source.as_str());
+        let said = message.map(|text| match &self.member {
+            Some(m) => format!("{}: {text}", m.name),
+            None => text.to_owned(),
+        });
         let member_tag = self.member.as_ref().map(|m| m.tag.clone());
         // The turn this message answers (usually the last reply), kept as its context so
-        // keyword search also finds a reply by what it was about; in a group, the member's
-        // own part only, as the bot does.
+        // keyword search also finds a reply by what it was about. Not worth losing the
+        // message over: without it the message is kept without that context. In a shared
+        // conversation, the member's own part only: a member's message never quotes
+        // another's words, which erasing that other member could not find.
         let messages_only = Filter {
             kinds: vec![MemoryKind::Message],
             tags: member_tag.clone().map(|t| TagQuery::any([t])),
             ..Filter::default()
         };
-        let previous = store
-            .recent(scope, 1, &messages_only)
-            .await
-            .map_err(Error::store("read the previous message"))?
-            .pop();
-        let mut user_turn = chat_turn(said.as_str(), Role::User)
-            .with_source(inner.source.as_str())
-            .with_tags(member_tag.clone())
-            .at(received);
-        if let Some(previous) = &previous {
-            user_turn = user_turn.with_context(in_reply_to(&previous.content));
+        let previous = match store.recent(scope, 1, &messages_only).await {
+            Ok(mut last) => last.pop(),
+            Err(e) => {
+                tracing::warn!(
+                    error = %memory_core::ErrorChain(&e),
+                    "could not read the previous message"
+                );
+                None
+            }
+        };
+        let max = store.info().limits.max_content_bytes;
+        let mut turns = Vec::new();
+        if let Some(said) = &said {
+            let mut turn = chat_turn(said.as_str(), Role::User)
+                .with_source(source)
+                .with_tags(member_tag.clone())
+                .at(received);
+            if let Some(previous) = &previous {
+                turn = turn.with_context(in_reply_to(&previous.content));
+            }
+            turns = turn.split_to_fit(max);
         }
-        let message_ids = self
-            .store_whole(user_turn)
-            .await
-            .map_err(Error::store("store the message"))?;
-        let mut answer_ids = Vec::new();
+        let message_parts = turns.len();
+        // What the answer answers: this message, or (continuing a turn) the last one kept.
+        let answered = said
+            .as_deref()
+            .or(previous.as_ref().map(|p| p.content.as_str()));
         if let Some(reply) = answer.filter(|r| !r.trim().is_empty()) {
-            let turn = chat_turn(reply, Role::Assistant)
-                .with_source(inner.source.as_str())
+            // After every part of the message, whose parts are a millisecond apart.
+            let after = received.plus(std::time::Duration::from_millis(message_parts as u64));
+            let mut turn = chat_turn(reply, Role::Assistant)
+                .with_source(source)
                 .with_tags(member_tag)
-                .with_context(in_reply_to(&said));
-            answer_ids = self
-                .store_whole(turn)
-                .await
-                .map_err(Error::store("store the answer"))?;
+                .at(Timestamp::now().max(after));
+            if let Some(answered) = answered {
+                turn = turn.with_context(in_reply_to(answered));
+            }
+            turns.extend(turn.split_to_fit(max));
         }
-        if let Some(pending) = self.memory.take_pending(scope)
-            && pending.question == message
-        {
-            prompts::keep(store, scope, pending.at, &pending.built, &message_ids).await;
+        if turns.is_empty() {
+            return Ok(Kept::default());
         }
+        let what = if message_parts == 0 {
+            "store the answer"
+        } else if turns.len() > message_parts {
+            "store the message and the answer"
+        } else {
+            "store the message"
+        };
+        let stored = store
+            .store_batch(scope, turns)
+            .await
+            .map_err(Error::store(what))?;
+        let mut message_ids: Vec<MemoryId> = stored.into_iter().map(|e| e.id).collect();
+        let answer_ids = message_ids.split_off(message_parts.min(message_ids.len()));
         Ok(Kept {
             message_ids,
             answer_ids,
         })
-    }
-
-    /// Stores `memory` whatever its length: in linked parts when it is longer than the store
-    /// takes in one memory ([`NewMemory::split_to_fit`]).
-    async fn store_whole(&self, memory: NewMemory) -> memory_core::Result<Vec<MemoryId>> {
-        let store = &self.memory.inner.store;
-        let max = store.info().limits.max_content_bytes;
-        let stored = store
-            .store_batch(&self.scope, memory.split_to_fit(max))
-            .await?;
-        Ok(stored.into_iter().map(|e| e.id).collect())
     }
 
     /// Keeps `fact` as every door keeps one ([`memory_core::keep_fact`]): once (the same
@@ -500,7 +564,7 @@ impl Conversation {
         let ops = self.ops();
         let memory = NewMemory::new(fact)
             .with_kind(MemoryKind::Fact)
-            .with_source(self.memory.inner.source.as_str())
+            .with_source(self.source.as_deref().unwrap_or(&self.memory.inner.source))
             .with_tags(self.member.as_ref().map(|m| m.tag.clone()));
         let memory = hydrate::with_entity_tags(memory);
         let kept = memory_core::keep_fact(

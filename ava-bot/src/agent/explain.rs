@@ -24,7 +24,7 @@ impl Agent {
         let mut previews = HashMap::new();
         for id in report.sections.iter().filter_map(|s| s.memory_id) {
             // A memory deleted since just shows without text.
-            if let Some(m) = find_memory(self.store.as_ref(), &scopes, id).await {
+            if let Some(m) = find_memory(self.store().as_ref(), &scopes, id).await {
                 previews.insert(id, preview(&m.content, 70));
             }
         }

@@ -338,7 +338,7 @@ impl Agent {
         audience: Audience,
     ) -> anyhow::Result<Vec<memory_core::MemoryEntry>> {
         let scopes = self.ops(scope.clone(), audience).readable_scopes();
-        current_facts(self.store.as_ref(), &scopes).await
+        current_facts(self.store().as_ref(), &scopes).await
     }
 
     /// Reverts the last change fact learning made where this context keeps facts (in a
@@ -357,7 +357,7 @@ impl Agent {
     ) -> anyhow::Result<Option<Vec<String>>> {
         let ops = self.ops(scope.clone(), audience);
         let home = ops.facts_scope();
-        let store = self.store.as_ref();
+        let store = self.store().as_ref();
         let who = member.map(|t| t.as_str().to_owned());
         let newest = store
             .records(&home, LEARNED_KIND, LEARNED_KEPT)

@@ -7,14 +7,13 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use hydrate::product::{chat_turn, in_reply_to};
+use ava_memory::{Conversation, Memory};
 use hydrate::{
     ChatModel, CompiledPrompt, FactExtractor, HydrateInput, HydrationConfig, Inference, Ops,
     SessionState, product,
 };
 use memory_core::{
-    EmbeddingProvider, Filter, MemoryBackend, MemoryError, MemoryId, MemoryKind, MemoryPatch,
-    NewMemory, Role, Scope, Timestamp,
+    EmbeddingProvider, MemoryBackend, MemoryError, MemoryId, MemoryPatch, Scope, Timestamp,
 };
 use prompt_ir::{BudgetAllocation, ContextRequest, TokenBudget};
 
@@ -37,14 +36,12 @@ pub(crate) const UNDELIVERED: &str = "[the rest of this answer did not reach the
 /// Default token budget of one prompt (the product's, [`product::DEFAULT_BUDGET`]).
 pub(crate) use hydrate::product::DEFAULT_BUDGET;
 
-/// A store, a hydration config over it, and (for answering) a chat model.
+/// Ava's memory over a store (the facade's [`Memory`], with the product's system prompt
+/// and memory tools), a prompt budget, and what runs around each exchange.
 #[derive(Debug, Clone)]
 pub(crate) struct Agent {
-    store: Arc<dyn MemoryBackend>,
-    config: Arc<HydrationConfig>,
+    memory: Memory,
     budget: TokenBudget,
-    /// The store's embedder's window, for `recall` ([`Ops::with_embedder_window`]).
-    window: Option<usize>,
     /// Prunes each chat as it is used (`ava run`, `ava chat`), unless turned off.
     upkeep: Option<Arc<Upkeep>>,
     /// Learns facts from each exchange, unless turned off: one exchange at a time per
@@ -88,14 +85,15 @@ impl Agent {
         budget: u32,
     ) -> anyhow::Result<Self> {
         let budget = token_budget(budget)?;
-        let window = embedder.as_ref().and_then(|e| e.window_bytes());
-        // One definition with the evaluation (`cargo xtask eval locomo --context-budget`).
-        let config = product::config(Arc::clone(&store), embedder).context("load the tokenizer")?;
+        // The facade's one assembly (`product::config`, shared with the evaluation), with
+        // the product's own system prompt and memory tools.
+        let memory = Memory::over(store, embedder)?.with_config(|config| {
+            config.system_prompt = product::SYSTEM_PROMPT.to_owned();
+            config.memory_tools = true;
+        });
         Ok(Self {
-            store,
-            config: Arc::new(config),
+            memory,
             budget,
-            window,
             upkeep: None,
             facts: None,
             learners: Arc::default(),
@@ -125,11 +123,17 @@ impl Agent {
     /// Ava's system prompt, constraints and memory tools, so what it compiles is the
     /// recalled blocks and nothing is compiled to be thrown away.
     pub(crate) fn for_apps(&self) -> Self {
+        self.configured(|config| {
+            config.system_prompt.clear();
+            config.constraints.clear();
+            config.memory_tools = false;
+        })
+    }
+
+    /// The same agent with its hydration config changed by `change`.
+    fn configured(&self, change: impl FnOnce(&mut HydrationConfig)) -> Self {
         let mut agent = self.clone();
-        let config = Arc::make_mut(&mut agent.config);
-        config.system_prompt.clear();
-        config.constraints.clear();
-        config.memory_tools = false;
+        agent.memory = agent.memory.with_config(change);
         agent
     }
 
@@ -146,7 +150,7 @@ impl Agent {
     ) -> anyhow::Result<CompiledPrompt> {
         let mut request = self.request(message)?;
         let previous = if conversation {
-            crate::prompts::previous(self.store.as_ref(), scope).await
+            crate::prompts::previous(self.store().as_ref(), scope).await
         } else {
             request.strategy.temporal_window = 0;
             None
@@ -177,42 +181,45 @@ impl Agent {
 
     /// The same agent, reranking retrieved memories with `reranker` (`None` keeps the
     /// scored order).
-    pub(crate) fn with_reranker(mut self, reranker: Option<Arc<dyn hydrate::Reranker>>) -> Self {
-        if let Some(r) = reranker {
-            Arc::make_mut(&mut self.config).reranker = r;
+    pub(crate) fn with_reranker(self, reranker: Option<Arc<dyn hydrate::Reranker>>) -> Self {
+        match reranker {
+            Some(r) => self.configured(|config| config.reranker = r),
+            None => self,
         }
-        self
     }
 
     /// The same agent, adding web results from `web` to each prompt (`None` adds none).
-    pub(crate) fn with_web(mut self, web: Option<Arc<dyn hydrate::ContextSource>>) -> Self {
-        if let Some(source) = web {
-            let config = (*self.config).clone();
-            self.config = Arc::new(config.with_source(hydrate::SourceKind::Web, source));
+    pub(crate) fn with_web(self, web: Option<Arc<dyn hydrate::ContextSource>>) -> Self {
+        self.with_source(hydrate::SourceKind::Web, web)
+    }
+
+    /// The same agent with `source` (if any) adding context of `kind` to each prompt.
+    fn with_source(
+        self,
+        kind: hydrate::SourceKind,
+        source: Option<Arc<dyn hydrate::ContextSource>>,
+    ) -> Self {
+        match source {
+            Some(source) => {
+                self.configured(|config| *config = config.clone().with_source(kind, source))
+            }
+            None => self,
         }
-        self
     }
 
     /// The same agent, adding passages of the user's documents from `documents` to each
     /// prompt (`None` adds none; see [`crate::config::documents`]).
-    pub(crate) fn with_documents(
-        mut self,
-        documents: Option<Arc<dyn hydrate::ContextSource>>,
-    ) -> Self {
-        if let Some(source) = documents {
-            let config = (*self.config).clone();
-            self.config = Arc::new(config.with_source(hydrate::SourceKind::Vector, source));
-        }
-        self
+    pub(crate) fn with_documents(self, documents: Option<Arc<dyn hydrate::ContextSource>>) -> Self {
+        self.with_source(hydrate::SourceKind::Vector, documents)
     }
 
     /// The same agent, splitting each prompt's budget as `allocation` says (`None` keeps
     /// the default).
-    pub(crate) fn with_allocation(mut self, allocation: Option<BudgetAllocation>) -> Self {
-        if allocation.is_some() {
-            Arc::make_mut(&mut self.config).allocation = allocation;
+    pub(crate) fn with_allocation(self, allocation: Option<BudgetAllocation>) -> Self {
+        match allocation {
+            Some(a) => self.configured(|config| config.allocation = Some(a)),
+            None => self,
         }
-        self
     }
 
     /// The same agent with prompts of at most `budget` tokens.
@@ -223,37 +230,52 @@ impl Agent {
     }
 
     pub(crate) fn store(&self) -> &Arc<dyn MemoryBackend> {
-        &self.store
+        self.memory.store()
+    }
+
+    /// The facade's conversation kept in `scope`, heard by `audience`.
+    fn conversation(&self, scope: Scope, audience: Audience) -> Conversation {
+        let conversation = self.memory.conversation(scope);
+        match audience {
+            Audience::Private => conversation,
+            Audience::Group => conversation.shared(),
+        }
+    }
+
+    /// The memory operations of `conversation`, only looking when this agent does.
+    fn ops_of(&self, conversation: &Conversation) -> Ops {
+        let ops = conversation.ops();
+        if self.looking {
+            ops.looking_only()
+        } else {
+            ops
+        }
     }
 
     /// The memory operations for one user in one chat.
     pub(crate) fn ops(&self, scope: Scope, audience: Audience) -> Ops {
-        let mut ops = Ops::new(Arc::clone(&self.config), Arc::clone(&self.store), scope)
-            .with_embedder_window(self.window);
-        if self.looking {
-            ops = ops.looking_only();
-        }
-        match audience {
-            Audience::Private => ops,
-            Audience::Group => ops.in_shared_chat(),
+        self.ops_of(&self.conversation(scope, audience))
+    }
+
+    /// The conversation that answers `speaker`: their scope, heard by their audience, with
+    /// their state and, in a group, their own facts where they share them.
+    fn heard_by(&self, speaker: &Speaker) -> Conversation {
+        let conversation = self
+            .conversation(speaker.scope.clone(), speaker.audience)
+            .with_state(speaker.state.clone());
+        match &speaker.member {
+            Some(member) if member.shares => conversation.sharing_facts_of(&member.user),
+            _ => conversation,
         }
     }
 
-    /// The memory operations that answer `speaker`: their scope, heard by their audience,
-    /// with their state; in a group, acting for them ([`Ops::acting_for`]) and with their
-    /// own facts where they share them.
+    /// The memory operations that answer `speaker` ([`Agent::heard_by`]); in a group,
+    /// acting for them ([`Ops::acting_for`]).
     pub(crate) fn speaker_ops(&self, speaker: &Speaker) -> Ops {
-        let ops = self
-            .ops(speaker.scope.clone(), speaker.audience)
-            .with_state(speaker.state.clone());
-        let Some(member) = &speaker.member else {
-            return ops;
-        };
-        let ops = ops.acting_for(member.tag.clone());
-        if member.shares {
-            ops.sharing_facts_of(&member.user)
-        } else {
-            ops
+        let ops = self.ops_of(&self.heard_by(speaker));
+        match &speaker.member {
+            Some(member) => ops.acting_for(member.tag.clone()),
+            None => ops,
         }
     }
 
@@ -263,21 +285,6 @@ impl Agent {
         }
         // A message longer than the store takes in one memory is stored in linked parts.
         Ok(ContextRequest::new(message, self.budget.clone()))
-    }
-
-    /// Stores `memory` whatever its length: in linked parts when it is longer than the store
-    /// takes in one memory ([`NewMemory::split_to_fit`]).
-    async fn store_whole(
-        &self,
-        scope: &Scope,
-        memory: NewMemory,
-    ) -> memory_core::Result<Vec<MemoryId>> {
-        let max = self.store.info().limits.max_content_bytes;
-        let stored = self
-            .store
-            .store_batch(scope, memory.split_to_fit(max))
-            .await?;
-        Ok(stored.into_iter().map(|e| e.id).collect())
     }
 
     /// Corrects the stored answer (`ids`, its parts) after only `delivered` of it reached the
@@ -298,13 +305,13 @@ impl Agent {
                 content: Some(format!("{delivered}\n{UNDELIVERED}")),
                 ..MemoryPatch::default()
             };
-            self.store
+            self.store()
                 .update(scope, id, patch)
                 .await
                 .context("keep only the delivered part of the answer")?;
         }
         for &id in rest {
-            match self.store.delete(scope, id).await {
+            match self.store().delete(scope, id).await {
                 Ok(()) | Err(MemoryError::NotFound { .. }) => {}
                 Err(e) => return Err(e).context("delete the undelivered answer"),
             }
@@ -326,7 +333,7 @@ impl Agent {
         request.goal = goal
             .map(|g| state_line(g, MAX_GOAL_CHARS))
             .filter(|g| !g.is_empty());
-        let previous = crate::prompts::previous(self.store.as_ref(), scope).await;
+        let previous = crate::prompts::previous(self.store().as_ref(), scope).await;
         let input = HydrateInput::new(scope.clone(), request)
             .with_state(state)
             .after(previous);
@@ -382,7 +389,7 @@ impl Agent {
         let request = self.request(message)?;
         let received = Timestamp::now();
         // The prompt extends the previous one of this conversation (see `prompts`).
-        let previous = crate::prompts::previous(self.store.as_ref(), &speaker.scope).await;
+        let previous = crate::prompts::previous(self.store().as_ref(), &speaker.scope).await;
         let input = ops.input(request).after(previous);
         let answer = ops.infer_with(model, input).await.map_err(|e| {
             let blame = if matches!(
@@ -447,69 +454,18 @@ impl Agent {
             Some(m) => format!("{}: {text}", m.name),
             None => text.to_owned(),
         });
-        let member_tag = speaker.member.as_ref().map(|m| m.tag.clone());
-        // The turn this message answers (usually Ava's last reply), kept as its context so
-        // keyword search also finds a reply by what it was about. Not worth losing the
-        // message over: without it the message is stored without that context. In a group,
-        // the member's own part only: a member's message never quotes another's words,
-        // which erasing that other member could not find.
-        let messages_only = Filter {
-            kinds: vec![MemoryKind::Message],
-            tags: member_tag.clone().map(|t| memory_core::TagQuery::any([t])),
-            ..Filter::default()
+        let conversation = match &speaker.member {
+            Some(m) => self.heard_by(speaker).member(&m.user, &m.name),
+            None => Ok(self.heard_by(speaker)),
         };
-        let previous = match self.store.recent(scope, 1, &messages_only).await {
-            Ok(mut last) => last.pop(),
-            Err(e) => {
-                tracing::warn!(
-                    error = %memory_core::ErrorChain(&e),
-                    "could not read the previous message"
-                );
-                None
-            }
+        let kept = match conversation {
+            Ok(c) => c.from_source(source).keep(message, reply, received).await,
+            Err(e) => Err(e),
         };
-        let mut stored = Ok(());
-        let mut message_ids = Vec::new();
-        if let Some(said) = &said {
-            // Tagged with the names it mentions (the graph source's index); a standing
-            // instruction ("always ...") is marked so that every prompt carries it.
-            let mut user_turn = chat_turn(said.as_str(), Role::User)
-                .with_source(source)
-                .with_tags(member_tag.clone())
-                .at(received);
-            if let Some(previous) = &previous {
-                user_turn = user_turn.with_context(in_reply_to(&previous.content));
-            }
-            stored = match self.store_whole(scope, user_turn).await {
-                Ok(ids) => {
-                    message_ids = ids;
-                    Ok(())
-                }
-                Err(e) => Err(anyhow::Error::new(e).context("store the message")),
-            };
-        }
-        // What the reply answers: this message, or (continuing a turn) the last one kept.
-        let answered = said
-            .as_deref()
-            .or(previous.as_ref().map(|p| p.content.as_str()));
-        let mut answer_ids = Vec::new();
-        if stored.is_ok()
-            && let Some(reply) = reply.filter(|r| !r.trim().is_empty())
-        {
-            let mut turn = chat_turn(reply, Role::Assistant)
-                .with_source(source)
-                .with_tags(member_tag);
-            if let Some(answered) = answered {
-                turn = turn.with_context(in_reply_to(answered));
-            }
-            stored = match self.store_whole(scope, turn).await {
-                Ok(ids) => {
-                    answer_ids = ids;
-                    Ok(())
-                }
-                Err(e) => Err(anyhow::Error::new(e).context("store the answer")),
-            };
-        }
+        let (stored, message_ids, answer_ids) = match kept {
+            Ok(k) => (Ok(()), k.message_ids, k.answer_ids),
+            Err(e) => (Err(anyhow::Error::new(e)), Vec::new(), Vec::new()),
+        };
         let mut learning = None;
         if stored.is_ok() {
             if let (Some(extractor), Some(said)) = (extractor, said) {
@@ -524,7 +480,7 @@ impl Agent {
                 let task = learn(
                     extractor.clone(),
                     lock,
-                    Arc::clone(&self.store),
+                    Arc::clone(self.store()),
                     told,
                     scopes,
                     Heard {
@@ -541,7 +497,7 @@ impl Agent {
             if let Some(task) = self
                 .upkeep
                 .as_ref()
-                .and_then(|u| u.after_exchange(&self.store, scope))
+                .and_then(|u| u.after_exchange(self.store(), scope))
             {
                 self.background.push(task).await;
             }

@@ -189,3 +189,57 @@ async fn erasing_a_conversation_keeps_the_persons_facts_and_erasing_the_person_t
     );
     assert_eq!(memory.group("g1").unwrap().scope().user(), GROUP_USER);
 }
+
+#[tokio::test]
+async fn a_long_exchange_is_kept_in_linked_parts_the_answer_after_the_message() {
+    use std::sync::Arc;
+
+    use memory_core::{Limits, MemoryBackend, Role};
+    // A store that takes at most 64 bytes in one memory, so both turns come in parts.
+    let store: Arc<dyn MemoryBackend> = Arc::new(
+        memory_inmem::InMemoryBackend::new(None).with_limits(Limits {
+            max_content_bytes: 64,
+            ..Limits::default()
+        }),
+    );
+    let memory = Memory::over(store, None).unwrap();
+    let chat = memory.person("42", "7").unwrap();
+    let message = "word ".repeat(40);
+    let answer = "reply ".repeat(30);
+    let kept = chat
+        .remember(message.trim(), Some(answer.trim()))
+        .await
+        .unwrap();
+    assert!(kept.message_ids.len() > 1, "{kept:?}");
+    assert!(kept.answer_ids.len() > 1, "{kept:?}");
+
+    let said = chat.history(100_000).await.unwrap();
+    let ids: Vec<_> = said.iter().map(|m| m.id).collect();
+    let expected: Vec<_> = kept
+        .message_ids
+        .iter()
+        .chain(&kept.answer_ids)
+        .copied()
+        .collect();
+    assert_eq!(
+        ids, expected,
+        "the message's parts, then the answer's, in order"
+    );
+    for m in &said {
+        let role = if kept.message_ids.contains(&m.id) {
+            Role::User
+        } else {
+            Role::Assistant
+        };
+        assert_eq!(m.role, Some(role), "{m:?}");
+    }
+    let answer_first = &said[kept.message_ids.len()];
+    assert!(
+        answer_first
+            .context
+            .as_deref()
+            .is_some_and(|c| c.starts_with("in reply to: word word")),
+        "the answer's context is the message it answers: {:?}",
+        answer_first.context
+    );
+}
