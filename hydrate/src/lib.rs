@@ -168,7 +168,7 @@ pub use instructions::{
 pub use memory::{MemorySource, NEARBY_MINUTES, NEIGHBOUR_SHARE, lift_by_nearby, memory_provider};
 /// What an API key is held as (the HTTP reranker's and web search's configs).
 pub use memory_core::Secret;
-pub use ops::{DEFAULT_MAX_STEPS, Inference, Ops, ToolRun};
+pub use ops::{DEFAULT_MAX_STEPS, Inference, Ops, PrepareTimes, ToolRun};
 pub use passages::{PASSAGE_BYTES, passages, score_passages};
 pub use provider::{
     BuildContext, NoopReranker, ProviderCapabilities, Reranker, SourceBuilder, SourceProvider,

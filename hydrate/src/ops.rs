@@ -66,6 +66,15 @@ pub struct Inference {
     pub prompt: CompiledPrompt,
 }
 
+/// How long building one prompt took, by part ([`Ops::prepare_timed`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PrepareTimes {
+    /// Gathering and ranking the context ([`crate::hydrate()`]).
+    pub hydrate: std::time::Duration,
+    /// Fitting it to the budget and laying out the messages ([`crate::compile()`]).
+    pub compile: std::time::Duration,
+}
+
 /// Agent operations over one scope of a backend. Cheap to clone; make one per chat.
 #[derive(Clone, Debug)]
 pub struct Ops {
@@ -215,7 +224,16 @@ impl Ops {
     /// reads what these operations' [`Reach`] allows, whatever `input` says, and records
     /// access only when both these operations and the input do.
     pub async fn prepare(&self, input: &HydrateInput) -> Result<CompiledPrompt> {
+        Ok(self.prepare_timed(input).await?.0)
+    }
+
+    /// [`Ops::prepare`], saying how long hydrating and compiling each took (for metrics).
+    pub async fn prepare_timed(
+        &self,
+        input: &HydrateInput,
+    ) -> Result<(CompiledPrompt, PrepareTimes)> {
         self.check_scope(input)?;
+        let started = std::time::Instant::now();
         let record_access = input.record_access && self.record_access;
         let hydrated = if input.reach == self.reach && input.record_access == record_access {
             hydrate(&self.config, input).await?
@@ -225,7 +243,13 @@ impl Ops {
             own.record_access = record_access;
             hydrate(&self.config, &own).await?
         };
-        compile(&self.config, &hydrated)
+        let hydrated_at = std::time::Instant::now();
+        let prompt = compile(&self.config, &hydrated)?;
+        let times = PrepareTimes {
+            hydrate: hydrated_at.duration_since(started),
+            compile: hydrated_at.elapsed(),
+        };
+        Ok((prompt, times))
     }
 
     /// Answers `request`: hydrate and compile now, then [`Ops::infer_with`].
@@ -253,6 +277,16 @@ impl Ops {
         model: &dyn ChatModel,
         input: HydrateInput,
     ) -> Result<Inference> {
+        let prompt = self.prepare(&input).await?;
+        self.infer_prompt(model, prompt).await
+    }
+
+    /// [`Ops::infer_with`] from a prompt already prepared ([`Ops::prepare_timed`]).
+    pub async fn infer_prompt(
+        &self,
+        model: &dyn ChatModel,
+        prompt: CompiledPrompt,
+    ) -> Result<Inference> {
         let span = tracing::info_span!(
             "chat",
             gen_ai.operation.name = "chat",
@@ -264,7 +298,6 @@ impl Ops {
         let recorded = span.clone();
         async move {
             let span = recorded;
-            let prompt = self.prepare(&input).await?;
             let mut messages = prompt.messages.clone();
             let mut tool_runs = Vec::new();
             for step in 1..=self.max_steps {

@@ -17,6 +17,7 @@ use memory_core::{
 };
 use prompt_ir::{BudgetAllocation, ContextRequest, TokenBudget};
 
+use crate::shared::metrics;
 use crate::upkeep::Upkeep;
 
 mod explain;
@@ -362,10 +363,13 @@ impl Agent {
         scope: &Scope,
         input: &HydrateInput,
     ) -> anyhow::Result<CompiledPrompt> {
-        self.ops(scope.clone(), Audience::Private)
-            .prepare(input)
+        let (prompt, times) = self
+            .ops(scope.clone(), Audience::Private)
+            .prepare_timed(input)
             .await
-            .context("hydrate and compile the prompt")
+            .context("hydrate and compile the prompt")?;
+        metrics::prepared(times);
+        Ok(prompt)
     }
 
     /// Answers `message` of `speaker` with `model`, then stores the message and (if there is
@@ -391,7 +395,21 @@ impl Agent {
         // The prompt extends the previous one of this conversation (see `prompts`).
         let previous = crate::prompts::previous(self.store().as_ref(), &speaker.scope).await;
         let input = ops.input(request).after(previous);
-        let answer = ops.infer_with(model, input).await.map_err(|e| {
+        let answer = match ops.prepare_timed(&input).await {
+            Ok((prompt, times)) => {
+                metrics::prepared(times);
+                let asked = std::time::Instant::now();
+                let answer = ops.infer_prompt(model, prompt).await;
+                let model_failed = matches!(
+                    answer,
+                    Err(hydrate::Error::Model { .. } | hydrate::Error::MaxSteps { .. })
+                );
+                metrics::upstream(asked.elapsed(), !model_failed);
+                answer
+            }
+            Err(e) => Err(e),
+        };
+        let answer = answer.map_err(|e| {
             let blame = if matches!(
                 e,
                 hydrate::Error::Model { .. } | hydrate::Error::MaxSteps { .. }

@@ -119,6 +119,8 @@ struct Metrics {
     requests: [[AtomicU64; OUTCOMES.len()]; Door::ALL.len()],
     request_seconds: [Histogram; Door::ALL.len()],
     prompt_seconds: Histogram,
+    hydrate_seconds: Histogram,
+    compile_seconds: Histogram,
     upstream_seconds: Histogram,
     upstream_errors: AtomicU64,
     prompts: AtomicU64,
@@ -133,6 +135,8 @@ static METRICS: Metrics = Metrics {
     requests: [const { [const { AtomicU64::new(0) }; OUTCOMES.len()] }; Door::ALL.len()],
     request_seconds: [const { Histogram::new() }; Door::ALL.len()],
     prompt_seconds: Histogram::new(),
+    hydrate_seconds: Histogram::new(),
+    compile_seconds: Histogram::new(),
     upstream_seconds: Histogram::new(),
     upstream_errors: AtomicU64::new(0),
     prompts: AtomicU64::new(0),
@@ -164,6 +168,12 @@ pub(crate) fn prompt(took: Option<Duration>, tokens: u32, cached: u32) {
         .fetch_add(u64::from(cached), Ordering::Relaxed);
 }
 
+/// A prompt's context was gathered in `times.hydrate` and compiled in `times.compile`.
+pub(crate) fn prepared(times: hydrate::PrepareTimes) {
+    METRICS.hydrate_seconds.observe(times.hydrate);
+    METRICS.compile_seconds.observe(times.compile);
+}
+
 /// The upstream (or the chat model) started answering after `took`, or failed (`ok` false).
 pub(crate) fn upstream(took: Duration, ok: bool) {
     METRICS.upstream_seconds.observe(took);
@@ -191,7 +201,7 @@ pub(crate) fn facts_learned(n: usize) {
 
 /// Each metric's name, type and help, in the order [`render`] writes them (the docs list
 /// them; a test checks they do).
-pub(crate) const NAMES: [(&str, &str, &str); 11] = [
+pub(crate) const NAMES: [(&str, &str, &str); 13] = [
     (
         "ava_requests_total",
         "counter",
@@ -208,9 +218,19 @@ pub(crate) const NAMES: [(&str, &str, &str); 11] = [
         "Time to build a prompt: hydrate, compile and lay it out (the proxy's).",
     ),
     (
+        "ava_hydrate_seconds",
+        "histogram",
+        "Time to gather and rank a prompt's context (hydrate), by every door.",
+    ),
+    (
+        "ava_compile_seconds",
+        "histogram",
+        "Time to fit a prompt's context to its budget and lay out its messages (compile), by every door.",
+    ),
+    (
         "ava_upstream_seconds",
         "histogram",
-        "Time until the upstream started answering (or failed).",
+        "Time until the upstream started answering, or the chat model answered (or either failed).",
     ),
     (
         "ava_upstream_errors_total",
@@ -280,15 +300,21 @@ pub(crate) fn render(extra: &str) -> String {
     head(&mut out, 2);
     m.prompt_seconds.render(&mut out, "ava_prompt_seconds", "");
     head(&mut out, 3);
+    m.hydrate_seconds
+        .render(&mut out, "ava_hydrate_seconds", "");
+    head(&mut out, 4);
+    m.compile_seconds
+        .render(&mut out, "ava_compile_seconds", "");
+    head(&mut out, 5);
     m.upstream_seconds
         .render(&mut out, "ava_upstream_seconds", "");
-    counter(&mut out, 4, &m.upstream_errors);
-    counter(&mut out, 5, &m.prompts);
-    counter(&mut out, 6, &m.prompt_tokens);
-    counter(&mut out, 7, &m.cached_prefix_tokens);
-    counter(&mut out, 8, &m.exchanges_kept);
-    counter(&mut out, 9, &m.store_write_failures);
-    counter(&mut out, 10, &m.facts_learned);
+    counter(&mut out, 6, &m.upstream_errors);
+    counter(&mut out, 7, &m.prompts);
+    counter(&mut out, 8, &m.prompt_tokens);
+    counter(&mut out, 9, &m.cached_prefix_tokens);
+    counter(&mut out, 10, &m.exchanges_kept);
+    counter(&mut out, 11, &m.store_write_failures);
+    counter(&mut out, 12, &m.facts_learned);
     out.push_str(extra);
     out
 }

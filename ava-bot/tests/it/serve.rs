@@ -1344,6 +1344,13 @@ async fn probes_and_metrics_answer_on_their_own_listener() {
     assert_eq!(buckets.last(), Some(&2.0));
     assert_eq!(get(r#"ava_request_seconds_count{door="proxy"}"#), 2.0);
     assert_eq!(get("ava_prompts_total"), 1.0);
+    // Its context gathered and compiled once each, timed apart.
+    assert_eq!(get("ava_hydrate_seconds_count"), 1.0);
+    assert_eq!(get("ava_compile_seconds_count"), 1.0);
+    assert!(
+        get("ava_prompt_seconds_sum") >= get("ava_compile_seconds_sum"),
+        "{text}"
+    );
     assert!(get("ava_prompt_tokens_total") > 0.0, "{text}");
     assert!(get("ava_cached_prefix_tokens_total") <= get("ava_prompt_tokens_total"));
     assert_eq!(get("ava_upstream_seconds_count"), 1.0);
@@ -1459,6 +1466,11 @@ async fn the_bot_answers_probes_and_counts_what_it_answers() {
     );
     assert_eq!(get(r#"ava_request_seconds_count{door="telegram"}"#), 1.0);
     assert_eq!(get("ava_prompts_total"), 1.0);
+    // The bot's prompt timed by part, and its chat model as the upstream.
+    assert_eq!(get("ava_hydrate_seconds_count"), 1.0);
+    assert_eq!(get("ava_compile_seconds_count"), 1.0);
+    assert_eq!(get("ava_upstream_seconds_count"), 1.0);
+    assert_eq!(get("ava_upstream_errors_total"), 0.0);
     assert!(get("ava_prompt_tokens_total") > 0.0, "{text}");
     assert_eq!(get("ava_exchanges_kept_total"), 1.0);
     child.start_kill().unwrap();
