@@ -422,11 +422,6 @@ fn store_embedder(
 
 #[cfg(test)]
 mod tests {
-    #![allow(
-        clippy::unwrap_used,
-        reason = "a test fails loudly on an unexpected error"
-    )]
-
     use super::*;
 
     #[test]

@@ -159,11 +159,6 @@ pub async fn previous(store: &dyn MemoryBackend, scope: &Scope) -> Option<Previo
 
 #[cfg(test)]
 mod tests {
-    #![allow(
-        clippy::unwrap_used,
-        reason = "a test fails loudly on an unexpected error"
-    )]
-
     use std::sync::Arc;
 
     use memory_core::{HashingEmbedder, NewMemory};

@@ -118,11 +118,6 @@ pub fn check_record_kind(kind: &str) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(
-        clippy::unwrap_used,
-        reason = "a test fails loudly on an unexpected error"
-    )]
-
     use std::sync::Arc;
     use std::time::Duration;
 

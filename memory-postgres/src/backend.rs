@@ -615,13 +615,6 @@ impl MemoryBackend for PostgresBackend {
 
 #[cfg(test)]
 mod tests {
-    #![allow(
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::panic,
-        reason = "a test fails loudly on an unexpected error"
-    )]
-
     use super::*;
     use crate::PostgresConfig;
     use crate::sql::TsQuery;

@@ -121,12 +121,6 @@ fn option_names(options: &str) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(
-        clippy::unwrap_used,
-        clippy::expect_used,
-        reason = "a test fails loudly on an unexpected error"
-    )]
-
     use super::*;
     use crate::PostgresBackend;
 

@@ -188,11 +188,6 @@ fn key_values(s: &str) -> Option<Vec<(&str, String, &str)>> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(
-        clippy::unwrap_used,
-        reason = "a test fails loudly on an unexpected error"
-    )]
-
     use super::*;
 
     #[test]

@@ -1,11 +1,5 @@
 //! The LLM clients against loopback servers speaking the Ollama and OpenAI HTTP APIs.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -314,12 +314,6 @@ pub(crate) async fn serve(
 
 #[cfg(test)]
 mod tests {
-    #![allow(
-        clippy::unwrap_used,
-        clippy::expect_used,
-        reason = "a test fails loudly on an unexpected error"
-    )]
-
     use super::*;
 
     #[tokio::test]

@@ -205,12 +205,6 @@ impl Visit for Fields<'_> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(
-        clippy::unwrap_used,
-        clippy::expect_used,
-        reason = "a test fails loudly on an unexpected error"
-    )]
-
     use std::sync::{Arc, Mutex};
 
     use super::*;

@@ -321,12 +321,6 @@ pub(crate) fn render(extra: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    #![allow(
-        clippy::unwrap_used,
-        clippy::expect_used,
-        reason = "a test fails loudly on an unexpected error"
-    )]
-
     use super::*;
 
     #[test]

@@ -1,12 +1,6 @@
 //! End to end: a real teloxide `Dispatcher` long-polling a loopback fake Bot API, with a
 //! loopback fake Ollama server as the model and a real SQLite store.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;

@@ -248,8 +248,6 @@ impl Gate {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, reason = "a test fails loudly")]
-
     use super::*;
 
     fn error(url: &str, secret: Option<&str>) -> String {

@@ -2,12 +2,6 @@
 //! OpenAI-compatible chat server, a text-embeddings-inference reranker, SearxNG, the
 //! Telegram Bot API): one line per check, and a non-zero exit naming what failed.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use crate::common;
 
 use common::{ava, command, ok, stderr, stdout};

@@ -1,11 +1,5 @@
 //! Runs the `ava` binary as a user would and checks what it prints, including bad input.
 
-#![allow(
-    clippy::expect_used,
-    clippy::unwrap_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use crate::common;
 
 use std::path::{Path, PathBuf};

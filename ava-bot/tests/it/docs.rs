@@ -3,12 +3,6 @@
 //! unchanged file is left alone, a changed one replaced; `ava context` shows a passage with
 //! its `file:start-end`, for its user only; removing a file takes its passages out.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use crate::common;
 
 use std::path::{Path, PathBuf};

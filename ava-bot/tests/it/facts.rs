@@ -4,12 +4,6 @@
 //! old one in the prompt and keeps it in the history; a garbage, mislabelled or late
 //! extraction answer changes nothing.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use crate::common;
 
 use std::path::{Path, PathBuf};

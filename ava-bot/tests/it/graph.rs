@@ -4,12 +4,6 @@
 //! the question's place, reached one hop away through a person, with its path, and none of
 //! another user's memories about the same place.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use crate::common;
 
 #[cfg(feature = "graph")]

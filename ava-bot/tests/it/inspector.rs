@@ -5,12 +5,6 @@
 //! memories never appear; a read-only token changes nothing. With `AVA_SCREENSHOTS=DIR` the
 //! browser test saves the three views there (how `docs/inspector-*.png` were made).
 
-#![allow(
-    clippy::expect_used,
-    clippy::unwrap_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use crate::common;
 
 use std::path::{Path, PathBuf};

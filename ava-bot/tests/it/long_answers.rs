@@ -3,12 +3,6 @@
 //! longer than that is embedded as passages, and its semantic score is its best passage's.
 //! Here, in the app that builds the model (hydrate's own tests use the hashing embedder).
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use crate::common;
 
 use std::sync::Arc;

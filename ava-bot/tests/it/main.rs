@@ -2,6 +2,12 @@
 //! link instead of thirteen). Most run the `ava` binary (`common::command`); the Telegram
 //! dispatcher's own tests are unit tests in `src/telegram/tests.rs`.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test's helpers fail loudly on an unexpected error"
+)]
+
 mod common;
 
 mod check;

@@ -4,12 +4,6 @@
 //! property test of random writes and reads through every front door (CLI, MCP stdio, MCP
 //! HTTP, the bot) on one store, each identity seeing only its own.
 
-#![allow(
-    clippy::expect_used,
-    clippy::unwrap_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use crate::common;
 
 use std::io::{Read, Write};

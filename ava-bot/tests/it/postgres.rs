@@ -3,12 +3,6 @@
 //! it the test prints one skip line and passes.
 
 #![cfg(feature = "postgres")]
-#![allow(
-    clippy::expect_used,
-    clippy::unwrap_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use crate::common;
 
 use common::{ava, command, exported, fresh_schema, ok};

@@ -4,12 +4,6 @@
 //! order with the report saying so; `--web-search-url` (SearxNG's JSON API) adds web
 //! results with their URLs.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use crate::common;
 
 use common::{ava, command, ok, stderr, stdout};

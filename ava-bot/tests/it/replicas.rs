@@ -9,12 +9,6 @@
 //! `ava serve`'s inspector on the same store lists them for their user's token only, and a
 //! `/wipe` takes them along.
 
-#![allow(
-    clippy::expect_used,
-    clippy::unwrap_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use crate::common;
 
 use std::collections::BTreeMap;

@@ -5,12 +5,6 @@
 //! explain report (kept in the store, so another server on it finds it too), fact learning,
 //! and MCP on the same address.
 
-#![allow(
-    clippy::expect_used,
-    clippy::unwrap_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use crate::common;
 
 use std::path::{Path, PathBuf};

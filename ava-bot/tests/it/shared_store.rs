@@ -1,12 +1,6 @@
 //! One store file shared by several `ava` processes at once, and the odd paths and files a
 //! user can hand `--db`: the defects a user hit, each run as the user ran it.
 
-#![allow(
-    clippy::expect_used,
-    clippy::unwrap_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use crate::common;
 
 use std::io::Write;

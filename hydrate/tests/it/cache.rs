@@ -4,12 +4,6 @@
 //! last; small talk gets nothing recalled; the report counts the prefix two prompts share as
 //! a direct comparison of their text does.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use crate::common;
 
 use std::sync::Arc;

@@ -4,12 +4,6 @@
 //! times takes one place in the prompt, a reply the question's words find brings the
 //! message it answers, and a message amid talk that matches is lifted above a stray match.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use crate::common;
 
 use std::sync::Arc;

@@ -5,13 +5,6 @@
 //! Needs the `documents` feature (on in `--all-features`).
 
 #![cfg(feature = "documents")]
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use crate::common;
 
 use std::path::{Path, PathBuf};

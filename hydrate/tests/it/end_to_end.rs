@@ -3,12 +3,6 @@
 //! memories. The compiled prompt, counted for real, fits the budget; a store opened without
 //! an embedder falls back to keyword search and says so.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use crate::common;
 
 use std::sync::Arc;

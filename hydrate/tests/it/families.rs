@@ -11,13 +11,6 @@
     feature = "web-search",
     feature = "rerank-http"
 ))]
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use crate::common;
 
 use std::sync::Arc;

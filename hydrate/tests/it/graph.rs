@@ -7,13 +7,6 @@
 //! the unit test in `src/graph.rs`, which `cargo test -p hydrate --lib` runs.
 
 #![cfg(feature = "graph")]
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use crate::common;
 
 use std::sync::Arc;

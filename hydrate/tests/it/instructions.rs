@@ -4,12 +4,6 @@
 //! instruction never does; and the same message stored without the mark is not found, which
 //! is why hydrate's write paths mark it.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use crate::common;
 
 use std::sync::Arc;

@@ -3,12 +3,6 @@
 //! answers, within a step bound; application tools run through their handlers; the memory
 //! operations act on the ops' scope only.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use crate::common;
 
 use std::collections::VecDeque;

@@ -7,12 +7,6 @@
 //! there is room. (The same answer found by meaning with the local model is
 //! `ava-bot/tests/long_answers.rs`: the app builds that model, hydrate's tests need not.)
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use crate::common;
 
 use std::sync::Arc;

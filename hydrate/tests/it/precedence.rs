@@ -2,12 +2,6 @@
 //! providers in order, and `supports` needing both a declared capability and a builder),
 //! and the next provider of a kind taking over when the first fails.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -1,12 +1,6 @@
 //! Prompt safety and caching: a memory cannot close its data block or reach a system
 //! message, and the stable prefix (first message and tools) is byte-identical across calls.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use crate::common;
 
 use std::sync::Arc;

@@ -4,13 +4,6 @@
 //! Needs the `rerank-http` feature (on in the workspace's `--all-features` test run).
 
 #![cfg(feature = "rerank-http")]
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use crate::common;
 
 use std::sync::Arc;

@@ -2,12 +2,6 @@
 //! budget, a missing provider, a slow source hitting its deadline, and a store without
 //! vectors. Timestamps are fixed by the fixtures; memory ids and timings are redacted.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use crate::common;
 
 use std::sync::Arc;

@@ -3,12 +3,6 @@
 //! recent conversation is not repeated as related messages, and never loses a message to
 //! a weaker copy of it), failures and rerankers are reported, never fatal.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use crate::common;
 
 use std::sync::Arc;

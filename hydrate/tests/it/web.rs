@@ -5,13 +5,6 @@
 //! Needs the `web-search` and `rerank-http` features (on in `--all-features`).
 
 #![cfg(all(feature = "web-search", feature = "rerank-http"))]
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use crate::common;
 
 use std::sync::Arc;

@@ -2,11 +2,6 @@
 //! model directory exists (`cargo xtask fetch-model` puts it there; CI runs that first).
 
 // Test helpers outside #[test] fns may unwrap too: a failure is a test failure.
-#![allow(
-    clippy::unwrap_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use memory_core::{EmbeddingProvider, MemoryError, cosine, embed_all};
 use memory_embedders::{
     FETCH_MODEL_COMMAND, LocalConfig, LocalEmbedder, ModelDir, resolve_model_dir,

@@ -2,11 +2,6 @@
 //! OpenAI `/v1/embeddings` API: success, batch order, retries, timeouts and failures.
 
 // Test helpers outside #[test] fns may unwrap too: a failure is a test failure.
-#![allow(
-    clippy::unwrap_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use std::time::Duration;
 
 use memory_core::{EmbeddingProvider, MemoryError, embed_all};

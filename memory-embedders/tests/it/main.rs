@@ -3,6 +3,12 @@
 //! servers speaking their wire protocols, and the local model against its published
 //! reference similarities.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test's helpers fail loudly on an unexpected error"
+)]
+
 #[cfg(feature = "local")]
 mod embed_local;
 #[cfg(feature = "ollama")]

@@ -4,11 +4,6 @@
 //! `.ci/pgbouncer-tls.sh`). Needs `MEMORY_PG_URL` (and `MEMORY_PG_TLS_URL`); without it every
 //! scenario is skipped with one line on stderr.
 
-#![allow(
-    clippy::expect_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use crate::common;
 
 use memory_core::testing::{Setup, TestBackend};

@@ -7,6 +7,12 @@
 //! Tests that re-run this binary as a child name themselves by their path here
 //! (`module::test`), as the test harness does.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test's helpers fail loudly on an unexpected error"
+)]
+
 mod common;
 mod conformance;
 mod processes;

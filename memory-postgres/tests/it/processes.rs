@@ -4,13 +4,6 @@
 //! another scope; and `reembed` beside a writer and cut short (`reembed`). Needs
 //! `MEMORY_PG_URL`.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use crate::common;
 mod reembed;
 

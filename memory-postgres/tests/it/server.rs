@@ -4,13 +4,6 @@
 //! no server; the rest need `MEMORY_PG_URL` (TLS: `MEMORY_PG_TLS_URL`) and skip with one line
 //! on stderr without it.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use crate::common;
 mod tls;
 

@@ -697,11 +697,6 @@ impl Sql<'_> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(
-        clippy::unwrap_used,
-        reason = "a test fails loudly on an unexpected error"
-    )]
-
     use memory_core::keyword::MAX_QUERY_TERMS;
     use memory_core::{MemoryBackend, NewMemory, Scope, SearchRequest};
     use rusqlite::Connection;

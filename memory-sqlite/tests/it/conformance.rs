@@ -1,11 +1,6 @@
 //! Runs the shared backend conformance suite against `SqliteBackend`, each scenario on a
 //! fresh store file in its own temporary directory.
 
-#![allow(
-    clippy::expect_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use memory_core::testing::{Setup, TestBackend};
 use memory_sqlite::{SqliteBackend, SqliteConfig};
 

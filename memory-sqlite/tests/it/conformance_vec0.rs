@@ -1,11 +1,6 @@
 //! Runs the conformance suite against `SqliteBackend` with the vector cache turned off, so
 //! every semantic search goes through sqlite-vec's vec0 KNN and its filtered fallback.
 
-#![allow(
-    clippy::expect_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use memory_core::testing::{Setup, TestBackend};
 use memory_sqlite::{SqliteBackend, SqliteConfig};
 

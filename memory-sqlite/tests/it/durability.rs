@@ -2,12 +2,6 @@
 //! acknowledged memory and leaves a consistent file; many tasks on many scopes at once
 //! lose nothing and see nothing of each other.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;

@@ -2,12 +2,6 @@
 //! no byte of the store's file, its write-ahead log or its shared-memory index holds the
 //! deleted text (memories, their context, their records), while a neighbour's stays.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use std::path::Path;
 use std::sync::Arc;
 

@@ -3,12 +3,6 @@
 //! created when the caller says so, a read-only store serves reads, and recording recalls
 //! never fails or blocks a read.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;

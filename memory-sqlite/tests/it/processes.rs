@@ -3,12 +3,6 @@
 //! one new file, and `reembed` run while another process writes and forgets. No call may
 //! fail, every acknowledged memory must be there, and the file must stay consistent.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};

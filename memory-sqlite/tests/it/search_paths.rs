@@ -3,12 +3,6 @@
 //! stored beside the vectors when the scope does not fit the cache even quantized or is big
 //! and not loaded yet) return the same hits, and a filter still holds on each path.
 
-#![allow(
-    clippy::expect_used,
-    clippy::unwrap_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use std::sync::Arc;
 
 use memory_core::{

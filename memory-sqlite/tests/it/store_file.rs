@@ -1,12 +1,6 @@
 //! The store as a file: persistence, refusing foreign / corrupt / newer files without
 //! touching them, embedding-space checks, backfill and `reembed`.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use std::path::Path;
 use std::sync::Arc;
 

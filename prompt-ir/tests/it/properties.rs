@@ -2,11 +2,6 @@
 //! deterministic; compose is associative; invalid numbers are always rejected.
 
 // Helpers outside #[test] fns are test code too; the house rule lets tests unwrap.
-#![allow(
-    clippy::unwrap_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use crate::common;
 
 use std::sync::LazyLock;

@@ -2,11 +2,6 @@
 //! Timestamps are fixed in the fixture and ids are chosen there, so nothing needs redacting.
 
 // Helpers outside #[test] fns are test code too; the house rule lets tests unwrap.
-#![allow(
-    clippy::unwrap_used,
-    reason = "a test fails loudly on an unexpected error"
-)]
-
 use crate::common;
 
 use prompt_ir::{
