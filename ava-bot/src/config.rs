@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use ava_memory::open::{EmbedderSettings, choose_embedder, open_store};
-use clap::ValueEnum;
 use memory_core::{EmbeddingProvider, MemoryBackend, Scope, Secret};
 use memory_embedders::resolve_model_dir;
 use memory_sqlite::SqliteBackend;
@@ -18,35 +17,7 @@ pub(crate) use ava_memory::Location as DbTarget;
 /// `url` with any password replaced by `***`.
 pub(crate) use ava_memory::open::redact_url;
 
-/// Which embedder computes vectors.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub(crate) enum EmbedderChoice {
-    /// The local model if it is installed, else keyword search only.
-    Auto,
-    /// all-MiniLM-L6-v2 from the local model directory (`cargo xtask fetch-model`).
-    Local,
-    /// An Ollama server's embedding model.
-    Ollama,
-    /// An OpenAI-compatible server's embedding model.
-    Openai,
-    /// The deterministic word-hashing embedder (matches shared words; not a language model).
-    Hash,
-    /// No vectors: keyword search only.
-    None,
-}
-
-impl From<EmbedderChoice> for ava_memory::EmbedderChoice {
-    fn from(choice: EmbedderChoice) -> Self {
-        match choice {
-            EmbedderChoice::Auto => Self::Auto,
-            EmbedderChoice::Local => Self::Local,
-            EmbedderChoice::Ollama => Self::Ollama,
-            EmbedderChoice::Openai => Self::Openai,
-            EmbedderChoice::Hash => Self::Hash,
-            EmbedderChoice::None => Self::None,
-        }
-    }
-}
+pub(crate) use ava_memory::EmbedderChoice;
 
 /// A secret read from the environment (unset or blank is none): a [`memory_core::Secret`],
 /// never printed, never logged.
@@ -359,7 +330,7 @@ impl Settings {
         &self,
     ) -> anyhow::Result<(Option<Arc<dyn EmbeddingProvider>>, String)> {
         let settings = EmbedderSettings {
-            choice: self.embedder.into(),
+            choice: self.embedder,
             model_dir: self.model_dir.clone(),
             embed_model: self.embed_model.clone(),
             ollama_url: Some(self.ollama_url.clone()),

@@ -156,6 +156,9 @@ async fn run() -> anyhow::Result<()> {
     // Not locked for the whole run: an MCP server speaks on stdout from other threads, and a
     // lock held here would block them.
     let out = &mut std::io::stdout();
+    // The commands that only read or tidy a store that exists get it opened here; opening
+    // never creates one for them.
+    let existing = || cli.settings.open_existing();
     match cli.command {
         Command::Demo(args) => commands::demo::run(&cli.settings, &args, out).await,
         Command::Remember(args) => commands::remember::run(&cli.settings, &args, out).await,
@@ -163,9 +166,9 @@ async fn run() -> anyhow::Result<()> {
         Command::Forget(args) => commands::forget::run(&cli.settings, &args, out).await,
         Command::History(args) => commands::history::run(&cli.settings, &args, out).await,
         Command::Facts(args) => commands::facts::run(&cli.settings, &args, out).await,
-        Command::Erase(args) => commands::erase::run(&cli.settings, &args, out).await,
+        Command::Erase(args) => commands::erase::run(&existing().await?, &args, out).await,
         Command::Import(args) => commands::import::run(&cli.settings, &args, out).await,
-        Command::Export(args) => commands::export::run(&cli.settings, &args, out).await,
+        Command::Export(args) => commands::export::run(&existing().await?, &args, out).await,
         Command::Migrate(args) => commands::migrate::run(&cli.settings, &args, out).await,
         Command::Context(args) => commands::context::run(&cli.settings, &args, out).await,
         Command::Chat(args) => commands::chat::run(&cli.settings, &args, out).await,
@@ -174,9 +177,11 @@ async fn run() -> anyhow::Result<()> {
         Command::Serve(args) => commands::serve::run(&cli.settings, &args).await,
         Command::Docs(args) => commands::docs::run(&cli.settings, &args, out).await,
         Command::Graph(args) => commands::graph::run(&cli.settings, &args, out).await,
-        Command::Stats(args) => commands::stats::run(&cli.settings, &args, out).await,
-        Command::Prune(args) => commands::prune::run(&cli.settings, &args, out).await,
-        Command::Consolidate(args) => commands::consolidate::run(&cli.settings, &args, out).await,
+        Command::Stats(args) => commands::stats::run(&existing().await?, &args, out).await,
+        Command::Prune(args) => commands::prune::run(&existing().await?, &args, out).await,
+        Command::Consolidate(args) => {
+            commands::consolidate::run(&existing().await?, &args, out).await
+        }
         Command::Reembed(args) => commands::stats::reembed(&cli.settings, &args, out).await,
         Command::Check(args) => commands::check::run(&cli.settings, &args, out).await,
     }

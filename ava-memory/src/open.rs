@@ -66,6 +66,7 @@ pub fn redact_url(url: &str) -> String {
 
 /// Which embedder computes vectors (`ava --embedder`, `AVA_EMBEDDER`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[non_exhaustive]
 pub enum EmbedderChoice {
     /// The local model if it is installed, else keyword search only.

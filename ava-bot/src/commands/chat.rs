@@ -30,12 +30,8 @@ pub(crate) async fn run(
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
     let scope = args.who.scope()?;
-    let model = args.llm.build(settings)?;
-    let opened = settings.open().await?;
-    let agent = settings
-        .agent(&opened, args.budget)?
-        .with_upkeep(args.upkeep.upkeep())
-        .with_facts(args.llm.extractor(&model));
+    let (model, opened, agent) =
+        super::answering(settings, &args.llm, &args.upkeep, args.budget).await?;
     let interactive = std::io::stdin().is_terminal();
     if interactive {
         eprintln!(

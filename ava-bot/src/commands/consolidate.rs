@@ -10,7 +10,7 @@ use anyhow::Context;
 use memory_core::{Consolidation, MemoryBackend, MemoryId, PrunePolicy, Scope, Timestamp};
 
 use crate::commands::terminal_safe;
-use crate::config::Settings;
+use crate::config::Opened;
 use crate::upkeep::{parse_age, reason};
 use hydrate::preview;
 
@@ -51,12 +51,7 @@ async fn describe(store: &dyn MemoryBackend, scope: &Scope, id: MemoryId) -> Str
     }
 }
 
-pub(crate) async fn run(
-    settings: &Settings,
-    args: &Args,
-    out: &mut impl Write,
-) -> anyhow::Result<()> {
-    let opened = settings.open_existing().await?;
+pub(crate) async fn run(opened: &Opened, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
     let store = &*opened.store;
     let scopes = super::user_scopes(store, &args.user, args.chat.as_deref()).await?;
     if let Some(id) = &args.restore {

@@ -4,7 +4,7 @@
 
 use std::io::Write;
 
-use crate::config::{Settings, Whole};
+use crate::config::{Opened, Whole};
 use crate::erase::erase_person;
 
 #[derive(Debug, clap::Args)]
@@ -17,13 +17,8 @@ pub(crate) struct Args {
     yes: bool,
 }
 
-pub(crate) async fn run(
-    settings: &Settings,
-    args: &Args,
-    out: &mut impl Write,
-) -> anyhow::Result<()> {
+pub(crate) async fn run(opened: &Opened, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
     // Nothing to erase in a store that does not exist; do not create one.
-    let opened = settings.open_existing().await?;
     let erased = erase_person(
         opened.store.as_ref(),
         &args.who.tenant,

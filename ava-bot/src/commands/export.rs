@@ -26,7 +26,7 @@ use memory_core::{
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::config::Settings;
+use crate::config::Opened;
 
 /// The first line's key and the format's version.
 const MAGIC: &str = "ava_export";
@@ -96,12 +96,7 @@ pub(crate) async fn all_of(
     Ok(all)
 }
 
-pub(crate) async fn run(
-    settings: &Settings,
-    args: &Args,
-    out: &mut impl Write,
-) -> anyhow::Result<()> {
-    let opened = settings.open_existing().await?;
+pub(crate) async fn run(opened: &Opened, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
     let store = opened.store.as_ref();
     // A person is in one tenant (the default one unless named); the whole store is every
     // tenant unless one is named.

@@ -22,8 +22,34 @@ pub(crate) mod run;
 pub(crate) mod serve;
 pub(crate) mod stats;
 
+use std::sync::Arc;
+
 use anyhow::Context;
+use hydrate::ChatModel;
 use memory_core::{DEFAULT_TENANT, MemoryBackend, MemoryError, MemoryId, Scope, SearchRequest};
+
+use crate::agent::Agent;
+use crate::config::{Opened, Settings};
+use crate::llm::LlmSettings;
+use crate::upkeep::UpkeepArgs;
+
+/// What answers people (`ava chat`, `ava run`): the chat model `llm` names, the store
+/// (created when missing), and an agent over it whose prompts take at most `budget` tokens,
+/// pruning each chat as `upkeep` says and learning facts with the model.
+pub(crate) async fn answering(
+    settings: &Settings,
+    llm: &LlmSettings,
+    upkeep: &UpkeepArgs,
+    budget: u32,
+) -> anyhow::Result<(Arc<dyn ChatModel>, Opened, Agent)> {
+    let model = llm.build(settings)?;
+    let opened = settings.open().await?;
+    let agent = settings
+        .agent(&opened, budget)?
+        .with_upkeep(upkeep.upkeep())
+        .with_facts(llm.extractor(&model));
+    Ok((model, opened, agent))
+}
 
 /// The scopes a command about `user` works in: `chat`'s, or every chat of the user.
 pub(crate) async fn user_scopes(

@@ -11,7 +11,7 @@ use anyhow::Context;
 use memory_core::Timestamp;
 
 use crate::commands::terminal_safe;
-use crate::config::Settings;
+use crate::config::Opened;
 use crate::upkeep::{DEFAULT_MAX_COUNT, DecayArgs, parse_age, policy, reason};
 use hydrate::preview;
 
@@ -37,12 +37,7 @@ pub(crate) struct Args {
     dry_run: bool,
 }
 
-pub(crate) async fn run(
-    settings: &Settings,
-    args: &Args,
-    out: &mut impl Write,
-) -> anyhow::Result<()> {
-    let opened = settings.open_existing().await?;
+pub(crate) async fn run(opened: &Opened, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
     let store = &*opened.store;
     let scopes = super::user_scopes(store, &args.user, args.chat.as_deref()).await?;
     let mut policy = policy(args.max_age, args.max_count, args.decay, Timestamp::now());

@@ -71,12 +71,8 @@ pub(crate) async fn run(
             )
         })
         .transpose()?;
-    let model = args.llm.build(settings)?;
-    let opened = settings.open().await?;
-    let agent = settings
-        .agent(&opened, args.budget)?
-        .with_upkeep(args.upkeep.upkeep())
-        .with_facts(args.llm.extractor(&model));
+    let (model, opened, agent) =
+        super::answering(settings, &args.llm, &args.upkeep, args.budget).await?;
     let bot = make_bot(token, args.telegram_api_url.as_deref(), Limits::default())?;
     tracing::info!(
         embedder = %opened.embedder_note,

@@ -6,7 +6,7 @@ use anyhow::Context;
 use memory_core::{DEFAULT_TENANT, MemoryBackend};
 use memory_sqlite::SqliteConfig;
 
-use crate::config::{DbTarget, Settings};
+use crate::config::{DbTarget, Opened, Settings};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -15,12 +15,7 @@ pub(crate) struct Args {
     user: Option<String>,
 }
 
-pub(crate) async fn run(
-    settings: &Settings,
-    args: &Args,
-    out: &mut impl Write,
-) -> anyhow::Result<()> {
-    let opened = settings.open_existing().await?;
+pub(crate) async fn run(opened: &Opened, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
     let info = opened.store.info();
     let (totals, size, unembedded) = if let Some(sqlite) = &opened.sqlite {
         let s = sqlite.stats().await?;
@@ -43,7 +38,7 @@ pub(crate) async fn run(
             info.location.as_deref().unwrap_or(&info.name),
             info.kind()
         )?;
-        let (totals, bytes) = postgres_totals(&opened).await?;
+        let (totals, bytes) = postgres_totals(opened).await?;
         let unembedded = "they are embedded when a process with an embedder connects, \
                           or now with `ava reembed --missing`";
         let size = format!("{} MiB (its tables and indexes)", mib(bytes));
