@@ -125,6 +125,11 @@ impl Error {
         }
     }
 
+    /// A closure wrapping an embedder's error as [`Error::Embedder`] doing `what`.
+    pub(crate) fn embedder(what: &'static str) -> impl FnOnce(memory_core::MemoryError) -> Self {
+        move |source| Self::Embedder { what, source }
+    }
+
     /// A closure wrapping a store error as [`Error::Store`] doing `what`.
     pub(crate) fn store(what: &'static str) -> impl FnOnce(memory_core::MemoryError) -> Self {
         move |source| Self::Store { what, source }

@@ -172,6 +172,16 @@ pub struct ChosenEmbedder {
     pub note: String,
 }
 
+impl ChosenEmbedder {
+    /// `embedder`, noted by its embedding space.
+    fn of(embedder: Arc<dyn EmbeddingProvider>) -> Self {
+        Self {
+            note: format!("embedder {}", embedder.space()),
+            embedder: Some(embedder),
+        }
+    }
+}
+
 impl std::fmt::Debug for ChosenEmbedder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ChosenEmbedder")
@@ -200,10 +210,8 @@ pub async fn choose_embedder(settings: &EmbedderSettings) -> Result<ChosenEmbedd
             note: "no embedder: keyword search only (--embedder none)".into(),
         }),
         EmbedderChoice::Hash => {
-            let e = HashingEmbedder::new(384).map_err(|source| Error::Embedder {
-                what: "make the hashing embedder",
-                source,
-            })?;
+            let e =
+                HashingEmbedder::new(384).map_err(Error::embedder("make the hashing embedder"))?;
             Ok(ChosenEmbedder {
                 embedder: Some(Arc::new(e)),
                 note: "embedder hash/fnv1a-words-v1: matches shared words, not meanings".into(),
@@ -219,15 +227,8 @@ pub async fn choose_embedder(settings: &EmbedderSettings) -> Result<ChosenEmbedd
             };
             let e = OllamaEmbedder::connect(config)
                 .await
-                .map_err(|source| Error::Embedder {
-                    what: "connect to the Ollama embedder",
-                    source,
-                })?;
-            let note = format!("embedder {}", e.space());
-            Ok(ChosenEmbedder {
-                embedder: Some(Arc::new(e)),
-                note,
-            })
+                .map_err(Error::embedder("connect to the Ollama embedder"))?;
+            Ok(ChosenEmbedder::of(Arc::new(e)))
         }
         EmbedderChoice::Openai => {
             let api_key = settings
@@ -235,10 +236,7 @@ pub async fn choose_embedder(settings: &EmbedderSettings) -> Result<ChosenEmbedd
                 .as_ref()
                 .map(|key| ApiKey::new(key.expose()))
                 .transpose()
-                .map_err(|source| Error::Embedder {
-                    what: "read the OpenAI-compatible embedder's key",
-                    source,
-                })?;
+                .map_err(Error::embedder("read the OpenAI-compatible embedder's key"))?;
             let config = OpenAiConfig {
                 base_url: settings
                     .openai_url
@@ -249,15 +247,8 @@ pub async fn choose_embedder(settings: &EmbedderSettings) -> Result<ChosenEmbedd
             };
             let e = OpenAiEmbedder::connect(config)
                 .await
-                .map_err(|source| Error::Embedder {
-                    what: "connect to the OpenAI-compatible embedder",
-                    source,
-                })?;
-            let note = format!("embedder {}", e.space());
-            Ok(ChosenEmbedder {
-                embedder: Some(Arc::new(e)),
-                note,
-            })
+                .map_err(Error::embedder("connect to the OpenAI-compatible embedder"))?;
+            Ok(ChosenEmbedder::of(Arc::new(e)))
         }
         EmbedderChoice::Local | EmbedderChoice::Auto => local_embedder(settings),
     }
@@ -281,16 +272,9 @@ fn local_embedder(settings: &EmbedderSettings) -> Result<ChosenEmbedder> {
             ),
         });
     }
-    let e =
-        LocalEmbedder::load(&LocalConfig::in_dir(&dir.path)).map_err(|source| Error::Embedder {
-            what: "load the local embedding model",
-            source,
-        })?;
-    let note = format!("embedder {}", e.space());
-    Ok(ChosenEmbedder {
-        embedder: Some(Arc::new(e)),
-        note,
-    })
+    let e = LocalEmbedder::load(&LocalConfig::in_dir(&dir.path))
+        .map_err(Error::embedder("load the local embedding model"))?;
+    Ok(ChosenEmbedder::of(Arc::new(e)))
 }
 
 #[cfg(not(feature = "local"))]
@@ -311,20 +295,15 @@ fn local_embedder(settings: &EmbedderSettings) -> Result<ChosenEmbedder> {
 
 /// Where the local model is looked for.
 fn model_dir(settings: &EmbedderSettings) -> Result<memory_embedders::ModelDir> {
-    resolve_model_dir(settings.model_dir.as_deref()).map_err(|source| Error::Embedder {
-        what: "find the local model's directory",
-        source,
-    })
+    resolve_model_dir(settings.model_dir.as_deref())
+        .map_err(Error::embedder("find the local model's directory"))
 }
 
 /// Why the local model is not in use when it is not installed: what is missing where, and
 /// how to fetch it.
 pub fn local_model_notice(model_dir: Option<&Path>) -> Result<String> {
     Ok(resolve_model_dir(model_dir)
-        .map_err(|source| Error::Embedder {
-            what: "find the local model's directory",
-            source,
-        })?
+        .map_err(Error::embedder("find the local model's directory"))?
         .notice())
 }
 
