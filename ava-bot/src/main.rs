@@ -162,9 +162,9 @@ async fn run() -> anyhow::Result<()> {
     match cli.command {
         Command::Demo(args) => commands::demo::run(&cli.settings, &args, out).await,
         Command::Remember(args) => commands::remember::run(&cli.settings, &args, out).await,
-        Command::Recall(args) => commands::recall::run(&cli.settings, &args, out).await,
-        Command::Forget(args) => commands::forget::run(&cli.settings, &args, out).await,
-        Command::History(args) => commands::history::run(&cli.settings, &args, out).await,
+        Command::Recall(args) => commands::recall::run(&existing().await?, &args, out).await,
+        Command::Forget(args) => commands::forget::run(&existing().await?, &args, out).await,
+        Command::History(args) => commands::history::run(&existing().await?, &args, out).await,
         Command::Facts(args) => commands::facts::run(&cli.settings, &args, out).await,
         Command::Erase(args) => commands::erase::run(&existing().await?, &args, out).await,
         Command::Import(args) => commands::import::run(&cli.settings, &args, out).await,

@@ -4,7 +4,7 @@ use std::io::Write;
 
 use memory_core::MemoryId;
 
-use crate::config::Settings;
+use crate::config::Opened;
 
 /// One of a user's memories, by id (`forget` and `history`).
 #[derive(Debug, clap::Args)]
@@ -17,26 +17,20 @@ pub(crate) struct Args {
     #[arg(long)]
     pub(crate) chat: Option<String>,
     /// The memory id (as printed by `ava remember` or `ava recall`).
-    pub(crate) id: String,
+    pub(crate) id: MemoryId,
 }
 
-pub(crate) async fn run(
-    settings: &Settings,
-    args: &Args,
-    out: &mut impl Write,
-) -> anyhow::Result<()> {
-    let id: MemoryId = args.id.parse()?;
-    let opened = settings.open_existing().await?;
+pub(crate) async fn run(opened: &Opened, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
     let store = &*opened.store;
     let scopes = super::readable_scopes(store, &args.user, args.chat.as_deref()).await?;
     super::in_scope_holding(
         &scopes,
         &args.user,
-        id,
+        args.id,
         "delete the memory",
-        async |scope| store.delete(scope, id).await,
+        async |scope| store.delete(scope, args.id).await,
     )
     .await?;
-    writeln!(out, "forgot {id}")?;
+    writeln!(out, "forgot {}", args.id)?;
     Ok(())
 }

@@ -3,21 +3,14 @@
 
 use std::io::Write;
 
-use memory_core::MemoryId;
-
 use crate::commands::terminal_safe;
-use crate::config::Settings;
+use crate::config::Opened;
 
 /// The same arguments as `ava forget`: the user, maybe the chat, the id (any version's).
 pub(crate) type Args = super::forget::Args;
 
-pub(crate) async fn run(
-    settings: &Settings,
-    args: &Args,
-    out: &mut impl Write,
-) -> anyhow::Result<()> {
-    let id: MemoryId = args.id.parse()?;
-    let opened = settings.open_existing().await?;
+pub(crate) async fn run(opened: &Opened, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
+    let id = args.id;
     let store = &*opened.store;
     let scopes = super::readable_scopes(store, &args.user, args.chat.as_deref()).await?;
     let (_, chain) =

@@ -7,7 +7,7 @@ use std::io::Write;
 use anyhow::Context;
 use memory_core::{Filter, SearchMode, Timestamp};
 
-use crate::config::{Identity, Settings};
+use crate::config::{Identity, Opened};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -27,13 +27,8 @@ pub(crate) struct Args {
     query: String,
 }
 
-pub(crate) async fn run(
-    settings: &Settings,
-    args: &Args,
-    out: &mut impl Write,
-) -> anyhow::Result<()> {
+pub(crate) async fn run(opened: &Opened, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
     let scope = args.who.scope()?;
-    let opened = settings.open_existing().await?;
     let store = &*opened.store;
     // A lookup from the terminal is not the assistant recalling: it counts no access, so
     // it writes nothing and works on a store it may only read.
