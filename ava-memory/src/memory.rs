@@ -324,11 +324,7 @@ impl Conversation {
     /// In a shared conversation, the same conversation with `user`'s own facts in its
     /// prompts: they chose to share them there. Outside a shared one it changes nothing.
     pub fn sharing_facts_of(mut self, user: &str) -> Self {
-        if self.reach.is_shared() {
-            self.reach = Reach::Shared {
-                facts_of: Some(user.to_owned()),
-            };
-        }
+        self.reach = self.reach.sharing_facts_of(user);
         self
     }
 
@@ -372,15 +368,10 @@ impl Conversation {
             self.scope.clone(),
         )
         .with_embedder_window(inner.window)
-        .with_state(self.state.clone());
-        if let Reach::Shared { facts_of } = &self.reach {
-            ops = ops.in_shared_chat();
-            if let Some(user) = facts_of {
-                ops = ops.sharing_facts_of(user);
-            }
-            if let Some(member) = &self.member {
-                ops = ops.acting_for(member.tag.clone());
-            }
+        .with_state(self.state.clone())
+        .with_reach(self.reach.clone());
+        if let Some(member) = &self.member {
+            ops = ops.acting_for(member.tag.clone());
         }
         ops
     }

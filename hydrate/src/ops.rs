@@ -139,11 +139,15 @@ impl Ops {
     /// no input can widen. `recall` and `forget` stay within the chat. Outside a shared chat
     /// it changes nothing (a private context reads the user's own facts anyway).
     pub fn sharing_facts_of(mut self, user: &str) -> Self {
-        if self.reach.is_shared() {
-            self.reach = Reach::Shared {
-                facts_of: Some(user.to_owned()),
-            };
-        }
+        self.reach = self.reach.sharing_facts_of(user);
+        self
+    }
+
+    /// The same operations reading what `reach` allows (a private context, or a shared
+    /// chat and whose facts it may hold): [`Ops::in_shared_chat`] and
+    /// [`Ops::sharing_facts_of`] in one value.
+    pub fn with_reach(mut self, reach: Reach) -> Self {
+        self.reach = reach;
         self
     }
 

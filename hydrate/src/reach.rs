@@ -51,6 +51,18 @@ impl Reach {
             Self::Shared { facts_of } => facts_of.as_deref().filter(|u| !u.is_empty()),
         }
     }
+
+    /// A shared chat's reach with the member `user`'s user-wide facts readable too: they
+    /// chose to share them there. A private reach is returned unchanged (it reads the
+    /// person's own facts anyway).
+    pub fn sharing_facts_of(self, user: &str) -> Self {
+        match self {
+            Self::Shared { .. } => Self::Shared {
+                facts_of: Some(user.to_owned()),
+            },
+            Self::Private => Self::Private,
+        }
+    }
 }
 
 /// How the memory source searches.

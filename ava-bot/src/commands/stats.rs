@@ -220,14 +220,9 @@ fn settings_without_postgres(url: &str) -> anyhow::Result<()> {
     )
 }
 
-async fn embed_missing(settings: &Settings, out: &mut impl Write) -> anyhow::Result<()> {
-    if let DbTarget::Postgres(url) = settings.db_target()? {
-        return embed_missing_postgres(settings, &url, out).await;
-    }
-    let opened = settings.open_existing().await?;
-    let Some(sqlite) = &opened.sqlite else {
-        anyhow::bail!("ava reembed --missing: the store is not a SQLite file");
-    };
+/// Refuses `ava reembed --missing` on a store opened without an embedder: nothing would be
+/// embedded.
+fn with_embedder(opened: &Opened) -> anyhow::Result<()> {
     if !opened
         .store
         .capabilities()
@@ -238,6 +233,18 @@ async fn embed_missing(settings: &Settings, out: &mut impl Write) -> anyhow::Res
             opened.embedder_note
         );
     }
+    Ok(())
+}
+
+async fn embed_missing(settings: &Settings, out: &mut impl Write) -> anyhow::Result<()> {
+    if let DbTarget::Postgres(url) = settings.db_target()? {
+        return embed_missing_postgres(settings, &url, out).await;
+    }
+    let opened = settings.open_existing().await?;
+    let Some(sqlite) = &opened.sqlite else {
+        anyhow::bail!("ava reembed --missing: the store is not a SQLite file");
+    };
+    with_embedder(&opened)?;
     let bar = progress_bar("embedding")?;
     let report = sqlite
         .embed_missing(|done, total| {
@@ -276,16 +283,7 @@ async fn embed_missing_postgres(
     plain.close();
     let before = missing(&before.with_context(|| format!("count the memories of {shown}"))?);
     let opened = settings.open_existing().await?;
-    if !opened
-        .store
-        .capabilities()
-        .supports(memory_core::Capability::SemanticSearch)
-    {
-        anyhow::bail!(
-            "ava reembed --missing needs an embedder: {}",
-            opened.embedder_note
-        );
-    }
+    with_embedder(&opened)?;
     let Some(pg) = &opened.postgres else {
         anyhow::bail!("the store is not a Postgres schema");
     };

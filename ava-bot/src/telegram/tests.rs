@@ -1341,11 +1341,7 @@ async fn an_answer_that_could_not_be_delivered_is_not_stored_as_said() {
 /// separated) replay or widen it; a failure names its seed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_prompt_holds_what_its_context_may_not_see_under_random_messages() {
-    let seeds: Vec<u64> = std::env::var("AVA_PROPERTY_SEEDS")
-        .ok()
-        .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
-        .unwrap_or_else(|| vec![0x5eed_0003, 0x5eed_0004]);
-    for seed in seeds {
+    for seed in memory_core::testing::property_seeds(&[0x5eed_0003, 0x5eed_0004]) {
         privacy_property(seed, 36).await;
     }
 }

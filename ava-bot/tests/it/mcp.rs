@@ -1092,11 +1092,7 @@ fn marker(n: usize) -> String {
 /// seed and step.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_front_door_keeps_identities_apart_under_random_operations() {
-    let seeds: Vec<u64> = std::env::var("AVA_PROPERTY_SEEDS")
-        .ok()
-        .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
-        .unwrap_or_else(|| vec![0x5eed_0001, 0x5eed_0002]);
-    for seed in seeds {
+    for seed in memory_core::testing::property_seeds(&[0x5eed_0001, 0x5eed_0002]) {
         run_property(seed, 40).await;
     }
 }

@@ -84,11 +84,7 @@ async fn shown(conversation: &Conversation, question: &str) -> Vec<(&'static str
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_prompt_recall_or_rig_context_holds_what_its_conversation_may_not_see() {
-    let seeds: Vec<u64> = std::env::var("AVA_PROPERTY_SEEDS")
-        .ok()
-        .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
-        .unwrap_or_else(|| vec![0x5eed_0003, 0x5eed_0004]);
-    for seed in seeds {
+    for seed in memory_core::testing::property_seeds(&[0x5eed_0003, 0x5eed_0004]) {
         privacy_property(seed, 36).await;
     }
 }

@@ -174,6 +174,21 @@ where
     });
 }
 
+/// Comma-separated seeds that replay or widen a property test ([`property_seeds`]).
+pub const PROPERTY_SEEDS_ENV: &str = "AVA_PROPERTY_SEEDS";
+
+/// The seeds a property test runs: those [`PROPERTY_SEEDS_ENV`] lists (what does not parse
+/// as a number is passed over), else `default`. Each failure should name its seed.
+pub fn property_seeds(default: &[u64]) -> Vec<u64> {
+    match std::env::var(PROPERTY_SEEDS_ENV) {
+        Ok(listed) => listed
+            .split(',')
+            .filter_map(|x| x.trim().parse().ok())
+            .collect(),
+        Err(_) => default.to_vec(),
+    }
+}
+
 /// Set to `1` (CI does) to make a missing service, file or program a test failure, not a
 /// skip.
 pub const REQUIRE_SERVICES_ENV: &str = "AVA_REQUIRE_SERVICES";
