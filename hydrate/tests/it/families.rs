@@ -18,9 +18,8 @@ use std::time::Duration;
 
 use common::{chat_scope, config, embedder, input, request, seed_alice};
 use hydrate::{
-    DegradationKind, DocumentSource, GraphSource, HttpReranker, HttpRerankerConfig,
-    HydrationConfig, SourceKind, SourceStatus, WebSearchConfig, WebSearchSource, add_document,
-    compile, hydrate, with_entity_tags,
+    DegradationKind, DocumentSource, GraphSource, HydrationConfig, SourceKind, SourceStatus,
+    WebSearchConfig, WebSearchSource, add_document, compile, hydrate, with_entity_tags,
 };
 use memory_core::{MemoryBackend, MemoryError, NewMemory};
 use memory_inmem::InMemoryBackend;
@@ -101,14 +100,7 @@ async fn setup(
             Arc::new(GraphSource::new(Arc::clone(&store)).unwrap()),
         )
         .with_deadline(Duration::from_secs(2));
-    cfg.reranker = Arc::new(
-        HttpReranker::new(HttpRerankerConfig {
-            model: Some("rerank-v3.5".into()),
-            min_score: Some(0.1),
-            ..HttpRerankerConfig::new(format!("{}/v2/rerank", rerank.uri()))
-        })
-        .unwrap(),
-    );
+    cfg.reranker = common::reranker_of(&rerank);
     (cfg, store)
 }
 

@@ -8,13 +8,10 @@ use crate::common;
 
 use std::sync::Arc;
 
-use common::{at, chat_scope, now};
-use hydrate::{
-    CompiledPrompt, HydrateInput, HydrationConfig, INSTRUCTION_TAG, compile, hydrate,
-    with_instruction_mark,
-};
+use common::{at, chat_scope, data};
+use hydrate::{CompiledPrompt, HydrationConfig, INSTRUCTION_TAG, with_instruction_mark};
 use memory_core::{MemoryBackend, MemoryId, NewMemory, Role};
-use prompt_ir::{Action, ContextRequest, TokenBudget};
+use prompt_ir::Action;
 
 const ALICES: &str = "Always give prices in euros and say whether tax is included.";
 const BOBS: &str = "Never answer me in English, only in German.";
@@ -55,17 +52,7 @@ async fn seed(store: &dyn MemoryBackend, user: &str, instruction: &str, mark: bo
 }
 
 async fn ask(config: &HydrationConfig, user: &str) -> CompiledPrompt {
-    let request = ContextRequest::new(QUESTION, TokenBudget::new(500).unwrap());
-    let input = HydrateInput::new(chat_scope(user), request).at(now());
-    compile(config, &hydrate(config, &input).await.unwrap()).unwrap()
-}
-
-fn data(prompt: &CompiledPrompt) -> String {
-    prompt.messages[1..prompt.messages.len() - 1]
-        .iter()
-        .map(|m| m.content.as_str())
-        .collect::<Vec<_>>()
-        .join("\n")
+    common::prompt_now(config, chat_scope(user), QUESTION, 500).await
 }
 
 fn kept_whole_in(prompt: &CompiledPrompt, id: MemoryId) -> Option<&str> {

@@ -11,7 +11,7 @@ use crate::common;
 
 use std::sync::Arc;
 
-use common::{at, chat_scope, now, tokenizer};
+use common::{at, chat_scope, data, now, tokenizer};
 use hydrate::testing::{LONG_ANSWER_QUESTION, LONG_ANSWER_SENTENCE, long_answer};
 use hydrate::{
     CompiledPrompt, HydrateInput, HydrationConfig, SectionExplain, compile, hydrate,
@@ -49,17 +49,7 @@ async fn seeded(dir: &tempfile::TempDir) -> (Arc<dyn MemoryBackend>, MemoryId) {
 }
 
 async fn prompt(config: &HydrationConfig, budget: u32) -> CompiledPrompt {
-    let request = ContextRequest::new(QUESTION, TokenBudget::new(budget).unwrap());
-    let input = HydrateInput::new(chat_scope("alice"), request).at(now());
-    compile(config, &hydrate(config, &input).await.unwrap()).unwrap()
-}
-
-fn data(prompt: &CompiledPrompt) -> String {
-    prompt.messages[1..prompt.messages.len() - 1]
-        .iter()
-        .map(|m| m.content.as_str())
-        .collect::<Vec<_>>()
-        .join("\n")
+    common::prompt_now(config, chat_scope("alice"), QUESTION, budget).await
 }
 
 fn section(prompt: &CompiledPrompt, id: MemoryId) -> &SectionExplain {

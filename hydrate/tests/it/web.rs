@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use common::{chat_scope, config, embedder, input, request, seed_alice};
 use hydrate::{
-    HttpReranker, HttpRerankerConfig, Hydrated, HydrationConfig, SourceKind, SourceStatus,
-    WebSearchConfig, WebSearchSource, compile, hydrate,
+    Hydrated, HydrationConfig, SourceKind, SourceStatus, WebSearchConfig, WebSearchSource, compile,
+    hydrate,
 };
 use memory_inmem::InMemoryBackend;
 use serde_json::{Value, json};
@@ -203,14 +203,7 @@ async fn every_family_at_once_under_a_tight_budget_and_deadlines() {
     let mut cfg = with_web(&web, Duration::from_secs(2))
         .await
         .with_deadline(Duration::from_secs(2));
-    cfg.reranker = Arc::new(
-        HttpReranker::new(HttpRerankerConfig {
-            model: Some("rerank-v3.5".into()),
-            min_score: Some(0.1),
-            ..HttpRerankerConfig::new(format!("{}/v2/rerank", rerank.uri()))
-        })
-        .unwrap(),
-    );
+    cfg.reranker = common::reranker_of(&rerank);
     // At 620 the facts, the newest turns and the best of the rest fit. At 420 the whole
     // framing would not leave room for what may not be cut, so compile must reserve less (it
     // reported `fits: false` there before) and keeps little beyond the newest turns.

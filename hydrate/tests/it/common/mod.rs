@@ -27,6 +27,28 @@ pub(crate) fn now() -> Timestamp {
     at("2026-03-10T09:30:00Z")
 }
 
+/// The prompt for `question` in `scope` at [`now`], in at most `budget` tokens.
+pub(crate) async fn prompt_now(
+    config: &HydrationConfig,
+    scope: Scope,
+    question: &str,
+    budget: u32,
+) -> CompiledPrompt {
+    let request = ContextRequest::new(question, TokenBudget::new(budget).unwrap());
+    let input = HydrateInput::new(scope, request).at(now());
+    hydrate::compile(config, &hydrate::hydrate(config, &input).await.unwrap()).unwrap()
+}
+
+/// The text of a prompt's messages between its first (the system prompt) and its last (the
+/// question).
+pub(crate) fn data(prompt: &CompiledPrompt) -> String {
+    prompt.messages[1..prompt.messages.len() - 1]
+        .iter()
+        .map(|m| m.content.as_str())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 pub(crate) fn chat_scope(user: &str) -> Scope {
     Scope::for_user(user).unwrap().in_chat("tg-7").unwrap()
 }
@@ -365,4 +387,26 @@ impl MemoryBackend for TroubledStore {
     async fn end_lease(&self, name: &str) -> memory_core::Result<()> {
         self.inner.end_lease(name).await
     }
+}
+
+/// The HTTP reranker (model `rerank-v3.5`, dropping scores under 0.1) of the `/v2/rerank`
+/// server at `server` ([`spice_reranker`]).
+pub(crate) fn reranker_of(server: &wiremock::MockServer) -> Arc<dyn hydrate::Reranker> {
+    Arc::new(
+        hydrate::HttpReranker::new(hydrate::HttpRerankerConfig {
+            model: Some("rerank-v3.5".into()),
+            min_score: Some(0.1),
+            ..hydrate::HttpRerankerConfig::new(format!("{}/v2/rerank", server.uri()))
+        })
+        .unwrap(),
+    )
+}
+
+/// How the semantic source of `report` searched (`hybrid`, `keyword`, ...).
+pub(crate) fn semantic_search(report: &hydrate::ExplainReport) -> Option<&str> {
+    report
+        .source(hydrate::SourceKind::Semantic)
+        .unwrap()
+        .search
+        .as_deref()
 }
