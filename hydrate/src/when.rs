@@ -125,6 +125,15 @@ fn month_window(year: i32, month: u32) -> Option<(DateTime<Utc>, DateTime<Utc>)>
     Some((start, end))
 }
 
+/// The start of the latest `day` before `today` (whose weekday is `on`): a week back when
+/// today is that day.
+fn latest_before(today: DateTime<Utc>, on: Weekday, day: Weekday) -> DateTime<Utc> {
+    let back =
+        (7 + i64::from(on.num_days_from_monday()) - i64::from(day.num_days_from_monday()) - 1) % 7
+            + 1;
+    today - Duration::days(back)
+}
+
 /// The first time expression of the text, resolved against `now`.
 pub(crate) fn window(words: &[&str], now: DateTime<Utc>) -> Option<TimeWindow> {
     let today = midnight(now.date_naive());
@@ -193,24 +202,13 @@ pub(crate) fn window(words: &[&str], now: DateTime<Utc>) -> Option<TimeWindow> {
                         .zip(month_start(now.year(), 1))
                         .map(|(s, e)| (s, e, 2)),
                     (_, d) => weekday(d).map(|d| {
-                        // The latest such day before today.
-                        let back = (7 + i64::from(now.weekday().num_days_from_monday())
-                            - i64::from(d.num_days_from_monday())
-                            - 1)
-                            % 7
-                            + 1;
-                        let s = today - Duration::days(back);
+                        let s = latest_before(today, now.weekday(), d);
                         (s, s + day, 2)
                     }),
                 }
             }
             (Some("on"), Some(d), _) if weekday(d).is_some() => weekday(d).map(|d| {
-                let back = (7 + i64::from(now.weekday().num_days_from_monday())
-                    - i64::from(d.num_days_from_monday())
-                    - 1)
-                    % 7
-                    + 1;
-                let s = today - Duration::days(back);
+                let s = latest_before(today, now.weekday(), d);
                 (s, s + day, 2)
             }),
             (Some(m), next, after) if month(m).is_some() => {

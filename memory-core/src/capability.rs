@@ -230,6 +230,29 @@ impl std::fmt::Display for Topology {
     }
 }
 
+/// Totals of a store, as a backend that can count them says (`ava stats`, the `/metrics`
+/// gauges, the inspector).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Memories in the store.
+    pub memories: u64,
+    /// Memories that have a vector. The others (stored while no embedder was available, or
+    /// by a process of the space the store was moved from) get one later, as the backend
+    /// says.
+    pub embedded: u64,
+    /// Memories of kind fact.
+    pub facts: u64,
+    /// Scopes holding memories.
+    pub scopes: u64,
+    /// Distinct (tenant, user) pairs holding memories.
+    pub users: u64,
+    /// What the store takes: a SQLite file's main database file (pages × page size, the
+    /// WAL not counted), or a Postgres schema's tables with their indexes and TOAST.
+    pub bytes: u64,
+    /// The embedding space the store records now, if any.
+    pub embedding_space: Option<String>,
+}
+
 /// What a backend says about itself.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BackendInfo {

@@ -42,7 +42,7 @@ pub use backend::{
     Ingested, MAX_LEASE_NAME_BYTES, MAX_LEASE_TTL, MemoryBackend, Remembered, check_lease,
     ensure_scope, process_holder,
 };
-pub use capability::{BackendInfo, Capabilities, Capability, Limits, Topology};
+pub use capability::{BackendInfo, Capabilities, Capability, Limits, StoreStats, Topology};
 pub use embedding::{
     Embedding, EmbeddingProvider, EmbeddingSpace, cosine, embed_all, embed_passages, head_passage,
     normalize,

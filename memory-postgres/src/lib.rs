@@ -253,26 +253,8 @@ pub(crate) async fn pooled(
     })
 }
 
-/// Totals of a store, from [`PostgresBackend::stats`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StoreStats {
-    /// Memories in the store.
-    pub memories: u64,
-    /// Memories that have a vector. The others (stored while no embedder was available, or
-    /// by a process of the space the store was moved from) get one when a process with an
-    /// embedder connects.
-    pub embedded: u64,
-    /// Memories of kind fact.
-    pub facts: u64,
-    /// Scopes holding memories.
-    pub scopes: u64,
-    /// Distinct (tenant, user) pairs holding memories.
-    pub users: u64,
-    /// What the store's tables take on the server, their indexes and TOAST included.
-    pub bytes: u64,
-    /// The embedding space the store records now, if any.
-    pub embedding_space: Option<String>,
-}
+/// Totals of a store, from its `stats` (one definition for every backend).
+pub use memory_core::StoreStats;
 
 /// A memory store in one schema of a Postgres database. See the crate docs.
 #[derive(Debug)]

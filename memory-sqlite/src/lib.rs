@@ -144,26 +144,8 @@ impl SqliteConfig {
     }
 }
 
-/// Totals of a store, from [`SqliteBackend::stats`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StoreStats {
-    /// Memories in the file.
-    pub memories: u64,
-    /// Memories that have a vector. The others (stored while no embedder was available,
-    /// or by a process of an older space) get one the next time their scope is searched by
-    /// a process with an embedder, or from [`SqliteBackend::embed_missing`].
-    pub embedded: u64,
-    /// Memories of kind fact.
-    pub facts: u64,
-    /// Scopes holding memories.
-    pub scopes: u64,
-    /// Distinct (tenant, user) pairs holding memories.
-    pub users: u64,
-    /// Size of the main database file (pages × page size; the WAL not counted).
-    pub file_bytes: u64,
-    /// The recorded embedding space, if any.
-    pub embedding_space: Option<String>,
-}
+/// Totals of a store, from its `stats` (one definition for every backend).
+pub use memory_core::StoreStats;
 
 /// A memory store in one SQLite file. See the crate docs.
 #[derive(Debug)]
@@ -273,7 +255,7 @@ impl SqliteBackend {
                     facts: q("SELECT COUNT(*) FROM memories WHERE kind = 'fact'")?,
                     scopes: q("SELECT COUNT(*) FROM scopes s WHERE EXISTS (SELECT 1 FROM memories m WHERE m.scope_id = s.id)")?,
                     users: q("SELECT COUNT(DISTINCT tenant || '/' || user) FROM scopes s WHERE EXISTS (SELECT 1 FROM memories m WHERE m.scope_id = s.id)")?,
-                    file_bytes: page_count * page_size,
+                    bytes: page_count * page_size,
                     embedding_space: space,
                 })
             })

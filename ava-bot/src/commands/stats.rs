@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use anyhow::Context;
-use memory_core::{DEFAULT_TENANT, MemoryBackend};
+use memory_core::{DEFAULT_TENANT, MemoryBackend, StoreStats};
 use memory_sqlite::SqliteConfig;
 
 use crate::config::{DbTarget, Opened, Settings};
@@ -18,19 +18,12 @@ pub(crate) struct Args {
 pub(crate) async fn run(opened: &Opened, args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
     let info = opened.store.info();
     let (totals, size, unembedded) = if let Some(sqlite) = &opened.sqlite {
-        let s = sqlite.stats().await?;
+        let totals = sqlite.stats().await?;
         writeln!(out, "store: {} ({})", sqlite.path().display(), info.kind())?;
-        let totals = Totals {
-            memories: s.memories,
-            embedded: s.embedded,
-            facts: s.facts,
-            scopes: s.scopes,
-            users: s.users,
-            embedding_space: s.embedding_space,
-        };
         let unembedded = "a chat's are embedded when it is next searched with an embedder, \
                           or all at once with `ava reembed --missing`";
-        (totals, format!("{} MiB", mib(s.file_bytes)), unembedded)
+        let size = format!("{} MiB", mib(totals.bytes));
+        (totals, size, unembedded)
     } else {
         writeln!(
             out,
@@ -38,10 +31,10 @@ pub(crate) async fn run(opened: &Opened, args: &Args, out: &mut impl Write) -> a
             info.location.as_deref().unwrap_or(&info.name),
             info.kind()
         )?;
-        let (totals, bytes) = postgres_totals(opened).await?;
+        let totals = postgres_totals(opened).await?;
         let unembedded = "they are embedded when a process with an embedder connects, \
                           or now with `ava reembed --missing`";
-        let size = format!("{} MiB (its tables and indexes)", mib(bytes));
+        let size = format!("{} MiB (its tables and indexes)", mib(totals.bytes));
         (totals, size, unembedded)
     };
     let s = totals;
@@ -70,40 +63,21 @@ pub(crate) async fn run(opened: &Opened, args: &Args, out: &mut impl Write) -> a
     list_user_scopes(&*opened.store, args, out).await
 }
 
-/// A store's totals, as each backend counts them.
-struct Totals {
-    memories: u64,
-    embedded: u64,
-    facts: u64,
-    scopes: u64,
-    users: u64,
-    embedding_space: Option<String>,
-}
-
 fn mib(bytes: u64) -> String {
     format!("{:.1}", bytes as f64 / (1024.0 * 1024.0))
 }
 
 /// The totals of a Postgres store, and what its tables take.
 #[cfg(feature = "postgres")]
-async fn postgres_totals(opened: &crate::config::Opened) -> anyhow::Result<(Totals, u64)> {
+async fn postgres_totals(opened: &crate::config::Opened) -> anyhow::Result<StoreStats> {
     let Some(pg) = &opened.postgres else {
         anyhow::bail!("the store is neither a SQLite file nor a Postgres schema");
     };
-    let s = pg.stats().await.context("read the store's totals")?;
-    let totals = Totals {
-        memories: s.memories,
-        embedded: s.embedded,
-        facts: s.facts,
-        scopes: s.scopes,
-        users: s.users,
-        embedding_space: s.embedding_space,
-    };
-    Ok((totals, s.bytes))
+    pg.stats().await.context("read the store's totals")
 }
 
 #[cfg(not(feature = "postgres"))]
-async fn postgres_totals(_: &crate::config::Opened) -> anyhow::Result<(Totals, u64)> {
+async fn postgres_totals(_: &crate::config::Opened) -> anyhow::Result<StoreStats> {
     anyhow::bail!("the store is not a SQLite file, and this build has no Postgres support")
 }
 
@@ -271,7 +245,7 @@ async fn embed_missing_postgres(
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
     let shown = crate::config::redact_url(url);
-    let missing = |s: &memory_postgres::StoreStats| s.memories.saturating_sub(s.embedded);
+    let missing = |s: &StoreStats| s.memories.saturating_sub(s.embedded);
     let plain = memory_postgres::PostgresBackend::connect(
         url,
         None,

@@ -57,17 +57,12 @@ const TOTALS_FOR: Duration = Duration::from_secs(60);
 impl Totals {
     /// The gauges' lines: memories, facts, scopes and users; what failed, as text.
     async fn read(&self) -> Result<String, String> {
-        let (memories, facts, scopes, users) = match self {
-            Totals::Sqlite(s) => {
-                let t = s.stats().await.map_err(|e| e.to_string())?;
-                (t.memories, t.facts, t.scopes, t.users)
-            }
+        let t = match self {
+            Totals::Sqlite(s) => s.stats().await.map_err(|e| e.to_string())?,
             #[cfg(feature = "postgres")]
-            Totals::Postgres(p) => {
-                let t = p.stats().await.map_err(|e| e.to_string())?;
-                (t.memories, t.facts, t.scopes, t.users)
-            }
+            Totals::Postgres(p) => p.stats().await.map_err(|e| e.to_string())?,
         };
+        let (memories, facts, scopes, users) = (t.memories, t.facts, t.scopes, t.users);
         let mut out = String::new();
         for (name, help, value) in [
             ("ava_memories", "Memories in the store.", memories),

@@ -609,7 +609,7 @@ impl Inspector {
             (Some(sqlite), true) => {
                 let t = sqlite.stats().await.map_err(Refusal::store)?;
                 json!({
-                    "file_bytes": t.file_bytes,
+                    "file_bytes": t.bytes,
                     "memories": t.memories,
                     "facts": t.facts,
                     "with_vectors": t.embedded,
