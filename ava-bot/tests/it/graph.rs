@@ -55,14 +55,8 @@ async fn graph_index_then_context_shows_a_one_hop_memory() {
     ];
     store_untagged(&db, "43", "2024-01-01T10:00:00Z", &mallory).await;
 
-    let run = |args: &[&str]| {
-        // Keyword search only: the store was written without vectors.
-        ok(command(&db)
-            .env("AVA_EMBEDDER", "none")
-            .args(args)
-            .output()
-            .unwrap())
-    };
+    // Keyword search only: the store was written without vectors.
+    let run = |args: &[&str]| keyword_only(&db, args);
     let question = "What should we do in Porto?";
     let context = || run(&["context", "--user", "42", "--chat", "7", question]);
 
@@ -102,13 +96,7 @@ async fn graph_index_then_context_shows_a_one_hop_memory() {
 fn remembered_facts_are_tagged_when_stored() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("m.db");
-    let run = |args: &[&str]| {
-        ok(command(&db)
-            .env("AVA_EMBEDDER", "none")
-            .args(args)
-            .output()
-            .unwrap())
-    };
+    let run = |args: &[&str]| keyword_only(&db, args);
     run(&[
         "remember",
         "--user",
@@ -137,4 +125,15 @@ fn without_the_feature_graph_names_it() {
         err.contains("rebuild with the cargo feature `graph`"),
         "{err}"
     );
+}
+
+#[cfg(feature = "graph")]
+/// `ava` with `args` on the store `db`, without an embedder (keyword search only); its
+/// stdout, the run having succeeded.
+fn keyword_only(db: &std::path::Path, args: &[&str]) -> String {
+    ok(command(db)
+        .env("AVA_EMBEDDER", "none")
+        .args(args)
+        .output()
+        .unwrap())
 }

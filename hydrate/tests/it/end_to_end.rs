@@ -108,7 +108,7 @@ async fn sqlite_hashing_embedder_hydrate_compile() {
         assert_eq!(s.status, SourceStatus::Complete, "{s:?}");
         assert!(s.kept > 0, "{s:?}");
     }
-    assert_eq!(common::semantic_search(&report), Some("hybrid"));
+    assert_eq!(common::semantic_search(report), Some("hybrid"));
     let all = text(&alice);
     assert!(all.contains("Try a red lentil dal"), "{all}");
     assert!(

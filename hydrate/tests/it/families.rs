@@ -100,7 +100,7 @@ async fn setup(
             Arc::new(GraphSource::new(Arc::clone(&store)).unwrap()),
         )
         .with_deadline(Duration::from_secs(2));
-    cfg.reranker = common::reranker_of(&rerank);
+    cfg.reranker = common::reranker_of(rerank);
     (cfg, store)
 }
 

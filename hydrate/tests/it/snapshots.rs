@@ -224,7 +224,7 @@ async fn store_without_vectors() {
             .iter()
             .all(|d| d.message.starts_with("asked hybrid, got keyword"))
     );
-    assert_eq!(common::semantic_search(&report), Some("keyword"));
+    assert_eq!(common::semantic_search(report), Some("keyword"));
     reads_back(report);
     insta::assert_yaml_snapshot!("store_without_vectors", redacted(&prompt));
 }

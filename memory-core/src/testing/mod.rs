@@ -174,6 +174,26 @@ where
     });
 }
 
+/// The ids of the memories of `scope` (up to 1,000), for checking that every acknowledged
+/// write is there and nothing else.
+///
+/// # Panics
+///
+/// When the store cannot list them: a test fails loudly.
+pub async fn ids_in(
+    store: &dyn MemoryBackend,
+    scope: &crate::Scope,
+) -> std::collections::BTreeSet<crate::MemoryId> {
+    #[expect(clippy::expect_used, reason = "a test helper fails loudly")]
+    store
+        .recent(scope, 1000, &crate::Filter::default())
+        .await
+        .expect("list the scope's memories")
+        .into_iter()
+        .map(|e| e.id)
+        .collect()
+}
+
 /// Comma-separated seeds that replay or widen a property test ([`property_seeds`]).
 pub const PROPERTY_SEEDS_ENV: &str = "AVA_PROPERTY_SEEDS";
 

@@ -13,8 +13,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use memory_core::{
-    EmbeddingProvider, Filter, HashingEmbedder, MemoryBackend, MemoryId, NewMemory, Scope,
-    SearchRequest,
+    EmbeddingProvider, HashingEmbedder, MemoryBackend, MemoryId, NewMemory, Scope, SearchRequest,
 };
 use memory_postgres::{PostgresBackend, PostgresConfig};
 
@@ -136,13 +135,7 @@ async fn two_processes_share_a_store_without_loss_or_leaks() {
     for (me, mine) in acked.iter().enumerate() {
         for (i, ids) in mine {
             let s = scope(me, *i);
-            let got: BTreeSet<MemoryId> = store
-                .recent(&s, 1000, &Filter::default())
-                .await
-                .unwrap()
-                .into_iter()
-                .map(|e| e.id)
-                .collect();
+            let got = memory_core::testing::ids_in(&store, &s).await;
             assert_eq!(
                 &got, ids,
                 "every acknowledged write of child {me} in {s} is there, and nothing else"

@@ -2,7 +2,7 @@
 //! acknowledged memory and leaves a consistent file; many tasks on many scopes at once
 //! lose nothing and see nothing of each other.
 
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -142,7 +142,7 @@ async fn many_tasks_on_many_scopes_lose_nothing_and_leak_nothing() {
                 .unwrap()
                 .in_chat(format!("c{t}"))
                 .unwrap();
-            let mut ids = HashSet::new();
+            let mut ids = BTreeSet::new();
             for i in 0..40 {
                 let e = store
                     .store(
@@ -180,13 +180,7 @@ async fn many_tasks_on_many_scopes_lose_nothing_and_leak_nothing() {
         .await
         .unwrap();
     for (scope, ids) in all {
-        let got: HashSet<MemoryId> = store
-            .recent(&scope, 1000, &Default::default())
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|e| e.id)
-            .collect();
+        let got = memory_core::testing::ids_in(&store, &scope).await;
         assert_eq!(
             got, ids,
             "every write of {scope} is there after reopening, and nothing else"
