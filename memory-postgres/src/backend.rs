@@ -177,12 +177,7 @@ impl MemoryBackend for PostgresBackend {
             .await?
         {
             Ok((scope_id, stored)) => {
-                // This write took the scope past exact scans: index it in the background.
-                let key = scope.key();
-                if self.indexes.wants(&key, stored) {
-                    self.indexes
-                        .spawn_build(key, scope.tenant().to_owned(), scope_id);
-                }
+                self.index_if_grown(scope, scope_id, stored);
                 Ok(entries)
             }
             Err(id) => Err(MemoryError::Conflict { id }),

@@ -89,13 +89,7 @@ impl PostgresBackend {
             .insert_all(client, scope, &mut entries, vec![vector])
             .await?
         {
-            Ok((scope_id, stored)) => {
-                let key = scope.key();
-                if self.indexes.wants(&key, stored) {
-                    self.indexes
-                        .spawn_build(key, scope.tenant().to_owned(), scope_id);
-                }
-            }
+            Ok((scope_id, stored)) => self.index_if_grown(scope, scope_id, stored),
             Err(id) => return Err(MemoryError::Conflict { id }),
         }
         let [entry] = entries;
@@ -138,6 +132,16 @@ impl PostgresBackend {
             .await?;
         let get = |i| row.try_get::<_, i64>(i).in_schema(&self.schema);
         Ok((get(0)?, get(1)?))
+    }
+
+    /// After a write left `stored` memories in `scope` (`scope_id`): when that took the
+    /// scope past exact scans, indexes it in the background.
+    pub(crate) fn index_if_grown(&self, scope: &Scope, scope_id: i64, stored: i64) {
+        let key = scope.key();
+        if self.indexes.wants(&key, stored) {
+            self.indexes
+                .spawn_build(key, scope.tenant().to_owned(), scope_id);
+        }
     }
 
     /// Writes `entries` (with their `vectors`: per memory, one per passage) into the scope

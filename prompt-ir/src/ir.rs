@@ -129,19 +129,10 @@ impl ToolDef {
     /// Counts the tokens of the name, description and compact schema, or returns the count
     /// cached for this tokenizer.
     pub fn count_tokens(&mut self, tokenizer: &dyn Tokenizer) -> u32 {
-        if let Some(c) = &self.tokens
-            && c.tokenizer == tokenizer.name()
-        {
-            return c.tokens;
-        }
-        let text = format!("{}\n{}\n{}", self.name, self.description, self.parameters);
-        let tokens = tokenizer.count(&text);
-        self.tokens = Some(TokenCount {
-            tokenizer: tokenizer.name().to_owned(),
-            tokens,
-            floor: tokens,
-        });
-        tokens
+        TokenCount::cached(&mut self.tokens, tokenizer, || {
+            let text = format!("{}\n{}\n{}", self.name, self.description, self.parameters);
+            TokenCount::whole(tokenizer, &text)
+        })
     }
 
     /// The definition without its cached count, for comparing definitions.
@@ -184,18 +175,9 @@ impl Observation {
 
     /// Counts the tokens, or returns the count cached for this tokenizer.
     pub fn count_tokens(&mut self, tokenizer: &dyn Tokenizer) -> u32 {
-        if let Some(c) = &self.tokens
-            && c.tokenizer == tokenizer.name()
-        {
-            return c.tokens;
-        }
-        let tokens = tokenizer.count(&self.content);
-        self.tokens = Some(TokenCount {
-            tokenizer: tokenizer.name().to_owned(),
-            tokens,
-            floor: tokens,
-        });
-        tokens
+        TokenCount::cached(&mut self.tokens, tokenizer, || {
+            TokenCount::whole(tokenizer, &self.content)
+        })
     }
 }
 

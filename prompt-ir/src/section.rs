@@ -280,6 +280,35 @@ pub struct TokenCount {
     pub floor: u32,
 }
 
+impl TokenCount {
+    /// The count in `slot` when `tokenizer` made it; otherwise `count()`, kept in `slot`.
+    pub(crate) fn cached(
+        slot: &mut Option<TokenCount>,
+        tokenizer: &dyn Tokenizer,
+        count: impl FnOnce() -> TokenCount,
+    ) -> u32 {
+        if let Some(c) = slot
+            && c.tokenizer == tokenizer.name()
+        {
+            return c.tokens;
+        }
+        let count = count();
+        let tokens = count.tokens;
+        *slot = Some(count);
+        tokens
+    }
+
+    /// `text` counted by `tokenizer`, which cannot be shrunk.
+    pub(crate) fn whole(tokenizer: &dyn Tokenizer, text: &str) -> Self {
+        let tokens = tokenizer.count(text);
+        TokenCount {
+            tokenizer: tokenizer.name().to_owned(),
+            tokens,
+            floor: tokens,
+        }
+    }
+}
+
 /// One labeled piece of a prompt.
 ///
 /// Content is fixed at construction, so the content hash and the cached token count always
@@ -570,42 +599,29 @@ impl Section {
     /// Counts the tokens with `tokenizer`, or returns the cached count if this tokenizer
     /// already counted them.
     pub fn count_tokens(&mut self, tokenizer: &dyn Tokenizer) -> u32 {
-        if let Some(c) = &self.tokens
-            && c.tokenizer == tokenizer.name()
-        {
-            return c.tokens;
-        }
-        let count = match (&self.passages, self.min_tokens) {
-            // An excerpt keeps whole passages: no cut points needed.
-            (Some(passages), _) => {
-                let total = tokenizer.count(&self.content);
-                TokenCount {
-                    tokenizer: tokenizer.name().to_owned(),
-                    tokens: total,
-                    floor: excerpt::floor(&self.content, passages, tokenizer).min(total),
+        TokenCount::cached(&mut self.tokens, tokenizer, || {
+            match (&self.passages, self.min_tokens) {
+                // An excerpt keeps whole passages: no cut points needed.
+                (Some(passages), _) => {
+                    let total = tokenizer.count(&self.content);
+                    TokenCount {
+                        tokenizer: tokenizer.name().to_owned(),
+                        tokens: total,
+                        floor: excerpt::floor(&self.content, passages, tokenizer).min(total),
+                    }
                 }
-            }
-            // Only sections that may shrink need their cut points.
-            (None, Some(min)) => {
-                let (cuts, total) = truncate::cuts(&self.content, tokenizer);
-                TokenCount {
-                    tokenizer: tokenizer.name().to_owned(),
-                    tokens: total,
-                    floor: truncate::floor(&cuts, min, total),
+                // Only sections that may shrink need their cut points.
+                (None, Some(min)) => {
+                    let (cuts, total) = truncate::cuts(&self.content, tokenizer);
+                    TokenCount {
+                        tokenizer: tokenizer.name().to_owned(),
+                        tokens: total,
+                        floor: truncate::floor(&cuts, min, total),
+                    }
                 }
+                (None, None) => TokenCount::whole(tokenizer, &self.content),
             }
-            (None, None) => {
-                let total = tokenizer.count(&self.content);
-                TokenCount {
-                    tokenizer: tokenizer.name().to_owned(),
-                    tokens: total,
-                    floor: total,
-                }
-            }
-        };
-        let tokens = count.tokens;
-        self.tokens = Some(count);
-        tokens
+        })
     }
 
     /// Replaces the content with a truncated prefix whose count is already known.

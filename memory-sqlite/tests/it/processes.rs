@@ -168,13 +168,7 @@ async fn writer(index: usize, path: &Path) {
             if let Some(s) = store.take() {
                 SqliteBackend::close(&s).await;
             }
-            match SqliteBackend::open(path, hash(64), SqliteConfig::default()).await {
-                Ok(s) => store = Some(s),
-                Err(e) => {
-                    say(format!("fail open: {}", chain(&e)));
-                    continue;
-                }
-            }
+            store = open_or_say(path).await;
         }
         let Some(s) = &store else { continue };
         let user = if i % 3 == 0 { "shared" } else { me.as_str() };
@@ -204,14 +198,8 @@ async fn reader(path: &Path) {
     let mut store = None;
     for i in 0..80 {
         if i % 20 == 0 {
-            store = None;
-            match SqliteBackend::open(path, hash(64), SqliteConfig::default()).await {
-                Ok(s) => store = Some(s),
-                Err(e) => {
-                    say(format!("fail open: {}", chain(&e)));
-                    continue;
-                }
-            }
+            drop(store.take());
+            store = open_or_say(path).await;
         }
         let Some(s) = &store else { continue };
         let user = ["w0", "w1", "w2", "w3", "shared"][i % 5];
@@ -477,4 +465,15 @@ async fn four_processes_embed_the_same_missing_vectors_at_once() {
         1800,
         "one vector per memory"
     );
+}
+
+/// The store at `path`, or `None` having said why it would not open.
+async fn open_or_say(path: &Path) -> Option<SqliteBackend> {
+    match SqliteBackend::open(path, hash(64), SqliteConfig::default()).await {
+        Ok(s) => Some(s),
+        Err(e) => {
+            say(format!("fail open: {}", chain(&e)));
+            None
+        }
+    }
 }

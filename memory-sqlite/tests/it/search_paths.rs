@@ -145,16 +145,9 @@ async fn block_scan_and_both_knn_paths_agree() {
     // quantized (stream), a cache that holds it quantized.
     let hashing: Arc<dyn EmbeddingProvider> = Arc::new(HashingEmbedder::new(DIMS).unwrap());
     let (stores, _dirs) = stores_holding(&hashing, &[256, 0, 1, 2], &data).await;
-    let tagged = Filter {
-        tags: Some(TagQuery::any([Tag::new("fifth").unwrap()])),
-        ..Filter::default()
-    };
+    let tagged = fifth();
     let bits = |h: &[(MemoryId, f32)]| h.iter().map(|x| (x.0, x.1.to_bits())).collect::<Vec<_>>();
-    for query in [
-        "cat piano",
-        "rain on the river",
-        "soup and a book by the lamp",
-    ] {
+    for query in QUERIES {
         for filter in [Filter::default(), tagged.clone()] {
             for limit in [1, 10, 40] {
                 let req = SearchRequest::semantic(query)
@@ -258,16 +251,9 @@ async fn long_memories_rank_by_their_best_passage_on_every_path() {
     let shared: Arc<dyn EmbeddingProvider> = Arc::new(embedder.clone());
     let mibs = [256, 0, 1, u32::try_from(quantized_mib).unwrap()];
     let (stores, _dirs) = stores_holding(&shared, &mibs, &data).await;
-    let tagged = Filter {
-        tags: Some(TagQuery::any([Tag::new("fifth").unwrap()])),
-        ..Filter::default()
-    };
+    let tagged = fifth();
     let bits = |h: &[(MemoryId, f32)]| h.iter().map(|x| (x.0, x.1.to_bits())).collect::<Vec<_>>();
-    for query in [
-        "cat piano",
-        "rain on the river",
-        "soup and a book by the lamp",
-    ] {
+    for query in QUERIES {
         let q = embedder.embed_sync(query);
         let truth_single: std::collections::HashSet<MemoryId> = data
             .iter()
@@ -347,5 +333,20 @@ async fn long_memories_rank_by_their_best_passage_on_every_path() {
                 }
             }
         }
+    }
+}
+
+/// What both path tests ask.
+const QUERIES: [&str; 3] = [
+    "cat piano",
+    "rain on the river",
+    "soup and a book by the lamp",
+];
+
+/// Only the memories tagged `fifth`.
+fn fifth() -> Filter {
+    Filter {
+        tags: Some(TagQuery::any([Tag::new("fifth").unwrap()])),
+        ..Filter::default()
     }
 }

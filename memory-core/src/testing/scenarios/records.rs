@@ -22,6 +22,15 @@ async fn bodies(b: &dyn MemoryBackend, s: &Scope, kind: &str, limit: usize) -> V
         .collect()
 }
 
+/// Prunes `s` down to its newest memory.
+async fn keep_one(b: &dyn MemoryBackend, s: &Scope) -> crate::PruneReport {
+    let policy = PrunePolicy {
+        max_count: Some(1),
+        ..PrunePolicy::new()
+    };
+    b.prune(s, &policy).await.unwrap()
+}
+
 /// Keeping more records than the ring holds leaves the newest, listed newest first (the
 /// latest time, and of equal times the one kept last); a record older than a full ring's is
 /// not kept. Each kind is a ring of its own, and each scope: another user's, another chat's
@@ -189,16 +198,7 @@ pub async fn records_go_with_their_scopes_deletions(cx: Ctx) -> Outcome {
     // Pruning keeps them.
     if b.capabilities().supports(Capability::PruneMaxCount) {
         store(b, &s, "One more").await;
-        let pruned = b
-            .prune(
-                &s,
-                &PrunePolicy {
-                    max_count: Some(1),
-                    ..PrunePolicy::new()
-                },
-            )
-            .await
-            .unwrap();
+        let pruned = keep_one(b, &s).await;
         assert_eq!(pruned.removed.len(), 1, "{pruned:?}");
         assert_eq!(b.records(&s, "prompt", 10).await.unwrap().len(), 1);
     }
@@ -268,16 +268,7 @@ pub async fn records_follow_the_memories_they_quote(cx: Ctx) -> Outcome {
         b.keep_record(&s, record("prompt", 8, "unnamed again"), 10)
             .await
             .unwrap();
-        let pruned = b
-            .prune(
-                &s,
-                &PrunePolicy {
-                    max_count: Some(1),
-                    ..PrunePolicy::new()
-                },
-            )
-            .await
-            .unwrap();
+        let pruned = keep_one(b, &s).await;
         assert_eq!(pruned.removed.len(), 1, "{pruned:?}");
         let gone = pruned.removed[0].0;
         let left = b.records(&s, "prompt", 10).await.unwrap();
