@@ -102,34 +102,28 @@ impl AvaConversations {
 
 /// The text of a rig message's parts that are text (not tool calls, tool results or media).
 fn text_of(message: &Message) -> (Option<Role>, String) {
-    let join = |parts: Vec<&str>| parts.join("\n");
     match message {
         Message::User { content } => (
             Some(Role::User),
-            join(
-                content
-                    .iter()
-                    .filter_map(|c| match c {
-                        UserContent::Text(t) => Some(t.text.as_str()),
-                        _ => None,
-                    })
-                    .collect(),
-            ),
+            joined(content.iter().filter_map(|c| match c {
+                UserContent::Text(t) => Some(t.text.as_str()),
+                _ => None,
+            })),
         ),
         Message::Assistant { content, .. } => (
             Some(Role::Assistant),
-            join(
-                content
-                    .iter()
-                    .filter_map(|c| match c {
-                        AssistantContent::Text(t) => Some(t.text.as_str()),
-                        _ => None,
-                    })
-                    .collect(),
-            ),
+            joined(content.iter().filter_map(|c| match c {
+                AssistantContent::Text(t) => Some(t.text.as_str()),
+                _ => None,
+            })),
         ),
         Message::System { .. } => (None, String::new()),
     }
+}
+
+/// `parts`, a line each.
+fn joined<'a>(parts: impl Iterator<Item = &'a str>) -> String {
+    parts.collect::<Vec<_>>().join("\n")
 }
 
 impl ConversationMemory for AvaConversations {

@@ -25,12 +25,7 @@ async fn every_configured_service_is_asked_once() {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
         .and(path("/v1/chat/completions"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
-            "id": "chatcmpl-1", "object": "chat.completion", "created": 1_773_000_000,
-            "model": "gpt-test",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": "OK"},
-                "finish_reason": "stop"}],
-        })))
+        .respond_with(ResponseTemplate::new(200).set_body_json(common::completion("OK")))
         .expect(1)
         .mount(&server)
         .await;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
 
-use common::{ava, command, count_in, ok, stderr, stdout, with_stdin};
+use common::{ava, command, completion, count_in, ok, stderr, stdout, with_stdin};
 use serde_json::{Value, json};
 use wiremock::matchers::{body_string_contains, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -19,18 +19,6 @@ fn store() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("memories.db");
     (dir, db)
-}
-
-fn completion(content: &str) -> Value {
-    json!({
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "created": 1_773_000_000,
-        "model": "gpt-test",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-            "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
-    })
 }
 
 /// A server that answers every chat turn with "Noted.", and `extraction` (matched by the

@@ -53,11 +53,9 @@ async fn upstream() -> wiremock::MockServer {
     let server = wiremock::MockServer::start().await;
     wiremock::Mock::given(wiremock::matchers::method("POST"))
         .and(wiremock::matchers::path("/v1/chat/completions"))
-        .respond_with(wiremock::ResponseTemplate::new(200).set_body_json(json!({
-            "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": "All noted."}}],
-        })))
+        .respond_with(
+            wiremock::ResponseTemplate::new(200).set_body_json(common::completion("All noted.")),
+        )
         .mount(&server)
         .await;
     server

@@ -1269,15 +1269,8 @@ async fn run_property(seed: u64, steps: usize) {
 async fn one_person_many_chats_through_ava_run() {
     use wiremock::matchers::{body_string_contains, method, path};
     use wiremock::{Mock, MockServer, ResponseTemplate};
-    let answer = |content: &str| {
-        ResponseTemplate::new(200).set_body_json(json!({
-            "id": "chatcmpl-1", "object": "chat.completion", "created": 1_773_000_000,
-            "model": "gpt-test",
-            "choices": [{"index": 0, "finish_reason": "stop",
-                "message": {"role": "assistant", "content": content}}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
-        }))
-    };
+    let answer =
+        |content: &str| ResponseTemplate::new(200).set_body_json(common::completion(content));
     let llm = MockServer::start().await;
     // Extraction: the cat is a fact; nothing else is.
     Mock::given(method("POST"))

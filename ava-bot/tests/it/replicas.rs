@@ -31,13 +31,7 @@ const ALICE: i64 = 111;
 const BOB: i64 = 222;
 
 fn completion(content: &str) -> ResponseTemplate {
-    ResponseTemplate::new(200).set_body_json(json!({
-        "id": "chatcmpl-1", "object": "chat.completion", "created": 1_773_000_000,
-        "model": "gpt-test",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-            "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
-    }))
+    ResponseTemplate::new(200).set_body_json(common::completion(content))
 }
 
 /// An OpenAI-compatible model: every chat turn is answered "Noted."; an extraction call
