@@ -11,8 +11,9 @@
 //!   contract with a question of the caller's (a source that answers only some questions,
 //!   such as the graph's, which needs a name in it).
 //!
-//! And one fixture two crates' tests share: [`long_answer`], an agent's answer of about
-//! 5,000 characters whose answering sentence ([`LONG_ANSWER_SENTENCE`]) is near its end.
+//! And fixtures several crates' tests share: [`long_answer`], an agent's answer of about
+//! 5,000 characters whose answering sentence ([`LONG_ANSWER_SENTENCE`]) is near its end, and
+//! [`openai_completion`], what an OpenAI-compatible server answers a chat call with.
 
 #![allow(
     clippy::unwrap_used,
@@ -261,4 +262,22 @@ pub fn long_answer() -> String {
          every Monday."
     ));
     text
+}
+
+/// The body an OpenAI-compatible server answers a chat completion with: `message` (an
+/// assistant message object) from the model `gpt-test`, finished with `stop`.
+pub fn openai_completion(message: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1_773_000_000,
+        "model": "gpt-test",
+        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    })
+}
+
+/// [`openai_completion`] of an assistant message saying `content`.
+pub fn openai_answer(content: &str) -> serde_json::Value {
+    openai_completion(serde_json::json!({"role": "assistant", "content": content}))
 }

@@ -43,16 +43,7 @@ pub(crate) fn ollama_tool_call(name: &str, arguments: Value) -> Value {
     })
 }
 
-fn openai_response(message: Value) -> Value {
-    json!({
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "created": 1_773_000_000,
-        "model": "gpt-test",
-        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
-    })
-}
+use hydrate::testing::openai_completion as openai_response;
 
 fn bodies(requests: &[wiremock::Request]) -> Vec<Value> {
     requests

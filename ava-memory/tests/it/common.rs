@@ -2,7 +2,6 @@
 //! embedder (no model), and a loopback OpenAI-compatible chat server.
 
 use ava_memory::{EmbedderChoice, EmbedderSettings, Location, Memory};
-use serde_json::{Value, json};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
@@ -32,17 +31,7 @@ impl Store {
 }
 
 /// An OpenAI chat completion whose answer is `content`.
-pub(crate) fn completion(content: &str) -> Value {
-    json!({
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "created": 1_773_000_000,
-        "model": "gpt-test",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-            "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
-    })
-}
+pub(crate) use hydrate::testing::openai_answer as completion;
 
 /// A loopback OpenAI-compatible server answering every chat completion with `answer`; its
 /// API root is `{uri}/v1`.

@@ -479,14 +479,4 @@ pub(crate) fn local_model() -> Option<memory_embedders::ModelDir> {
 }
 
 /// An OpenAI chat completion whose answer is `content` (model `gpt-test`).
-pub(crate) fn completion(content: &str) -> serde_json::Value {
-    serde_json::json!({
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "created": 1_773_000_000,
-        "model": "gpt-test",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-            "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
-    })
-}
+pub(crate) use hydrate::testing::openai_answer as completion;
