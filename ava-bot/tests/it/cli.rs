@@ -147,43 +147,18 @@ fn remember_recall_forget_round_trip() {
     let (_dir, db) = store();
     let id = ok(ava(
         &db,
-        &[
-            "remember",
-            "--user",
-            "42",
-            "--chat",
-            "7",
-            "--tag",
-            "pets",
-            "My cat is called Pixel",
-        ],
+        &common::in_chat_7("remember", &["--tag", "pets", "My cat is called Pixel"]),
     ));
     let id = id.trim();
     assert_eq!(id.len(), 36, "prints a UUID: {id}");
     ok(ava(
         &db,
-        &[
-            "remember",
-            "--user",
-            "42",
-            "--chat",
-            "7",
-            "I am allergic to peanuts",
-        ],
+        &common::in_chat_7("remember", &["I am allergic to peanuts"]),
     ));
 
     let out = ok(ava(
         &db,
-        &[
-            "recall",
-            "--user",
-            "42",
-            "--chat",
-            "7",
-            "--limit",
-            "1",
-            "cat called",
-        ],
+        &common::in_chat_7("recall", &["--limit", "1", "cat called"]),
     ));
     assert!(
         out.starts_with("1. [") && out.contains("Pixel") && out.contains(id),
@@ -191,7 +166,7 @@ fn remember_recall_forget_round_trip() {
     );
     let json = ok(ava(
         &db,
-        &["recall", "--user", "42", "--chat", "7", "--json", "peanuts"],
+        &common::in_chat_7("recall", &["--json", "peanuts"]),
     ));
     let hits: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(hits[0]["entry"]["content"], "I am allergic to peanuts");
@@ -218,18 +193,12 @@ fn remember_recall_forget_round_trip() {
 
     // Forget without naming the chat finds it among the user's chats; twice is an error.
     assert!(ok(ava(&db, &["forget", "--user", "42", id])).contains("forgot"));
-    let out = ok(ava(
-        &db,
-        &["recall", "--user", "42", "--chat", "7", "cat Pixel"],
-    ));
+    let out = ok(ava(&db, &common::in_chat_7("recall", &["cat Pixel"])));
     assert!(!out.contains("Pixel"), "{out}");
     let again = ava(&db, &["forget", "--user", "42", id]);
     refused(&again, "has no memory");
     // Another user cannot forget it either.
-    let id2 = ok(ava(
-        &db,
-        &["remember", "--user", "42", "--chat", "7", "secret plan"],
-    ));
+    let id2 = ok(ava(&db, &common::in_chat_7("remember", &["secret plan"])));
     let theirs = ava(&db, &["forget", "--user", "43", id2.trim()]);
     assert!(!theirs.status.success());
 
@@ -349,14 +318,7 @@ fn context_prints_the_prompt_and_explains_it() {
     let (_dir, db) = store();
     let id = ok(ava(
         &db,
-        &[
-            "remember",
-            "--user",
-            "42",
-            "--chat",
-            "7",
-            "My cat is called Pixel",
-        ],
+        &common::in_chat_7("remember", &["My cat is called Pixel"]),
     ));
     let id = id.trim();
     ok(ava(
@@ -372,15 +334,7 @@ fn context_prints_the_prompt_and_explains_it() {
     ));
     let out = ok(ava(
         &db,
-        &[
-            "context",
-            "--user",
-            "42",
-            "--chat",
-            "7",
-            "--explain",
-            "What is my cat called?",
-        ],
+        &common::in_chat_7("context", &["--explain", "What is my cat called?"]),
     ));
     assert!(out.contains("My cat is called Pixel"), "{out}");
     assert!(!out.contains("Rex"), "another user's memory: {out}");
@@ -393,25 +347,14 @@ fn context_prints_the_prompt_and_explains_it() {
     assert!(out.contains(id), "the report names the memory: {out}");
 
     // Without --explain, no report; with --json, machine-readable.
-    let plain = ok(ava(
-        &db,
-        &["context", "--user", "42", "--chat", "7", "cat?"],
-    ));
+    let plain = ok(ava(&db, &common::in_chat_7("context", &["cat?"])));
     assert!(!plain.contains("memories in the prompt"), "{plain}");
     let json: Value = serde_json::from_str(&ok(ava(
         &db,
-        &[
+        &common::in_chat_7(
             "context",
-            "--user",
-            "42",
-            "--chat",
-            "7",
-            "--json",
-            "--explain",
-            "--budget",
-            "2000",
-            "cat?",
-        ],
+            &["--json", "--explain", "--budget", "2000", "cat?"],
+        ),
     )))
     .unwrap();
     assert_eq!(json["report"]["budget"]["total"], 2000);
@@ -560,10 +503,7 @@ async fn chat_answers_from_stdin_and_stores_both_turns() {
 
     let db3 = db.clone();
     let recalled = tokio::task::spawn_blocking(move || {
-        ok(ava(
-            &db3,
-            &["recall", "--user", "42", "--chat", "7", "Porto Maya"],
-        ))
+        ok(ava(&db3, &common::in_chat_7("recall", &["Porto Maya"])))
     })
     .await
     .unwrap();
@@ -590,15 +530,7 @@ async fn chat_marks_a_standing_instruction() {
         ));
         ok(ava(
             &db2,
-            &[
-                "recall",
-                "--user",
-                "42",
-                "--chat",
-                "7",
-                "--json",
-                "French snails",
-            ],
+            &common::in_chat_7("recall", &["--json", "French snails"]),
         ))
     })
     .await
@@ -662,15 +594,11 @@ async fn chat_keeps_an_answer_of_any_length() {
     let (recalled, listed) = tokio::task::spawn_blocking(move || {
         let recalled = ok(ava(
             &db3,
-            &[
-                "recall", "--user", "42", "--chat", "7", "--json", "zeppelin",
-            ],
+            &common::in_chat_7("recall", &["--json", "zeppelin"]),
         ));
         let listed = ok(ava(
             &db3,
-            &[
-                "recall", "--user", "42", "--chat", "7", "--json", "--limit", "20", "plan",
-            ],
+            &common::in_chat_7("recall", &["--json", "--limit", "20", "plan"]),
         ));
         (recalled, listed)
     })
@@ -794,14 +722,7 @@ fn prune_dry_run_lists_what_a_real_run_then_removes() {
     ));
     ok(ava(
         &db,
-        &[
-            "remember",
-            "--user",
-            "42",
-            "--chat",
-            "7",
-            "My cat is called Miso",
-        ],
+        &common::in_chat_7("remember", &["My cat is called Miso"]),
     ));
 
     // Faded: untouched for far more than three half-lives of a day.
@@ -857,12 +778,9 @@ fn prune_dry_run_lists_what_a_real_run_then_removes() {
         listed,
         "the real run removed what the dry run listed"
     );
-    let hits = ok(ava(
-        &db,
-        &["recall", "--user", "42", "--chat", "7", "Porto"],
-    ));
+    let hits = ok(ava(&db, &common::in_chat_7("recall", &["Porto"])));
     assert!(!hits.contains("old message"), "{hits}");
-    let cat = ok(ava(&db, &["recall", "--user", "42", "--chat", "7", "cat"]));
+    let cat = ok(ava(&db, &common::in_chat_7("recall", &["cat"])));
     assert!(cat.contains("My cat is called Miso"), "{cat}");
 
     let bad = ava(&db, &["prune", "--user", "42", "--max-age", "3y"]);
@@ -940,29 +858,11 @@ fn remembering_the_same_fact_twice_keeps_one_memory() {
     let (_dir, db) = store();
     let first = ok(ava(
         &db,
-        &[
-            "remember",
-            "--user",
-            "42",
-            "--chat",
-            "7",
-            "--tag",
-            "pets",
-            "My cat is called Pixel",
-        ],
+        &common::in_chat_7("remember", &["--tag", "pets", "My cat is called Pixel"]),
     ));
     let again = ava(
         &db,
-        &[
-            "remember",
-            "--user",
-            "42",
-            "--chat",
-            "7",
-            "--tag",
-            "home",
-            "my cat is called Pixel.",
-        ],
+        &common::in_chat_7("remember", &["--tag", "home", "my cat is called Pixel."]),
     );
     assert!(
         stderr(&again).contains("already remembered"),
@@ -972,10 +872,7 @@ fn remembering_the_same_fact_twice_keeps_one_memory() {
     assert_eq!(ok(again).trim(), first.trim(), "the same memory");
     let stats = ok(ava(&db, &["stats", "--user", "42"]));
     assert!(stats.contains("/c=7/h: 1"), "{stats}");
-    let hits = ok(ava(
-        &db,
-        &["recall", "--user", "42", "--chat", "7", "--json", "cat"],
-    ));
+    let hits = ok(ava(&db, &common::in_chat_7("recall", &["--json", "cat"])));
     assert!(
         hits.contains("home") && hits.contains("pets"),
         "tags merged: {hits}"
@@ -987,40 +884,20 @@ fn a_replaced_fact_leaves_the_prompt_but_stays_in_the_history() {
     let (_dir, db) = store();
     let pixel = ok(ava(
         &db,
-        &[
-            "remember",
-            "--user",
-            "42",
-            "--chat",
-            "7",
-            "My cat is called Pixel",
-        ],
+        &common::in_chat_7("remember", &["My cat is called Pixel"]),
     ));
     let pixel = pixel.trim();
     let max = ok(ava(
         &db,
-        &[
+        &common::in_chat_7(
             "remember",
-            "--user",
-            "42",
-            "--chat",
-            "7",
-            "--replaces",
-            pixel,
-            "We renamed the cat to Max",
-        ],
+            &["--replaces", pixel, "We renamed the cat to Max"],
+        ),
     ));
     let max = max.trim();
     let prompt = ok(ava(
         &db,
-        &[
-            "context",
-            "--user",
-            "42",
-            "--chat",
-            "7",
-            "What is my cat called?",
-        ],
+        &common::in_chat_7("context", &["What is my cat called?"]),
     ));
     assert!(prompt.contains("We renamed the cat to Max"), "{prompt}");
     assert!(
@@ -1048,30 +925,15 @@ fn a_replaced_fact_leaves_the_prompt_but_stays_in_the_history() {
     // Replacing it again, or an id that is not there, stores nothing.
     let again = ava(
         &db,
-        &[
-            "remember",
-            "--user",
-            "42",
-            "--chat",
-            "7",
-            "--replaces",
-            pixel,
-            "Tom",
-        ],
+        &common::in_chat_7("remember", &["--replaces", pixel, "Tom"]),
     );
     refused(&again, "already replaced");
     let missing = ava(
         &db,
-        &[
+        &common::in_chat_7(
             "remember",
-            "--user",
-            "42",
-            "--chat",
-            "7",
-            "--replaces",
-            "01a209cf-9c5b-765f-aa78-b86db7dc6fef",
-            "Tom",
-        ],
+            &["--replaces", "01a209cf-9c5b-765f-aa78-b86db7dc6fef", "Tom"],
+        ),
     );
     assert!(!missing.status.success(), "{}", stderr(&missing));
     assert!(ok(ava(&db, &["stats", "--user", "42"])).contains("/c=7/h: 2"));
@@ -1103,14 +965,10 @@ fn one_shot_commands_leave_a_whole_file_and_recall_writes_nothing() {
     for i in 0..5 {
         ok(ava(
             &db,
-            &[
+            &common::in_chat_7(
                 "remember",
-                "--user",
-                "42",
-                "--chat",
-                "7",
-                &format!("Parcel {i} goes to the harbour office"),
-            ],
+                &[&format!("Parcel {i} goes to the harbour office")],
+            ),
         ));
     }
     let backup = dir.path().join("backup").join("memories.db");
@@ -1119,9 +977,7 @@ fn one_shot_commands_leave_a_whole_file_and_recall_writes_nothing() {
     let recall = |db: &Path| -> Value {
         let out = ok(ava(
             db,
-            &[
-                "recall", "--user", "42", "--chat", "7", "--json", "--limit", "10", "parcel",
-            ],
+            &common::in_chat_7("recall", &["--json", "--limit", "10", "parcel"]),
         ));
         serde_json::from_str(&out).unwrap()
     };

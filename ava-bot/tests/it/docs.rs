@@ -159,15 +159,10 @@ fn docs_work_on_a_keyword_only_store() {
         ok(o)
     };
     run(&["docs", "add", "--user", "42", s(&cats)]);
-    let prompt = run(&[
+    let prompt = run(&common::in_chat_7(
         "context",
-        "--user",
-        "42",
-        "--chat",
-        "7",
-        "--explain",
-        "Where does Pixel sleep?",
-    ]);
+        &["--explain", "Where does Pixel sleep?"],
+    ));
     assert!(prompt.contains("Pixel sleeps on the red sofa."), "{prompt}");
     assert!(prompt.contains(&format!("({}:1-8)", s(&cats))), "{prompt}");
 }
@@ -219,14 +214,7 @@ fn docs_add_does_not_follow_links_out_of_the_tree() {
     assert!(listed.starts_with(s(&cats)), "{listed}");
     let prompt = ok(ava(
         &db,
-        &[
-            "context",
-            "--user",
-            "42",
-            "--chat",
-            "7",
-            "What is the password?",
-        ],
+        &common::in_chat_7("context", &["What is the password?"]),
     ));
     assert!(
         !prompt.contains("hunter2") && !prompt.contains("Dear diary"),

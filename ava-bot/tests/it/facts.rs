@@ -64,9 +64,7 @@ fn chat(db: &Path, llm: &str, input: &str, timeout: &str) -> Output {
 fn current_facts(db: &Path, query: &str) -> Vec<Value> {
     let out = ok(ava(
         db,
-        &[
-            "recall", "--user", "42", "--chat", "7", "--json", "--limit", "20", query,
-        ],
+        &common::in_chat_7("recall", &["--json", "--limit", "20", query]),
     ));
     let hits: Vec<Value> = serde_json::from_str(&out).unwrap();
     hits.into_iter()
@@ -166,14 +164,7 @@ async fn a_renamed_cat_replaces_the_old_fact_in_the_prompt_and_keeps_it_in_the_h
     let prompt = blocking(move || {
         ok(ava(
             &d,
-            &[
-                "context",
-                "--user",
-                "42",
-                "--chat",
-                "7",
-                "What is my cat called?",
-            ],
+            &common::in_chat_7("context", &["What is my cat called?"]),
         ))
     })
     .await;
@@ -182,8 +173,7 @@ async fn a_renamed_cat_replaces_the_old_fact_in_the_prompt_and_keeps_it_in_the_h
 
     // Pixel is in the history, replaced by Max; nothing was deleted.
     let (d, m) = (db.clone(), max.clone());
-    let history =
-        blocking(move || ok(ava(&d, &["history", "--user", "42", "--chat", "7", &m]))).await;
+    let history = blocking(move || ok(ava(&d, &common::in_chat_7("history", &[&m])))).await;
     let lines: Vec<&str> = history.lines().collect();
     assert_eq!(lines.len(), 2, "{history}");
     assert!(
@@ -206,7 +196,7 @@ async fn a_renamed_cat_replaces_the_old_fact_in_the_prompt_and_keeps_it_in_the_h
     // As of before the rename, Pixel was the fact.
     let d = db.clone();
     let then = blocking(move || {
-        let history = ok(ava(&d, &["history", "--user", "42", "--chat", "7", &pixel]));
+        let history = ok(ava(&d, &common::in_chat_7("history", &[&pixel])));
         let renamed = history
             .lines()
             .next()
@@ -218,16 +208,7 @@ async fn a_renamed_cat_replaces_the_old_fact_in_the_prompt_and_keeps_it_in_the_h
             - chrono::Duration::milliseconds(1);
         ok(ava(
             &d,
-            &[
-                "recall",
-                "--user",
-                "42",
-                "--chat",
-                "7",
-                "--as-of",
-                &before.to_rfc3339(),
-                "cat called",
-            ],
+            &common::in_chat_7("recall", &["--as-of", &before.to_rfc3339(), "cat called"]),
         ))
     })
     .await;
@@ -244,14 +225,7 @@ async fn changes_nothing(scripted: &[(&str, &str, ResponseTemplate)], timeout: &
     blocking(move || {
         ok(ava(
             &d,
-            &[
-                "remember",
-                "--user",
-                "42",
-                "--chat",
-                "7",
-                "My dog is called Rex.",
-            ],
+            &common::in_chat_7("remember", &["My dog is called Rex."]),
         ))
     })
     .await;
@@ -322,16 +296,7 @@ async fn consolidate_folds_a_fact_stored_twice_and_keeps_the_copy_in_the_history
     let first = blocking(move || {
         ok(ava(
             &d,
-            &[
-                "remember",
-                "--user",
-                "42",
-                "--chat",
-                "7",
-                "--tag",
-                "family",
-                "My sister lives in Lyon.",
-            ],
+            &common::in_chat_7("remember", &["--tag", "family", "My sister lives in Lyon."]),
         ))
     })
     .await;

@@ -58,7 +58,7 @@ async fn graph_index_then_context_shows_a_one_hop_memory() {
     // Keyword search only: the store was written without vectors.
     let run = |args: &[&str]| keyword_only(&db, args);
     let question = "What should we do in Porto?";
-    let context = || run(&["context", "--user", "42", "--chat", "7", question]);
+    let context = || run(&common::in_chat_7("context", &[question]));
 
     let before = context();
     assert!(
@@ -97,15 +97,8 @@ fn remembered_facts_are_tagged_when_stored() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("m.db");
     let run = |args: &[&str]| keyword_only(&db, args);
-    run(&[
-        "remember",
-        "--user",
-        "42",
-        "--chat",
-        "7",
-        "Bob moved to Porto.",
-    ]);
-    run(&["remember", "--user", "42", "--chat", "7", BAKERY]);
+    run(&common::in_chat_7("remember", &["Bob moved to Porto."]));
+    run(&common::in_chat_7("remember", &[BAKERY]));
     let index = run(&["graph", "index", "--user", "42"]);
     assert!(
         index.contains("2 memories read, 0 tagged, 2 entities"),

@@ -25,16 +25,7 @@ fn remember_then_recall(db: &str, schema: &str, partitions: u16) {
 
     let id = ok(ava(
         &db,
-        &[
-            "remember",
-            "--user",
-            "42",
-            "--chat",
-            "7",
-            "--tag",
-            "pets",
-            "My cat is called Pixel",
-        ],
+        &common::in_chat_7("remember", &["--tag", "pets", "My cat is called Pixel"]),
     ));
     assert!(!id.trim().is_empty());
     ok(ava(
@@ -48,7 +39,7 @@ fn remember_then_recall(db: &str, schema: &str, partitions: u16) {
             "My cat is called Shadow",
         ],
     ));
-    let out = ok(ava(&db, &["recall", "--user", "42", "--chat", "7", "cat"]));
+    let out = ok(ava(&db, &common::in_chat_7("recall", &["cat"])));
     assert!(out.contains("My cat is called Pixel"), "{out}");
     assert!(out.contains(id.trim()), "{out}");
     assert!(
@@ -122,10 +113,7 @@ fn stats_and_reembed_on_postgres() {
     assert_eq!(out.trim(), "embedded 1 memories; 0 still without a vector");
     let stats = ok(ava(&db, &["stats"]));
     assert!(stats.contains("3 with vectors"), "{stats}");
-    let out = ok(ava(
-        &db,
-        &["recall", "--user", "42", "--chat", "7", "night bus pier"],
-    ));
+    let out = ok(ava(&db, &common::in_chat_7("recall", &["night bus pier"])));
     assert!(out.contains("the night bus stops at the pier"), "{out}");
 
     let Some(tls) = memory_core::testing::env_or_skip(
@@ -155,27 +143,14 @@ fn migrate_round_trips_sqlite_postgres_sqlite() {
     let (a, b) = (dir.path().join("a.db"), dir.path().join("b.db"));
     let old = ok(ava(
         &a,
-        &[
-            "remember",
-            "--user",
-            "42",
-            "--chat",
-            "7",
-            "the door code is 4711",
-        ],
+        &common::in_chat_7("remember", &["the door code is 4711"]),
     ));
     ok(ava(
         &a,
-        &[
+        &common::in_chat_7(
             "remember",
-            "--user",
-            "42",
-            "--chat",
-            "7",
-            "--replaces",
-            old.trim(),
-            "the door code is 1234",
-        ],
+            &["--replaces", old.trim(), "the door code is 1234"],
+        ),
     ));
     ok(ava(
         &a,

@@ -24,7 +24,7 @@ fn seeded(dir: &tempfile::TempDir) -> std::path::PathBuf {
         "The cat sleeps on the red sofa",
         "I bought cat food on Monday",
     ] {
-        ok(ava(&db, &["remember", "--user", "42", "--chat", "7", text]));
+        ok(ava(&db, &common::in_chat_7("remember", &[text])));
     }
     db
 }

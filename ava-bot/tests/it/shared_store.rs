@@ -177,10 +177,7 @@ async fn a_terminal_chat_beside_two_writers_loses_no_turn() {
         .mount(&llm)
         .await;
     let (_dir, db) = store();
-    ok(ava(
-        &db,
-        &["remember", "--user", "42", "--chat", "7", "start"],
-    ));
+    ok(ava(&db, &common::in_chat_7("remember", &["start"])));
     let input: String = (0..20).map(|i| format!("message number {i}\n")).collect();
     let (uri, db2) = (llm.uri(), db.clone());
     let chat = std::thread::spawn(move || {

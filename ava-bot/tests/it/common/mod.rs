@@ -480,3 +480,12 @@ pub(crate) fn local_model() -> Option<memory_embedders::ModelDir> {
 
 /// An OpenAI chat completion whose answer is `content` (model `gpt-test`).
 pub(crate) use hydrate::testing::openai_answer as completion;
+
+/// `verb` for user 42 in chat 7 (the tests' usual person and chat), then `rest`: arguments
+/// for [`ava`].
+pub(crate) fn in_chat_7<'a>(verb: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
+    [verb, "--user", "42", "--chat", "7"]
+        .into_iter()
+        .chain(rest.iter().copied())
+        .collect()
+}
