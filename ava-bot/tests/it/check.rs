@@ -61,7 +61,7 @@ async fn every_configured_service_is_asked_once() {
     let db = dir.path().join("m.db");
     ok(ava(
         &db,
-        &["remember", "--user", "1", "--chat", "1", "a fact"],
+        &common::in_chat("1", "1", "remember", &["a fact"]),
     ));
     let uri = server.uri();
     let out = blocking(move || {

@@ -243,13 +243,13 @@ fn telegram_export_imports_once_and_reports_bad_entries() {
     );
     let hits = ok(ava(
         &db,
-        &["recall", "--user", "42", "--chat", "777", "Porto"],
+        &common::in_chat("42", "777", "recall", &["Porto"]),
     ));
     assert!(hits.contains("Bob: Let's meet in Porto"), "{hits}");
     assert!(
         ok(ava(
             &db,
-            &["recall", "--user", "42", "--chat", "777", "example"]
+            &common::in_chat("42", "777", "recall", &["example"])
         ))
         .contains("see https://example.com ok")
     );
@@ -266,10 +266,7 @@ fn telegram_export_imports_once_and_reports_bad_entries() {
 fn bad_stores_and_bad_messages_get_clear_errors() {
     let (dir, _) = store();
     let missing = dir.path().join("no/such/dir/m.db");
-    let o = ava(
-        &missing,
-        &["remember", "--user", "1", "--chat", "1", "hello"],
-    );
+    let o = ava(&missing, &common::in_chat("1", "1", "remember", &["hello"]));
     refused(&o, "does not exist");
 
     let foreign = dir.path().join("notes.db");
@@ -283,7 +280,7 @@ fn bad_stores_and_bad_messages_get_clear_errors() {
     );
 
     let (_d, db) = store();
-    let o = ava(&db, &["remember", "--user", "1", "--chat", "1", "   "]);
+    let o = ava(&db, &common::in_chat("1", "1", "remember", &["   "]));
     assert!(
         !o.status.success() && stderr(&o).contains("content") && stderr(&o).contains("empty"),
         "{}",
@@ -291,7 +288,7 @@ fn bad_stores_and_bad_messages_get_clear_errors() {
     );
     // Longer than one memory holds: stored whole, in linked parts.
     let big = "word ".repeat(20 * 1024);
-    let o = ava(&db, &["remember", "--user", "1", "--chat", "1", &big]);
+    let o = ava(&db, &common::in_chat("1", "1", "remember", &[&big]));
     assert!(
         o.status.success() && stderr(&o).contains("stored in 2 linked parts"),
         "{}",
@@ -323,14 +320,7 @@ fn context_prints_the_prompt_and_explains_it() {
     let id = id.trim();
     ok(ava(
         &db,
-        &[
-            "remember",
-            "--user",
-            "43",
-            "--chat",
-            "7",
-            "My dog is called Rex",
-        ],
+        &common::in_chat("43", "7", "remember", &["My dog is called Rex"]),
     ));
     let out = ok(ava(
         &db,
@@ -414,13 +404,10 @@ fn context_rejects_bad_input() {
     }
     // The store is not created by a dry run.
     assert!(!db.exists());
-    ok(ava(
-        &db,
-        &["remember", "--user", "1", "--chat", "1", "hello"],
-    ));
+    ok(ava(&db, &common::in_chat("1", "1", "remember", &["hello"])));
     // A message larger than the budget: the prompt is shown, and said not to fit.
     let big = "x ".repeat(50 * 1024);
-    let o = ava(&db, &["context", "--user", "1", "--chat", "1", &big]);
+    let o = ava(&db, &common::in_chat("1", "1", "context", &[&big]));
     assert!(
         !o.status.success()
             && stderr(&o).contains("the prompt above is incomplete")
@@ -429,7 +416,7 @@ fn context_rejects_bad_input() {
         stderr(&o)
     );
     let missing = dir.path().join("no/such/dir/m.db");
-    let o = ava(&missing, &["context", "--user", "1", "--chat", "1", "hi"]);
+    let o = ava(&missing, &common::in_chat("1", "1", "context", &["hi"]));
     refused(&o, "does not exist");
 }
 
@@ -1063,25 +1050,11 @@ fn alice_everywhere(dir: &Path, db: &Path) -> String {
     ));
     let door = ok(ava(
         db,
-        &[
-            "remember",
-            "--user",
-            "alice",
-            "--chat",
-            "7",
-            "the door code is 4711",
-        ],
+        &common::in_chat("alice", "7", "remember", &["the door code is 4711"]),
     ));
     ok(ava(
         db,
-        &[
-            "remember",
-            "--user",
-            "alice",
-            "--chat",
-            "8",
-            "lunch on Fridays",
-        ],
+        &common::in_chat("alice", "8", "remember", &["lunch on Fridays"]),
     ));
     let notes = dir.join("notes.md");
     std::fs::write(&notes, "# Trip\n\nThe ferry leaves at nine.\n").unwrap();
@@ -1102,16 +1075,12 @@ fn alice_with_a_new_door_code(dir: &Path, db: &Path) -> String {
     let old = alice_everywhere(dir, db);
     ok(ava(
         db,
-        &[
-            "remember",
-            "--user",
+        &common::in_chat(
             "alice",
-            "--chat",
             "7",
-            "--replaces",
-            &old,
-            "the door code is 1234",
-        ],
+            "remember",
+            &["--replaces", &old, "the door code is 1234"],
+        ),
     ));
     old
 }
@@ -1120,7 +1089,7 @@ fn alice_with_a_new_door_code(dir: &Path, db: &Path) -> String {
 fn the_old_code_stays_replaced(db: &Path) {
     let recalled = ok(ava(
         db,
-        &["recall", "--user", "alice", "--chat", "7", "door code"],
+        &common::in_chat("alice", "7", "recall", &["door code"]),
     ));
     // By the memories' text: an id printed beside a hit may hold any four digits.
     assert!(
@@ -1149,7 +1118,7 @@ fn erase_lists_then_removes_everything_of_one_person_only() {
     );
     let recalled = ok(ava(
         &db,
-        &["recall", "--user", "alice", "--chat", "7", "door code"],
+        &common::in_chat("alice", "7", "recall", &["door code"]),
     ));
     assert!(
         recalled.contains("code is 4711"),
@@ -1344,14 +1313,7 @@ fn an_export_restores_only_into_the_tenant_and_person_named() {
     let (dir, db) = store();
     ok(ava(
         &db,
-        &[
-            "remember",
-            "--user",
-            "alice",
-            "--chat",
-            "7",
-            "my locker code is 4711",
-        ],
+        &common::in_chat("alice", "7", "remember", &["my locker code is 4711"]),
     ));
     let export = dir.path().join("alice.jsonl");
     ok(ava(
@@ -1461,7 +1423,7 @@ fn migrate_copies_a_whole_store_and_continues_an_interrupted_copy() {
     assert_eq!(exported(&copy, "bob"), exported(&db, "bob"));
     ok(ava(
         &copy,
-        &["forget", "--user", "alice", "--chat", "7", &old],
+        &common::in_chat("alice", "7", "forget", &[&old]),
     ));
     assert_ne!(exported(&copy, "alice"), alices);
     let again = ok(ava(&db, &["migrate", "--from", from, "--to", to]));

@@ -259,7 +259,7 @@ fn docs_list_and_remove_see_past_a_thousand_passages() {
     );
     let prompt = ok(ava(
         &db,
-        &["context", "--user", "fay", "--chat", "7", "Who is the vet?"],
+        &common::in_chat("fay", "7", "context", &["Who is the vet?"]),
     ));
     assert!(!prompt.contains("Okafor"), "{prompt}");
 

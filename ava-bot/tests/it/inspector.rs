@@ -99,7 +99,7 @@ async fn serve(upstream: &str) -> Serve {
     for text in ["My cat Pixel likes the window seat", XSS_IMG, XSS_SCRIPT] {
         ok(ava(
             &db,
-            &["remember", "--user", "alice", "--chat", "desk", text],
+            &common::in_chat("alice", "desk", "remember", &[text]),
         ));
     }
     ok(ava(

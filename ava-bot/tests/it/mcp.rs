@@ -173,7 +173,7 @@ async fn stdio_tools_remember_recall_and_keep_identities_apart() {
     // The same memory through the command line: one store, one identity.
     let cli = ok(ava(
         &db,
-        &["recall", "--user", "alice", "--chat", "desk", "cat"],
+        &common::in_chat("alice", "desk", "recall", &["cat"]),
     ));
     assert!(cli.contains("Pixel") && cli.contains(&id), "{cli}");
 
@@ -289,18 +289,18 @@ async fn a_users_facts_reach_their_clients_in_every_chat() {
     // `ava context` in yet another chat of Alice's has both.
     let out = ok(ava(
         &db,
-        &[
-            "context",
-            "--user",
+        &common::in_chat(
             "alice",
-            "--chat",
             "cli",
-            "--name",
-            "Alice\nLiddell",
-            "--goal",
-            "plan the pets' vet visits",
-            "What are my pets called?",
-        ],
+            "context",
+            &[
+                "--name",
+                "Alice\nLiddell",
+                "--goal",
+                "plan the pets' vet visits",
+                "What are my pets called?",
+            ],
+        ),
     ));
     assert!(out.contains("Pixel") && out.contains("Rex"), "{out}");
     // The prompt says who is talking (one line, whatever the name holds) and what for.
@@ -446,7 +446,7 @@ async fn exit_of(mut child: tokio::process::Child) -> (std::process::ExitStatus,
 }
 
 fn recall_cli(db: &Path, query: &str) -> String {
-    ok(ava(db, &["recall", "--user", "1", "--chat", "1", query]))
+    ok(ava(db, &common::in_chat("1", "1", "recall", &[query])))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -809,7 +809,7 @@ async fn http_needs_a_token_which_fixes_the_identity() {
     assert!(status.success(), "{status}");
     let cli = ok(ava(
         &db,
-        &["recall", "--user", "alice", "--chat", "desk", "cat"],
+        &common::in_chat("alice", "desk", "recall", &["cat"]),
     ));
     assert!(cli.contains("Pixel") && cli.contains(&id), "{cli}");
 }
@@ -1103,7 +1103,7 @@ async fn run_property(seed: u64, steps: usize) {
     // The store exists before the servers start.
     ok(ava(
         &db,
-        &["remember", "--user", "setup", "--chat", "c", "setup"],
+        &common::in_chat("setup", "c", "remember", &["setup"]),
     ));
     let (http_server, url) = spawn_http(&db, &tokens).await;
     let queue = fake_bot_api::Queue::default();
@@ -1298,7 +1298,7 @@ async fn one_person_many_chats_through_ava_run() {
     let (_dir, db) = store();
     ok(ava(
         &db,
-        &["remember", "--user", "setup", "--chat", "c", "setup"],
+        &common::in_chat("setup", "c", "remember", &["setup"]),
     ));
     let queue = fake_bot_api::Queue::default();
     let telegram = fake_bot_api::start(queue.clone()).await;
@@ -1332,14 +1332,7 @@ async fn one_person_many_chats_through_ava_run() {
     // Another chat of Alice's, and an MCP client of hers, have it.
     let out = ok(ava(
         &db,
-        &[
-            "context",
-            "--user",
-            "111",
-            "--chat",
-            "laptop",
-            "What is my cat called?",
-        ],
+        &common::in_chat("111", "laptop", "context", &["What is my cat called?"]),
     ));
     assert!(out.contains("Alice's cat is called Pixel."), "{out}");
     let mcp = stdio_client(&db, "111", "desk").await;
@@ -1400,7 +1393,7 @@ async fn one_person_many_chats_through_ava_run() {
     assert!(say(a, alice, "/facts").await.contains("I hold no facts"));
     let out = ok(ava(
         &db,
-        &["context", "--user", "111", "--chat", "laptop", "My cat?"],
+        &common::in_chat("111", "laptop", "context", &["My cat?"]),
     ));
     assert!(!out.contains("Pixel"), "{out}");
 }

@@ -30,14 +30,7 @@ fn remember_then_recall(db: &str, schema: &str, partitions: u16) {
     assert!(!id.trim().is_empty());
     ok(ava(
         &db,
-        &[
-            "remember",
-            "--user",
-            "43",
-            "--chat",
-            "7",
-            "My cat is called Shadow",
-        ],
+        &common::in_chat("43", "7", "remember", &["My cat is called Shadow"]),
     ));
     let out = ok(ava(&db, &common::in_chat_7("recall", &["cat"])));
     assert!(out.contains("My cat is called Pixel"), "{out}");

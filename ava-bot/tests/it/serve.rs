@@ -1036,14 +1036,7 @@ async fn a_store_that_cannot_be_written_is_said_in_x_ava_degraded() {
     let db = shared.join("ava.db");
     ok(ava(
         &db,
-        &[
-            "remember",
-            "--user",
-            "alice",
-            "--chat",
-            "desk",
-            "I like tea.",
-        ],
+        &common::in_chat("alice", "desk", "remember", &["I like tea."]),
     ));
     set_mode(&shared, 0o777);
     set_mode(&db, 0o444);

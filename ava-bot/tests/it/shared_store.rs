@@ -146,7 +146,7 @@ fn eight_processes_remembering_one_fact_leave_one_memory() {
     let (_dir, db) = store();
     ok(ava(
         &db,
-        &["remember", "--user", "u", "--chat", "c", "the store exists"],
+        &common::in_chat("u", "c", "remember", &["the store exists"]),
     ));
     for round in 0..3 {
         let fact = format!("The spare key for round {round} is under the blue pot");
@@ -244,7 +244,7 @@ fn paths_that_are_not_store_files_are_refused_with_what_they_are() {
     );
     let link = dir.path().join("link.db");
     std::os::unix::fs::symlink(dir.path().join("gone/x.db"), &link).unwrap();
-    let o = ava(&link, &["remember", "--user", "1", "--chat", "1", "hi"]);
+    let o = ava(&link, &common::in_chat("1", "1", "remember", &["hi"]));
     let err = stderr(&o);
     assert!(
         err.contains("symbolic link") && err.contains("does not exist"),
@@ -295,7 +295,7 @@ fn read_commands_do_not_create_a_store() {
 #[test]
 fn errors_say_each_cause_once() {
     let (_dir, db) = store();
-    let o = ava(&db, &["recall", "--user", "1", "--chat", "1", "cat"]);
+    let o = ava(&db, &common::in_chat("1", "1", "recall", &["cat"]));
     let err = stderr(&o);
     assert_eq!(err.matches("no memory store at").count(), 1, "{err}");
     assert!(err.starts_with("error: "), "{err}");
@@ -316,13 +316,13 @@ fn recall_shows_control_characters_escaped() {
             "red \u{1b}[31m alert \u{7} bell",
         ],
     ));
-    let out = ok(ava(&db, &["recall", "--user", "1", "--chat", "1", "alert"]));
+    let out = ok(ava(&db, &common::in_chat("1", "1", "recall", &["alert"])));
     assert!(!out.contains('\u{1b}') && !out.contains('\u{7}'), "{out:?}");
     assert!(out.contains("\\u{1b}[31m alert \\u{7} bell"), "{out}");
     // JSON keeps the text as it is (escaped by JSON itself).
     let json = ok(ava(
         &db,
-        &["recall", "--user", "1", "--chat", "1", "--json", "alert"],
+        &common::in_chat("1", "1", "recall", &["--json", "alert"]),
     ));
     let hits: Value = serde_json::from_str(&json).unwrap();
     assert_eq!(
@@ -336,32 +336,18 @@ fn context_is_a_dry_run_and_says_when_the_prompt_is_incomplete() {
     let (_dir, db) = store();
     ok(ava(
         &db,
-        &[
-            "remember",
-            "--user",
-            "1",
-            "--chat",
-            "1",
-            "my cat is called Pixel",
-        ],
+        &common::in_chat("1", "1", "remember", &["my cat is called Pixel"]),
     ));
     for _ in 0..2 {
         ok(ava(
             &db,
-            &[
-                "context",
-                "--user",
-                "1",
-                "--chat",
-                "1",
-                "what is my cat called",
-            ],
+            &common::in_chat("1", "1", "context", &["what is my cat called"]),
         ));
     }
     // The dry runs recorded no recall (and `recall`, a lookup, counts none either).
     let json = ok(ava(
         &db,
-        &["recall", "--user", "1", "--chat", "1", "--json", "cat"],
+        &common::in_chat("1", "1", "recall", &["--json", "cat"]),
     ));
     let hits: Value = serde_json::from_str(&json).unwrap();
     assert_eq!(
@@ -372,16 +358,12 @@ fn context_is_a_dry_run_and_says_when_the_prompt_is_incomplete() {
     // A budget too small for the system prompt: the prompt is printed and the exit says so.
     let o = ava(
         &db,
-        &[
+        &common::in_chat(
+            "1",
+            "1",
             "context",
-            "--user",
-            "1",
-            "--chat",
-            "1",
-            "--budget",
-            "40",
-            "what is my cat called",
-        ],
+            &["--budget", "40", "what is my cat called"],
+        ),
     );
     let err = stderr(&o);
     assert!(!o.status.success(), "{err}");
@@ -443,7 +425,7 @@ fn an_import_where_nothing_could_be_read_fails() {
     let o = ava(&db, &["import", "--user", "1", export.to_str().unwrap()]);
     let err = stderr(&o);
     assert!(!o.status.success() && err.contains("is not JSON"), "{err}");
-    assert!(ok(ava(&db, &["recall", "--user", "1", "--chat", "1", "kept"])).contains("A: kept"));
+    assert!(ok(ava(&db, &common::in_chat("1", "1", "recall", &["kept"]))).contains("A: kept"));
 }
 
 /// A store in `shared/` of a temporary directory others may enter, holding user 1's fact
@@ -456,14 +438,7 @@ fn store_of_pixel() -> (tempfile::TempDir, PathBuf, PathBuf) {
     let db = shared.join("m.db");
     ok(ava(
         &db,
-        &[
-            "remember",
-            "--user",
-            "1",
-            "--chat",
-            "1",
-            "my cat is called Pixel",
-        ],
+        &common::in_chat("1", "1", "remember", &["my cat is called Pixel"]),
     ));
     (dir, shared, db)
 }
@@ -500,9 +475,9 @@ async fn a_store_the_user_cannot_write_still_answers_recall() {
             .output()
             .unwrap()
     };
-    let out = ok(as_user(&["recall", "--user", "1", "--chat", "1", "cat"]));
+    let out = ok(as_user(&common::in_chat("1", "1", "recall", &["cat"])));
     assert!(out.contains("Pixel"), "{out}");
-    let o = as_user(&["remember", "--user", "1", "--chat", "1", "new"]);
+    let o = as_user(&common::in_chat("1", "1", "remember", &["new"]));
     let err = stderr(&o);
     assert!(!o.status.success() && err.contains("read-only"), "{err}");
     // The terminal chat still answers, and says the turn was not saved.
@@ -559,7 +534,7 @@ fn a_store_in_a_directory_the_user_cannot_write_still_answers_every_read() {
             .output()
             .unwrap()
     };
-    let out = ok(as_user(&["recall", "--user", "1", "--chat", "1", "cat"]));
+    let out = ok(as_user(&common::in_chat("1", "1", "recall", &["cat"])));
     assert!(out.contains("Pixel"), "{out}");
     let id = out
         .split_whitespace()
@@ -567,16 +542,14 @@ fn a_store_in_a_directory_the_user_cannot_write_still_answers_every_read() {
         .nth(1)
         .unwrap()
         .to_owned();
-    let out = ok(as_user(&["history", "--user", "1", "--chat", "1", &id]));
+    let out = ok(as_user(&common::in_chat("1", "1", "history", &[&id])));
     assert!(out.contains("Pixel"), "{out}");
-    let out = ok(as_user(&[
+    let out = ok(as_user(&common::in_chat(
+        "1",
+        "1",
         "context",
-        "--user",
-        "1",
-        "--chat",
-        "1",
-        "what is my cat called?",
-    ]));
+        &["what is my cat called?"],
+    )));
     assert!(out.contains("Pixel"), "{out}");
     let out = ok(as_user(&["stats", "--user", "1"]));
     assert!(out.contains("c=1/"), "{out}");
@@ -584,7 +557,7 @@ fn a_store_in_a_directory_the_user_cannot_write_still_answers_every_read() {
         let o = as_user(&["docs", "list", "--user", "1"]);
         assert!(o.status.success(), "{}", stderr(&o));
     }
-    let o = as_user(&["remember", "--user", "1", "--chat", "1", "new"]);
+    let o = as_user(&common::in_chat("1", "1", "remember", &["new"]));
     let err = stderr(&o);
     assert!(!o.status.success() && err.contains("read-only"), "{err}");
     let left: Vec<_> = std::fs::read_dir(&shared)

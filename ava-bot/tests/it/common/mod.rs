@@ -484,7 +484,17 @@ pub(crate) use hydrate::testing::openai_answer as completion;
 /// `verb` for user 42 in chat 7 (the tests' usual person and chat), then `rest`: arguments
 /// for [`ava`].
 pub(crate) fn in_chat_7<'a>(verb: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
-    [verb, "--user", "42", "--chat", "7"]
+    in_chat("42", "7", verb, rest)
+}
+
+/// `verb` for `user` in `chat`, then `rest`: arguments for [`ava`].
+pub(crate) fn in_chat<'a>(
+    user: &'a str,
+    chat: &'a str,
+    verb: &'a str,
+    rest: &[&'a str],
+) -> Vec<&'a str> {
+    [verb, "--user", user, "--chat", chat]
         .into_iter()
         .chain(rest.iter().copied())
         .collect()
