@@ -60,6 +60,27 @@ impl<W: Write> Lines<'_, W> {
             Err(e) => self.line(name, Status::Fail, &error_chain(&e)),
         }
     }
+
+    /// The line of an optional service: failed when `built` is an error, off (saying `off`)
+    /// when it is not configured, else what `check` says of it and how long it took.
+    async fn probe<T>(
+        &mut self,
+        name: &'static str,
+        built: anyhow::Result<Option<T>>,
+        off: &str,
+        check: impl AsyncFnOnce(&T) -> anyhow::Result<String>,
+    ) -> anyhow::Result<()> {
+        match built {
+            Err(e) => self.line(name, Status::Fail, &error_chain(&e)),
+            Ok(None) => self.line(name, Status::Off, off),
+            Ok(Some(service)) => {
+                let started = Instant::now();
+                let said = check(&service).await;
+                let said = said.map(|s| format!("{s} in {}", ms(started.elapsed())));
+                self.result(name, said)
+            }
+        }
+    }
 }
 
 fn ms(d: Duration) -> String {
@@ -194,38 +215,22 @@ pub(crate) async fn run(
     }
 
     // The reranker: two documents judged.
-    match settings.rerank.http() {
-        Err(e) => lines.line("reranker", Status::Fail, &error_chain(&e))?,
-        Ok(None) => lines.line("reranker", Status::Off, "no --rerank-url")?,
-        Ok(Some(r)) => {
-            let started = Instant::now();
-            let judged = r.check().await.map_err(anyhow::Error::new).map(|n| {
-                format!(
-                    "{} judged {n} of 2 documents in {}",
-                    r.url(),
-                    ms(started.elapsed())
-                )
-            });
-            lines.result("reranker", judged)?;
-        }
-    }
+    let reranker = settings.rerank.http();
+    lines
+        .probe("reranker", reranker, "no --rerank-url", async |r| {
+            let n = r.check().await?;
+            Ok(format!("{} judged {n} of 2 documents", r.url()))
+        })
+        .await?;
 
     // Web search: one query.
-    match settings.web.source(None) {
-        Err(e) => lines.line("web search", Status::Fail, &error_chain(&e))?,
-        Ok(None) => lines.line("web search", Status::Off, "no --web-search-url")?,
-        Ok(Some(w)) => {
-            let started = Instant::now();
-            let found = w.check().await.map_err(anyhow::Error::new).map(|n| {
-                format!(
-                    "{} gave {n} result(s) in {}",
-                    w.url(),
-                    ms(started.elapsed())
-                )
-            });
-            lines.result("web search", found)?;
-        }
-    }
+    let web = settings.web.source(None);
+    lines
+        .probe("web search", web, "no --web-search-url", async |w| {
+            let n = w.check().await?;
+            Ok(format!("{} gave {n} result(s)", w.url()))
+        })
+        .await?;
 
     // Telegram: the token shown to the Bot API.
     match secret_from_env("TELOXIDE_TOKEN")

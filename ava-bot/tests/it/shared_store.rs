@@ -215,13 +215,7 @@ fn paths_that_are_not_store_files_are_refused_with_what_they_are() {
     assert!(foreign_database(&foreign).status.success());
     let before = std::fs::read(&foreign).unwrap();
     let fifo = dir.path().join("pipe");
-    assert!(
-        Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap()
-            .success()
-    );
+    memory_core::testing::mkfifo(&fifo);
     for (db, expect) in [
         ("file:foreign.db".to_owned(), "URIs are not accepted"),
         (":memory:".to_owned(), "lose it on exit"),

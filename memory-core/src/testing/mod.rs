@@ -194,6 +194,21 @@ pub async fn ids_in(
         .collect()
 }
 
+/// Makes a FIFO (a named pipe) at `path` with `mkfifo`, for tests of what a store does when
+/// given one instead of a file.
+///
+/// # Panics
+///
+/// When `mkfifo` cannot make it: a test fails loudly.
+pub fn mkfifo(path: &std::path::Path) {
+    let made = std::process::Command::new("mkfifo").arg(path).status();
+    assert!(
+        made.as_ref().is_ok_and(std::process::ExitStatus::success),
+        "mkfifo {}: {made:?}",
+        path.display()
+    );
+}
+
 /// Comma-separated seeds that replay or widen a property test ([`property_seeds`]).
 pub const PROPERTY_SEEDS_ENV: &str = "AVA_PROPERTY_SEEDS";
 

@@ -105,13 +105,7 @@ async fn uris_and_memory_databases_are_refused_and_nothing_is_written() {
 async fn fifos_devices_directories_and_dangling_links_are_named_for_what_they_are() {
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("pipe.db");
-    assert!(
-        Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap()
-            .success()
-    );
+    memory_core::testing::mkfifo(&fifo);
     // Must not wait: reading a FIFO's header would wait for a writer forever, so the guard
     // below ends a hang (no writer ever comes), it measures no speed.
     let text = tokio::time::timeout(HANG, open_err(&fifo, SqliteConfig::default()))
