@@ -25,13 +25,8 @@ PORT="${AVA_PGB_PORT:-$((PG_PORT + 1))}"
 
 log() { printf '%s\n' "pgbouncer-tls.sh: $*" >&2; }
 
-if [ "$(id -u)" = 0 ]; then
-    RUN_AS="${AVA_PG_USER:-nobody}"
-    as_pgb() { runuser -u "$RUN_AS" -- "$@"; }
-else
-    RUN_AS="$(id -un)"
-    as_pgb() { "$@"; }
-fi
+# shellcheck source=.ci/run-as.sh
+. "$(dirname "${BASH_SOURCE[0]}")/run-as.sh"
 
 install() {
     command -v pgbouncer >/dev/null && return
@@ -111,7 +106,7 @@ EOF
     if [ "$(id -u)" = 0 ]; then
         chown "$RUN_AS" "$DIR" "$DIR/server.key"
     fi
-    as_pgb pgbouncer -d -q "$DIR/pgbouncer.ini"
+    as_server pgbouncer -d -q "$DIR/pgbouncer.ini"
     # Up when a TLS handshake that checks the chain and the name succeeds.
     local up=""
     for _ in $(seq 100); do

@@ -22,13 +22,8 @@ LOG="$DIR/postgres.log"
 
 log() { printf '%s\n' "postgres.sh: $*" >&2; }
 
-if [ "$(id -u)" = 0 ]; then
-    RUN_AS="${AVA_PG_USER:-nobody}"
-    as_pg() { runuser -u "$RUN_AS" -- "$@"; }
-else
-    RUN_AS="$(id -un)"
-    as_pg() { "$@"; }
-fi
+# shellcheck source=.ci/run-as.sh
+. "$(dirname "${BASH_SOURCE[0]}")/run-as.sh"
 
 # Where the wheel put the server binaries (found without importing the package).
 bin_dir() {
@@ -54,7 +49,7 @@ install() {
 stop() {
     local bin
     if [ -f "$DATA/postmaster.pid" ] && bin="$(bin_dir)"; then
-        as_pg "$bin/pg_ctl" -D "$DATA" -m fast -w stop >&2 || true
+        as_server "$bin/pg_ctl" -D "$DATA" -m fast -w stop >&2 || true
     fi
     rm -rf "$DATA"
 }
@@ -74,8 +69,8 @@ start() {
     if [ "$(id -u)" = 0 ]; then
         chown "$RUN_AS" "$DATA" "$LOG"
     fi
-    as_pg "$bin/initdb" -D "$DATA" -U postgres -A trust -E UTF8 --locale=C.UTF-8 >/dev/null
-    as_pg "$bin/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 \
+    as_server "$bin/initdb" -D "$DATA" -U postgres -A trust -E UTF8 --locale=C.UTF-8 >/dev/null
+    as_server "$bin/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 \
         -o "-c listen_addresses=127.0.0.1 -p $PORT -k $DATA" start >&2
     if ! "$bin/psql" -qAt -h 127.0.0.1 -p "$PORT" -U postgres -d postgres \
         -c 'CREATE EXTENSION IF NOT EXISTS vector' >&2; then
