@@ -23,10 +23,8 @@ DIR="${AVA_PG_DIR:-/tmp/ava-pg}/tls"
 PG_PORT="${AVA_PG_PORT:-55432}"
 PORT="${AVA_PGB_PORT:-$((PG_PORT + 1))}"
 
-log() { printf '%s\n' "pgbouncer-tls.sh: $*" >&2; }
-
-# shellcheck source=.ci/run-as.sh
-. "$(dirname "${BASH_SOURCE[0]}")/run-as.sh"
+# shellcheck source=.ci/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 install() {
     command -v pgbouncer >/dev/null && return

