@@ -126,11 +126,4 @@ EOF
     printf "export MEMORY_PG_TLS_OTHER_CA='%s'\n" "$DIR/other-ca.pem"
 }
 
-case "${1:-}" in
-start) start ;;
-stop) stop ;;
-*)
-    echo "usage: $0 start|stop" >&2
-    exit 2
-    ;;
-esac
+main "$@"

@@ -87,11 +87,4 @@ start() {
     printf 'postgres://postgres@127.0.0.1:%s/postgres\n' "$PORT"
 }
 
-case "${1:-}" in
-start) start ;;
-stop) stop ;;
-*)
-    echo "usage: $0 start|stop" >&2
-    exit 2
-    ;;
-esac
+main "$@"

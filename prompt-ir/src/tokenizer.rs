@@ -41,41 +41,24 @@ pub(crate) fn saturate(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
-impl<T: Tokenizer + ?Sized> Tokenizer for &T {
-    fn name(&self) -> &str {
-        (**self).name()
-    }
-    fn token_ends(&self, text: &str) -> Vec<usize> {
-        (**self).token_ends(text)
-    }
-    fn count(&self, text: &str) -> u32 {
-        (**self).count(text)
-    }
+/// A reference, a box or an `Arc` of a tokenizer is one, forwarding every method.
+macro_rules! forward_tokenizer {
+    ($($pointer:ty),*) => {$(
+        impl<T: Tokenizer + ?Sized> Tokenizer for $pointer {
+            fn name(&self) -> &str {
+                (**self).name()
+            }
+            fn token_ends(&self, text: &str) -> Vec<usize> {
+                (**self).token_ends(text)
+            }
+            fn count(&self, text: &str) -> u32 {
+                (**self).count(text)
+            }
+        }
+    )*};
 }
 
-impl<T: Tokenizer + ?Sized> Tokenizer for Box<T> {
-    fn name(&self) -> &str {
-        (**self).name()
-    }
-    fn token_ends(&self, text: &str) -> Vec<usize> {
-        (**self).token_ends(text)
-    }
-    fn count(&self, text: &str) -> u32 {
-        (**self).count(text)
-    }
-}
-
-impl<T: Tokenizer + ?Sized> Tokenizer for Arc<T> {
-    fn name(&self) -> &str {
-        (**self).name()
-    }
-    fn token_ends(&self, text: &str) -> Vec<usize> {
-        (**self).token_ends(text)
-    }
-    fn count(&self, text: &str) -> u32 {
-        (**self).count(text)
-    }
-}
+forward_tokenizer!(&T, Box<T>, Arc<T>);
 
 impl Encoding {
     /// The process-wide BPE tables, built on first use and shared afterwards.
