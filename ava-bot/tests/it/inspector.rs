@@ -12,32 +12,26 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use common::{ava, command, contents, listening, listening_url, ok, private_token_file};
+use common::{ava, command, contents, listening, listening_url, ok};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-const ALICE: &str = "alice-0123456789abcdef0123456789abcdef";
+use common::{PATIENCE, TOKEN_A as ALICE, TOKEN_B as BOB};
 const ALICE_READ_ONLY: &str = "alice-ro-0123456789abcdef0123456789abcd";
-const BOB: &str = "bob-0123456789abcdef0123456789abcdef00";
 const OPERATOR: &str = "ops-0123456789abcdef0123456789abcdef00";
 
 /// Memory text written by someone hoping the page runs it.
 const XSS_IMG: &str = "<img src=x onerror=alert(1)>";
 const XSS_SCRIPT: &str = "</script><script>window.pwned = 1</script>";
 
-/// Long enough for a debug build on a busy two-core machine; never reached when all is well.
-const PATIENCE: Duration = Duration::from_secs(60);
-
 fn token_file(dir: &Path) -> PathBuf {
-    private_token_file(
+    common::alice_and_bob_tokens(
         dir,
-        json!([
-            {"token": ALICE, "user": "alice", "chat": "desk"},
-            {"token": ALICE_READ_ONLY, "user": "alice", "chat": "desk", "read_only": true},
-            {"token": BOB, "user": "bob", "chat": "desk"},
-            {"token": OPERATOR, "user": "ops", "chat": "console", "operator": true,
-             "read_only": true},
-        ]),
+        &[
+            json!({"token": ALICE_READ_ONLY, "user": "alice", "chat": "desk", "read_only": true}),
+            json!({"token": OPERATOR, "user": "ops", "chat": "console", "operator": true,
+                "read_only": true}),
+        ],
     )
 }
 

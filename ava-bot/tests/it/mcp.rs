@@ -25,11 +25,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 type Client = RunningService<RoleClient, ()>;
 
-const TOKEN_A: &str = "alice-0123456789abcdef0123456789abcdef";
-const TOKEN_B: &str = "bob-0123456789abcdef0123456789abcdef00";
-
-/// Long enough for a debug build on a busy two-core machine; never reached when all is well.
-const PATIENCE: Duration = Duration::from_secs(60);
+use common::{PATIENCE, TOKEN_A, TOKEN_B};
 
 fn store() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
@@ -581,13 +577,7 @@ async fn stdio_answers_a_line_that_is_not_json_and_one_that_is_too_long() {
 
 /// A token file for alice and bob (both in chat `desk`), private to its owner.
 fn token_file(dir: &Path) -> PathBuf {
-    private_token_file(
-        dir,
-        json!([
-            {"token": TOKEN_A, "user": "alice", "chat": "desk"},
-            {"token": TOKEN_B, "user": "bob", "chat": "desk"},
-        ]),
-    )
+    common::alice_and_bob_tokens(dir, &[])
 }
 
 /// `ava mcp --http 127.0.0.1:0`: the child and the URL of MCP where it says it listens.

@@ -21,7 +21,7 @@ use wiremock::matchers::{body_string_contains, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 const SECRET: &str = "replica_secret-1";
-const PATIENCE: Duration = Duration::from_secs(60);
+use common::PATIENCE;
 /// How long the model takes to decide what a changed fact replaces: long enough for two
 /// replicas that learn at once to both read the old fact before either replaces it, if
 /// nothing makes them take turns.

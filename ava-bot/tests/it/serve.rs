@@ -18,34 +18,27 @@ use async_openai::types::chat::{
     CreateChatCompletionRequestArgs,
 };
 use common::{
-    as_nobody, ava, command, fake_bot_api, listening, listening_url, ok, private_token_file,
-    privileged, set_mode,
+    as_nobody, ava, command, fake_bot_api, listening, listening_url, ok, privileged, set_mode,
 };
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use wiremock::matchers::{body_partial_json, body_string_contains, method, path};
 use wiremock::{Mock, MockServer, Request, ResponseTemplate};
 
-const TOKEN_A: &str = "alice-0123456789abcdef0123456789abcdef";
-const TOKEN_B: &str = "bob-0123456789abcdef0123456789abcdef00";
+use common::{PATIENCE, TOKEN_A, TOKEN_B};
 const TOKEN_APP: &str = "shop-0123456789abcdef0123456789abcdef0";
 const TOKEN_KIOSK: &str = "kiosk-0123456789abcdef0123456789abcdef";
-
-/// Long enough for a debug build on a busy two-core machine; never reached when all is well.
-const PATIENCE: Duration = Duration::from_secs(60);
 
 /// A token file: alice and bob (chat `desk`), the app `shop` that names its end users, and
 /// the app `kiosk`, whose calls that name no one share one memory.
 fn token_file(dir: &Path) -> PathBuf {
-    private_token_file(
+    common::alice_and_bob_tokens(
         dir,
-        json!([
-            {"token": TOKEN_A, "user": "alice", "chat": "desk"},
-            {"token": TOKEN_B, "user": "bob", "chat": "desk"},
-            {"token": TOKEN_APP, "user": "shop", "chat": "assistant", "end_users": true},
-            {"token": TOKEN_KIOSK, "user": "kiosk", "chat": "lobby", "end_users": true,
-             "anonymous": true},
-        ]),
+        &[
+            json!({"token": TOKEN_APP, "user": "shop", "chat": "assistant", "end_users": true}),
+            json!({"token": TOKEN_KIOSK, "user": "kiosk", "chat": "lobby", "end_users": true,
+                "anonymous": true}),
+        ],
     )
 }
 

@@ -58,6 +58,26 @@ pub(crate) fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// Alice's bearer token in the server tests' token files (user `alice`, chat `desk`).
+pub(crate) const TOKEN_A: &str = "alice-0123456789abcdef0123456789abcdef";
+/// Bob's (user `bob`, chat `desk`).
+pub(crate) const TOKEN_B: &str = "bob-0123456789abcdef0123456789abcdef00";
+
+/// How long a server test waits for what should come: long enough for a debug build on a
+/// busy two-core machine; never reached when all is well.
+pub(crate) const PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A token file in `dir` private to its owner: alice and bob ([`TOKEN_A`], [`TOKEN_B`], both
+/// in chat `desk`), then the entries `more`.
+pub(crate) fn alice_and_bob_tokens(dir: &Path, more: &[serde_json::Value]) -> std::path::PathBuf {
+    let mut tokens = vec![
+        serde_json::json!({"token": TOKEN_A, "user": "alice", "chat": "desk"}),
+        serde_json::json!({"token": TOKEN_B, "user": "bob", "chat": "desk"}),
+    ];
+    tokens.extend(more.iter().cloned());
+    private_token_file(dir, serde_json::Value::Array(tokens))
+}
+
 /// Writes `tokens` (the `tokens` list of a bearer-token file) as `dir/tokens.json`, private
 /// to its owner as `ava serve` and `ava mcp --http` require.
 pub(crate) fn private_token_file(dir: &Path, tokens: serde_json::Value) -> std::path::PathBuf {
