@@ -84,15 +84,11 @@ async fn context_reranks_through_a_rerank_server() {
                 "rerank-v3.5",
                 "--rerank-min-score",
                 "0.1",
-                "context",
-                "--user",
-                "42",
-                "--chat",
-                "7",
-                "--json",
-                "--explain",
-                "where does the cat sleep?",
             ])
+            .args(common::in_chat_7(
+                "context",
+                &["--json", "--explain", "where does the cat sleep?"],
+            ))
             .output()
             .unwrap();
         ok(o)
@@ -122,19 +118,11 @@ async fn a_failing_rerank_server_keeps_the_scored_order_and_says_so() {
     let url = format!("{}/rerank", server.uri());
     let o = blocking(move || {
         command(&db)
-            .args([
-                "--rerank-url",
-                &url,
-                "--rerank-api",
-                "tei",
+            .args(["--rerank-url", &url, "--rerank-api", "tei"])
+            .args(common::in_chat_7(
                 "context",
-                "--user",
-                "42",
-                "--chat",
-                "7",
-                "--explain",
-                "where does the cat sleep?",
-            ])
+                &["--explain", "where does the cat sleep?"],
+            ))
             .output()
             .unwrap()
     })
@@ -204,17 +192,11 @@ async fn context_adds_web_results_with_their_urls() {
     let out = blocking(move || {
         ok(command(&db)
             .env("AVA_WEB_SEARCH_KEY", "wk-1")
-            .args([
-                "--web-search-url",
-                &url,
+            .args(["--web-search-url", &url])
+            .args(common::in_chat_7(
                 "context",
-                "--user",
-                "42",
-                "--chat",
-                "7",
-                "--explain",
-                "where does the cat sleep?",
-            ])
+                &["--explain", "where does the cat sleep?"],
+            ))
             .output()
             .unwrap())
     })
