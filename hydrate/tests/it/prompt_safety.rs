@@ -19,24 +19,13 @@ async fn memories_cannot_close_their_block() {
     let backend: Arc<dyn MemoryBackend> = Arc::new(InMemoryBackend::new(Some(embedder())));
     seed_alice(backend.as_ref()).await;
     let scope = chat_scope("alice");
-    backend
-        .store(
-            &scope,
-            NewMemory::new(INJECTION)
-                .with_role(Role::User)
-                .at(common::at("2026-02-02T10:00:00Z")),
-        )
-        .await
-        .unwrap();
-    backend
-        .store(
-            &scope,
-            NewMemory::new(INJECTION)
-                .with_kind(MemoryKind::Fact)
-                .at(common::at("2026-02-02T10:00:00Z")),
-        )
-        .await
-        .unwrap();
+    // The same text said and kept as a fact.
+    let injected = NewMemory::new(INJECTION).at(common::at("2026-02-02T10:00:00Z"));
+    let both = vec![
+        injected.clone().with_role(Role::User),
+        injected.with_kind(MemoryKind::Fact),
+    ];
+    backend.store_batch(&scope, both).await.unwrap();
     let mut cfg = config(Arc::clone(&backend), Some(embedder()));
     // The same text as a fact and as a message: keep both, so both blocks are checked.
     cfg.near_duplicate = None;
