@@ -114,6 +114,10 @@ fn main() -> std::process::ExitCode {
         eprintln!("warning: ignoring .env: {e}");
     }
     settle_thread_count();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(&e),
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -124,7 +128,7 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run()) {
+    match runtime.block_on(run(cli)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             shared::logs::announce("ERROR", &format!("error: {}", error_chain(&e)));
@@ -150,8 +154,38 @@ fn settle_thread_count() {
 #[cfg(not(feature = "local"))]
 fn settle_thread_count() {}
 
-async fn run() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+/// A command line clap refuses: said as clap says it (usage and all), or as one JSON object
+/// when the log was asked to be JSON (`--log-format json`, `AVA_LOG_FORMAT=json`), so that a
+/// log pipeline reads it too. Help and the version print as they are.
+fn usage_error(e: &clap::Error) -> std::process::ExitCode {
+    use clap::error::ErrorKind;
+    let printed = matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    );
+    if printed || !json_log_asked() {
+        e.exit()
+    }
+    shared::logs::init(shared::logs::LogFormat::Json);
+    let said = e.render().to_string();
+    shared::logs::announce("ERROR", said.trim());
+    std::process::ExitCode::from(2)
+}
+
+/// Whether the command line or the environment asks for JSON logs (read before clap has
+/// parsed anything: it refused the line).
+fn json_log_asked() -> bool {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let on_the_line = args
+        .windows(2)
+        .any(|w| w[0] == "--log-format" && w[1] == "json")
+        || args.iter().any(|a| a == "--log-format=json");
+    on_the_line || std::env::var("AVA_LOG_FORMAT").is_ok_and(|v| v.eq_ignore_ascii_case("json"))
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     shared::logs::init(cli.log_format);
     // Not locked for the whole run: an MCP server speaks on stdout from other threads, and a
     // lock held here would block them.

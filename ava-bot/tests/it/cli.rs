@@ -5,7 +5,7 @@ use crate::common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{ava, command, exported, ok, refused, stderr, with_stdin};
+use common::{ava, command, exported, ok, refused, stderr, stdout, with_stdin};
 use serde_json::{Value, json};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -308,6 +308,58 @@ fn unknown_subcommand_fails_with_usage() {
         err.contains("unrecognized subcommand") && err.contains("Usage"),
         "{err}"
     );
+}
+
+/// Under `--log-format json` even a command line clap refuses is one JSON object on
+/// stderr, with clap's exit code; help still prints as it is.
+#[test]
+fn a_refused_command_line_is_a_json_line_when_the_log_is_json() {
+    let (_dir, db) = store();
+    let out = ava(
+        &db,
+        &[
+            "--log-format",
+            "json",
+            "recall",
+            "--limit",
+            "many",
+            "--user",
+            "1",
+            "--chat",
+            "1",
+            "cat",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "one line: {err}");
+    let line: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+    assert_eq!(line["level"], "ERROR", "{line}");
+    let message = line["message"].as_str().unwrap();
+    assert!(
+        message.contains("invalid value 'many'") && message.contains("--limit"),
+        "{message}"
+    );
+    // The same from the environment; and without JSON logs clap's own text.
+    let out = command(&db)
+        .env("AVA_LOG_FORMAT", "json")
+        .args(["frobnicate"])
+        .output()
+        .unwrap();
+    assert!(
+        serde_json::from_str::<serde_json::Value>(stderr(&out).trim()).is_ok(),
+        "{}",
+        stderr(&out)
+    );
+    let out = ava(&db, &["frobnicate"]);
+    assert!(
+        stderr(&out).starts_with("error: unrecognized subcommand"),
+        "{}",
+        stderr(&out)
+    );
+    let help = ava(&db, &["--log-format", "json", "--help"]);
+    assert!(help.status.success() && stdout(&help).contains("Usage"));
 }
 
 #[test]
