@@ -357,6 +357,20 @@ impl Conversation {
         self
     }
 
+    /// `text` as this conversation stores it: in a shared conversation spoken by a member,
+    /// `name: text`; otherwise as it is.
+    pub fn said(&self, text: &str) -> String {
+        match &self.member {
+            Some(m) => format!("{}: {text}", m.name),
+            None => text.to_owned(),
+        }
+    }
+
+    /// Where what this conversation stores says it came from.
+    fn source_name(&self) -> &str {
+        self.source.as_deref().unwrap_or(&self.memory.inner.source)
+    }
+
     /// The memory operations of this conversation (hydrate's [`Ops`]: its scope, who may
     /// read what, its state, acting for its member), for a program that drives the lower
     /// layer itself (a model with tools, the explain endpoints).
@@ -466,11 +480,8 @@ impl Conversation {
         let inner = &self.memory.inner;
         let store = inner.store.as_ref();
         let scope = &self.scope;
-        let source = self.source.as_deref().unwrap_or(inner.source.as_str());
-        let said = message.map(|text| match &self.member {
-            Some(m) => format!("{}: {text}", m.name),
-            None => text.to_owned(),
-        });
+        let source = self.source_name();
+        let said = message.map(|text| self.said(text));
         let member_tag = self.member.as_ref().map(|m| m.tag.clone());
         // The turn this message answers (usually the last reply), kept as its context so
         // keyword search also finds a reply by what it was about. Not worth losing the
@@ -555,7 +566,7 @@ impl Conversation {
         let ops = self.ops();
         let memory = NewMemory::new(fact)
             .with_kind(MemoryKind::Fact)
-            .with_source(self.source.as_deref().unwrap_or(&self.memory.inner.source))
+            .with_source(self.source_name())
             .with_tags(self.member.as_ref().map(|m| m.tag.clone()));
         let memory = hydrate::with_entity_tags(memory);
         let kept = memory_core::keep_fact(

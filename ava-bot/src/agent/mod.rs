@@ -400,26 +400,14 @@ impl Agent {
                 metrics::prepared(times);
                 let asked = std::time::Instant::now();
                 let answer = ops.infer_prompt(model, prompt).await;
-                let model_failed = matches!(
-                    answer,
-                    Err(hydrate::Error::Model { .. } | hydrate::Error::MaxSteps { .. })
-                );
-                metrics::upstream(asked.elapsed(), !model_failed);
+                let model_ok = answer.as_ref().err().map(blame) != Some(Blame::Model);
+                metrics::upstream(asked.elapsed(), model_ok);
                 answer
             }
             Err(e) => Err(e),
         };
-        let answer = answer.map_err(|e| {
-            let blame = if matches!(
-                e,
-                hydrate::Error::Model { .. } | hydrate::Error::MaxSteps { .. }
-            ) {
-                Blame::Model
-            } else {
-                Blame::Memory
-            };
-            (blame, anyhow::Error::new(e).context("ask the model"))
-        });
+        let answer =
+            answer.map_err(|e| (blame(&e), anyhow::Error::new(e).context("ask the model")));
         let reply = answer.as_ref().ok().map(|i| i.reply.as_str());
         let extractor = self.facts.as_ref();
         let Kept {
@@ -467,15 +455,16 @@ impl Agent {
         extractor: Option<&FactExtractor>,
     ) -> Kept {
         let scope = &speaker.scope;
-        // What is kept: the message as said, and in a group who said it.
-        let said = message.map(|text| match &speaker.member {
-            Some(m) => format!("{}: {text}", m.name),
-            None => text.to_owned(),
-        });
         let conversation = match &speaker.member {
             Some(m) => self.heard_by(speaker).member(&m.user, &m.name),
             None => Ok(self.heard_by(speaker)),
         };
+        // What is kept: the message as said, and in a group who said it.
+        let said = conversation
+            .as_ref()
+            .ok()
+            .zip(message)
+            .map(|(c, text)| c.said(text));
         let kept = match conversation {
             Ok(c) => c.from_source(source).keep(message, reply, received).await,
             Err(e) => Err(e),
@@ -545,6 +534,19 @@ pub(crate) struct Kept {
 /// A prompt's token budget of `tokens`, refused when 0.
 fn token_budget(tokens: u32) -> anyhow::Result<TokenBudget> {
     TokenBudget::new(tokens).with_context(|| format!("token budget {tokens}: expected at least 1"))
+}
+
+/// Whose failure `e` is: the chat model's (it failed, timed out or never stopped calling
+/// tools) or Ava's own.
+fn blame(e: &hydrate::Error) -> Blame {
+    if matches!(
+        e,
+        hydrate::Error::Model { .. } | hydrate::Error::MaxSteps { .. }
+    ) {
+        Blame::Model
+    } else {
+        Blame::Memory
+    }
 }
 
 /// Whose failure left a message without an answer.

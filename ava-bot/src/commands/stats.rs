@@ -69,7 +69,7 @@ fn mib(bytes: u64) -> String {
 
 /// The totals of a Postgres store, and what its tables take.
 #[cfg(feature = "postgres")]
-async fn postgres_totals(opened: &crate::config::Opened) -> anyhow::Result<StoreStats> {
+async fn postgres_totals(opened: &Opened) -> anyhow::Result<StoreStats> {
     let Some(pg) = &opened.postgres else {
         anyhow::bail!("the store is neither a SQLite file nor a Postgres schema");
     };
@@ -77,7 +77,7 @@ async fn postgres_totals(opened: &crate::config::Opened) -> anyhow::Result<Store
 }
 
 #[cfg(not(feature = "postgres"))]
-async fn postgres_totals(_: &crate::config::Opened) -> anyhow::Result<StoreStats> {
+async fn postgres_totals(_: &Opened) -> anyhow::Result<StoreStats> {
     anyhow::bail!("the store is not a SQLite file, and this build has no Postgres support")
 }
 
